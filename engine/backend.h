@@ -1,0 +1,90 @@
+/* backend.h - where the forward pass runs: the CPU reference, or CUDA.
+ *
+ * A backend is an opaque handle plus a table of functions (as ggml's
+ * backends). It owns a copy of the weights in the form it computes with, the
+ * KV block storage (kv.h gives the layout) and every activation buffer, all
+ * sized at creation from be_options: forward() allocates nothing.
+ *
+ * A batch is a plain struct of parallel arrays: any mix of prefill chunks and
+ * decode tokens from many sequences. For each token the backend writes its K
+ * and V into the sequence's hot block for its position (the caller reserved
+ * it), then attends over every hot block of that sequence at positions <= its
+ * own. Blocks marked KV_NONE are skipped: that is how a policy's smaller
+ * cache takes effect, with no copy.
+ *
+ * Threading: one thread calls into a backend at a time. */
+#ifndef CK_BACKEND_H
+#define CK_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* One sequence as the forward pass sees it. */
+typedef struct be_seq_view {
+    const int32_t *blocks; /* (n_blocks) pool block of each logical block, KV_NONE = not hot */
+    int n_blocks;
+    float *mass;           /* (n_blocks) or NULL: += attention mass each logical block
+                              received, averaged over layers and heads, summed over this
+                              sequence's query tokens in the batch (so each adds 1) */
+} be_seq_view;
+
+typedef struct be_batch {
+    int n_tokens;
+    const int32_t *token;   /* (n_tokens) token ids */
+    const int32_t *pos;     /* (n_tokens) absolute positions */
+    const int32_t *seq;     /* (n_tokens) index into seqs */
+    const int32_t *out_row; /* (n_tokens) row of the logits output, or -1 for none */
+    int n_seqs;
+    const be_seq_view *seqs;/* (n_seqs) */
+    int n_out;              /* logits rows the caller wants (max out_row + 1) */
+} be_batch;
+
+typedef struct be_options {
+    int max_batch_tokens;   /* largest n_tokens forward() will be given */
+    int n_kv_blocks;        /* hot KV pool size in blocks */
+    int block_size;         /* tokens per block */
+    int n_threads;          /* CPU threads (0 = all cores) */
+    int max_ctx;            /* longest sequence (<= model seq_len; 0 = seq_len) */
+} be_options;
+
+typedef struct backend backend;
+
+typedef struct be_ops {
+    const char *name;
+    /* Run the batch. logits: (n_out, vocab_size) floats in host memory.
+     * Returns 0, CK_EINVAL for a batch that breaks the options or the KV
+     * layout (token id, position, block), CK_EBACKEND on device failure. */
+    int (*forward)(backend *b, const be_batch *batch, float *logits);
+    /* Copy one KV block (kv_block_bytes) out to / in from host memory. */
+    int (*kv_read)(backend *b, int block, float *dst);
+    int (*kv_write)(backend *b, int block, const float *src);
+    /* Bytes of device/host memory this backend holds (weights, KV, work). */
+    size_t (*memory_bytes)(const backend *b);
+    void (*destroy)(backend *b);
+} be_ops;
+
+struct backend {
+    const be_ops *ops;
+    const model *m;
+    be_options opt;
+    size_t kv_block_floats; /* n_layers * 2 * block_size * kv_dim */
+};
+
+/* Create the CPU backend (the reference). Converts every weight to f32 at
+ * load (see backend_cpu.c for why). Returns 0 or CK_E* with err filled. The
+ * model must outlive the backend. */
+int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
+
+/* Create a backend by name: "cpu", "cuda" (when compiled in), or "auto"
+ * (cuda when a device is present, else cpu). */
+int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err,
+           size_t errlen);
+/* Names of the backends compiled in, NULL-terminated. */
+const char *const *be_compiled(void);
+
+static inline void be_free(backend *b) {
+    if (b) b->ops->destroy(b);
+}
+
+#endif

@@ -1,0 +1,394 @@
+/* backend_cpu.c - the CPU backend: the reference forward pass (backend.h).
+ *
+ * Llama as llama2.c's run.c computes it (RMSNorm, RoPE on adjacent pairs,
+ * grouped-query attention, SwiGLU), but over a batch of many tokens from many
+ * sequences, so every projection is one matrix-matrix product, and over the
+ * paged KV cache, so attention walks each sequence's block table.
+ *
+ * Why f32 at load: the projections go to OpenBLAS's sgemm, by far the fastest
+ * kernel on these CPUs for batches above one token, and it takes f32 only.
+ * F16/BF16/Q8_0 weights are converted once when the backend is created; the
+ * price is memory (4 bytes a weight) and, at batch 1, bandwidth. The Q, K and
+ * V projections are fused into one matrix, and the gate and up projections
+ * into another, so a layer runs four products instead of seven.
+ *
+ * Threads: OpenMP (the same pool OpenBLAS's OpenMP build uses). Attention
+ * runs one (token, head) pair per work item. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backend.h"
+#include "ck_err.h"
+#include "kv.h"
+#include "quant.h"
+
+typedef struct cpu_layer {
+    float *attn_norm; /* (dim) */
+    float *wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    float *wo;        /* (dim, q_dim) */
+    float *ffn_norm;  /* (dim) */
+    float *w13;       /* (2 * hidden_dim, dim): gate rows, then up rows */
+    float *w2;        /* (dim, hidden_dim) */
+} cpu_layer;
+
+typedef struct cpu_backend {
+    backend base;
+    int n_threads;
+    int q_dim, kv_dim, qkv_dim, max_ctx;
+    /* weights, f32, owned */
+    float *emb;       /* (vocab, dim) */
+    float *out_norm;  /* (dim) */
+    float *wcls;      /* (vocab, dim); == emb when tied */
+    cpu_layer *layers;/* (n_layers) */
+    float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
+    /* KV storage */
+    float *kv;        /* (n_kv_blocks, kv_block_floats) */
+    /* activations, sized for max_batch_tokens (T) */
+    float *x;         /* (T, dim) residual stream */
+    float *xb;        /* (T, dim) normed input of a projection */
+    float *qkv;       /* (T, qkv_dim) */
+    float *att_out;   /* (T, q_dim) */
+    float *h13;       /* (T, 2 * hidden_dim) */
+    float *h;         /* (T, hidden_dim) */
+    float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
+    float *scores;    /* (n_threads, max_ctx) attention scores, one row per thread */
+    int32_t *out_tok; /* (T) token index of each logits row */
+    size_t bytes;     /* everything above */
+} cpu_backend;
+
+/* ------------------------------------------------------------ the kernels */
+
+/* y (M, N) = x (M, K) . w (N, K)^T + beta * y. This is where almost all the
+ * time goes; one place to change the BLAS or write a kernel. */
+static void matmul(float *y, const float *x, const float *w, int M, int N, int K, float beta) {
+    if (M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, beta, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
+}
+
+/* llama2.c's rmsnorm, operation for operation, so greedy output matches it. */
+static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int j = 0; j < n; j++) ss += x[j] * x[j];
+    ss /= n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
+}
+
+static void rope_rotate(float *v, const float *cs, int head_dim, int n_heads) {
+    for (int h = 0; h < n_heads; h++) {
+        float *p = v + h * head_dim;
+        for (int i = 0; i < head_dim; i += 2) {
+            float fcr = cs[i], fci = cs[i + 1];
+            float v0 = p[i], v1 = p[i + 1];
+            p[i] = v0 * fcr - v1 * fci;
+            p[i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+static float dot(const float *restrict a, const float *restrict b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One query head of one token over its sequence's hot blocks. */
+static void attend_one(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
+                       int kv_head, const be_seq_view *v, float *att, float mass_scale) {
+    const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
+    const size_t layer_off = (size_t)layer * 2 * bs * kvd + (size_t)kv_head * hd;
+    const float scale = sqrtf((float)hd);
+    int last = pos / bs;
+    if (last >= v->n_blocks) last = v->n_blocks - 1;
+    int n = 0;
+    float mx = -INFINITY;
+    for (int j = 0; j <= last; j++) {
+        int b = v->blocks[j];
+        if (b < 0) continue;
+        const float *k = cb->kv + (size_t)b * cb->base.kv_block_floats + layer_off;
+        int tn = j == pos / bs ? pos - j * bs + 1 : bs;
+        for (int t = 0; t < tn; t++) {
+            float s = dot(q, k + (size_t)t * kvd, hd) / scale;
+            att[n++] = s;
+            if (s > mx) mx = s;
+        }
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        att[i] = expf(att[i] - mx);
+        sum += att[i];
+    }
+    for (int i = 0; i < n; i++) att[i] /= sum;
+    memset(out, 0, (size_t)hd * sizeof *out);
+    n = 0;
+    for (int j = 0; j <= last; j++) {
+        int b = v->blocks[j];
+        if (b < 0) continue;
+        const float *val = cb->kv + (size_t)b * cb->base.kv_block_floats + layer_off +
+                           (size_t)bs * kvd;
+        int tn = j == pos / bs ? pos - j * bs + 1 : bs;
+        float m = 0.0f;
+        for (int t = 0; t < tn; t++) {
+            float a = att[n++];
+            const float *vt = val + (size_t)t * kvd;
+            for (int i = 0; i < hd; i++) out[i] += a * vt[i];
+            m += a;
+        }
+        if (v->mass) {
+#pragma omp atomic
+            v->mass[j] += m * mass_scale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the forward */
+
+static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
+    const backend *b = &cb->base;
+    if (bt->n_tokens < 0 || bt->n_tokens > b->opt.max_batch_tokens) return CK_EINVAL;
+    if (bt->n_out < 0 || bt->n_out > b->opt.max_batch_tokens) return CK_EINVAL;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->token[i] < 0 || bt->token[i] >= b->m->cfg.vocab_size) return CK_EINVAL;
+        if (bt->pos[i] < 0 || bt->pos[i] >= cb->max_ctx) return CK_EINVAL;
+        if (bt->seq[i] < 0 || bt->seq[i] >= bt->n_seqs) return CK_EINVAL;
+        if (bt->out_row[i] >= bt->n_out) return CK_EINVAL;
+        const be_seq_view *v = &bt->seqs[bt->seq[i]];
+        int j = bt->pos[i] / b->opt.block_size;
+        if (j >= v->n_blocks || v->blocks[j] < 0 || v->blocks[j] >= b->opt.n_kv_blocks)
+            return CK_EINVAL;
+    }
+    return CK_OK;
+}
+
+static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
+    cpu_backend *cb = (cpu_backend *)b;
+    const model_config *c = &b->m->cfg;
+    int rc = cpu_check_batch(cb, bt);
+    if (rc) return rc;
+    const int T = bt->n_tokens, D = c->dim, F = c->hidden_dim, hd = c->head_dim;
+    const int QD = cb->q_dim, KVD = cb->kv_dim, QKV = cb->qkv_dim, bs = b->opt.block_size;
+    const int gqa = c->n_heads / c->n_kv_heads;
+    if (T == 0) return CK_OK;
+
+    for (int i = 0; i < T; i++) {
+        memcpy(cb->x + (size_t)i * D, cb->emb + (size_t)bt->token[i] * D, (size_t)D * sizeof(float));
+        float *cs = cb->rope + (size_t)i * hd;
+        for (int k = 0; k < hd / 2; k++) {
+            float val = bt->pos[i] * cb->inv_freq[k];
+            cs[2 * k] = cosf(val);
+            cs[2 * k + 1] = sinf(val);
+        }
+    }
+    const float mass_scale = 1.0f / (float)(c->n_layers * c->n_heads);
+    /* Parallel regions only when there is enough work to pay for waking
+     * threads: a tiny model at batch 1 runs faster on one. */
+    const int par = (size_t)T * c->n_heads * 64 >= 4096 ? cb->n_threads : 1;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const cpu_layer *w = &cb->layers[l];
+        for (int i = 0; i < T; i++)
+            rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
+        matmul(cb->qkv, cb->xb, w->wqkv, T, QKV, D, 0.0f);
+        for (int i = 0; i < T; i++) {
+            float *q = cb->qkv + (size_t)i * QKV;
+            const float *cs = cb->rope + (size_t)i * hd;
+            rope_rotate(q, cs, hd, c->n_heads);
+            rope_rotate(q + QD, cs, hd, c->n_kv_heads);
+            const be_seq_view *v = &bt->seqs[bt->seq[i]];
+            int p = bt->pos[i];
+            float *dst = cb->kv + (size_t)v->blocks[p / bs] * b->kv_block_floats +
+                         (size_t)l * 2 * bs * KVD + (size_t)(p % bs) * KVD;
+            memcpy(dst, q + QD, (size_t)KVD * sizeof(float));
+            memcpy(dst + (size_t)bs * KVD, q + QD + KVD, (size_t)KVD * sizeof(float));
+        }
+#pragma omp parallel for num_threads(par) schedule(dynamic, 1)
+        for (int w_ = 0; w_ < T * c->n_heads; w_++) {
+            int i = w_ / c->n_heads, h = w_ % c->n_heads;
+            float *att = cb->scores + (size_t)omp_get_thread_num() * cb->max_ctx;
+            attend_one(cb, l, cb->qkv + (size_t)i * QKV + (size_t)h * hd,
+                       cb->att_out + (size_t)i * QD + (size_t)h * hd, bt->pos[i], h / gqa,
+                       &bt->seqs[bt->seq[i]], att, mass_scale);
+        }
+        matmul(cb->x, cb->att_out, w->wo, T, D, QD, 1.0f);
+        for (int i = 0; i < T; i++)
+            rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
+        matmul(cb->h13, cb->xb, w->w13, T, 2 * F, D, 0.0f);
+        for (int i = 0; i < T; i++) {
+            const float *g = cb->h13 + (size_t)i * 2 * F, *u = g + F;
+            float *o = cb->h + (size_t)i * F;
+            for (int k = 0; k < F; k++) o[k] = g[k] * (1.0f / (1.0f + expf(-g[k]))) * u[k];
+        }
+        matmul(cb->x, cb->h, w->w2, T, D, F, 1.0f);
+    }
+    /* Classifier only for the rows asked for (a prefill chunk needs one). */
+    int n_out = 0;
+    for (int i = 0; i < T; i++) {
+        int r = bt->out_row[i];
+        if (r < 0) continue;
+        rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
+        n_out++;
+    }
+    if (n_out != bt->n_out) return CK_EINVAL; /* rows must be 0..n_out-1, each once */
+    if (n_out) matmul(logits, cb->xb, cb->wcls, n_out, c->vocab_size, D, 0.0f);
+    return CK_OK;
+}
+
+static int cpu_kv_read(backend *b, int block, float *dst) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks) return CK_EINVAL;
+    memcpy(dst, cb->kv + (size_t)block * b->kv_block_floats, b->kv_block_floats * sizeof(float));
+    return CK_OK;
+}
+
+static int cpu_kv_write(backend *b, int block, const float *src) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks) return CK_EINVAL;
+    memcpy(cb->kv + (size_t)block * b->kv_block_floats, src, b->kv_block_floats * sizeof(float));
+    return CK_OK;
+}
+
+static size_t cpu_memory_bytes(const backend *b) { return ((const cpu_backend *)b)->bytes; }
+
+static void cpu_destroy(backend *b) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (!cb) return;
+    if (cb->wcls != cb->emb) free(cb->wcls);
+    free(cb->emb);
+    free(cb->out_norm);
+    if (cb->layers) {
+        for (int l = 0; l < b->m->cfg.n_layers; l++) {
+            cpu_layer *w = &cb->layers[l];
+            free(w->attn_norm);
+            free(w->wqkv);
+            free(w->wo);
+            free(w->ffn_norm);
+            free(w->w13);
+            free(w->w2);
+        }
+    }
+    free(cb->layers);
+    free(cb->inv_freq);
+    free(cb->kv);
+    free(cb->x);
+    free(cb->xb);
+    free(cb->qkv);
+    free(cb->att_out);
+    free(cb->h13);
+    free(cb->h);
+    free(cb->rope);
+    free(cb->scores);
+    free(cb->out_tok);
+    free(cb);
+}
+
+static const be_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .kv_read = cpu_kv_read,
+    .kv_write = cpu_kv_write,
+    .memory_bytes = cpu_memory_bytes,
+    .destroy = cpu_destroy,
+};
+
+/* ----------------------------------------------------------- construction */
+
+static float *alloc_floats(cpu_backend *cb, size_t n) {
+    /* 64-byte aligned for the vector units; zeroed so unused KV is finite. */
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) {
+        memset(p, 0, bytes);
+        cb->bytes += bytes;
+    }
+    return p;
+}
+
+/* Convert tensors into consecutive rows of one f32 matrix. */
+static int to_f32(float *dst, const model_tensor *t) {
+    return quant_to_f32(t->type, t->data, dst, t->n);
+}
+
+int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    const model_config *c = &m->cfg;
+    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 ||
+        o->max_ctx < 0 || o->max_ctx > c->seq_len) {
+        snprintf(err, errlen, "cpu backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
+                 o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx);
+        return CK_EINVAL;
+    }
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return CK_ENOMEM;
+    backend *b = &cb->base;
+    b->ops = &cpu_ops;
+    b->m = m;
+    b->opt = *o;
+    if (!b->opt.max_ctx) b->opt.max_ctx = c->seq_len;
+    cb->n_threads = o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
+    b->opt.n_threads = cb->n_threads;
+    cb->q_dim = c->n_heads * c->head_dim;
+    cb->kv_dim = c->n_kv_heads * c->head_dim;
+    cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
+    cb->max_ctx = b->opt.max_ctx;
+    b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
+    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t T = (size_t)o->max_batch_tokens;
+    int rc = CK_ENOMEM;
+
+    if (!(cb->emb = alloc_floats(cb, V * D)) || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
+    if ((rc = to_f32(cb->emb, &m->tok_emb)) || (rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
+    if (m->tied) {
+        cb->wcls = cb->emb;
+    } else {
+        rc = CK_ENOMEM;
+        if (!(cb->wcls = alloc_floats(cb, V * D))) goto fail;
+        if ((rc = to_f32(cb->wcls, &m->wcls))) goto fail;
+    }
+    rc = CK_ENOMEM;
+    if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *ml = &m->layers[l];
+        cpu_layer *w = &cb->layers[l];
+        rc = CK_ENOMEM;
+        if (!(w->attn_norm = alloc_floats(cb, D)) || !(w->ffn_norm = alloc_floats(cb, D)) ||
+            !(w->wqkv = alloc_floats(cb, (size_t)cb->qkv_dim * D)) ||
+            !(w->wo = alloc_floats(cb, D * (size_t)cb->q_dim)) ||
+            !(w->w13 = alloc_floats(cb, 2 * F * D)) || !(w->w2 = alloc_floats(cb, D * F)))
+            goto fail;
+        if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm)) ||
+            (rc = to_f32(w->wqkv, &ml->wq)) ||
+            (rc = to_f32(w->wqkv + (size_t)cb->q_dim * D, &ml->wk)) ||
+            (rc = to_f32(w->wqkv + (size_t)(cb->q_dim + cb->kv_dim) * D, &ml->wv)) ||
+            (rc = to_f32(w->wo, &ml->wo)) || (rc = to_f32(w->w13, &ml->w1)) ||
+            (rc = to_f32(w->w13 + F * D, &ml->w3)) || (rc = to_f32(w->w2, &ml->w2)))
+            goto fail;
+    }
+    rc = CK_ENOMEM;
+    if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
+    for (int k = 0; k < c->head_dim / 2; k++)
+        cb->inv_freq[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)c->head_dim);
+    if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
+        !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
+        !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
+        !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
+        !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
+        !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
+        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)) ||
+        !(cb->out_tok = calloc(T, sizeof *cb->out_tok)))
+        goto fail;
+    openblas_set_num_threads(cb->n_threads);
+    *out = b;
+    return CK_OK;
+fail:
+    snprintf(err, errlen, "cpu backend: %s while preparing weights and buffers", ck_strerror(rc));
+    cpu_destroy(b);
+    return rc;
+}

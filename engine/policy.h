@@ -1,0 +1,91 @@
+/* policy.h - KV cache policies: which blocks of a sequence stay hot.
+ *
+ * A kvpol is one sequence's policy state. After every decode step the
+ * engine hands it the step's confidence signals; the policy updates its hot
+ * budget and moves blocks: demotes hot blocks that fall out of the budget and
+ * recalls warm blocks that come back into it (tier.h holds them), or drops
+ * blocks for good (policies without tiers).
+ *
+ * Named policies (kvpol_parse):
+ *   full        every block stays hot
+ *   window:N    the most recent N tokens
+ *   sinks:N     4 sink tokens + the most recent tokens, N in all (StreamingLLM)
+ *   h2o:N       heavy hitters by accumulated attention + recent tokens, N in all
+ *   conf        CONF-KV: confidence-driven budget, importance x recency ranking,
+ *               demotion to and recall from the warm tier
+ *   conf-int8   conf with int8 KV (cache_compression)
+ * A spec may carry parameters: "conf:min_size=32,recent_window=32".
+ *
+ * Ownership: kvpol_new borrows the backend, pool and tier, which must outlive
+ * the policy. No function allocates after kvpol_new. */
+#ifndef CK_POLICY_H
+#define CK_POLICY_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv.h"
+#include "sampler.h"
+
+enum { KVPOL_FULL = 0, KVPOL_WINDOW, KVPOL_SINKS, KVPOL_H2O, KVPOL_CONF };
+
+typedef struct kvpol_config {
+    int kind;                 /* KVPOL_* */
+    int budget;               /* tokens (window, sinks, h2o) */
+    int sink_tokens;          /* always-hot first tokens */
+    int recent_window;        /* always-hot most recent tokens */
+    int min_size;             /* CONF-KV budget floor, tokens */
+    int base_size;            /* CONF-KV starting budget */
+    int max_size;             /* CONF-KV budget ceiling */
+    float scaling_factor;     /* fraction of the distance to max/min moved per step */
+    float entropy_threshold;  /* nats; above = uncertain */
+    float prob_gap_threshold; /* p1 - p2 below = uncertain */
+    float max_prob_threshold; /* p_max below = uncertain */
+    int adaptive;             /* thresholds=adaptive: calibrate from running quantiles */
+    float signal_ema;         /* smoothing of the three signals (weight of the new value) */
+    float score_ema;          /* decay of the attention-mass importance per step */
+    float recency_weight;     /* importance bonus of recent blocks */
+    int hysteresis;           /* steps a direction must hold before the budget moves */
+    int cache_compression;    /* int8 KV (warm, and hot blocks outside the recent window) */
+    float breaker_threshold;  /* hot use / pool size that forces minimum budgets */
+    float breaker_release;    /* ... until use falls below this */
+} kvpol_config;
+
+/* Defaults for a kind (the values that won the sweep, docs/BENCHMARKS.md). */
+void kvpol_config_default(kvpol_config *c, int kind);
+/* Parse a policy spec (see above). Returns 0 or CK_EINVAL with err filled. */
+int kvpol_parse(const char *spec, kvpol_config *c, char *err, size_t errlen);
+/* Canonical spec of a config ("window:57", "conf", ...) into buf. */
+void kvpol_name(const kvpol_config *c, char *buf, size_t cap);
+
+typedef struct kvpol_stats {
+    uint64_t demotions;   /* hot -> warm (or dropped) */
+    uint64_t recalls;     /* warm -> hot */
+    uint64_t drops;       /* blocks lost for good */
+    uint64_t spills;      /* warm -> cold */
+    uint64_t budget_changes;
+    uint64_t breaker_trips;
+    int budget;           /* current hot budget, tokens */
+} kvpol_stats;
+
+struct backend;
+struct tier;
+typedef struct kvpol kvpol;
+
+int kvpol_new(const kvpol_config *c, struct backend *b, kv_pool *pool, struct tier *warm,
+              kvpol **out);
+void kvpol_free(kvpol *p);
+/* A new sequence starts (stats and signal state reset). */
+void kvpol_begin(kvpol *p, kv_seq *s);
+/* After the prompt is in: apply the starting budget. */
+int kvpol_after_prefill(kvpol *p, kv_seq *s);
+/* After a decode step with its signals: fold attention mass into
+ * importance, move the budget, demote and recall. Returns 0 or CK_E*. */
+int kvpol_after_step(kvpol *p, kv_seq *s, const samp_conf *conf);
+/* The pool cannot give `blocks` more blocks: demote this sequence's least
+ * important unprotected blocks. Returns 0 or CK_ENOSPACE. */
+int kvpol_make_room(kvpol *p, kv_seq *s, int blocks);
+/* Release every warm slot of the sequence (its hot blocks stay with it). */
+void kvpol_end(kvpol *p, kv_seq *s);
+const kvpol_stats *kvpol_get_stats(const kvpol *p);
+
+#endif

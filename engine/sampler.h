@@ -1,0 +1,77 @@
+/* sampler.h - the per-token policy: confidence signals and next-token choice.
+ *
+ * samp_confidence is a pure function of the logits (entropy, top-1
+ * probability, top-1 minus top-2), computed in one pass; it runs on every
+ * generated token. A sampler picks the next token: greedy, or
+ * repetition penalty -> temperature -> top-k -> softmax -> min-p -> top-p ->
+ * draw, with its own RNG so that the same seed gives the same text.
+ *
+ * Logits must be finite or -inf (a masked token); NaN is not supported (it
+ * is read as -inf by samp_sample, and gives unspecified confidence values). */
+#ifndef CK_SAMPLER_H
+#define CK_SAMPLER_H
+#include <stdint.h>
+
+typedef struct samp_params {
+    float temperature;    /* 0 = greedy; >= 0 */
+    float top_p;          /* 1 = off; in [0, 1] (0: only the most probable token) */
+    int top_k;            /* 0 = off; >= 0 */
+    float min_p;          /* 0 = off; in [0, 1]: drop tokens with p < min_p * p_max */
+    float repeat_penalty; /* 1 = off; > 0 (llama.cpp semantics: each distinct token of the
+                             last repeat_last_n gets logit > 0 ? logit / p : logit * p) */
+    int repeat_last_n;    /* 64 default; 0 = off; -1 = the whole history */
+    uint64_t seed;        /* any value */
+} samp_params;
+
+/* temperature 1, top_p 1, top_k 0, min_p 0, penalty 1, last_n 64, seed 0 */
+void samp_params_default(samp_params *p);
+/* 0 when every field is in its range (see above), CK_EINVAL otherwise. */
+int samp_params_check(const samp_params *p);
+
+/* Confidence of a next-token distribution, from softmax(logits) at
+ * temperature 1 before any filter or penalty. */
+typedef struct samp_conf {
+    float entropy; /* nats, in [0, log n] */
+    float gap;     /* p1 - p2 (0 when the top two logits tie) */
+    float pmax;    /* p1 */
+} samp_conf;
+
+/* One streaming pass over n >= 2 logits: a running max m, S = sum e^(x - m)
+ * and U = sum (m - x) e^(x - m) kept relative to the max (so a peaked
+ * distribution loses no precision: entropy = log S + U / S, both terms >= 0),
+ * and the top two logits; 16 independent lanes so the compiler vectorizes it,
+ * with a polynomial exp. Relative error about 1e-6. *argmax (if not NULL)
+ * gets the index of the largest logit, the lowest on ties. Pure: no
+ * allocation, no state. Returns 0; CK_EINVAL when n < 2, a pointer is NULL
+ * or no logit is finite. */
+int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax);
+
+/* Index of the largest logit, the lowest on ties; CK_EINVAL when n < 1 or no
+ * logit is above -inf. */
+int samp_argmax(const float *logits, int n);
+
+/* A sampler owns its RNG state and vocab_size-sized scratch. One per
+ * sequence; not thread-safe (distinct samplers may run on distinct threads). */
+typedef struct sampler sampler;
+
+/* Create a sampler for vocab_size logits with params p (copied; NULL:
+ * defaults), RNG seeded with p->seed. Returns 0 and *out (free with
+ * samp_free); CK_EINVAL for bad params (see samp_params_check); CK_ENOMEM. */
+int samp_new(int vocab_size, const samp_params *p, sampler **out);
+/* Free a sampler; NULL is a no-op. */
+void samp_free(sampler *s);
+/* Restart the RNG as if the sampler had been created with this seed. */
+void samp_reset(sampler *s, uint64_t seed);
+
+/* Pick the next token. logits (vocab_size floats) may be modified in place
+ * (the penalty is applied there). history: the sequence's tokens so far,
+ * oldest first (for the repetition penalty; may be NULL when n_history is 0).
+ * Greedy when temperature == 0 (after the penalty; ties -> lowest id), and then
+ * no random number is drawn. Otherwise: penalty, temperature, top-k, softmax,
+ * min-p, top-p (renormalised over what min-p kept), one draw. Allocates
+ * nothing. Deterministic for a seed and the same sequence of calls.
+ * Returns the token id (>= 0); CK_EINVAL for NULL pointers, a history id out
+ * of [0, vocab_size) or logits that are all -inf. */
+int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history);
+
+#endif

@@ -1,0 +1,309 @@
+/* tier.c - warm slots, spills to the cold store, fetches back (tier.h). */
+#include "tier.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ck_err.h"
+
+enum { REC_FREE = 0, REC_STORING, REC_STORED, REC_LOADING };
+
+typedef struct slot_meta {
+    kv_seq *owner; /* NULL when free */
+    int logical;
+    int n_tokens;
+    uint64_t stamp; /* LRU clock */
+} slot_meta;
+
+typedef struct cold_rec {
+    tier *t;
+    kv_seq *owner;  /* NULL once the owner let go (orphan) */
+    int logical;
+    int n_tokens;
+    int state;      /* REC_* */
+    uint32_t gen;   /* bumped at each reuse: part of the key */
+} cold_rec;
+
+struct tier {
+    tier_config c;
+    size_t slot_bytes;
+    unsigned char *slab; /* (n_slots, slot_bytes) */
+    slot_meta *slots;
+    int32_t *free_slots;
+    int n_free;
+    cold_rec *recs;      /* (max_cold) */
+    int32_t *free_recs;
+    int n_free_recs;
+    uint64_t clock;
+    tier_stats st;
+};
+
+void tier_config_default(tier_config *c, const backend *b) {
+    memset(c, 0, sizeof *c);
+    c->shape.n_layers = b->m->cfg.n_layers;
+    c->shape.block_size = b->opt.block_size;
+    c->shape.kv_dim = b->m->cfg.n_kv_heads * b->m->cfg.head_dim;
+    c->budget_bytes = 4 * (size_t)b->opt.n_kv_blocks * b->kv_block_floats * sizeof(float);
+    c->max_cold = 1 << 16;
+}
+
+size_t tier_slot_bytes(const tier *t) { return t->slot_bytes; }
+
+int tier_new(const tier_config *c, tier **out) {
+    *out = NULL;
+    if (c->shape.n_layers <= 0 || c->shape.block_size <= 0 || c->shape.kv_dim <= 0 || c->max_cold < 0)
+        return CK_EINVAL;
+    tier *t = calloc(1, sizeof *t);
+    if (!t) return CK_ENOMEM;
+    t->c = *c;
+    t->slot_bytes = c->compress ? kvq_block_bytes(&c->shape) : kvq_f32_bytes(&c->shape);
+    size_t n = c->budget_bytes / t->slot_bytes;
+    if (n > (1u << 30)) n = 1u << 30;
+    t->st.n_slots = (int)n;
+    size_t ns = n ? n : 1, nr = c->max_cold ? (size_t)c->max_cold : 1;
+    t->slab = malloc(ns * t->slot_bytes);
+    t->slots = calloc(ns, sizeof *t->slots);
+    t->free_slots = malloc(ns * sizeof *t->free_slots);
+    t->recs = calloc(nr, sizeof *t->recs);
+    t->free_recs = malloc(nr * sizeof *t->free_recs);
+    if (!t->slab || !t->slots || !t->free_slots || !t->recs || !t->free_recs) {
+        tier_free(t);
+        return CK_ENOMEM;
+    }
+    for (int i = 0; i < (int)n; i++) t->free_slots[i] = (int32_t)n - 1 - i;
+    t->n_free = (int)n;
+    for (int i = 0; i < c->max_cold; i++) {
+        t->recs[i].t = t;
+        t->free_recs[i] = c->max_cold - 1 - i;
+    }
+    t->n_free_recs = c->max_cold;
+    *out = t;
+    return CK_OK;
+}
+
+void tier_free(tier *t) {
+    if (!t) return;
+    /* Requests still in flight hold pointers to our records: drain them. */
+    if (t->c.cold && t->recs) {
+        for (int i = 0; i < t->c.max_cold; i++) t->recs[i].owner = NULL;
+        for (int tries = 0; tries < 1000; tries++) {
+            int busy = 0;
+            for (int i = 0; i < t->c.max_cold && !busy; i++)
+                busy = t->recs[i].state == REC_STORING || t->recs[i].state == REC_LOADING;
+            if (!busy) break;
+            cold_poll(t->c.cold);
+        }
+    }
+    free(t->slab);
+    free(t->slots);
+    free(t->free_slots);
+    free(t->recs);
+    free(t->free_recs);
+    free(t);
+}
+
+static unsigned char *slot_ptr(const tier *t, int s) { return t->slab + (size_t)s * t->slot_bytes; }
+
+static void key_of(const tier *t, int rec, char *buf, size_t cap) {
+    snprintf(buf, cap, "confkv:kv:%016llx:%d:%u", (unsigned long long)t->c.instance, rec,
+             t->recs[rec].gen);
+}
+
+static void free_slot(tier *t, int s) {
+    t->slots[s].owner = NULL;
+    t->free_slots[t->n_free++] = s;
+    t->st.slots_used--;
+    t->st.bytes -= t->slot_bytes;
+}
+
+static void free_rec(tier *t, int r) {
+    t->recs[r].state = REC_FREE;
+    t->recs[r].owner = NULL;
+    t->recs[r].gen++;
+    t->free_recs[t->n_free_recs++] = r;
+}
+
+static void drop_block(tier *t, kv_seq *owner, int logical) {
+    if (owner) {
+        owner->tier[logical] = KV_TIER_DROPPED;
+        owner->slot[logical] = KV_NONE;
+    }
+    t->st.drops++;
+}
+
+static void put_done(void *ud, int status, const void *data, size_t len) {
+    cold_rec *r = ud;
+    tier *t = r->t;
+    int ri = (int)(r - t->recs);
+    if (status) {
+        t->st.spill_failures++;
+        if (r->owner) drop_block(t, r->owner, r->logical);
+        free_rec(t, ri);
+        return;
+    }
+    if (!r->owner) { /* the sequence ended while the write was in flight */
+        char key[96];
+        key_of(t, ri, key, sizeof key);
+        t->c.cold->ops->del(t->c.cold, key);
+        free_rec(t, ri);
+        return;
+    }
+    r->state = REC_STORED;
+}
+
+/* Make room: move the least recently used slot to the cold store (or drop
+ * it). Linear in the slot count, which is fine for the thousands of slots a
+ * host holds; a heap would pay off beyond that. */
+static void spill_lru(tier *t) {
+    int victim = -1;
+    for (int i = 0; i < t->st.n_slots; i++)
+        if (t->slots[i].owner && (victim < 0 || t->slots[i].stamp < t->slots[victim].stamp))
+            victim = i;
+    if (victim < 0) return;
+    slot_meta *sm = &t->slots[victim];
+    kv_seq *owner = sm->owner;
+    int logical = sm->logical;
+    if (!t->c.cold || t->n_free_recs == 0) {
+        drop_block(t, owner, logical);
+        free_slot(t, victim);
+        return;
+    }
+    int ri = t->free_recs[--t->n_free_recs];
+    cold_rec *r = &t->recs[ri];
+    r->owner = owner;
+    r->logical = logical;
+    r->n_tokens = sm->n_tokens;
+    r->state = REC_STORING;
+    char key[96];
+    key_of(t, ri, key, sizeof key);
+    t->st.spills++;
+    if (t->c.cold->ops->put(t->c.cold, key, slot_ptr(t, victim), t->slot_bytes, put_done, r)) {
+        t->st.spill_failures++;
+        free_rec(t, ri);
+        drop_block(t, owner, logical);
+    } else {
+        owner->tier[logical] = KV_TIER_COLD;
+        owner->slot[logical] = ri;
+    }
+    free_slot(t, victim);
+}
+
+static int take_slot(tier *t) {
+    if (t->n_free == 0) spill_lru(t);
+    if (t->n_free == 0) return CK_ENOSPACE;
+    int s = t->free_slots[--t->n_free];
+    t->st.slots_used++;
+    t->st.bytes += t->slot_bytes;
+    if (t->st.bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.bytes;
+    return s;
+}
+
+int tier_put(tier *t, kv_seq *owner, int logical, const float *block, int n_tokens) {
+    int s = take_slot(t);
+    if (s < 0) {
+        drop_block(t, owner, logical);
+        return s;
+    }
+    if (t->c.compress) kvq_quantize(&t->c.shape, block, n_tokens, slot_ptr(t, s));
+    else memcpy(slot_ptr(t, s), block, t->slot_bytes);
+    t->slots[s] = (slot_meta){owner, logical, n_tokens, ++t->clock};
+    owner->tier[logical] = KV_TIER_WARM;
+    owner->slot[logical] = s;
+    t->st.puts++;
+    return CK_OK;
+}
+
+int tier_take(tier *t, int slot, float *dst) {
+    if (slot < 0 || slot >= t->st.n_slots || !t->slots[slot].owner) return CK_EINVAL;
+    if (t->c.compress) kvq_dequantize(&t->c.shape, slot_ptr(t, slot), dst);
+    else memcpy(dst, slot_ptr(t, slot), t->slot_bytes);
+    free_slot(t, slot);
+    t->st.gets++;
+    return CK_OK;
+}
+
+const void *tier_slot_data(const tier *t, int slot) {
+    if (slot < 0 || slot >= t->st.n_slots || !t->slots[slot].owner) return NULL;
+    return slot_ptr(t, slot);
+}
+
+void tier_touch(tier *t, int slot) {
+    if (slot >= 0 && slot < t->st.n_slots && t->slots[slot].owner) t->slots[slot].stamp = ++t->clock;
+}
+
+static void get_done(void *ud, int status, const void *data, size_t len) {
+    cold_rec *r = ud;
+    tier *t = r->t;
+    int ri = (int)(r - t->recs);
+    char key[96];
+    key_of(t, ri, key, sizeof key);
+    kv_seq *owner = r->owner;
+    if (!owner) { /* sequence gone meanwhile */
+        t->c.cold->ops->del(t->c.cold, key);
+        free_rec(t, ri);
+        return;
+    }
+    if (status || len != t->slot_bytes) {
+        t->st.fetch_misses++;
+        drop_block(t, owner, r->logical);
+        if (!status) t->c.cold->ops->del(t->c.cold, key);
+        free_rec(t, ri);
+        return;
+    }
+    int s = take_slot(t);
+    if (s < 0) {
+        drop_block(t, owner, r->logical);
+    } else {
+        memcpy(slot_ptr(t, s), data, len);
+        t->slots[s] = (slot_meta){owner, r->logical, r->n_tokens, ++t->clock};
+        owner->tier[r->logical] = KV_TIER_WARM;
+        owner->slot[r->logical] = s;
+        t->st.fetch_hits++;
+    }
+    t->c.cold->ops->del(t->c.cold, key);
+    free_rec(t, ri);
+}
+
+int tier_fetch(tier *t, kv_seq *owner, int logical) {
+    if (owner->tier[logical] != KV_TIER_COLD || !t->c.cold) return CK_EINVAL;
+    int ri = owner->slot[logical];
+    if (ri < 0 || ri >= t->c.max_cold || t->recs[ri].owner != owner) return CK_EINVAL;
+    cold_rec *r = &t->recs[ri];
+    if (r->state != REC_STORED) return CK_OK; /* still being written, or already loading */
+    char key[96];
+    key_of(t, ri, key, sizeof key);
+    int rc = t->c.cold->ops->get(t->c.cold, key, get_done, r);
+    if (rc) return rc;
+    r->state = REC_LOADING;
+    t->st.fetches++;
+    return CK_OK;
+}
+
+void tier_poll(tier *t) { cold_poll(t->c.cold); }
+
+void tier_release_seq(tier *t, kv_seq *owner) {
+    for (int i = 0; i < t->st.n_slots; i++)
+        if (t->slots[i].owner == owner) free_slot(t, i);
+    for (int i = 0; i < t->c.max_cold; i++) {
+        cold_rec *r = &t->recs[i];
+        if (r->state == REC_FREE || r->owner != owner) continue;
+        if (r->state == REC_STORED) {
+            char key[96];
+            key_of(t, i, key, sizeof key);
+            t->c.cold->ops->del(t->c.cold, key);
+            free_rec(t, i);
+        } else {
+            r->owner = NULL; /* its callback frees it */
+        }
+    }
+    for (int j = 0; j < owner->max_blocks; j++) {
+        if (owner->tier[j] == KV_TIER_WARM || owner->tier[j] == KV_TIER_COLD) {
+            owner->tier[j] = KV_TIER_DROPPED;
+            owner->slot[j] = KV_NONE;
+        }
+    }
+}
+
+const tier_stats *tier_get_stats(const tier *t) { return &t->st; }

@@ -1,0 +1,92 @@
+/* backend_cuda.h - the CUDA backend (backend.h), and what it offers beyond
+ * the common function table.
+ *
+ * The forward pass is backend_cpu.c's, on the GPU: kernels of their own
+ * (kernels/ck_cuda_*.cu) for the element-wise and attention work and cuBLAS
+ * for the projections. Weights are uploaded once at creation, as f32 when
+ * every weight matrix of the model is f32 (so a small f32 model's greedy
+ * tokens match the CPU's) and as f16 otherwise (f16/bf16 are converted,
+ * q8_0 is dequantised to f16 at upload). The environment variable
+ * CONFKV_CUDA_WEIGHTS=f32|f16 overrides that choice (read at creation only).
+ *
+ * Memory: everything (weights, the KV pool in f32 as kv.h lays it out,
+ * activations for max_batch_tokens, the logits of max_batch_tokens rows,
+ * the batch arrays and block tables, a cuBLAS workspace) is allocated with
+ * plain cudaMalloc/cudaHostAlloc in be_cuda_new; forward() allocates
+ * nothing. memory_bytes() counts device bytes only.
+ *
+ * Errors: be_cuda_new fills err; at run time a CUDA or cuBLAS failure is
+ * logged to stderr ("confkv cuda: ...") and returned as CK_EBACKEND. After
+ * a fault inside a kernel the device context is lost: every later call
+ * fails too, and the backend should be destroyed.
+ *
+ * Threading: as backend.h, one thread at a time; entry points set the device
+ * the backend was created on, so that thread may change. */
+#ifndef CK_BACKEND_CUDA_H
+#define CK_BACKEND_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h"
+
+/* 1 when the CUDA runtime sees at least one device, else 0 (also when there
+ * is no driver at all: never crashes, prints nothing). */
+int be_cuda_available(void);
+
+/* Create the CUDA backend on the current device (device 0 unless the
+ * calling thread chose another). Needs compute capability 9.0 or later (the
+ * kernels are built for sm_90 with PTX) and head_dim <= 256. Returns 0 and
+ * sets *out; CK_EINVAL for bad options, CK_EUNSUPPORTED for a model or
+ * device it cannot run, CK_EBACKEND for a CUDA/cuBLAS failure (out of
+ * device memory included), each with a sentence in err. The model must
+ * outlive the backend. */
+int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
+
+/* 1 if b was made by be_cuda_new. The functions below return CK_EINVAL for
+ * any other backend. */
+int be_cuda_is(const backend *b);
+
+/* Confidence of a logits row, computed on the device (online softmax). */
+typedef struct be_cuda_conf {
+    float entropy; /* of the softmax, in nats */
+    float gap;     /* p_max - p_second */
+    float pmax;    /* largest probability */
+    int32_t argmax;/* its token (lowest id on a tie) */
+} be_cuda_conf;
+
+/* Confidence of rows [0, n_rows) of the logits the last successful
+ * forward() produced (they stay on the device until the next forward).
+ * n_rows <= that forward's n_out. Returns 0, CK_EINVAL or CK_EBACKEND. */
+int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
+
+/* The int8 form of one KV block, for a warm tier that wants a quarter of
+ * the bytes. Layout, for L layers, block size bs and kv_dim kvd:
+ *     float scales, per layer l:  kscale[kvd] (one per key channel), then
+ *                                 vscale[bs]  (one per value token)
+ *     int8 data, per layer l:     K[bs][kvd], then V[bs][kvd]
+ * x = q * scale; scale = max|x| / 127 over the group, so each element comes
+ * back within scale / 2. be_cuda_kv_q8_bytes gives its size:
+ * L * ((kvd + bs) * 4 + 2 * bs * kvd). */
+size_t be_cuda_kv_q8_bytes(const backend *b);
+/* Quantise pool block `block` on the device and copy the int8 form to dst
+ * (host memory; pinned memory from be_cuda_host_alloc copies fastest), or
+ * copy src in and dequantise it into the block. Both run on the backend's
+ * copy stream and return when the copy is done. Returns 0, CK_EINVAL for a
+ * block out of range, or CK_EBACKEND. */
+int be_cuda_kv_read_q8(backend *b, int block, void *dst);
+int be_cuda_kv_write_q8(backend *b, int block, const void *src);
+
+/* Page-locked host memory for the copies above (cudaHostAlloc). Returns 0
+ * and sets *out, or CK_EBACKEND. Free with be_cuda_host_free (NULL is a
+ * no-op). */
+int be_cuda_host_alloc(size_t bytes, void **out);
+void be_cuda_host_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,142 @@
+/* ck_cuda.h - the CUDA kernels behind backend_cuda.cu (internal, C++ only).
+ *
+ * Each kernel lives in a ck_cuda_<what>.cu file of its own and is reached
+ * through a host launcher declared here. A launcher enqueues its kernel on
+ * the given stream and returns cudaGetLastError(): launch-configuration
+ * errors show up at once, faults inside the kernel at the next synchronising
+ * call. Launchers allocate nothing and never synchronise.
+ *
+ * Conventions, as in backend_cpu.c: every matrix is row-major; T is the
+ * number of tokens in the batch; the KV pool is kv.h's layout, in floats:
+ *     block b, layer l:  K[block_size][kv_dim] then V[block_size][kv_dim]
+ * The batch's sequences are "compact": the backend numbers the sequences
+ * that appear in the batch 0..n-1, and their block tables are concatenated:
+ * sequence s owns blocks[seq_off[s] .. seq_off[s] + seq_nblk[s]) and, in the
+ * same places, mass[] (attention mass per logical block). */
+#ifndef CK_CUDA_H
+#define CK_CUDA_H
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* Largest head_dim the attention kernel handles (8 values per lane). */
+#define CK_CUDA_MAX_HEAD_DIM 256
+
+/* ------------------------------------------------------------ helpers */
+
+/* Store a float as float or as half (round to nearest even). */
+static __device__ __forceinline__ void ck_store(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void ck_store(__half *p, float v) { *p = __float2half_rn(v); }
+static __device__ __forceinline__ float ck_load(const float *p) { return *p; }
+static __device__ __forceinline__ float ck_load(const __half *p) { return __half2float(*p); }
+
+/* Sum over a warp; every lane gets the same value (the butterfly adds each
+ * pair in both orders, which are equal, so lanes agree bit for bit). */
+static __device__ __forceinline__ float ck_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float ck_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024).
+ * Every thread gets the result. sh: 32 floats of shared memory; the call
+ * ends with a barrier so sh may be reused right after. */
+static __device__ __forceinline__ float ck_block_sum(float v, float *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ck_warp_sum(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : 0.0f;
+    r = ck_warp_sum(r);
+    __syncthreads();
+    return r;
+}
+static __device__ __forceinline__ float ck_block_max(float v, float *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ck_warp_max(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    r = ck_warp_max(r);
+    __syncthreads();
+    return r;
+}
+
+/* ------------------------------------------------------------ launchers */
+
+/* ck_cuda_convert.cu: n elements of ggml type `type` (quant.h ids: f32, f16,
+ * q8_0, bf16) at raw (device memory, 4-byte aligned) into n floats (out_f16
+ * = 0) or halves (out_f16 = 1) at dst. n is a multiple of 32 for q8_0. */
+cudaError_t ck_cuda_convert(const void *raw, int type, size_t n, void *dst, int out_f16,
+                            cudaStream_t st);
+
+/* ck_cuda_embed.cu: x[i] = emb[token[i]] as floats, i < T. emb: (vocab, dim)
+ * floats or halves (emb_f16). */
+cudaError_t ck_cuda_embed(float *x, const void *emb, int emb_f16, const int32_t *token, int T,
+                          int dim, cudaStream_t st);
+
+/* ck_cuda_rmsnorm.cu: out[r] = w * x[src[r]] / sqrt(mean(x[src[r]]^2) + eps)
+ * for r < n_rows, as llama2.c computes it; src NULL means src[r] = r. out:
+ * (n_rows, dim) floats or halves (out_f16). */
+cudaError_t ck_cuda_rmsnorm(void *out, int out_f16, const float *x, const int32_t *src,
+                            const float *w, int n_rows, int dim, float eps, cudaStream_t st);
+
+/* ck_cuda_rope.cu: rotate adjacent pairs of the first n_heads + n_kv_heads
+ * heads of each row of qkv (T, qkv_stride) (the Q heads, then the K heads)
+ * by pos[i] * inv_freq[k]. */
+cudaError_t ck_cuda_rope(float *qkv, int qkv_stride, const int32_t *pos, const float *inv_freq,
+                         int T, int n_heads, int n_kv_heads, int head_dim, cudaStream_t st);
+
+/* ck_cuda_swiglu.cu: out[i][k] = silu(h13[i][k]) * h13[i][F + k], out (T, F)
+ * floats or halves. */
+cudaError_t ck_cuda_swiglu(void *out, int out_f16, const float *h13, int T, int F,
+                           cudaStream_t st);
+
+/* ck_cuda_kv.cu: write row i's K (qkv[i][q_dim ..]) and V (qkv[i][q_dim +
+ * kv_dim ..]) for `layer` into the hot block of its position. The backend
+ * checked that every such block is a pool block. */
+cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int block_size,
+                             int kv_dim, const float *qkv, int qkv_stride, int q_dim,
+                             const int32_t *pos, const int32_t *cseq, const int32_t *seq_off,
+                             const int32_t *blocks, int T, cudaStream_t st);
+
+/* ck_cuda_kv.cu: int8 form of one block (backend_cuda.h gives the layout):
+ * quantize the block at src (block_floats floats) into dst, or the reverse. */
+cudaError_t ck_cuda_kv_quantize(const float *src, void *dst, int n_layers, int block_size,
+                                int kv_dim, cudaStream_t st);
+cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int block_size,
+                                  int kv_dim, cudaStream_t st);
+
+/* ck_cuda_attn.cu: paged attention for `layer`, one (token, head) per thread
+ * block: out[i][h*hd ..] (floats or halves) = softmax(q k / sqrt(hd)) v over
+ * the hot blocks of token i's sequence at positions <= pos[i]; blocks < 0
+ * are skipped. mass[seq_off[s] + j] += the attention token i's head put on
+ * logical block j, times mass_scale. head_dim <= CK_CUDA_MAX_HEAD_DIM. */
+typedef struct ck_attn_args {
+    const float *qkv;       /* (T, qkv_stride): Q heads first */
+    int qkv_stride;
+    void *out;              /* (T, n_heads * head_dim) */
+    int out_f16;
+    const float *kv;        /* the pool */
+    size_t block_floats;
+    int layer, block_size, kv_dim, head_dim, n_heads, n_kv_heads;
+    const int32_t *pos, *cseq, *seq_off, *blocks;
+    float *mass;            /* (total blocks) or NULL */
+    float mass_scale;
+    int T;
+} ck_attn_args;
+cudaError_t ck_cuda_attention(const ck_attn_args *a, cudaStream_t st);
+
+/* ck_cuda_conf.cu: per row of logits (n_rows, vocab): entropy of the softmax
+ * in nats, p_max, gap = p_max - p_second, and the argmax (lowest index on a
+ * tie), in one pass with an online softmax. out: 4 words per row laid out as
+ * be_cuda_conf (backend_cuda.h). */
+cudaError_t ck_cuda_confidence(const float *logits, int n_rows, int vocab, void *out,
+                               cudaStream_t st);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install every Debian package confkv needs to build, test and run.
+# Usage: ops/scripts/install-deps.sh            (as root, or with sudo)
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git
+  libopenblas-openmp-dev      # sgemm/sgemv for the CPU backend (OpenMP build)
+  libuv1-dev librdkafka-dev libhiredis-dev libmsgpack-dev libzstd-dev
+  python3                     # test scripts parse JSON with it
+  kcat redis-server           # real Kafka client and real Redis for integration tests
+  gnuplot-nox                 # plots in docs/BENCHMARKS.md
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

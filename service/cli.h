@@ -1,0 +1,77 @@
+/* cli.h - what the confkv subcommands share: argument parsing and model setup.
+ *
+ * Each subcommand is `int cli_<name>(int argc, char **argv)` returning the
+ * process exit code (0 ok, 1 runtime failure, 2 usage error). Errors go to
+ * stderr as one line: "confkv <cmd>: <what went wrong>". */
+#ifndef CK_CLI_H
+#define CK_CLI_H
+#include <stdint.h>
+
+#include "backend.h"
+#include "kv.h"
+#include "model.h"
+#include "sampler.h"
+
+int cli_version(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_convert(int argc, char **argv);
+int cli_synth(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_eval(int argc, char **argv);
+
+/* Argument cursor: argv[i] is the next unread argument. */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int i;
+    const char *cmd; /* for messages */
+    int bad;         /* a usage error was reported */
+} cli_args;
+
+/* If argv[i] is `name`, consume it and return 1. */
+int cli_flag(cli_args *a, const char *name);
+/* If argv[i] is `name` (or `name=value`), consume it and its value into *out
+ * and return 1; a missing value is a usage error (a->bad). */
+int cli_str(cli_args *a, const char *name, const char **out);
+/* Same, parsed as a number within [lo, hi]; out of range is a usage error. */
+int cli_int(cli_args *a, const char *name, long lo, long hi, int *out);
+int cli_u64(cli_args *a, const char *name, uint64_t *out);
+int cli_float(cli_args *a, const char *name, double lo, double hi, float *out);
+/* Report an unknown argument (usage error) and return 2. */
+int cli_unknown(cli_args *a);
+void cli_error(const cli_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Model + backend + KV pool, as every engine subcommand sets them up. */
+typedef struct cli_engine {
+    model *m;
+    backend *b;
+    kv_pool pool;
+} cli_engine;
+
+typedef struct cli_engine_opts {
+    const char *model_path;
+    const char *tokenizer_path;
+    const char *backend;   /* "cpu", "cuda", "auto" */
+    int threads;           /* 0 = all cores */
+    int block_size;        /* tokens per KV block */
+    int max_batch_tokens;
+    int kv_blocks;         /* 0 = enough for max_seqs full contexts */
+    int max_seqs;
+    int max_ctx;           /* 0 = model's */
+} cli_engine_opts;
+
+void cli_engine_opts_default(cli_engine_opts *o);
+/* Parse the engine flags shared by subcommands (--model, --tokenizer,
+ * --backend, --threads, --block-size). Returns 1 if argv[i] was one. */
+int cli_engine_flag(cli_args *a, cli_engine_opts *o);
+int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e);
+void cli_engine_close(cli_engine *e);
+
+/* Sampling flags (--temperature, --top-p, --top-k, --min-p,
+ * --repeat-penalty, --seed). Returns 1 if argv[i] was one. */
+int cli_sampling_flag(cli_args *a, samp_params *p);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+#endif

@@ -1,0 +1,170 @@
+/* cli_common.c - argument parsing and engine setup for the CLI (cli.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ck_err.h"
+#include "cli.h"
+
+void cli_error(const cli_args *a, const char *fmt, ...) {
+    fprintf(stderr, "confkv %s: ", a->cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_flag(cli_args *a, const char *name) {
+    if (a->i < a->argc && !strcmp(a->argv[a->i], name)) {
+        a->i++;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_str(cli_args *a, const char *name, const char **out) {
+    if (a->i >= a->argc) return 0;
+    const char *arg = a->argv[a->i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n)) return 0;
+    if (arg[n] == '=') {
+        *out = arg + n + 1;
+        a->i++;
+        return 1;
+    }
+    if (arg[n]) return 0;
+    if (a->i + 1 >= a->argc) {
+        cli_error(a, "%s needs a value", name);
+        a->bad = 1;
+        a->i++;
+        return 1;
+    }
+    *out = a->argv[a->i + 1];
+    a->i += 2;
+    return 1;
+}
+
+int cli_int(cli_args *a, const char *name, long lo, long hi, int *out) {
+    const char *s = NULL;
+    if (!cli_str(a, name, &s)) return 0;
+    if (!s) return 1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error(a, "%s: '%s' is not an integer in %ld..%ld", name, s, lo, hi);
+        a->bad = 1;
+        return 1;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+int cli_u64(cli_args *a, const char *name, uint64_t *out) {
+    const char *s = NULL;
+    if (!cli_str(a, name, &s)) return 0;
+    if (!s) return 1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_error(a, "%s: '%s' is not a non-negative integer", name, s);
+        a->bad = 1;
+        return 1;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_float(cli_args *a, const char *name, double lo, double hi, float *out) {
+    const char *s = NULL;
+    if (!cli_str(a, name, &s)) return 0;
+    if (!s) return 1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        cli_error(a, "%s: '%s' is not a number in %g..%g", name, s, lo, hi);
+        a->bad = 1;
+        return 1;
+    }
+    *out = (float)v;
+    return 1;
+}
+
+int cli_unknown(cli_args *a) {
+    cli_error(a, "unknown argument '%s' (try --help)", a->argv[a->i]);
+    a->bad = 1;
+    return 2;
+}
+
+void cli_engine_opts_default(cli_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = "cpu";
+    o->block_size = 16;
+    o->max_batch_tokens = 256;
+    o->max_seqs = 1;
+}
+
+int cli_engine_flag(cli_args *a, cli_engine_opts *o) {
+    return cli_str(a, "--model", &o->model_path) || cli_str(a, "--tokenizer", &o->tokenizer_path) ||
+           cli_str(a, "--backend", &o->backend) || cli_int(a, "--threads", 0, 1024, &o->threads) ||
+           cli_int(a, "--block-size", 1, 4096, &o->block_size);
+}
+
+int cli_sampling_flag(cli_args *a, samp_params *p) {
+    return cli_float(a, "--temperature", 0, 100, &p->temperature) ||
+           cli_float(a, "--top-p", 0, 1, &p->top_p) || cli_int(a, "--top-k", 0, 1 << 22, &p->top_k) ||
+           cli_float(a, "--min-p", 0, 1, &p->min_p) ||
+           cli_float(a, "--repeat-penalty", 0.01, 100, &p->repeat_penalty) ||
+           cli_u64(a, "--seed", &p->seed);
+}
+
+int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) {
+    memset(e, 0, sizeof *e);
+    char err[512] = "";
+    if (!o->model_path) {
+        cli_error(a, "--model is required");
+        return 2;
+    }
+    int rc = model_load(o->model_path, o->tokenizer_path, &e->m, err, sizeof err);
+    if (rc) {
+        cli_error(a, "%s", err);
+        return 1;
+    }
+    int ctx = o->max_ctx > 0 && o->max_ctx < e->m->cfg.seq_len ? o->max_ctx : e->m->cfg.seq_len;
+    int per_seq = (ctx + o->block_size - 1) / o->block_size;
+    be_options bo = {.max_batch_tokens = o->max_batch_tokens,
+                     .n_kv_blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs,
+                     .block_size = o->block_size,
+                     .n_threads = o->threads,
+                     .max_ctx = ctx};
+    if ((rc = be_new(o->backend, e->m, &bo, &e->b, err, sizeof err))) {
+        cli_error(a, "%s", err);
+        cli_engine_close(e);
+        return 1;
+    }
+    if ((rc = kv_pool_init(&e->pool, bo.n_kv_blocks, bo.block_size))) {
+        cli_error(a, "KV pool: %s", ck_strerror(rc));
+        cli_engine_close(e);
+        return 1;
+    }
+    return 0;
+}
+
+void cli_engine_close(cli_engine *e) {
+    be_free(e->b);
+    kv_pool_free(&e->pool);
+    model_free(e->m);
+    memset(e, 0, sizeof *e);
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

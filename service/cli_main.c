@@ -1,0 +1,66 @@
+/* cli_main.c - `confkv`: the command-line tool. One subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "json_out.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"generate", cli_generate, "generate text from a model (greedy or sampled), with confidence"},
+    {"eval", cli_eval, "compare KV policies: memory kept against quality lost"},
+    {"bench", cli_bench, "measure prefill/decode speed against this machine's roofline"},
+    {"convert", cli_convert, "convert a llama2.c checkpoint (or any model) to GGUF"},
+    {"synth", cli_synth, "write a random-weight GGUF model of any shape"},
+    {"version", cli_version, "print the version and the compiled-in backends"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: confkv <command> [options]   (confkv <command> --help for its options)\n\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int cli_version(int argc, char **argv) {
+    int json = argc > 1 && !strcmp(argv[1], "--json");
+    if (argc > 1 && !json) {
+        fprintf(stderr, "usage: confkv version [--json]\n");
+        return strcmp(argv[1], "--help") ? 2 : 0;
+    }
+    const char *const *be = be_compiled();
+    if (json) {
+        jw w;
+        jw_init(&w, stdout);
+        jw_obj(&w);
+        jw_key(&w, "version");
+        jw_str(&w, CONFKV_VERSION);
+        jw_key(&w, "backends");
+        jw_arr(&w);
+        for (int i = 0; be[i]; i++) jw_str(&w, be[i]);
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+        putchar('\n');
+    } else {
+        printf("confkv %s (backends:", CONFKV_VERSION);
+        for (int i = 0; be[i]; i++) printf(" %s", be[i]);
+        printf(")\n");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) return cli_version(1, argv);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "confkv: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,101 @@
+/* cli_model.c - `confkv convert` and `confkv synth`: write GGUF models. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "convert.h"
+#include "quant.h"
+
+int cli_convert(int argc, char **argv) {
+    cli_args a = {argc, argv, 1, "convert", 0};
+    const char *from = "llama2c", *ckpt = NULL, *tok = NULL, *out = NULL, *type = "f32";
+    while (a.i < a.argc && !a.bad) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            printf("usage: confkv convert --from llama2c CHECKPOINT --tokenizer TOK -o OUT.gguf "
+                   "[--type f32|f16|bf16|q8_0]\n"
+                   "       confkv convert --from gguf IN.gguf -o OUT.gguf --type T   (re-type)\n");
+            return 0;
+        }
+        if (cli_str(&a, "--from", &from) || cli_str(&a, "--tokenizer", &tok) ||
+            cli_str(&a, "-o", &out) || cli_str(&a, "--output", &out) || cli_str(&a, "--type", &type))
+            continue;
+        if (a.argv[a.i][0] != '-' && !ckpt) {
+            ckpt = a.argv[a.i++];
+            continue;
+        }
+        return cli_unknown(&a);
+    }
+    if (a.bad) return 2;
+    if (strcmp(from, "llama2c") && strcmp(from, "gguf")) {
+        cli_error(&a, "--from must be llama2c or gguf");
+        return 2;
+    }
+    if (!ckpt || !out) {
+        cli_error(&a, "need a CHECKPOINT and -o OUT.gguf (try --help)");
+        return 2;
+    }
+    int t = quant_type_from_name(type);
+    if (t < 0) {
+        cli_error(&a, "--type must be f32, f16, bf16 or q8_0");
+        return 2;
+    }
+    char err[512];
+    model *m = NULL;
+    if (model_load(ckpt, tok, &m, err, sizeof err)) {
+        cli_error(&a, "%s", err);
+        return 1;
+    }
+    if ((!strcmp(from, "gguf")) != (m->format == MODEL_FMT_GGUF)) {
+        cli_error(&a, "%s is not a %s file", ckpt, from);
+        model_free(m);
+        return 1;
+    }
+    int rc = convert_write_gguf(m, t, out, err, sizeof err);
+    if (rc) cli_error(&a, "%s", err);
+    else fprintf(stderr, "confkv convert: wrote %s (%s, %d layers, dim %d, vocab %d)\n", out, type,
+                 m->cfg.n_layers, m->cfg.dim, m->cfg.vocab_size);
+    model_free(m);
+    return rc ? 1 : 0;
+}
+
+int cli_synth(int argc, char **argv) {
+    cli_args a = {argc, argv, 1, "synth", 0};
+    synth_params p = {.dim = 288, .n_layers = 6, .n_heads = 6, .n_kv_heads = 0, .hidden_dim = 768,
+                      .vocab_size = 32000, .ctx = 1024, .seed = 1};
+    const char *out = NULL, *type = "f32";
+    while (a.i < a.argc && !a.bad) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
+                   "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0] [--seed S]\n"
+                   "defaults: the stories15M shape (288, 6, 6, 6, 768, 32000), ctx 1024, f32, seed 1\n");
+            return 0;
+        }
+        if (cli_str(&a, "-o", &out) || cli_str(&a, "--output", &out) || cli_str(&a, "--type", &type) ||
+            cli_int(&a, "--dim", 2, 1 << 16, &p.dim) || cli_int(&a, "--layers", 1, 1024, &p.n_layers) ||
+            cli_int(&a, "--heads", 1, 1024, &p.n_heads) ||
+            cli_int(&a, "--kv-heads", 1, 1024, &p.n_kv_heads) ||
+            cli_int(&a, "--ffn", 1, 1 << 18, &p.hidden_dim) ||
+            cli_int(&a, "--vocab", 1, 1 << 22, &p.vocab_size) ||
+            cli_int(&a, "--ctx", 1, 1 << 20, &p.ctx) || cli_u64(&a, "--seed", &p.seed))
+            continue;
+        return cli_unknown(&a);
+    }
+    if (a.bad) return 2;
+    if (!out) {
+        cli_error(&a, "-o OUT.gguf is required");
+        return 2;
+    }
+    if ((p.type = quant_type_from_name(type)) < 0) {
+        cli_error(&a, "--type must be f32, f16, bf16 or q8_0");
+        return 2;
+    }
+    char err[512];
+    double t0 = cli_now();
+    int rc = convert_synth(&p, out, err, sizeof err);
+    if (rc) {
+        cli_error(&a, "%s", err);
+        return 1;
+    }
+    fprintf(stderr, "confkv synth: wrote %s in %.1f s\n", out, cli_now() - t0);
+    return 0;
+}

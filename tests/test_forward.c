@@ -1,0 +1,221 @@
+/* test_forward.c - the CPU forward pass: batching and chunked prefill give
+ * the same logits as running one token at a time; converted f16 / q8_0
+ * weights stay within a stated bound of f32. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "ck_err.h"
+#include "ck_test.h"
+#include "convert.h"
+#include "kv.h"
+#include "model.h"
+#include "quant.h"
+
+static model *load(void) {
+    char err[256];
+    model *m = NULL;
+    if (model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
+                   sizeof err))
+        fprintf(stderr, "%s\n", err);
+    return m;
+}
+
+/* max |a - b| / max |b|: the error normalised by the logits' scale. */
+static double norm_err(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return s > 0 ? d / s : d;
+}
+
+enum { NSEQ = 3, MAXLEN = 48 };
+static const int lens[NSEQ] = {5, 23, 41};
+
+/* Logits of every position of every sequence, one token per forward call. */
+static int run_single(const model *m, float *ref) {
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = 1, .n_kv_blocks = 64, .block_size = 16, .n_threads = 1};
+    if (be_cpu_new(m, &o, &b, err, sizeof err)) return -1;
+    kv_pool pool;
+    kv_pool_init(&pool, 64, 16);
+    int V = m->cfg.vocab_size;
+    for (int s = 0; s < NSEQ; s++) {
+        kv_seq q;
+        kv_seq_init(&q, s, m->cfg.seq_len, 16);
+        for (int p = 0; p < lens[s]; p++) {
+            int32_t tok = (int32_t)((7 * s + 13 * p + 1) % V), pos = p, six = 0, row = 0;
+            if (kv_seq_reserve(&q, &pool, 1)) return -1;
+            be_seq_view v = {q.hot, q.n_blocks, NULL};
+            be_batch bt = {1, &tok, &pos, &six, &row, 1, &v, 1};
+            if (b->ops->forward(b, &bt, ref + ((size_t)s * MAXLEN + p) * V)) return -1;
+            kv_seq_commit(&q, 1);
+        }
+        kv_seq_reset(&q, &pool);
+        kv_seq_free(&q);
+    }
+    kv_pool_free(&pool);
+    be_free(b);
+    return 0;
+}
+
+static void test_batch_equals_single(void) {
+    model *m = load();
+    CK_CHECK(m);
+    int V = m->cfg.vocab_size;
+    float *ref = calloc((size_t)NSEQ * MAXLEN * V, sizeof(float));
+    float *got = calloc((size_t)NSEQ * MAXLEN * V, sizeof(float));
+    CK_CHECK(ref && got);
+    CK_CHECK(run_single(m, ref) == 0);
+
+    /* All three sequences at once, in chunks of up to 7 tokens each per step:
+     * the chunks interleave prefill of long sequences with the short one's. */
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = 32, .n_kv_blocks = 64, .block_size = 16, .n_threads = 2};
+    CK_CHECK(be_cpu_new(m, &o, &b, err, sizeof err) == 0);
+    kv_pool pool;
+    kv_pool_init(&pool, 64, 16);
+    kv_seq q[NSEQ];
+    for (int s = 0; s < NSEQ; s++) kv_seq_init(&q[s], s, m->cfg.seq_len, 16);
+    int done[NSEQ] = {0};
+    float *logits = malloc((size_t)32 * V * sizeof(float));
+    for (int round = 0; round < 20; round++) {
+        int32_t tok[32], pos[32], six[32], row[32], where[32];
+        int n = 0;
+        be_seq_view v[NSEQ];
+        int chunk[NSEQ] = {0};
+        for (int s = 0; s < NSEQ; s++) {
+            int c = lens[s] - done[s] < 7 ? lens[s] - done[s] : 7;
+            CK_CHECK(kv_seq_reserve(&q[s], &pool, c) == 0);
+            chunk[s] = c;
+            for (int i = 0; i < c; i++) {
+                int p = done[s] + i;
+                tok[n] = (int32_t)((7 * s + 13 * p + 1) % V);
+                pos[n] = p;
+                six[n] = s;
+                row[n] = n;
+                where[n] = s * MAXLEN + p;
+                n++;
+            }
+            v[s] = (be_seq_view){q[s].hot, q[s].n_blocks, NULL};
+        }
+        if (!n) break;
+        be_batch bt = {n, tok, pos, six, row, NSEQ, v, n};
+        CK_CHECK(b->ops->forward(b, &bt, logits) == 0);
+        for (int i = 0; i < n; i++)
+            memcpy(got + (size_t)where[i] * V, logits + (size_t)i * V, (size_t)V * sizeof(float));
+        for (int s = 0; s < NSEQ; s++) {
+            kv_seq_commit(&q[s], chunk[s]);
+            done[s] += chunk[s];
+        }
+    }
+    for (int s = 0; s < NSEQ; s++)
+        for (int p = 0; p < lens[s]; p++) {
+            size_t off = ((size_t)s * MAXLEN + p) * V;
+            double e = norm_err(got + off, ref + off, (size_t)V);
+            CK_CHECK_MSG(e <= 1e-5, "seq %d pos %d: normalised error %g", s, p, e);
+        }
+    for (int s = 0; s < NSEQ; s++) {
+        kv_seq_reset(&q[s], &pool);
+        kv_seq_free(&q[s]);
+    }
+    CK_CHECK(kv_pool_used(&pool) == 0);
+    kv_pool_free(&pool);
+    be_free(b);
+    free(logits);
+    free(ref);
+    free(got);
+    model_free(m);
+}
+
+/* Bad batches are refused, not run. */
+static void test_bad_batch(void) {
+    model *m = load();
+    CK_CHECK(m);
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = 4, .n_kv_blocks = 4, .block_size = 16, .n_threads = 1};
+    CK_CHECK(be_cpu_new(m, &o, &b, err, sizeof err) == 0);
+    int32_t blocks[2] = {0, KV_NONE};
+    be_seq_view v = {blocks, 2, NULL};
+    float logits[512];
+    int32_t tok = 1, pos = 0, six = 0, row = 0;
+    be_batch ok = {1, &tok, &pos, &six, &row, 1, &v, 1};
+    CK_CHECK(b->ops->forward(b, &ok, logits) == 0);
+    int32_t badtok = 512;
+    be_batch bt = ok;
+    bt.token = &badtok;
+    CK_CHECK(b->ops->forward(b, &bt, logits) == CK_EINVAL);
+    int32_t badpos = 16; /* block 1 is not hot */
+    bt = ok;
+    bt.pos = &badpos;
+    CK_CHECK(b->ops->forward(b, &bt, logits) == CK_EINVAL);
+    bt = ok;
+    bt.n_tokens = 5;
+    CK_CHECK(b->ops->forward(b, &bt, logits) == CK_EINVAL);
+    be_free(b);
+    model_free(m);
+}
+
+/* Logits of a fixed 40-token sequence (all positions) under model m. */
+static int seq_logits(const model *m, float *out) {
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = 40, .n_kv_blocks = 8, .block_size = 16, .n_threads = 2};
+    if (be_cpu_new(m, &o, &b, err, sizeof err)) return -1;
+    int32_t tok[40], pos[40], six[40] = {0}, row[40];
+    int32_t blocks[3] = {0, 1, 2};
+    for (int i = 0; i < 40; i++) {
+        tok[i] = (int32_t)((31 * i + 5) % m->cfg.vocab_size);
+        pos[i] = i;
+        row[i] = i;
+    }
+    be_seq_view v = {blocks, 3, NULL};
+    be_batch bt = {40, tok, pos, six, row, 1, &v, 40};
+    int rc = b->ops->forward(b, &bt, out);
+    be_free(b);
+    return rc;
+}
+
+/* Stated bounds (normalised max error of the logits over 40 positions):
+ * f16 <= 5e-3, bf16 <= 3e-2, q8_0 <= 3e-2. */
+static void test_types_against_f32(void) {
+    model *m = load();
+    CK_CHECK(m);
+    int V = m->cfg.vocab_size;
+    float *ref = malloc((size_t)40 * V * sizeof(float)), *got = malloc((size_t)40 * V * sizeof(float));
+    CK_CHECK(seq_logits(m, ref) == 0);
+    char dir[] = "/tmp/confkv-fwd-XXXXXX";
+    CK_CHECK(mkdtemp(dir));
+    struct { int type; double bound; } t[] = {
+        {QUANT_F32, 1e-6}, {QUANT_F16, 5e-3}, {QUANT_BF16, 3e-2}, {QUANT_Q8_0, 3e-2}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char path[256], err[256];
+        snprintf(path, sizeof path, "%s/m-%s.gguf", dir, quant_type_name(t[i].type));
+        CK_CHECK_MSG(convert_write_gguf(m, t[i].type, path, err, sizeof err) == 0, "%s", err);
+        model *g = NULL;
+        CK_CHECK_MSG(model_load(path, NULL, &g, err, sizeof err) == 0, "%s", err);
+        CK_CHECK(seq_logits(g, got) == 0);
+        double e = norm_err(got, ref, (size_t)40 * V);
+        fprintf(stderr, "  %-5s normalised logits error %.3g (bound %g)\n", quant_type_name(t[i].type), e,
+                t[i].bound);
+        CK_CHECK_MSG(e <= t[i].bound, "%s error %g > %g", quant_type_name(t[i].type), e, t[i].bound);
+        model_free(g);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(ref);
+    free(got);
+    model_free(m);
+}
+
+int main(void) {
+    CK_RUN(test_batch_equals_single);
+    CK_RUN(test_bad_batch);
+    CK_RUN(test_types_against_f32);
+    return ck_test_summary();
+}

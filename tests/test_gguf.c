@@ -1,0 +1,1260 @@
+/* test_gguf.c - GGUF writer and reader: a round trip through every value
+ * type and the four tensor types, then malformed files, each of which the
+ * reader must refuse with the right code and a message, without crashing or
+ * leaking (run under ASan to check the latter).
+ *
+ * Two helper modes feed tests/gguf_independent.sh, which checks our files
+ * with an independent GGUF parser:
+ *   test_gguf --write-sample PATH   write the sample file; print on stdout
+ *                                   the JSON of what was meant to be in it
+ *   test_gguf --describe PATH       print the JSON of what our reader sees
+ *                                   in any GGUF file
+ * JSON: {"version":3,"kv":[{"key":..,"type":..,["subtype":..,]"value":..}],
+ *        "tensors":[{"name":..,"type":..,"shape":[ne0,..],"first":[f,..]}]}
+ * 64-bit integers are written as strings; "first" holds up to 4 leading
+ * elements of the tensor converted to f32. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ck_err.h"
+#include "ck_test.h"
+#include "gguf.h"
+#include "quant.h"
+
+/* ------------------------------------------------------------------------
+ * temporary files
+ * ------------------------------------------------------------------------ */
+
+static char tmp_dir[64];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][256];
+    static int i = 0;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", tmp_dir, name);
+    return buf[i];
+}
+
+static void remove_tmp_dir(void) {
+    DIR *d = opendir(tmp_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        const char *p = tmp_path(e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            rmdir(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(tmp_dir);
+}
+
+static int write_file(const char *path, const void *p, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp)
+        return -1;
+    size_t w = fwrite(p, 1, n, fp);
+    return (fclose(fp) == 0 && w == n) ? 0 : -1;
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    fseek(fp, 0, SEEK_END);
+    long sz = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
+    if (p && fread(p, 1, (size_t)sz, fp) != (size_t)sz) {
+        free(p);
+        p = NULL;
+    }
+    fclose(fp);
+    *n = (size_t)sz;
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * the sample file: every value type, string arrays, four tensor types
+ * ------------------------------------------------------------------------ */
+
+typedef struct kvspec {
+    const char *key;
+    int type;
+    int arr_type;
+    uint64_t n;       /* elements (arrays); 1 for scalars */
+    const void *data; /* the scalar, or n fixed-size elements */
+    const char *const *strs; /* STRING (n = 1) or string array */
+    const size_t *lens;
+} kvspec;
+
+static const uint8_t v_u8 = 200;
+static const int8_t v_i8 = -100;
+static const uint16_t v_u16 = 60000;
+static const int16_t v_i16 = -30000;
+static const uint32_t v_u32 = 4000000000u;
+static const int32_t v_i32 = -2000000000;
+static const float v_f32 = 3.25f;
+static const float v_f32b = 1e-5f;
+static const uint8_t v_bool = 1;
+static const uint64_t v_u64 = 0xFEDCBA9876543210ull; /* > INT64_MAX */
+static const uint64_t v_u64s = 123456789012345ull;
+static const int64_t v_i64 = -9000000000000000000ll;
+static const double v_f64 = 2.718281828459045;
+static const char *const v_str[] = {"hello, w\xc3\xb6rld \"quoted\"\n"};
+static const size_t v_str_len[] = {sizeof "hello, w\xc3\xb6rld \"quoted\"\n" - 1};
+static const uint8_t a_u8[] = {1, 2, 255};
+static const int8_t a_i8[] = {-1, 0, 127, -128};
+static const uint16_t a_u16[] = {0, 65535};
+static const int16_t a_i16[] = {-32768, 32767, 5};
+static const uint32_t a_u32[] = {1, 2, 3, 4294967295u};
+static const int32_t a_i32[] = {-1, -2, 2147483647};
+static const float a_f32[] = {0.5f, -1.25f, 1e-7f, 3.4e38f};
+static const uint8_t a_bool[] = {1, 0, 1};
+static const uint64_t a_u64[] = {1, UINT64_MAX};
+static const int64_t a_i64[] = {INT64_MIN, 5};
+static const double a_f64[] = {1e300, -0.1};
+static const char *const a_str[] = {"", "a", "b\0c", "<0x0A>",
+                                    "h\xc3\xa9llo"};
+static const size_t a_str_len[] = {0, 1, 3, 6, 6};
+
+#define ARR(key, t, a)                                                        \
+    { key, GGUF_TYPE_ARRAY, t, sizeof a / sizeof a[0], a, NULL, NULL }
+#define VAL(key, t, v) { key, t, 0, 1, &v, NULL, NULL }
+
+static const kvspec sample_kvs[] = {
+    {"general.architecture", GGUF_TYPE_STRING, 0, 1, NULL,
+     (const char *const[]){"llama"}, (const size_t[]){5}},
+    VAL("test.u8", GGUF_TYPE_UINT8, v_u8),
+    VAL("test.i8", GGUF_TYPE_INT8, v_i8),
+    VAL("test.u16", GGUF_TYPE_UINT16, v_u16),
+    VAL("test.i16", GGUF_TYPE_INT16, v_i16),
+    VAL("test.u32", GGUF_TYPE_UINT32, v_u32),
+    VAL("test.i32", GGUF_TYPE_INT32, v_i32),
+    VAL("test.f32", GGUF_TYPE_FLOAT32, v_f32),
+    VAL("test.f32b", GGUF_TYPE_FLOAT32, v_f32b),
+    VAL("test.bool", GGUF_TYPE_BOOL, v_bool),
+    {"test.str", GGUF_TYPE_STRING, 0, 1, NULL, v_str, v_str_len},
+    VAL("test.u64", GGUF_TYPE_UINT64, v_u64),
+    VAL("test.u64s", GGUF_TYPE_UINT64, v_u64s),
+    VAL("test.i64", GGUF_TYPE_INT64, v_i64),
+    VAL("test.f64", GGUF_TYPE_FLOAT64, v_f64),
+    ARR("test.arr.u8", GGUF_TYPE_UINT8, a_u8),
+    ARR("test.arr.i8", GGUF_TYPE_INT8, a_i8),
+    ARR("test.arr.u16", GGUF_TYPE_UINT16, a_u16),
+    ARR("test.arr.i16", GGUF_TYPE_INT16, a_i16),
+    ARR("test.arr.u32", GGUF_TYPE_UINT32, a_u32),
+    ARR("test.arr.i32", GGUF_TYPE_INT32, a_i32),
+    ARR("test.arr.f32", GGUF_TYPE_FLOAT32, a_f32),
+    ARR("test.arr.bool", GGUF_TYPE_BOOL, a_bool),
+    ARR("test.arr.u64", GGUF_TYPE_UINT64, a_u64),
+    ARR("test.arr.i64", GGUF_TYPE_INT64, a_i64),
+    ARR("test.arr.f64", GGUF_TYPE_FLOAT64, a_f64),
+    {"test.arr.empty", GGUF_TYPE_ARRAY, GGUF_TYPE_FLOAT32, 0, NULL, NULL, NULL},
+    {"tokenizer.ggml.tokens", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING, 5, NULL,
+     a_str, a_str_len},
+};
+#define N_SAMPLE_KVS ((int)(sizeof sample_kvs / sizeof sample_kvs[0]))
+
+typedef struct tspec {
+    const char *name;
+    int type;
+    uint32_t n_dims;
+    uint64_t ne[4];
+} tspec;
+
+static const tspec sample_tensors[] = {
+    {"token_embd.weight", QUANT_Q8_0, 2, {64, 3, 1, 1}},
+    {"blk.0.attn_norm.weight", QUANT_F32, 1, {5, 1, 1, 1}},
+    {"blk.0.attn_q.weight", QUANT_F16, 3, {8, 2, 3, 1}},
+    {"blk.0.ffn_up.weight", QUANT_BF16, 2, {7, 3, 1, 1}},
+    {"output.weight", QUANT_F32, 4, {2, 3, 1, 2}},
+};
+#define N_SAMPLE_TENSORS ((int)(sizeof sample_tensors / sizeof sample_tensors[0]))
+
+/* The tensors' bytes, made from a formula. */
+typedef struct sample_data {
+    uint8_t *data[N_SAMPLE_TENSORS];
+    uint64_t nbytes[N_SAMPLE_TENSORS];
+} sample_data;
+
+static uint64_t tspec_elems(const tspec *t) {
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+static void sample_data_free(sample_data *s) {
+    for (int i = 0; i < N_SAMPLE_TENSORS; i++)
+        free(s->data[i]);
+}
+
+static int sample_data_make(sample_data *s) {
+    memset(s, 0, sizeof *s);
+    for (int k = 0; k < N_SAMPLE_TENSORS; k++) {
+        const tspec *t = &sample_tensors[k];
+        uint64_t n = tspec_elems(t);
+        float *f = malloc(n * sizeof *f);
+        if (!f || quant_row_bytes(t->type, n, &s->nbytes[k]) < 0 ||
+            !(s->data[k] = malloc(s->nbytes[k]))) {
+            free(f);
+            return -1;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            f[i] = sinf(0.37f * (float)i + (float)k) * (float)(k + 1);
+        int rc = quant_from_f32(t->type, f, s->data[k], n);
+        free(f);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int write_sample(const char *path, const sample_data *s, char *err,
+                        size_t errlen) {
+    gguf_writer *w;
+    int rc = gguf_writer_new(&w);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; rc == 0 && i < N_SAMPLE_KVS; i++) {
+        const kvspec *k = &sample_kvs[i];
+        switch (k->type) {
+        case GGUF_TYPE_UINT32:
+            rc = gguf_writer_set_u32(w, k->key, *(const uint32_t *)k->data);
+            break;
+        case GGUF_TYPE_INT32:
+            rc = gguf_writer_set_i32(w, k->key, *(const int32_t *)k->data);
+            break;
+        case GGUF_TYPE_UINT64:
+            rc = gguf_writer_set_u64(w, k->key, *(const uint64_t *)k->data);
+            break;
+        case GGUF_TYPE_FLOAT32:
+            rc = gguf_writer_set_f32(w, k->key, *(const float *)k->data);
+            break;
+        case GGUF_TYPE_BOOL:
+            rc = gguf_writer_set_bool(w, k->key, *(const uint8_t *)k->data);
+            break;
+        case GGUF_TYPE_STRING:
+            rc = gguf_writer_set_str(w, k->key, k->strs[0]);
+            break;
+        case GGUF_TYPE_ARRAY:
+            rc = k->arr_type == GGUF_TYPE_STRING
+                     ? gguf_writer_set_arr_str(w, k->key, k->strs, k->lens, k->n)
+                     : gguf_writer_set_arr(w, k->key, k->arr_type, k->data,
+                                           k->n);
+            break;
+        default:
+            rc = gguf_writer_set_val(w, k->key, k->type, k->data);
+        }
+    }
+    for (int i = 0; rc == 0 && i < N_SAMPLE_TENSORS; i++) {
+        const tspec *t = &sample_tensors[i];
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne,
+                                    s->data[i]);
+    }
+    if (rc == 0)
+        rc = gguf_writer_write(w, path, err, errlen);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * JSON, for the independent check (and to compare writer and reader here)
+ * ------------------------------------------------------------------------ */
+
+static void json_str(FILE *o, const char *s, size_t n) {
+    fputc('"', o);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(o, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(o, "\\u%04x", c);
+        else
+            fputc(c, o);
+    }
+    fputc('"', o);
+}
+
+static void json_double(FILE *o, double v, int digits) {
+    if (isnan(v))
+        fputs("\"nan\"", o);
+    else if (isinf(v))
+        fputs(v > 0 ? "\"inf\"" : "\"-inf\"", o);
+    else
+        fprintf(o, "%.*g", digits, v);
+}
+
+/* One fixed-size value from its raw little-endian bytes. */
+static void json_scalar(FILE *o, int type, const void *raw) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        float f32;
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+    } v;
+    memcpy(&v, raw, gguf_type_size(type));
+    switch (type) {
+    case GGUF_TYPE_UINT8: fprintf(o, "%u", v.u8); break;
+    case GGUF_TYPE_INT8: fprintf(o, "%d", v.i8); break;
+    case GGUF_TYPE_UINT16: fprintf(o, "%u", v.u16); break;
+    case GGUF_TYPE_INT16: fprintf(o, "%d", v.i16); break;
+    case GGUF_TYPE_UINT32: fprintf(o, "%u", v.u32); break;
+    case GGUF_TYPE_INT32: fprintf(o, "%d", v.i32); break;
+    case GGUF_TYPE_FLOAT32: json_double(o, v.f32, 9); break;
+    case GGUF_TYPE_BOOL: fputs(v.u8 ? "true" : "false", o); break;
+    case GGUF_TYPE_UINT64: fprintf(o, "\"%llu\"", (unsigned long long)v.u64); break;
+    case GGUF_TYPE_INT64: fprintf(o, "\"%lld\"", (long long)v.i64); break;
+    case GGUF_TYPE_FLOAT64: json_double(o, v.f64, 17); break;
+    }
+}
+
+static void json_array(FILE *o, int et, const void *data, uint64_t n) {
+    fputc('[', o);
+    for (uint64_t i = 0; i < n; i++) {
+        if (i)
+            fputc(',', o);
+        json_scalar(o, et, (const uint8_t *)data + i * gguf_type_size(et));
+    }
+    fputc(']', o);
+}
+
+static void json_tensor(FILE *o, const char *name, int type, uint32_t n_dims,
+                        const uint64_t *ne, const void *data) {
+    fputs("{\"name\":", o);
+    json_str(o, name, strlen(name));
+    fprintf(o, ",\"type\":%d,\"shape\":[", type);
+    uint64_t elems = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        fprintf(o, "%s%llu", d ? "," : "", (unsigned long long)ne[d]);
+        elems *= ne[d];
+    }
+    /* the first block(s): up to 32 elements, a multiple of the block size */
+    float f[QUANT_Q8_0_BLOCK];
+    uint64_t n = elems < 32 ? elems : 32;
+    if (quant_block_size(type) > 1)
+        n = (uint64_t)quant_block_size(type);
+    fputs("],\"first\":[", o);
+    if (quant_to_f32(type, data, f, n) == 0)
+        for (uint64_t i = 0; i < n && i < 4; i++) {
+            if (i)
+                fputc(',', o);
+            json_double(o, f[i], 9);
+        }
+    fputs("]}", o);
+}
+
+static void json_kv_head(FILE *o, int i, const char *key, int type) {
+    fputs(i ? ",\n{\"key\":" : "{\"key\":", o);
+    json_str(o, key, strlen(key));
+    fprintf(o, ",\"type\":%d", type);
+}
+
+/* What the writer was asked to write. */
+static void json_of_spec(FILE *o, const sample_data *s) {
+    fputs("{\"version\":3,\"kv\":[\n", o);
+    for (int i = 0; i < N_SAMPLE_KVS; i++) {
+        const kvspec *k = &sample_kvs[i];
+        json_kv_head(o, i, k->key, k->type);
+        if (k->type == GGUF_TYPE_ARRAY)
+            fprintf(o, ",\"subtype\":%d", k->arr_type);
+        fputs(",\"value\":", o);
+        if (k->type == GGUF_TYPE_STRING) {
+            json_str(o, k->strs[0], k->lens[0]);
+        } else if (k->type == GGUF_TYPE_ARRAY && k->arr_type == GGUF_TYPE_STRING) {
+            fputc('[', o);
+            for (uint64_t j = 0; j < k->n; j++) {
+                if (j)
+                    fputc(',', o);
+                json_str(o, k->strs[j], k->lens[j]);
+            }
+            fputc(']', o);
+        } else if (k->type == GGUF_TYPE_ARRAY) {
+            json_array(o, k->arr_type, k->data, k->n);
+        } else {
+            json_scalar(o, k->type, k->data);
+        }
+        fputc('}', o);
+    }
+    json_kv_head(o, 1, "general.alignment", GGUF_TYPE_UINT32);
+    fputs(",\"value\":32}\n],\"tensors\":[\n", o);
+    for (int i = 0; i < N_SAMPLE_TENSORS; i++) {
+        const tspec *t = &sample_tensors[i];
+        if (i)
+            fputs(",\n", o);
+        json_tensor(o, t->name, t->type, t->n_dims, t->ne, s->data[i]);
+    }
+    fputs("\n]}\n", o);
+}
+
+/* What our reader sees. */
+static void json_of_file(FILE *o, const gguf_file *f) {
+    fprintf(o, "{\"version\":%u,\"kv\":[\n", gguf_version(f));
+    for (int i = 0; i < gguf_n_kv(f); i++) {
+        const char *key = gguf_key_at(f, i), *s;
+        int type = gguf_kv_type(f, i), et;
+        size_t len;
+        uint64_t n;
+        const void *data;
+        json_kv_head(o, i, key, type);
+        if (type == GGUF_TYPE_ARRAY) {
+            gguf_get_arr(f, key, &et, &n, &data);
+            fprintf(o, ",\"subtype\":%d,\"value\":", et);
+            if (et == GGUF_TYPE_STRING) {
+                fputc('[', o);
+                for (uint64_t j = 0; j < n; j++) {
+                    gguf_get_arr_str(f, key, j, &s, &len);
+                    if (j)
+                        fputc(',', o);
+                    json_str(o, s, len);
+                }
+                fputc(']', o);
+            } else {
+                json_array(o, et, data, n);
+            }
+        } else if (type == GGUF_TYPE_STRING) {
+            gguf_get_str(f, key, &s, &len);
+            fputs(",\"value\":", o);
+            json_str(o, s, len);
+        } else {
+            gguf_get_val(f, key, &et, &data);
+            fputs(",\"value\":", o);
+            json_scalar(o, et, data);
+        }
+        fputc('}', o);
+    }
+    fputs("\n],\"tensors\":[\n", o);
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (i)
+            fputs(",\n", o);
+        json_tensor(o, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    fputs("\n]}\n", o);
+}
+
+/* ------------------------------------------------------------------------
+ * round trip
+ * ------------------------------------------------------------------------ */
+
+static void test_round_trip(void) {
+    sample_data s;
+    char err[512];
+    CK_CHECK(sample_data_make(&s) == 0);
+    const char *path = tmp_path("sample.gguf");
+    int rc = write_sample(path, &s, err, sizeof err);
+    if (rc != 0)
+        sample_data_free(&s);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    CK_CHECK(access(tmp_path("sample.gguf.tmp"), F_OK) != 0);
+
+    gguf_file *f = NULL;
+    rc = gguf_open(path, &f, err, sizeof err);
+    if (rc != 0)
+        sample_data_free(&s);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    int ok = 0;
+    do {
+#define REQ(c) if (!(c)) { fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c); break; }
+        REQ(gguf_version(f) == 3);
+        REQ(gguf_alignment(f) == 32);
+        REQ(gguf_data_offset(f) % 32 == 0);
+        REQ(gguf_n_kv(f) == N_SAMPLE_KVS + 1);
+        REQ(strcmp(gguf_key_at(f, N_SAMPLE_KVS), "general.alignment") == 0);
+        REQ(gguf_kv_type(f, N_SAMPLE_KVS) == GGUF_TYPE_UINT32);
+        REQ(gguf_key_at(f, -1) == NULL && gguf_key_at(f, N_SAMPLE_KVS + 1) == NULL);
+        REQ(gguf_kv_type(f, 1000) == CK_EINVAL);
+        int kv_ok = 1;
+        for (int i = 0; i < N_SAMPLE_KVS && kv_ok; i++) {
+            const kvspec *k = &sample_kvs[i];
+            kv_ok = 0;
+            REQ(strcmp(gguf_key_at(f, i), k->key) == 0);
+            REQ(gguf_kv_type(f, i) == k->type);
+            REQ(gguf_find_key(f, k->key) == i);
+            const char *str;
+            size_t len;
+            int et, type;
+            uint64_t n;
+            const void *data;
+            if (k->type == GGUF_TYPE_STRING) {
+                REQ(gguf_get_str(f, k->key, &str, &len) == 0);
+                REQ(len == k->lens[0] && memcmp(str, k->strs[0], len) == 0);
+            } else if (k->type == GGUF_TYPE_ARRAY) {
+                REQ(gguf_get_arr(f, k->key, &et, &n, &data) == 0);
+                REQ(et == k->arr_type && n == k->n);
+                if (et == GGUF_TYPE_STRING) {
+                    REQ(data == NULL);
+                    int s_ok = 1;
+                    for (uint64_t j = 0; j < n && s_ok; j++)
+                        s_ok = gguf_get_arr_str(f, k->key, j, &str, &len) == 0 &&
+                               len == k->lens[j] &&
+                               memcmp(str, k->strs[j], len) == 0;
+                    REQ(s_ok);
+                    REQ(gguf_get_arr_str(f, k->key, n, &str, &len) == CK_ERANGE);
+                } else {
+                    REQ(data != NULL);
+                    REQ(n == 0 || memcmp(data, k->data, n * gguf_type_size(et)) == 0);
+                    REQ(gguf_get_arr_str(f, k->key, 0, &str, &len) == CK_EFORMAT);
+                }
+            } else {
+                REQ(gguf_get_val(f, k->key, &type, &data) == 0);
+                REQ(type == k->type);
+                REQ(memcmp(data, k->data, gguf_type_size(type)) == 0);
+            }
+            kv_ok = 1;
+        }
+        if (!kv_ok)
+            break;
+        /* typed getters and their conversions */
+        int64_t iv;
+        double dv;
+        int bv;
+        REQ(gguf_get_int(f, "test.u8", &iv) == 0 && iv == 200);
+        REQ(gguf_get_int(f, "test.i8", &iv) == 0 && iv == -100);
+        REQ(gguf_get_int(f, "test.u16", &iv) == 0 && iv == 60000);
+        REQ(gguf_get_int(f, "test.i16", &iv) == 0 && iv == -30000);
+        REQ(gguf_get_int(f, "test.u32", &iv) == 0 && iv == 4000000000ll);
+        REQ(gguf_get_int(f, "test.i32", &iv) == 0 && iv == -2000000000);
+        REQ(gguf_get_int(f, "test.u64s", &iv) == 0 && iv == 123456789012345ll);
+        REQ(gguf_get_int(f, "test.i64", &iv) == 0 && iv == v_i64);
+        REQ(gguf_get_int(f, "general.alignment", &iv) == 0 && iv == 32);
+        iv = 7;
+        REQ(gguf_get_int(f, "test.u64", &iv) == CK_ERANGE && iv == 7);
+        REQ(gguf_get_int(f, "test.f32", &iv) == CK_EFORMAT);
+        REQ(gguf_get_int(f, "test.bool", &iv) == CK_EFORMAT);
+        REQ(gguf_get_int(f, "test.str", &iv) == CK_EFORMAT);
+        REQ(gguf_get_int(f, "test.arr.u32", &iv) == CK_EFORMAT);
+        REQ(gguf_get_int(f, "no.such.key", &iv) == CK_ENOTFOUND);
+        REQ(gguf_get_int(f, NULL, &iv) == CK_EINVAL);
+        REQ(gguf_get_int(NULL, "test.u8", &iv) == CK_EINVAL);
+        REQ(gguf_get_float(f, "test.f32", &dv) == 0 && dv == 3.25);
+        REQ(gguf_get_float(f, "test.f32b", &dv) == 0 && dv == (double)1e-5f);
+        REQ(gguf_get_float(f, "test.f64", &dv) == 0 && dv == v_f64);
+        REQ(gguf_get_float(f, "test.i32", &dv) == 0 && dv == -2e9);
+        REQ(gguf_get_float(f, "test.u64", &dv) == 0 && dv == (double)v_u64);
+        REQ(gguf_get_float(f, "test.str", &dv) == CK_EFORMAT);
+        REQ(gguf_get_bool(f, "test.bool", &bv) == 0 && bv == 1);
+        REQ(gguf_get_bool(f, "test.u8", &bv) == CK_EFORMAT);
+        REQ(gguf_get_str(f, "test.u8", &(const char *){0}, &(size_t){0}) == CK_EFORMAT);
+        REQ(gguf_get_arr(f, "test.u8", NULL, NULL, NULL) == CK_EFORMAT);
+        REQ(gguf_get_val(f, "test.str", NULL, NULL) == CK_EFORMAT);
+        REQ(gguf_get_val(f, "test.arr.u8", NULL, NULL) == CK_EFORMAT);
+        REQ(gguf_find_key(f, "nope") == CK_ENOTFOUND);
+        /* tensors */
+        REQ(gguf_n_tensors(f) == N_SAMPLE_TENSORS);
+        int t_ok = 1;
+        uint64_t prev_end = 0;
+        for (int i = 0; i < N_SAMPLE_TENSORS && t_ok; i++) {
+            const tspec *sp = &sample_tensors[i];
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            t_ok = 0;
+            REQ(t && strcmp(t->name, sp->name) == 0);
+            REQ(gguf_find_tensor(f, sp->name) == t);
+            REQ(t->type == sp->type && t->n_dims == sp->n_dims);
+            REQ(memcmp(t->ne, sp->ne, sizeof t->ne) == 0);
+            REQ(t->nbytes == s.nbytes[i]);
+            REQ(t->offset % 32 == 0 && t->offset >= prev_end);
+            REQ((uintptr_t)t->data % 32 == 0);
+            REQ(memcmp(t->data, s.data[i], t->nbytes) == 0);
+            prev_end = t->offset + t->nbytes;
+            t_ok = 1;
+        }
+        if (!t_ok)
+            break;
+        REQ(gguf_tensor_at(f, -1) == NULL);
+        REQ(gguf_tensor_at(f, N_SAMPLE_TENSORS) == NULL);
+        REQ(gguf_find_tensor(f, "blk.0.attn_k.weight") == NULL);
+        REQ(gguf_find_tensor(f, "") == NULL);
+        REQ(gguf_find_tensor(f, NULL) == NULL);
+        /* the q8_0 tensor dequantises to the formula within its bound */
+        const gguf_tensor *q = gguf_find_tensor(f, "token_embd.weight");
+        float y[64 * 3];
+        REQ(quant_to_f32(q->type, q->data, y, 64 * 3) == 0);
+        int q_ok = 1;
+        for (int i = 0; i < 64 * 3; i++)
+            q_ok &= fabsf(y[i] - sinf(0.37f * (float)i)) <= 1.0f / 127 + 1e-3f;
+        REQ(q_ok);
+        /* the writer's intent and the reader's view print the same JSON */
+        char *a = NULL, *b = NULL;
+        size_t al = 0, bl = 0;
+        FILE *oa = open_memstream(&a, &al), *ob = open_memstream(&b, &bl);
+        if (oa)
+            json_of_spec(oa, &s);
+        if (ob)
+            json_of_file(ob, f);
+        if (oa)
+            fclose(oa);
+        if (ob)
+            fclose(ob);
+        int same = a && b && al == bl && memcmp(a, b, al) == 0;
+        if (!same)
+            fprintf(stderr, "spec JSON:\n%s\nfile JSON:\n%s\n", a ? a : "",
+                    b ? b : "");
+        free(a);
+        free(b);
+        REQ(same);
+        ok = 1;
+#undef REQ
+    } while (0);
+    gguf_close(f);
+    sample_data_free(&s);
+    CK_CHECK(ok);
+}
+
+/* ------------------------------------------------------------------------
+ * the writer's argument checks
+ * ------------------------------------------------------------------------ */
+
+static void test_writer_args(void) {
+    gguf_writer *w = NULL;
+    CK_CHECK(gguf_writer_new(NULL) == CK_EINVAL);
+    CK_CHECK(gguf_writer_new(&w) == 0);
+    float data[64] = {0};
+    uint64_t ne[5] = {32, 2, 1, 1, 1};
+    uint8_t two = 2, bools[2] = {1, 2};
+    int r[24], k = 0;
+    r[k++] = gguf_writer_set_u32(NULL, "a", 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_u32(w, NULL, 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_u32(w, "", 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_u32(w, "general.alignment", 64) == CK_EINVAL;
+    r[k++] = gguf_writer_set_str(w, "a", NULL) == CK_EINVAL;
+    r[k++] = gguf_writer_set_val(w, "a", GGUF_TYPE_STRING, "x") == CK_EINVAL;
+    r[k++] = gguf_writer_set_val(w, "a", GGUF_TYPE_BOOL, &two) == CK_EINVAL;
+    r[k++] = gguf_writer_set_arr(w, "a", GGUF_TYPE_ARRAY, data, 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_arr(w, "a", GGUF_TYPE_STRING, data, 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_arr(w, "a", GGUF_TYPE_UINT8, NULL, 1) == CK_EINVAL;
+    r[k++] = gguf_writer_set_arr(w, "a", GGUF_TYPE_BOOL, bools, 2) == CK_EINVAL;
+    r[k++] = gguf_writer_set_arr_str(w, "a", NULL, NULL, 1) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 0, ne, data) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 5, ne, data) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 1, ne, NULL) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "", QUANT_F32, 1, ne, data) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", 2, 1, ne, data) == CK_EUNSUPPORTED;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_0, 1,
+                                    (uint64_t[]){33}, data) == CK_EFORMAT;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2,
+                                    (uint64_t[]){4, 0}, data) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2, ne, data) == 0;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 1, ne, data) == CK_EINVAL;
+    /* setting a key again replaces it, keeping its place */
+    r[k++] = gguf_writer_set_u32(w, "x", 1) == 0 &&
+             gguf_writer_set_str(w, "y", "first") == 0 &&
+             gguf_writer_set_str(w, "x", "now a string") == 0;
+    char err[512];
+    r[k++] = gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) ==
+                 CK_EIO && err[0] != 0;
+    const char *path = tmp_path("args.gguf");
+    /* written twice: the second replaces the first */
+    r[k++] = gguf_writer_write(w, path, err, sizeof err) == 0 &&
+             gguf_writer_write(w, path, err, sizeof err) == 0;
+    gguf_writer_free(w);
+    gguf_writer_free(NULL);
+    for (int i = 0; i < k; i++)
+        CK_CHECK_MSG(r[i], "case %d", i);
+    gguf_file *f;
+    CK_CHECK_MSG(gguf_open(path, &f, err, sizeof err) == 0, "%s", err);
+    const char *s;
+    size_t len;
+    int ok = gguf_n_kv(f) == 3 && strcmp(gguf_key_at(f, 0), "x") == 0 &&
+             gguf_get_str(f, "x", &s, &len) == 0 && len == 12 &&
+             memcmp(s, "now a string", 12) == 0 && gguf_n_tensors(f) == 1;
+    gguf_close(f);
+    CK_CHECK(ok);
+    CK_CHECK(access(tmp_path("args.gguf.tmp"), F_OK) != 0);
+}
+
+/* A writer with nothing in it makes a valid file: no tensors, one key. */
+static void test_empty_file(void) {
+    gguf_writer *w;
+    char err[256];
+    CK_CHECK(gguf_writer_new(&w) == 0);
+    const char *path = tmp_path("empty.gguf");
+    int rc = gguf_writer_write(w, path, err, sizeof err);
+    gguf_writer_free(w);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    gguf_file *f;
+    CK_CHECK_MSG(gguf_open(path, &f, err, sizeof err) == 0, "%s", err);
+    int ok = gguf_n_tensors(f) == 0 && gguf_n_kv(f) == 1 &&
+             gguf_tensor_at(f, 0) == NULL && gguf_find_tensor(f, "a") == NULL;
+    gguf_close(f);
+    CK_CHECK(ok);
+}
+
+/* ------------------------------------------------------------------------
+ * malformed files, crafted byte by byte
+ * ------------------------------------------------------------------------ */
+
+typedef struct bytes {
+    uint8_t *p;
+    size_t len, cap;
+} bytes;
+
+static void b_put(bytes *b, const void *s, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p)
+            abort(); /* a test program may */
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+static void b_u8(bytes *b, uint8_t v) { b_put(b, &v, 1); }
+static void b_u32(bytes *b, uint32_t v) { b_put(b, &v, 4); }
+static void b_u64(bytes *b, uint64_t v) { b_put(b, &v, 8); }
+static void b_strn(bytes *b, const char *s, size_t n) {
+    b_u64(b, n);
+    b_put(b, s, n);
+}
+static void b_str(bytes *b, const char *s) { b_strn(b, s, strlen(s)); }
+
+typedef struct rtensor {
+    const char *name;
+    uint32_t n_dims;
+    uint64_t ne[5];
+    uint32_t type;
+    uint64_t offset;
+} rtensor;
+
+/* A small file described field by field. The defaults make a valid file
+ * (see craft_base); each test case changes one thing. */
+typedef struct craft {
+    char magic[5];
+    uint32_t version;
+    int64_t n_tensors, n_kv; /* -1: the true counts */
+    int align_kind;          /* 0 absent, 1 uint32, 2 string, 3 uint64 */
+    uint64_t align;
+    const bytes *extra_kv; /* raw key/values appended after general.name */
+    int extra_kv_count;
+    int nt;
+    rtensor t[3];
+    uint64_t data_bytes;
+} craft;
+
+static craft craft_base(void) {
+    craft c = {.magic = "GGUF", .version = 3, .n_tensors = -1, .n_kv = -1,
+               .nt = 2, .data_bytes = 64};
+    c.t[0] = (rtensor){"a", 1, {8}, QUANT_F32, 0};
+    c.t[1] = (rtensor){"b", 1, {8}, QUANT_F32, 32};
+    return c;
+}
+
+static void craft_bytes(const craft *c, bytes *b) {
+    b_put(b, c->magic, 4);
+    b_u32(b, c->version);
+    b_u64(b, c->n_tensors >= 0 ? (uint64_t)c->n_tensors : (uint64_t)c->nt);
+    uint64_t n_kv = 1 + (c->align_kind != 0) + (uint64_t)c->extra_kv_count;
+    b_u64(b, c->n_kv >= 0 ? (uint64_t)c->n_kv : n_kv);
+    b_str(b, "general.name");
+    b_u32(b, GGUF_TYPE_STRING);
+    b_str(b, "crafted");
+    if (c->align_kind) {
+        b_str(b, "general.alignment");
+        if (c->align_kind == 1) {
+            b_u32(b, GGUF_TYPE_UINT32);
+            b_u32(b, (uint32_t)c->align);
+        } else if (c->align_kind == 2) {
+            b_u32(b, GGUF_TYPE_STRING);
+            b_str(b, "32");
+        } else {
+            b_u32(b, GGUF_TYPE_UINT64);
+            b_u64(b, c->align);
+        }
+    }
+    if (c->extra_kv)
+        b_put(b, c->extra_kv->p, c->extra_kv->len);
+    for (int i = 0; i < c->nt; i++) {
+        const rtensor *t = &c->t[i];
+        b_str(b, t->name);
+        b_u32(b, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims && d < 5; d++)
+            b_u64(b, t->ne[d]);
+        b_u32(b, t->type);
+        b_u64(b, t->offset);
+    }
+    uint64_t a = c->align_kind == 1 || c->align_kind == 3 ? c->align : 32;
+    if (a == 0 || (a & (a - 1)) || a > 4096)
+        a = 32;
+    while (b->len % a)
+        b_u8(b, 0);
+    for (uint64_t i = 0; i < c->data_bytes; i++)
+        b_u8(b, (uint8_t)(i * 7));
+}
+
+/* Write the crafted file and open it; returns gguf_open's code. */
+static int craft_open(const craft *c, char *err, size_t errlen) {
+    bytes b = {0};
+    craft_bytes(c, &b);
+    const char *path = tmp_path("crafted.gguf");
+    int rc = write_file(path, b.p, b.len);
+    free(b.p);
+    if (rc < 0)
+        return 1000;
+    gguf_file *f = (gguf_file *)&rc; /* must be reset to NULL on error */
+    rc = gguf_open(path, &f, err, errlen);
+    if ((rc == 0) != (f != NULL))
+        return 2000;
+    gguf_close(f);
+    return rc;
+}
+
+#define EXPECT_OPEN(c, code)                                                  \
+    do {                                                                      \
+        char err_[512];                                                       \
+        int rc_ = craft_open(&(c), err_, sizeof err_);                        \
+        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_),  \
+                     ck_errname(code), err_);                                 \
+        if ((code) != 0) {                                                    \
+            CK_CHECK_MSG(strncmp(err_, tmp_dir, strlen(tmp_dir)) == 0 &&      \
+                         strlen(err_) > strlen(tmp_dir) + 20,                 \
+                         "message '%s'", err_);                               \
+            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_),                \
+                    err_ + strlen(tmp_dir) + 1);                              \
+        }                                                                     \
+    } while (0)
+
+static void test_crafted_header(void) {
+    craft c = craft_base();
+    EXPECT_OPEN(c, 0);
+    c.version = 2;
+    EXPECT_OPEN(c, 0);
+    c = craft_base();
+    memcpy(c.magic, "GGUX", 4);
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.version = 1;
+    EXPECT_OPEN(c, CK_EUNSUPPORTED);
+    c.version = 4;
+    EXPECT_OPEN(c, CK_EUNSUPPORTED);
+    c.version = 0x03000000; /* a big-endian file */
+    EXPECT_OPEN(c, CK_EUNSUPPORTED);
+    c = craft_base();
+    c.n_tensors = 1000000000000ll;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.n_tensors = INT64_MAX;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.n_kv = INT64_MAX;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.n_kv = 1000;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.n_tensors = 3; /* one more than there is */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.nt = 0; /* no tensors: a metadata-only file */
+    c.data_bytes = 0;
+    EXPECT_OPEN(c, 0);
+}
+
+/* One extra raw key/value; checks the code. */
+#define EXPECT_KV(build, code)                                                \
+    do {                                                                      \
+        bytes kb_ = {0};                                                      \
+        build;                                                                \
+        craft c_ = craft_base();                                              \
+        c_.extra_kv = &kb_;                                                   \
+        c_.extra_kv_count = 1;                                                \
+        char err_[512];                                                       \
+        int rc_ = craft_open(&c_, err_, sizeof err_);                         \
+        free(kb_.p);                                                          \
+        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_),  \
+                     ck_errname(code), err_);                                 \
+        if ((code) != 0) {                                                    \
+            CK_CHECK(strlen(err_) > strlen(tmp_dir) + 20);                    \
+            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_),                \
+                    err_ + strlen(tmp_dir) + 1);                              \
+        }                                                                     \
+    } while (0)
+
+static void test_crafted_kv(void) {
+    /* a valid extra key, to show the harness itself is sound */
+    EXPECT_KV((b_str(&kb_, "k"), b_u32(&kb_, GGUF_TYPE_UINT16),
+               b_put(&kb_, "\1\2", 2)), 0);
+    /* key length past the end */
+    EXPECT_KV(b_u64(&kb_, 1000000000), CK_EFORMAT);
+    EXPECT_KV(b_u64(&kb_, UINT64_MAX), CK_EFORMAT);
+    /* empty key, key with a NUL byte, duplicate key */
+    EXPECT_KV((b_str(&kb_, ""), b_u32(&kb_, GGUF_TYPE_UINT8), b_u8(&kb_, 1)),
+              CK_EFORMAT);
+    EXPECT_KV((b_strn(&kb_, "a\0b", 3), b_u32(&kb_, GGUF_TYPE_UINT8),
+               b_u8(&kb_, 1)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "general.name"), b_u32(&kb_, GGUF_TYPE_UINT8),
+               b_u8(&kb_, 1)), CK_EFORMAT);
+    /* string value length past the end */
+    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING),
+               b_u64(&kb_, 1000000)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING),
+               b_u64(&kb_, UINT64_MAX - 3)), CK_EFORMAT);
+    /* unknown value types */
+    EXPECT_KV((b_str(&kb_, "u"), b_u32(&kb_, 13), b_u32(&kb_, 0)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "u"), b_u32(&kb_, UINT32_MAX), b_u32(&kb_, 0)),
+              CK_EFORMAT);
+    /* bool other than 0/1, scalar and in an array */
+    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_BOOL), b_u8(&kb_, 2)),
+              CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_BOOL), b_u64(&kb_, 3),
+               b_put(&kb_, "\1\0\3", 3)), CK_EFORMAT);
+    /* array counts whose byte size overflows or passes the end */
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_UINT32), b_u64(&kb_, 1ull << 62)),
+              CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_UINT64), b_u64(&kb_, UINT64_MAX)),
+              CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_UINT8), b_u64(&kb_, 100000)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 1ull << 61)),
+              CK_EFORMAT);
+    /* the second string of an array runs past the end */
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 2), b_str(&kb_, "x"),
+               b_u64(&kb_, 5000)), CK_EFORMAT);
+    /* unknown element type; nested arrays are refused as unsupported */
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, 13),
+               b_u64(&kb_, 0)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_ARRAY), b_u64(&kb_, 1),
+               b_u32(&kb_, GGUF_TYPE_UINT8), b_u64(&kb_, 1), b_u8(&kb_, 1)),
+              CK_EUNSUPPORTED);
+    /* an empty string array is fine */
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
+               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 0)), 0);
+}
+
+static void test_crafted_tensors(void) {
+    craft c = craft_base();
+    c.t[0].n_dims = 0;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[0].n_dims = 5;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.t[0].n_dims = 2; /* 8 x 0 */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[0].ne[1] = 1; /* 8 x 1 is fine */
+    EXPECT_OPEN(c, 0);
+    c = craft_base();
+    c.t[0].ne[0] = 0;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.t[0] = (rtensor){"a", 2, {1ull << 32, 1ull << 32}, QUANT_F32, 0};
+    EXPECT_OPEN(c, CK_EFORMAT); /* element count overflows int64 */
+    c.t[0] = (rtensor){"a", 1, {1ull << 63}, QUANT_F32, 0};
+    EXPECT_OPEN(c, CK_EFORMAT); /* dimension above INT64_MAX */
+    c.t[0] = (rtensor){"a", 1, {1ull << 62}, QUANT_F32, 0};
+    EXPECT_OPEN(c, CK_EFORMAT); /* byte size overflows */
+    c.t[0] = (rtensor){"a", 4, {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 2},
+                       QUANT_F16, 0};
+    EXPECT_OPEN(c, CK_EFORMAT); /* huge but representable: outside the file */
+    c = craft_base();
+    c.t[1].type = 2; /* q4_0: a ggml type we do not handle */
+    EXPECT_OPEN(c, CK_EUNSUPPORTED);
+    c.t[1].type = 1000; /* not a ggml type */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].type = 0x80000000u;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.t[0] = (rtensor){"a", 1, {16}, QUANT_Q8_0, 0}; /* not a multiple of 32 */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[0] = (rtensor){"a", 1, {32}, QUANT_Q8_0, 0}; /* 34 bytes: overlaps b */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].offset = 64;
+    c.data_bytes = 96;
+    EXPECT_OPEN(c, 0);
+    /* alignment */
+    c = craft_base();
+    c.align_kind = 1;
+    c.align = 0;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align = 3;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align = 48;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align = 32;
+    EXPECT_OPEN(c, 0);
+    c.align = 64; /* b at 32 is now misaligned */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].offset = 64;
+    c.data_bytes = 96;
+    EXPECT_OPEN(c, 0);
+    c.align_kind = 2; /* a string */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align_kind = 3; /* uint64 2^63: too large */
+    c.align = 1ull << 63;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align = 1ull << 62; /* the data section is far past the end */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.align = 1;
+    c.t[1].offset = 36;
+    c.data_bytes = 68;
+    EXPECT_OPEN(c, 0);
+    /* tensor offsets */
+    c = craft_base();
+    c.t[1].offset = 36; /* not a multiple of 32 */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].offset = 64; /* data ends past the end of the file */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].offset = 1ull << 40;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].offset = UINT64_MAX - 31; /* offset + size overflows */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.data_bytes = 63; /* one byte short */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.data_bytes = 0;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.t[1].offset = 0; /* overlaps a */
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[0].ne[0] = 16; /* a: [0, 64) */
+    c.t[1].offset = 32;
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c = craft_base();
+    c.t[1].offset = 0; /* reversed order is fine */
+    c.t[0].offset = 32;
+    EXPECT_OPEN(c, 0);
+    /* names */
+    c = craft_base();
+    c.t[1].name = "a";
+    EXPECT_OPEN(c, CK_EFORMAT);
+    c.t[1].name = "";
+    EXPECT_OPEN(c, CK_EFORMAT);
+}
+
+static void test_open_errors(void) {
+    char err[512];
+    gguf_file *f = (gguf_file *)err;
+    CK_CHECK(gguf_open(tmp_path("does-not-exist.gguf"), &f, err, sizeof err) ==
+             CK_EIO);
+    CK_CHECK(f == NULL && strstr(err, "does-not-exist.gguf") != NULL);
+    CK_CHECK(gguf_open(tmp_dir, &f, err, sizeof err) == CK_EIO && err[0]);
+    CK_CHECK(write_file(tmp_path("zero.gguf"), "", 0) == 0);
+    CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, err, sizeof err) == CK_EFORMAT);
+    CK_CHECK(strstr(err, "shorter") != NULL);
+    CK_CHECK(gguf_open(NULL, &f, err, sizeof err) == CK_EINVAL);
+    CK_CHECK(gguf_open(tmp_path("zero.gguf"), NULL, err, sizeof err) == CK_EINVAL);
+    /* a tiny error buffer is truncated, not overrun */
+    char small[8];
+    CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, small, sizeof small) ==
+             CK_EFORMAT);
+    CK_CHECK(strlen(small) == 7);
+    CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, NULL, 0) == CK_EFORMAT);
+    gguf_close(NULL);
+}
+
+/* Every strict prefix of the sample that cuts into the tensor data or
+ * before is refused; from the end of the last tensor on (the trailing
+ * padding is optional) it opens. */
+static void test_truncated(void) {
+    sample_data s;
+    char err[512];
+    CK_CHECK(sample_data_make(&s) == 0);
+    const char *full = tmp_path("trunc-src.gguf");
+    int rc = write_sample(full, &s, err, sizeof err);
+    sample_data_free(&s);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    size_t n;
+    uint8_t *p = read_file(full, &n);
+    CK_CHECK(p != NULL);
+    gguf_file *f;
+    rc = gguf_open(full, &f, err, sizeof err);
+    if (rc < 0)
+        free(p);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    uint64_t end = 0;
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        uint64_t e = gguf_data_offset(f) + t->offset + t->nbytes;
+        end = e > end ? e : end;
+    }
+    gguf_close(f);
+    const char *cut = tmp_path("trunc.gguf");
+    size_t bad = write_file(cut, p, n) < 0, refused = 0, opened = 0;
+    for (size_t len = n - 1; !bad && len < n; len--) { /* down to 0 */
+        if (truncate(cut, (off_t)len) < 0) {
+            bad++;
+            break;
+        }
+        rc = gguf_open(cut, &f, err, sizeof err);
+        gguf_close(f);
+        if (len < end) {
+            refused += rc == CK_EFORMAT && strlen(err) > strlen(cut) + 10;
+            if (rc != CK_EFORMAT && bad++ < 5)
+                fprintf(stderr, "prefix %zu: rc %d: %s\n", len, rc, err);
+        } else {
+            opened += rc == 0;
+        }
+    }
+    free(p);
+    CK_CHECK(bad == 0);
+    CK_CHECK(refused == end && opened == n - end);
+    fprintf(stderr, "    %zu prefixes refused, %zu opened (file %zu bytes)\n",
+            refused, opened, n);
+}
+
+/* Mutate each header byte of the sample a few ways: whatever the reader
+ * decides, it must not crash (ASan watches), and what it accepts must be
+ * self-consistent. */
+static void test_mutated(void) {
+    sample_data s;
+    char err[512];
+    CK_CHECK(sample_data_make(&s) == 0);
+    const char *src = tmp_path("mut-src.gguf");
+    int rc = write_sample(src, &s, err, sizeof err);
+    sample_data_free(&s);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    size_t n;
+    uint8_t *p = read_file(src, &n);
+    CK_CHECK(p != NULL);
+    gguf_file *f;
+    rc = gguf_open(src, &f, err, sizeof err);
+    size_t hdr = rc == 0 ? (size_t)gguf_data_offset(f) : 0;
+    gguf_close(f);
+    const char *mut = tmp_path("mut.gguf");
+    int fd = write_file(mut, p, n) == 0 ? open(mut, O_WRONLY) : -1;
+    if (fd < 0)
+        free(p);
+    CK_CHECK(fd >= 0);
+    size_t opened = 0, refused = 0, inconsistent = 0;
+    for (size_t i = 0; i < hdr; i++) {
+        uint8_t orig = p[i];
+        const uint8_t vals[5] = {0x00, 0xFF, (uint8_t)(orig ^ 1),
+                                 (uint8_t)(orig + 0x80), orig};
+        for (int v = 0; v < 5; v++) {
+            if (pwrite(fd, &vals[v], 1, (off_t)i) != 1)
+                inconsistent++;
+            if (v == 4)
+                break; /* restored */
+            if (vals[v] == orig)
+                continue;
+            rc = gguf_open(mut, &f, err, sizeof err);
+            if (rc < 0) {
+                refused++;
+                inconsistent += err[0] == 0;
+                continue;
+            }
+            opened++;
+            /* touch everything it hands out */
+            volatile uint64_t sum = 0;
+            for (int k = 0; k < gguf_n_kv(f); k++) {
+                const char *key = gguf_key_at(f, k), *str;
+                size_t len;
+                int et;
+                uint64_t cnt;
+                const void *data;
+                inconsistent += gguf_find_key(f, key) != k;
+                if (gguf_get_str(f, key, &str, &len) == 0)
+                    for (size_t j = 0; j < len; j++)
+                        sum += (uint8_t)str[j];
+                if (gguf_get_arr(f, key, &et, &cnt, &data) == 0) {
+                    if (et == GGUF_TYPE_STRING) {
+                        for (uint64_t j = 0; j < cnt; j++)
+                            if (gguf_get_arr_str(f, key, j, &str, &len) == 0 &&
+                                len)
+                                sum += (uint8_t)str[0] + (uint8_t)str[len - 1];
+                    } else if (cnt) {
+                        size_t bytes = cnt * gguf_type_size(et);
+                        sum += ((const uint8_t *)data)[bytes - 1];
+                    }
+                }
+            }
+            for (int k = 0; k < gguf_n_tensors(f); k++) {
+                const gguf_tensor *t = gguf_tensor_at(f, k);
+                inconsistent += gguf_find_tensor(f, t->name) != t;
+                inconsistent += gguf_data_offset(f) + t->offset + t->nbytes > n;
+                inconsistent += t->n_dims < 1 || t->n_dims > 4;
+                sum += ((const uint8_t *)t->data)[0] +
+                       ((const uint8_t *)t->data)[t->nbytes - 1];
+            }
+            (void)sum;
+            gguf_close(f);
+        }
+    }
+    close(fd);
+    free(p);
+    CK_CHECK(hdr > 0);
+    CK_CHECK(inconsistent == 0);
+    fprintf(stderr, "    %zu mutations refused, %zu opened\n", refused, opened);
+}
+
+/* ------------------------------------------------------------------------
+ * main
+ * ------------------------------------------------------------------------ */
+
+static int cmd_write_sample(const char *path) {
+    sample_data s;
+    char err[512];
+    if (sample_data_make(&s) < 0) {
+        fprintf(stderr, "test_gguf: out of memory\n");
+        return 1;
+    }
+    int rc = write_sample(path, &s, err, sizeof err);
+    if (rc == 0)
+        json_of_spec(stdout, &s);
+    else
+        fprintf(stderr, "test_gguf: %s (%s)\n", err, ck_strerror(rc));
+    sample_data_free(&s);
+    return rc == 0 ? 0 : 1;
+}
+
+static int cmd_describe(const char *path) {
+    gguf_file *f;
+    char err[512];
+    int rc = gguf_open(path, &f, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "test_gguf: %s (%s)\n", err, ck_errname(rc));
+        return 1;
+    }
+    json_of_file(stdout, f);
+    gguf_close(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-sample") == 0)
+        return cmd_write_sample(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--describe") == 0)
+        return cmd_describe(argv[2]);
+    if (argc != 1) {
+        fprintf(stderr, "usage: test_gguf [--write-sample PATH | --describe PATH]\n");
+        return 2;
+    }
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/confkv-gguf-XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    CK_RUN(test_round_trip);
+    CK_RUN(test_writer_args);
+    CK_RUN(test_empty_file);
+    CK_RUN(test_crafted_header);
+    CK_RUN(test_crafted_kv);
+    CK_RUN(test_crafted_tensors);
+    CK_RUN(test_open_errors);
+    CK_RUN(test_truncated);
+    CK_RUN(test_mutated);
+    remove_tmp_dir();
+    return ck_test_summary();
+}
