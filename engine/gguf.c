@@ -100,8 +100,9 @@ static int index_init(gguf_index *ix, size_t n) {
     return 0;
 }
 
-/* Slot where `name` is, or the empty slot where it would go. names(i)
- * gives the name of entry i. */
+/* Slot where `name` is, or the empty slot where it would go;
+ * name_of(ctx, i) gives the name of entry i. A file whose names all
+ * collide makes this O(n) per lookup: slow, never unsafe. */
 #define INDEX_PROBE(ix, name, name_of, ctx, slot_out)                         \
     do {                                                                      \
         size_t s_ = (size_t)hash_str(name) & (ix)->mask;                      \

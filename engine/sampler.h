@@ -36,14 +36,15 @@ typedef struct samp_conf {
     float pmax;    /* p1 */
 } samp_conf;
 
-/* One streaming pass over n >= 2 logits: a running max m, S = sum e^(x - m)
- * and U = sum (m - x) e^(x - m) kept relative to the max (so a peaked
- * distribution loses no precision: entropy = log S + U / S, both terms >= 0),
- * and the top two logits; 16 independent lanes so the compiler vectorizes it,
- * with a polynomial exp. Relative error about 1e-6. *argmax (if not NULL)
- * gets the index of the largest logit, the lowest on ties. Pure: no
- * allocation, no state. Returns 0; CK_EINVAL when n < 2, a pointer is NULL
- * or no logit is finite. */
+/* One streaming pass over n >= 2 logits: per lane a running max m,
+ * S = sum e^(x - m) and U = sum (m - x) e^(x - m), both kept relative to the
+ * max, and the top two logits (entropy = log S + U / S: two non-negative
+ * terms, so a peaked distribution loses no precision, where m + log S - T/S
+ * would cancel). Lanes are vectors (GCC/Clang vector extensions, AVX-512,
+ * AVX or SSE width) with a polynomial exp; relative error about 1e-6.
+ * *argmax (if not NULL) gets the index of the largest logit, the lowest on
+ * ties. Pure: no allocation, no state, thread-safe. Returns 0; CK_EINVAL when
+ * n < 2, a pointer is NULL or no logit is finite. */
 int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax);
 
 /* Index of the largest logit, the lowest on ties; CK_EINVAL when n < 1 or no
@@ -69,9 +70,13 @@ void samp_reset(sampler *s, uint64_t seed);
  * Greedy when temperature == 0 (after the penalty; ties -> lowest id), and then
  * no random number is drawn. Otherwise: penalty, temperature, top-k, softmax,
  * min-p, top-p (renormalised over what min-p kept), one draw. Allocates
- * nothing. Deterministic for a seed and the same sequence of calls.
+ * nothing. Deterministic for a seed and the same sequence of calls (the
+ * stream differs between builds with different vector widths only through
+ * float rounding). Tokens whose weight is below e^-87 of the best are never
+ * drawn. Cost on 32k logits: tens of microseconds; top-p partitions instead
+ * of sorting (a few hundred microseconds at worst, for a flat distribution).
  * Returns the token id (>= 0); CK_EINVAL for NULL pointers, a history id out
- * of [0, vocab_size) or logits that are all -inf. */
+ * of [0, vocab_size), or logits that are all -inf (or, when sampling, +inf). */
 int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history);
 
 #endif

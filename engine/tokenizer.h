@@ -93,7 +93,8 @@ int tok_type(const tokenizer *t, int id);
  * are "\n<s>\n" and the like, bos/eos/unk as "<s>", "</s>", "<unk>".
  * Writes the bytes and a NUL into buf (cap bytes) and sets *len (without the
  * NUL). Returns 0; CK_EINVAL for a bad id; CK_ETOOLONG when cap < *len + 1
- * (*len then holds the length needed, nothing is written). */
+ * (*len then holds the length needed, nothing is written: buf = NULL with
+ * cap = 0 asks for the length). */
 int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *len);
 
 /* Encode `len` bytes of text (any bytes; text may be NULL when len is 0).
@@ -108,7 +109,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_bos, in
 
 /* The bytes token `id` prints after token `prev` (llama2.c's rules: after BOS
  * a leading ' ' is dropped; a BYTE piece is its raw byte; CONTROL pieces print
- * nothing). Returns a pointer valid while t lives (for byte pieces into a
+ * nothing; UNK prints its piece text, "<unk>", as llama2.c does). Returns a pointer valid while t lives (for byte pieces into a
  * per-tokenizer 256x2 table) and sets *len; the bytes may contain NUL, so use
  * *len. An id out of range prints nothing ("" and *len = 0). prev may be any
  * value (-1: no previous token). */

@@ -100,8 +100,6 @@ typedef struct cuda_backend {
     size_t bytes;     /* device bytes held */
 } cuda_backend;
 
-static const be_ops cu_ops_table_; /* defined below */
-
 /* ------------------------------------------------------------ errors */
 
 /* The single run-time error path: log and turn into CK_EBACKEND. Waits for
@@ -341,10 +339,11 @@ static int cu_kv_write(backend *b, int block, const float *src) {
     return CK_OK;
 }
 
+/* kvq_block_bytes (kvq.h), computed here: this library does not link the engine. */
 static size_t cu_q8_bytes(const cuda_backend *cb) {
     const size_t L = (size_t)cb->base.m->cfg.n_layers, bs = (size_t)cb->base.opt.block_size;
     const size_t kvd = (size_t)cb->kv_dim;
-    return L * ((kvd + bs) * sizeof(float) + 2 * bs * kvd);
+    return L * (2 * bs * kvd + (kvd + bs) * sizeof(float));
 }
 
 static size_t cu_memory_bytes(const backend *b) { return ((const cuda_backend *)b)->bytes; }
@@ -478,8 +477,8 @@ static int cu_init_device(cuda_backend *cb, char *err, size_t errlen) {
     CU_NEW(cudaGetDevice(&cb->dev), "cudaGetDevice");
     CU_NEW(cudaGetDeviceProperties(&prop, cb->dev), "cudaGetDeviceProperties");
     if (prop.major < 9) {
-        char why[160];
-        snprintf(why, sizeof why, "%s has compute capability %d.%d; the kernels need 9.0+",
+        char why[256];
+        snprintf(why, sizeof why, "%.100s has compute capability %d.%d; the kernels need 9.0+",
                  prop.name, prop.major, prop.minor);
         return cu_seterr(err, errlen, CK_EUNSUPPORTED, "device", why);
     }
@@ -712,13 +711,15 @@ extern "C" size_t be_cuda_kv_q8_bytes(const backend *b) {
     return be_cuda_is(b) ? cu_q8_bytes((const cuda_backend *)b) : 0;
 }
 
-extern "C" int be_cuda_kv_read_q8(backend *b, int block, void *dst) {
-    if (!be_cuda_is(b) || !dst || block < 0 || block >= b->opt.n_kv_blocks) return CK_EINVAL;
+extern "C" int be_cuda_kv_read_q8(backend *b, int block, int n_tokens, void *dst) {
+    if (!be_cuda_is(b) || !dst || block < 0 || block >= b->opt.n_kv_blocks || n_tokens < 0 ||
+        n_tokens > b->opt.block_size)
+        return CK_EINVAL;
     cuda_backend *cb = (cuda_backend *)b;
     const model_config *c = &b->m->cfg;
     CU_RT(cudaSetDevice(cb->dev));
-    CU_RT(ck_cuda_kv_quantize(cb->kv + (size_t)block * b->kv_block_floats, cb->q8, c->n_layers,
-                              b->opt.block_size, cb->kv_dim, cb->cst));
+    CU_RT(ck_cuda_kv_quantize(cb->kv + (size_t)block * b->kv_block_floats, n_tokens, cb->q8,
+                              c->n_layers, b->opt.block_size, cb->kv_dim, cb->cst));
     CU_RT(cudaMemcpyAsync(dst, cb->q8, cu_q8_bytes(cb), cudaMemcpyDeviceToHost, cb->cst));
     CU_RT(cudaStreamSynchronize(cb->cst));
     return CK_OK;

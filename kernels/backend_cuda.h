@@ -63,21 +63,20 @@ typedef struct be_cuda_conf {
  * n_rows <= that forward's n_out. Returns 0, CK_EINVAL or CK_EBACKEND. */
 int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
 
-/* The int8 form of one KV block, for a warm tier that wants a quarter of
- * the bytes. Layout, for L layers, block size bs and kv_dim kvd:
- *     float scales, per layer l:  kscale[kvd] (one per key channel), then
- *                                 vscale[bs]  (one per value token)
- *     int8 data, per layer l:     K[bs][kvd], then V[bs][kvd]
- * x = q * scale; scale = max|x| / 127 over the group, so each element comes
- * back within scale / 2. be_cuda_kv_q8_bytes gives its size:
- * L * ((kvd + bs) * 4 + 2 * bs * kvd). */
+/* The int8 form of one KV block, for a warm tier that wants about a
+ * quarter of the bytes: exactly engine/kvq.h's format and bytes (per layer
+ * int8 K[bs][kvd], int8 V[bs][kvd], float key scale per channel [kvd],
+ * float value scale per token [bs]), so kvq_dequantize reads what
+ * be_cuda_kv_read_q8 writes and the other way round. Its size:
+ * be_cuda_kv_q8_bytes == kvq_block_bytes. */
 size_t be_cuda_kv_q8_bytes(const backend *b);
-/* Quantise pool block `block` on the device and copy the int8 form to dst
- * (host memory; pinned memory from be_cuda_host_alloc copies fastest), or
- * copy src in and dequantise it into the block. Both run on the backend's
- * copy stream and return when the copy is done. Returns 0, CK_EINVAL for a
- * block out of range, or CK_EBACKEND. */
-int be_cuda_kv_read_q8(backend *b, int block, void *dst);
+/* Quantise pool block `block`, whose first n_tokens positions (0..block_size)
+ * are written, on the device and copy the int8 form to dst (host memory;
+ * pinned memory from be_cuda_host_alloc copies fastest); or copy src in and
+ * expand it into the block. Both run on the backend's copy stream and
+ * return when the copy is done. Returns 0, CK_EINVAL for a block or
+ * n_tokens out of range, or CK_EBACKEND. */
+int be_cuda_kv_read_q8(backend *b, int block, int n_tokens, void *dst);
 int be_cuda_kv_write_q8(backend *b, int block, const void *src);
 
 /* Page-locked host memory for the copies above (cudaHostAlloc). Returns 0

@@ -105,10 +105,11 @@ cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int bloc
                              const int32_t *pos, const int32_t *cseq, const int32_t *seq_off,
                              const int32_t *blocks, int T, cudaStream_t st);
 
-/* ck_cuda_kv.cu: int8 form of one block (backend_cuda.h gives the layout):
- * quantize the block at src (block_floats floats) into dst, or the reverse. */
-cudaError_t ck_cuda_kv_quantize(const float *src, void *dst, int n_layers, int block_size,
-                                int kv_dim, cudaStream_t st);
+/* ck_cuda_kv.cu: int8 form of one block, byte for byte engine/kvq.h's:
+ * quantize the block at src (block_floats floats, first n_tokens positions
+ * written) into dst, or expand src into dst. */
+cudaError_t ck_cuda_kv_quantize(const float *src, int n_tokens, void *dst, int n_layers,
+                                int block_size, int kv_dim, cudaStream_t st);
 cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int block_size,
                                   int kv_dim, cudaStream_t st);
 

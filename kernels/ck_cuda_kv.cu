@@ -1,12 +1,11 @@
 /* ck_cuda_kv.cu - writes into the paged KV pool, and the int8 form of a
- * block (ck_cuda.h gives the contracts; backend_cuda.h the int8 layout).
+ * block (ck_cuda.h gives the contracts).
  *
- * Int8: keys get one scale per channel (per layer, over the block's tokens),
- * because key outliers sit in fixed channels; values get one scale per token
- * (per layer, over its channels). Symmetric: scale = max|x| / 127,
- * q = round(x / scale) clamped to [-127, 127]; an all-zero group gets scale
- * 0 and q = 0. Dequantised, each element is within scale / 2 of the
- * original. */
+ * Int8: the bytes of engine/kvq.c's kvq_quantize, operation for operation
+ * (same layout, same scale = max|x| / 127, same roundf(x * (1 / scale))
+ * clamped to [-127, 127], unwritten positions 0), so a block compressed here
+ * is read back by kvq_dequantize and the other way round. Keys get one scale
+ * per channel (key outliers sit in fixed channels), values one per token. */
 #include "ck_cuda.h"
 
 /* ------------------------------------------------------------ KV write */
@@ -39,60 +38,67 @@ cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int bloc
 
 /* ------------------------------------------------------------ int8 */
 
-/* Where layer l's pieces sit in the int8 form (see backend_cuda.h). */
-static __device__ __forceinline__ float *ck_q8_kscale(void *base, int l, int bs, int kvd) {
-    return (float *)base + (size_t)l * (kvd + bs);
-}
-static __device__ __forceinline__ signed char *ck_q8_k(void *base, int L, int l, int bs, int kvd) {
-    return (signed char *)((float *)base + (size_t)L * (kvd + bs)) + (size_t)l * 2 * bs * kvd;
+/* Layer l of the int8 form (kvq.h): int8 k[bs][kvd], int8 v[bs][kvd], float
+ * ks[kvd], float vs[bs]. kvd is even (head_dim is), so the floats are 4-byte
+ * aligned. */
+static __device__ __forceinline__ unsigned char *ck_q8_layer(void *base, int l, int bs, int kvd) {
+    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(float) * ((size_t)kvd + bs);
+    return (unsigned char *)base + (size_t)l * layer_bytes;
 }
 
-static __device__ __forceinline__ signed char ck_q8_round(float x, float scale) {
-    if (scale == 0.0f) return 0;
-    int q = __float2int_rn(x / scale);
-    q = q > 127 ? 127 : (q < -127 ? -127 : q);
-    return (signed char)q;
+/* kvq.c's rounding: round half away from zero of x * (1 / scale). */
+static __device__ __forceinline__ signed char ck_q8(float x, float inv) {
+    const float r = roundf(x * inv);
+    return (signed char)(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r));
 }
 
 /* Keys: grid (n_layers), threads stride over channels; each thread scans its
- * channel over the block's tokens (reads coalesced across the warp). */
-static __global__ void ck_kq_kernel(const float *src, void *dst, int L, int bs, int kvd) {
+ * channel over the written tokens (reads coalesced across the warp). */
+static __global__ void ck_kq_kernel(const float *src, void *dst, int bs, int kvd, int n_tokens) {
     const int l = blockIdx.x;
     const float *k = src + (size_t)l * 2 * bs * kvd;
-    float *ks = ck_q8_kscale(dst, l, bs, kvd);
-    signed char *q = ck_q8_k(dst, L, l, bs, kvd);
+    unsigned char *base = ck_q8_layer(dst, l, bs, kvd);
+    signed char *q = (signed char *)base;
+    float *ks = (float *)(base + 2 * (size_t)bs * kvd);
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
-        float amax = 0.0f;
-        for (int t = 0; t < bs; t++) amax = fmaxf(amax, fabsf(k[(size_t)t * kvd + c]));
-        const float scale = amax / 127.0f;
+        float m = 0.0f;
+        for (int t = 0; t < n_tokens; t++) m = fmaxf(m, fabsf(k[(size_t)t * kvd + c]));
+        const float scale = m / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
         ks[c] = scale;
-        for (int t = 0; t < bs; t++) q[(size_t)t * kvd + c] = ck_q8_round(k[(size_t)t * kvd + c], scale);
+        for (int t = 0; t < bs; t++)
+            q[(size_t)t * kvd + c] = t < n_tokens ? ck_q8(k[(size_t)t * kvd + c], inv) : 0;
     }
 }
 
 /* Values: grid (block_size, n_layers), one thread block per token row. */
-static __global__ void ck_vq_kernel(const float *src, void *dst, int L, int bs, int kvd) {
+static __global__ void ck_vq_kernel(const float *src, void *dst, int bs, int kvd, int n_tokens) {
     __shared__ float sh[32];
     const int t = blockIdx.x, l = blockIdx.y;
     const float *v = src + (size_t)l * 2 * bs * kvd + (size_t)bs * kvd + (size_t)t * kvd;
-    float *vs = ck_q8_kscale(dst, l, bs, kvd) + kvd;
-    signed char *q = ck_q8_k(dst, L, l, bs, kvd) + (size_t)bs * kvd + (size_t)t * kvd;
-    float amax = 0.0f;
-    for (int c = threadIdx.x; c < kvd; c += blockDim.x) amax = fmaxf(amax, fabsf(v[c]));
-    amax = ck_block_max(amax, sh);
-    const float scale = amax / 127.0f;
+    unsigned char *base = ck_q8_layer(dst, l, bs, kvd);
+    signed char *q = (signed char *)base + (size_t)bs * kvd + (size_t)t * kvd;
+    float *vs = (float *)(base + 2 * (size_t)bs * kvd) + kvd;
+    if (t >= n_tokens) { /* block-uniform branch: unwritten rows are 0 */
+        for (int c = threadIdx.x; c < kvd; c += blockDim.x) q[c] = 0;
+        if (threadIdx.x == 0) vs[t] = 0.0f;
+        return;
+    }
+    float m = 0.0f;
+    for (int c = threadIdx.x; c < kvd; c += blockDim.x) m = fmaxf(m, fabsf(v[c]));
+    m = ck_block_max(m, sh);
+    const float scale = m / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     if (threadIdx.x == 0) vs[t] = scale;
-    for (int c = threadIdx.x; c < kvd; c += blockDim.x) q[c] = ck_q8_round(v[c], scale);
+    for (int c = threadIdx.x; c < kvd; c += blockDim.x) q[c] = ck_q8(v[c], inv);
 }
 
 /* Dequantise: grid (block_size, n_layers); each thread block rebuilds row t
  * of K and of V of one layer. */
-static __global__ void ck_kv_deq_kernel(const void *src, float *dst, int L, int bs, int kvd) {
+static __global__ void ck_kv_deq_kernel(const void *src, float *dst, int bs, int kvd) {
     const int t = blockIdx.x, l = blockIdx.y;
-    void *base = const_cast<void *>(src);
-    const float *ks = ck_q8_kscale(base, l, bs, kvd), *vs = ks + kvd;
-    const signed char *qk = ck_q8_k(base, L, l, bs, kvd) + (size_t)t * kvd;
+    const unsigned char *base = ck_q8_layer(const_cast<void *>(src), l, bs, kvd);
+    const signed char *qk = (const signed char *)base + (size_t)t * kvd;
     const signed char *qv = qk + (size_t)bs * kvd;
+    const float *ks = (const float *)(base + 2 * (size_t)bs * kvd), *vs = ks + kvd;
     float *k = dst + (size_t)l * 2 * bs * kvd + (size_t)t * kvd, *v = k + (size_t)bs * kvd;
     const float vscale = vs[t];
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
@@ -101,21 +107,21 @@ static __global__ void ck_kv_deq_kernel(const void *src, float *dst, int L, int 
     }
 }
 
-cudaError_t ck_cuda_kv_quantize(const float *src, void *dst, int n_layers, int block_size,
-                                int kv_dim, cudaStream_t st) {
+cudaError_t ck_cuda_kv_quantize(const float *src, int n_tokens, void *dst, int n_layers,
+                                int block_size, int kv_dim, cudaStream_t st) {
     const int threads = kv_dim >= 256 ? 256 : 64;
-    ck_kq_kernel<<<n_layers, threads, 0, st>>>(src, dst, n_layers, block_size, kv_dim);
+    ck_kq_kernel<<<n_layers, threads, 0, st>>>(src, dst, block_size, kv_dim, n_tokens);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    ck_vq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, n_layers, block_size,
-                                                                  kv_dim);
+    ck_vq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size, kv_dim,
+                                                                  n_tokens);
     return cudaGetLastError();
 }
 
 cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int block_size,
                                   int kv_dim, cudaStream_t st) {
     const int threads = kv_dim >= 256 ? 256 : 64;
-    ck_kv_deq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, n_layers,
-                                                                      block_size, kv_dim);
+    ck_kv_deq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size,
+                                                                      kv_dim);
     return cudaGetLastError();
 }

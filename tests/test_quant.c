@@ -142,6 +142,18 @@ static void test_f16_exhaustive(void) {
                      want);
         CK_CHECK_MSG(quant_f32_to_f16(f) == h, "round trip 0x%04x", h);
     }
+    /* the row conversions (vectorised) agree with the scalar ones */
+    static uint16_t hs[0x10000], back[0x10000];
+    static float fs[0x10000];
+    for (uint32_t h = 0; h < 0x10000; h++)
+        hs[h] = (uint16_t)h;
+    CK_CHECK(quant_to_f32(QUANT_F16, hs, fs, 0x10000) == 0);
+    CK_CHECK(quant_from_f32(QUANT_F16, fs, back, 0x10000) == 0);
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = quant_f16_to_f32((uint16_t)h);
+        CK_CHECK_MSG(bits_of(fs[h]) == bits_of(f), "row 0x%04x", h);
+        CK_CHECK_MSG(back[h] == quant_f32_to_f16(f), "row back 0x%04x", h);
+    }
 }
 
 /* f32 -> f16 rounds to nearest even: check every half-way point between
@@ -165,19 +177,24 @@ static void test_f16_rounding(void) {
 /* Compare with the compiler's own _Float16 conversion (correctly rounded by
  * IEEE rules) on a million floats spread over all exponents. */
 static void test_f16_vs_compiler(void) {
+    enum { N = 1 << 20 };
+    static float fs[N];
+    static uint16_t hs[N];
     uint64_t s = 0x1234567;
-    for (int i = 0; i < 1000000; i++) {
+    for (int i = 0; i < N; i++) {
         uint32_t u = (uint32_t)rng_next(&s);
         if (i % 2) /* concentrate on the half range: exponents 96..144 */
             u = (u & 0x807FFFFFu) | ((96u + (u >> 23) % 49u) << 23);
-        float f = float_of(u);
-        if (isnan(f))
-            continue;
-        _Float16 c = (_Float16)f;
+        fs[i] = isnan(float_of(u)) ? 0.0f : float_of(u);
+    }
+    CK_CHECK(quant_from_f32(QUANT_F16, fs, hs, N) == 0);
+    for (int i = 0; i < N; i++) {
+        _Float16 c = (_Float16)fs[i];
         uint16_t want;
         memcpy(&want, &c, 2);
-        CK_CHECK_MSG(quant_f32_to_f16(f) == want, "%a: 0x%04x vs 0x%04x",
-                     (double)f, quant_f32_to_f16(f), want);
+        CK_CHECK_MSG(quant_f32_to_f16(fs[i]) == want, "%a: 0x%04x vs 0x%04x",
+                     (double)fs[i], quant_f32_to_f16(fs[i]), want);
+        CK_CHECK_MSG(hs[i] == want, "row %a", (double)fs[i]);
     }
 }
 #endif
@@ -267,6 +284,19 @@ static void test_q8_0(void) {
                          (double)x[b * 32 + j], (double)y[b * 32 + j], bound);
         }
     }
+    /* byte-identical to ggml's reference quantize_row_q8_0 (roundf) */
+    for (int b = 0; b < NB; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        uint16_t dh = quant_f32_to_f16(d);
+        CK_CHECK(memcmp(dst + b * 34, &dh, 2) == 0);
+        for (int j = 0; j < 32; j++)
+            CK_CHECK_MSG((int8_t)dst[b * 34 + 2 + j] == (int8_t)roundf(xb[j] * id),
+                         "block %d elem %d", b, j);
+    }
     /* all-zero block: d = 0, q = 0, exact */
     for (int j = 0; j < 32; j++)
         CK_CHECK(y[5 * 32 + j] == 0.0f && dst[5 * 34 + 2 + j] == 0);
@@ -283,8 +313,11 @@ static void test_q8_0(void) {
     /* rounding of q: half away from zero, as roundf in ggml */
     z[0] = 2.5f;
     z[1] = -2.5f;
+    z[2] = 0.49999997f; /* x + 0.5 would round this up */
+    z[4] = -126.5f;
     CK_CHECK(quant_from_f32(QUANT_Q8_0, z, zq, 32) == 0);
     CK_CHECK((int8_t)zq[2] == 3 && (int8_t)zq[3] == -3);
+    CK_CHECK((int8_t)zq[4] == 0 && (int8_t)zq[6] == -127);
     /* non-finite inputs and scales that overflow f16 are refused */
     z[7] = INFINITY;
     CK_CHECK(quant_from_f32(QUANT_Q8_0, z, zq, 32) == CK_ERANGE);

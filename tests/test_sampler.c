@@ -519,6 +519,50 @@ static void test_large_vocab(void) {
     samp_free(k5);
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
+static void test_top_p_large(void) {
+    /* the nucleus on a big vocabulary (partitioned, several levels deep) is
+     * the sorted prefix: every draw is inside it, and most of it is drawn */
+    enum { N = 5000, D = 3000 };
+    static float l[N], c[N];
+    static double q[N], sorted[N];
+    static char drawn[N];
+    const float tps[] = {0.3f, 0.8f, 0.97f};
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < N; i++) l[i] = (float)(1.5 * nrand());
+        softmax_d(l, N, 1.0, q);
+        memcpy(sorted, q, sizeof q);
+        qsort(sorted, N, sizeof sorted[0], cmp_desc);
+        double cum = 0, floor_p = 0;
+        int k = 0;
+        while (k < N) {
+            cum += sorted[k++];
+            if (cum > tps[t]) break;
+        }
+        floor_p = sorted[k - 1]; /* the least probable member */
+        sampler *s = mk(N, 1.0f, tps[t], 0, 0.0f, 1.0f, 77 + t);
+        CK_CHECK(s != NULL);
+        memset(drawn, 0, sizeof drawn);
+        int distinct = 0;
+        for (int d = 0; d < D; d++) {
+            memcpy(c, l, sizeof l);
+            int id = samp_sample(s, c, NULL, 0);
+            CK_CHECK(id >= 0 && id < N);
+            CK_CHECK_MSG(q[id] >= floor_p * (1 - 1e-6), "top-p %g: id %d outside", tps[t], id);
+            distinct += !drawn[id];
+            drawn[id] = 1;
+        }
+        samp_free(s);
+        /* expected distinct draws from k candidates: a good share of them */
+        CK_CHECK_MSG(distinct > (k < D ? k : D) / 4, "top-p %g: %d distinct of %d", tps[t],
+                     distinct, k);
+    }
+}
+
 int main(void) {
     CK_RUN(test_confidence_accuracy);
     CK_RUN(test_confidence_ties_and_errors);
@@ -530,5 +574,6 @@ int main(void) {
     CK_RUN(test_statistics);
     CK_RUN(test_penalty);
     CK_RUN(test_large_vocab);
+    CK_RUN(test_top_p_large);
     return ck_test_summary();
 }

@@ -13,6 +13,10 @@ PKGS=(
   gnuplot-nox                 # plots in docs/BENCHMARKS.md
 )
 
+# node runs the independent GGUF reader check (tests/gguf_independent.sh);
+# machines that already have a node >= 18 keep theirs.
+if ! command -v node >/dev/null 2>&1; then PKGS+=(nodejs npm); fi
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 

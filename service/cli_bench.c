@@ -1,0 +1,261 @@
+/* cli_bench.c - `confkv bench`: prefill and decode speed, against this
+ * machine's own limits measured in the same run (the roofline).
+ *
+ * Decode at batch 1 reads every weight once per token, so its ceiling is the
+ * memory read bandwidth; at large batches the weights are read once per B
+ * tokens and the ceiling is the sgemm rate. The bench measures both ceilings
+ * first (a multi-threaded streaming read of a buffer far larger than the
+ * caches; OpenBLAS sgemm on square matrices) and reports the fraction of the
+ * relevant one the run reached. --scenario serve drives the scheduler
+ * instead (cli_serve.c). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <cblas.h>
+
+#include "ck_err.h"
+#include "cli.h"
+#include "json_out.h"
+#include "sampler.h"
+
+int cli_bench_serve(int argc, char **argv);
+
+/* Best-of-5 read bandwidth over a 512 MiB buffer, bytes/s. */
+static double measure_bandwidth(int threads) {
+    size_t n = (size_t)512 << 20 >> 3; /* doubles */
+    double *buf = malloc(n * sizeof *buf);
+    if (!buf) return 0;
+#pragma omp parallel for num_threads(threads)
+    for (size_t i = 0; i < n; i++) buf[i] = (double)(i & 1023);
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = cli_now(), s = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += buf[i];
+        double dt = cli_now() - t0;
+        sink += s;
+        if (dt > 0 && n * sizeof *buf / dt > best) best = n * sizeof *buf / dt;
+    }
+    free(buf);
+    if (sink == 42) fputc(' ', stderr); /* keep the reads */
+    return best;
+}
+
+/* Best-of-5 sgemm rate on n x n x n, FLOP/s. */
+static double measure_sgemm(int threads) {
+    int n = 1024;
+    float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b);
+    float *c = malloc((size_t)n * n * sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return 0;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+    openblas_set_num_threads(threads);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = cli_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double dt = cli_now() - t0;
+        if (dt > 0 && 2.0 * n * n * n / dt > best) best = 2.0 * n * n * n / dt;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static void help(void) {
+    printf("usage: confkv bench --model M [--tokenizer T] [--batch B] [--prompt-tokens P]\n"
+           "                    [--gen-tokens N] [--threads T] [--json] [--no-roofline]\n"
+           "       confkv bench --scenario serve ...   (confkv bench --scenario serve --help)\n\n"
+           "Runs B sequences: prefill of P tokens each, then N decode steps of B tokens.\n"
+           "Defaults: batch 1, 32 prompt tokens, 128 generated tokens, all cores.\n");
+}
+
+int cli_bench(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--scenario") && !strcmp(argv[i + 1], "serve")) return cli_bench_serve(argc, argv);
+    cli_args a = {argc, argv, 1, "bench", 0};
+    cli_engine_opts eo;
+    cli_engine_opts_default(&eo);
+    int batch = 1, prompt = 32, gen = 128, json = 0, roofline = 1;
+    const char *scenario = "decode";
+    while (a.i < a.argc && !a.bad) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            help();
+            return 0;
+        }
+        if (cli_engine_flag(&a, &eo) || cli_int(&a, "--batch", 1, 4096, &batch) ||
+            cli_int(&a, "--prompt-tokens", 1, 1 << 20, &prompt) ||
+            cli_int(&a, "--gen-tokens", 1, 1 << 20, &gen) || cli_str(&a, "--scenario", &scenario))
+            continue;
+        if (cli_flag(&a, "--json")) json = 1;
+        else if (cli_flag(&a, "--no-roofline")) roofline = 0;
+        else return cli_unknown(&a);
+    }
+    if (a.bad) return 2;
+    if (strcmp(scenario, "decode")) {
+        cli_error(&a, "--scenario must be decode (default) or serve");
+        return 2;
+    }
+    eo.max_seqs = batch;
+    eo.max_ctx = prompt + gen + 1;
+    eo.max_batch_tokens = batch > 512 ? batch : 512;
+    cli_engine e;
+    int rc = cli_engine_open(&a, &eo, &e);
+    if (rc) return rc;
+    if (eo.max_ctx > e.b->opt.max_ctx) {
+        cli_error(&a, "prompt + gen tokens (%d) exceed the model's context %d", eo.max_ctx - 1,
+                  e.m->cfg.seq_len);
+        cli_engine_close(&e);
+        return 2;
+    }
+    int threads = e.b->opt.n_threads, V = e.m->cfg.vocab_size, T = e.b->opt.max_batch_tokens;
+    double bw = 0, sg = 0;
+    if (roofline) {
+        fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
+        bw = measure_bandwidth(threads);
+        sg = measure_sgemm(threads);
+    }
+    openblas_set_num_threads(threads);
+
+    kv_seq *seqs = calloc((size_t)batch, sizeof *seqs);
+    be_seq_view *views = calloc((size_t)batch, sizeof *views);
+    int32_t *tok = malloc((size_t)T * sizeof *tok), *pos = malloc((size_t)T * sizeof *pos);
+    int32_t *six = malloc((size_t)T * sizeof *six), *row = malloc((size_t)T * sizeof *row);
+    int32_t *next = malloc((size_t)batch * sizeof *next);
+    float *logits = malloc((size_t)T * V * sizeof *logits);
+    int exit_code = 1;
+    if (!seqs || !views || !tok || !pos || !six || !row || !next || !logits) goto out;
+    for (int s = 0; s < batch; s++)
+        if ((rc = kv_seq_init(&seqs[s], s, e.b->opt.max_ctx, e.b->opt.block_size))) goto out;
+
+    /* Prefill: every sequence's prompt, packed into batches of T tokens. */
+    fprintf(stderr, "confkv bench: prefill %d x %d tokens ...\n", batch, prompt);
+    double t0 = cli_now();
+    int s = 0, done = 0;
+    while (s < batch) {
+        int n = 0, first = s;
+        while (s < batch && n < T) {
+            int c = prompt - done < T - n ? prompt - done : T - n;
+            if ((rc = kv_seq_reserve(&seqs[s], &e.pool, c))) goto out;
+            for (int i = 0; i < c; i++) {
+                tok[n] = (int32_t)(3 + (s * 131 + (done + i) * 17) % (V - 3));
+                pos[n] = done + i;
+                six[n] = s - first;
+                row[n] = (done + i == prompt - 1) ? 0 : -1;
+                n++;
+            }
+            done += c;
+            if (done == prompt) s++, done = 0;
+            else break;
+        }
+        /* one logits row per finished prompt in this batch */
+        int nout = 0;
+        for (int i = 0; i < n; i++)
+            if (row[i] >= 0) row[i] = nout++;
+        int last = s < batch && done > 0 ? s : s - 1;
+        for (int q = first; q <= last; q++)
+            views[q - first] = (be_seq_view){seqs[q].hot, seqs[q].n_blocks, NULL};
+        be_batch bt = {n, tok, pos, six, row, last - first + 1, views, nout};
+        if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
+        for (int q = first; q <= last; q++) {
+            int c = 0;
+            for (int i = 0; i < n; i++) c += six[i] == q - first;
+            kv_seq_commit(&seqs[q], c);
+        }
+    }
+    double prefill_s = cli_now() - t0;
+    for (int q = 0; q < batch; q++) next[q] = 3 + q % (V - 3);
+
+    /* Decode: all sequences one token per step, greedy from their logits. */
+    fprintf(stderr, "confkv bench: decode %d steps at batch %d ...\n", gen, batch);
+    t0 = cli_now();
+    for (int step = 0; step < gen; step++) {
+        for (int q = 0; q < batch; q++) {
+            if ((rc = kv_seq_reserve(&seqs[q], &e.pool, 1))) goto out;
+            tok[q] = next[q];
+            pos[q] = seqs[q].n_tokens;
+            six[q] = q;
+            row[q] = q;
+            views[q] = (be_seq_view){seqs[q].hot, seqs[q].n_blocks, NULL};
+        }
+        be_batch bt = {batch, tok, pos, six, row, batch, views, batch};
+        if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
+        for (int q = 0; q < batch; q++) {
+            kv_seq_commit(&seqs[q], 1);
+            next[q] = samp_argmax(logits + (size_t)q * V, V);
+        }
+    }
+    double decode_s = cli_now() - t0;
+
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const model_config *c = &e.m->cfg;
+    /* The CPU backend computes in f32: 4 bytes per weight read. */
+    double wbytes = 4.0 * (double)(model_n_params(e.m) - e.m->tok_emb.n + (e.m->tied ? e.m->wcls.n : 0)) +
+                    4.0 * c->dim;
+    double kvd = (double)c->n_kv_heads * c->head_dim;
+    double avg_ctx = prompt + gen / 2.0;
+    /* per token: 2 FLOPs per weight in the matmuls, plus attention (QK and AV) */
+    double flops = 2.0 * (wbytes / 4.0) + 4.0 * c->n_layers * c->n_heads * c->head_dim * avg_ctx;
+    double kv_bytes = 2.0 * c->n_layers * kvd * 4.0 * avg_ctx;
+    double agg = batch * (double)gen / decode_s, per = gen / decode_s;
+    /* bytes one decode step reads: the weights once, every sequence's KV */
+    double step_bytes = wbytes + batch * kv_bytes;
+    double bw_frac = bw > 0 ? step_bytes * (agg / batch) / bw : 0;
+    double sg_frac = sg > 0 ? flops * agg / sg : 0;
+    if (json) {
+        jw w;
+        jw_init(&w, stdout);
+        jw_obj(&w);
+        jw_key(&w, "model"), jw_str(&w, e.m->name);
+        jw_key(&w, "backend"), jw_str(&w, e.b->ops->name);
+        jw_key(&w, "threads"), jw_int(&w, threads);
+        jw_key(&w, "batch"), jw_int(&w, batch);
+        jw_key(&w, "prompt_tokens"), jw_int(&w, prompt);
+        jw_key(&w, "gen_tokens"), jw_int(&w, gen);
+        jw_key(&w, "prefill"), jw_obj(&w);
+        jw_key(&w, "tokens_per_s"), jw_num(&w, batch * (double)prompt / prefill_s);
+        jw_key(&w, "seconds"), jw_num(&w, prefill_s);
+        jw_obj_end(&w);
+        jw_key(&w, "decode"), jw_obj(&w);
+        jw_key(&w, "tokens_per_s_aggregate"), jw_num(&w, agg);
+        jw_key(&w, "tokens_per_s_per_sequence"), jw_num(&w, per);
+        jw_key(&w, "seconds"), jw_num(&w, decode_s);
+        jw_obj_end(&w);
+        jw_key(&w, "peak_rss_bytes"), jw_int(&w, (int64_t)ru.ru_maxrss * 1024);
+        jw_key(&w, "roofline"), jw_obj(&w);
+        jw_key(&w, "mem_read_bytes_per_s"), jw_num(&w, bw);
+        jw_key(&w, "sgemm_flops_per_s"), jw_num(&w, sg);
+        jw_key(&w, "weight_bytes_per_step"), jw_num(&w, wbytes);
+        jw_key(&w, "bytes_per_step"), jw_num(&w, step_bytes);
+        jw_key(&w, "flops_per_token"), jw_num(&w, flops);
+        jw_key(&w, "bandwidth_fraction"), jw_num(&w, bw_frac);
+        jw_key(&w, "sgemm_fraction"), jw_num(&w, sg_frac);
+        jw_obj_end(&w);
+        jw_obj_end(&w);
+        putchar('\n');
+    } else {
+        printf("prefill  %10.1f tokens/s\n", batch * (double)prompt / prefill_s);
+        printf("decode   %10.1f tokens/s aggregate, %.1f per sequence (batch %d)\n", agg, per, batch);
+        printf("roofline bandwidth %.2f GB/s (reached %.0f%%), sgemm %.1f GFLOP/s (reached %.0f%%)\n",
+               bw / 1e9, 100 * bw_frac, sg / 1e9, 100 * sg_frac);
+        printf("peak RSS %.1f MiB\n", ru.ru_maxrss / 1024.0);
+    }
+    exit_code = 0;
+out:
+    if (rc && exit_code) cli_error(&a, "%s", ck_strerror(rc));
+    if (seqs) {
+        for (int q = 0; q < batch; q++) {
+            if (seqs[q].hot) kv_seq_reset(&seqs[q], &e.pool);
+            kv_seq_free(&seqs[q]);
+        }
+    }
+    free(seqs), free(views), free(tok), free(pos), free(six), free(row), free(next), free(logits);
+    cli_engine_close(&e);
+    return exit_code;
+}

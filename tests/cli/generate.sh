@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The confkv CLI end to end: generate reproduces the llama2.c oracle (from
+# the llama2.c files and from a GGUF conversion), --json carries the
+# documented fields, convert writes GGUF an independent reader accepts, and
+# bad arguments fail cleanly.
+# Usage: generate.sh CONFKV_BIN TEST_GGUF_BIN SHARED_MODELS_DIR
+set -euo pipefail
+bin=$1 test_gguf=$2 models=$3
+here=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+M=(--model "$models/stories260K.bin" --tokenizer "$models/tok512.bin")
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# The oracle: the fenced block after "Greedy from BOS" in the shared README.
+awk '/^Greedy from BOS/{f=1} f&&/^```$/{c++; if(c==2) exit; next} f&&c==1{print}' \
+    "$models/README.md" > "$tmp/oracle.txt"
+[ "$(wc -c < "$tmp/oracle.txt")" -gt 500 ] || fail "oracle not found in $models/README.md"
+
+# llama2.c's 256 steps from BOS print 256 tokens.
+"$bin" generate "${M[@]}" --temperature 0 --max-tokens 256 2>/dev/null > "$tmp/g.txt"
+cmp "$tmp/g.txt" "$tmp/oracle.txt" || fail "greedy 256 tokens differ from the oracle"
+# --steps is llama2.c's -n: the same text with and without the prompt.
+"$bin" generate "${M[@]}" --temperature 0 --steps 256 --prompt "Once upon a time" 2>/dev/null > "$tmp/p.txt"
+cmp "$tmp/p.txt" "$tmp/oracle.txt" || fail "--steps 256 with the prompt differs from the oracle"
+# --max-tokens 255: the oracle's first 255 tokens (all but its final '.').
+"$bin" generate "${M[@]}" --temperature 0 --max-tokens 255 2>/dev/null > "$tmp/g255.txt"
+head -c -2 "$tmp/oracle.txt" > "$tmp/oracle255.txt"; echo >> "$tmp/oracle255.txt"
+cmp "$tmp/g255.txt" "$tmp/oracle255.txt" || fail "--max-tokens 255 is not the oracle's first 255 tokens"
+
+# JSON output and its fields.
+"$bin" generate "${M[@]}" --temperature 0 --max-tokens 40 --prompt "Once upon a time" --json \
+    --confidence-trace > "$tmp/g.json"
+python3 - "$tmp/g.json" "$tmp/oracle.txt" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+oracle = open(sys.argv[2]).read()
+for k in ("prompt", "completion", "tokens", "finish_reason", "usage", "confidence", "trace"):
+    assert k in d, k
+assert d["prompt"] == "Once upon a time"
+assert oracle.startswith(d["prompt"] + d["completion"]), "prompt + completion is not the oracle's start"
+assert d["finish_reason"] == "length"
+assert d["usage"] == {"prompt_tokens": 5, "completion_tokens": 40}, d["usage"]
+assert len(d["tokens"]) == 40 and len(d["trace"]) == 40
+for t in d["trace"]:
+    assert set(t) == {"id", "entropy", "gap", "pmax"}
+    assert 0 <= t["gap"] <= t["pmax"] <= 1 and t["entropy"] >= 0
+assert [t["id"] for t in d["trace"]] == d["tokens"]
+c = d["confidence"]
+n = len(d["trace"])
+for k, f in (("mean_entropy", "entropy"), ("mean_gap", "gap"), ("mean_pmax", "pmax")):
+    assert abs(c[k] - sum(t[f] for t in d["trace"]) / n) < 1e-5, k
+PY
+# No prompt: prompt is "".
+"$bin" generate "${M[@]}" --temperature 0 --max-tokens 3 --json | python3 -c '
+import json, sys; d = json.load(sys.stdin); assert d["prompt"] == "" and d["completion"].startswith("Once")'
+
+# convert: f32 reproduces the oracle; an independent GGUF reader agrees.
+"$bin" convert --from llama2c "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+    -o "$tmp/m.gguf" 2>/dev/null
+"$bin" generate --model "$tmp/m.gguf" --temperature 0 --max-tokens 256 2>/dev/null > "$tmp/gg.txt"
+cmp "$tmp/gg.txt" "$tmp/oracle.txt" || fail "GGUF f32 conversion differs from the oracle"
+for t in f16 q8_0; do
+    "$bin" convert --from llama2c "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+        -o "$tmp/m-$t.gguf" --type $t 2>/dev/null
+    "$bin" generate --model "$tmp/m-$t.gguf" --temperature 0 --max-tokens 256 --json > "$tmp/$t.json"
+    "$bin" generate "${M[@]}" --temperature 0 --max-tokens 256 --json > "$tmp/ref.json"
+    python3 - "$tmp/ref.json" "$tmp/$t.json" "$t" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))["tokens"]; b = json.load(open(sys.argv[2]))["tokens"]
+n = 0
+while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+print(f"{sys.argv[3]}: {n}/{len(a)} greedy tokens agree with f32")
+PY
+done
+set +e
+bash "$here/gguf_independent.sh" --compare "$test_gguf" "$tmp/m.gguf"
+rc=$?
+set -e
+[ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "independent GGUF reader disagrees (rc $rc)"
+
+# version
+"$bin" version --json | python3 -c '
+import json, sys; d = json.load(sys.stdin); assert "cpu" in d["backends"] and d["version"]'
+
+# Bad input: clear errors, right exit codes, no crash.
+set +e
+"$bin" generate --bogus 2>"$tmp/e"; [ $? -eq 2 ] || fail "unknown flag should exit 2"
+grep -q "unknown argument" "$tmp/e" || fail "unknown flag message"
+"$bin" generate --model "$tmp/nope.bin" --tokenizer x 2>"$tmp/e"; [ $? -eq 1 ] || fail "missing model should exit 1"
+grep -q "No such file" "$tmp/e" || fail "missing model message"
+head -c 1000 "$models/stories260K.bin" > "$tmp/trunc.bin"
+"$bin" generate --model "$tmp/trunc.bin" --tokenizer "$models/tok512.bin" 2>"$tmp/e"; [ $? -eq 1 ] || fail "truncated model should exit 1"
+grep -q "truncated" "$tmp/e" || fail "truncated model message: $(cat "$tmp/e")"
+"$bin" generate "${M[@]}" --temperature -1 2>/dev/null; [ $? -eq 2 ] || fail "negative temperature should exit 2"
+set -e
+echo "cli generate: all checks passed"
