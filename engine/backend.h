@@ -24,6 +24,9 @@
 typedef struct be_seq_view {
     const int32_t *blocks; /* (n_blocks) pool block of each logical block, KV_NONE = not hot */
     int n_blocks;
+    const int32_t *blocks8;/* (n_blocks) or NULL: int8 block (kvq.h layout) of a logical
+                              block that is hot in compressed form, KV_NONE otherwise;
+                              used where blocks[j] is KV_NONE */
     float *mass;           /* (n_blocks) or NULL: += attention mass each logical block
                               received, averaged over layers and heads, summed over this
                               sequence's query tokens in the batch (so each adds 1) */
@@ -46,6 +49,7 @@ typedef struct be_options {
     int block_size;         /* tokens per block */
     int n_threads;          /* CPU threads (0 = all cores) */
     int max_ctx;            /* longest sequence (<= model seq_len; 0 = seq_len) */
+    int n_kv8_blocks;       /* int8 KV pool size in blocks (0 = none) */
 } be_options;
 
 typedef struct backend backend;
@@ -62,6 +66,13 @@ typedef struct be_ops {
     /* Bytes of device/host memory this backend holds (weights, KV, work). */
     size_t (*memory_bytes)(const backend *b);
     void (*destroy)(backend *b);
+    /* (optional, NULL when absent) int8 hot blocks (kvq.h): compress f32 block `block`
+     * (n_tokens written) into int8 block `block8`; expand it back; copy an
+     * int8 block out to / in from host memory (kvq_block_bytes). */
+    int (*kv_compress)(backend *b, int block, int n_tokens, int block8);
+    int (*kv_expand)(backend *b, int block8, int block);
+    int (*kv8_read)(backend *b, int block8, void *dst);
+    int (*kv8_write)(backend *b, int block8, const void *src);
 } be_ops;
 
 struct backend {
@@ -69,6 +80,7 @@ struct backend {
     const model *m;
     be_options opt;
     size_t kv_block_floats; /* n_layers * 2 * block_size * kv_dim */
+    size_t kv8_block_bytes; /* kvq_block_bytes: one int8 block, scales included */
 };
 
 /* Create the CPU backend (the reference). Converts every weight to f32 at

@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "kv.h"
+#include "kvq.h"
 #include "quant.h"
 
 typedef struct cpu_layer {
@@ -48,6 +49,8 @@ typedef struct cpu_backend {
     float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
     /* KV storage */
     float *kv;        /* (n_kv_blocks, kv_block_floats) */
+    unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout */
+    kvq_shape shape;
     /* activations, sized for max_batch_tokens (T) */
     float *x;         /* (T, dim) residual stream */
     float *xb;        /* (T, dim) normed input of a projection */
@@ -100,25 +103,67 @@ static float dot(const float *restrict a, const float *restrict b, int n) {
     return s;
 }
 
-/* One query head of one token over its sequence's hot blocks. */
+/* Where logical block j of a view lives: f32 pointer, or int8 block. */
+typedef struct blk_ref {
+    const float *f;          /* K of this layer and head (V at + block_size * kv_dim) */
+    const int8_t *q;         /* int8 K of this layer (V at + block_size * kv_dim) */
+    const float *ks, *vs;    /* int8 scales: per channel (this head's), per token */
+} blk_ref;
+
+static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int layer, int kv_head,
+                     blk_ref *r) {
+    const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
+    int b = v->blocks[j];
+    if (b >= 0) {
+        r->f = cb->kv + (size_t)b * cb->base.kv_block_floats + (size_t)layer * 2 * bs * kvd +
+               (size_t)kv_head * hd;
+        r->q = NULL;
+        return 1;
+    }
+    int b8 = v->blocks8 ? v->blocks8[j] : KV_NONE;
+    if (b8 < 0) return 0;
+    const unsigned char *base = cb->kv8 + (size_t)b8 * cb->base.kv8_block_bytes +
+                                (size_t)layer * kvq_layer_bytes(&cb->shape);
+    r->f = NULL;
+    r->q = (const int8_t *)base + (size_t)kv_head * hd;
+    const float *sc = (const float *)(base + 2 * (size_t)bs * kvd);
+    r->ks = sc + (size_t)kv_head * hd;
+    r->vs = sc + kvd;
+    return 1;
+}
+
+/* One query head of one token over its sequence's hot blocks (f32 or int8).
+ * Scores are kept in att[] in block order, so the two passes agree. */
 static void attend_one(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
                        int kv_head, const be_seq_view *v, float *att, float mass_scale) {
     const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
-    const size_t layer_off = (size_t)layer * 2 * bs * kvd + (size_t)kv_head * hd;
     const float scale = sqrtf((float)hd);
     int last = pos / bs;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
+    float qs[hd];
     int n = 0;
     float mx = -INFINITY;
+    blk_ref r;
     for (int j = 0; j <= last; j++) {
-        int b = v->blocks[j];
-        if (b < 0) continue;
-        const float *k = cb->kv + (size_t)b * cb->base.kv_block_floats + layer_off;
+        if (!block_ref(cb, v, j, layer, kv_head, &r)) continue;
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
-        for (int t = 0; t < tn; t++) {
-            float s = dot(q, k + (size_t)t * kvd, hd) / scale;
-            att[n++] = s;
-            if (s > mx) mx = s;
+        if (r.f) {
+            for (int t = 0; t < tn; t++) {
+                float s = dot(q, r.f + (size_t)t * kvd, hd) / scale;
+                att[n++] = s;
+                if (s > mx) mx = s;
+            }
+        } else {
+            /* k = k8 * ks per channel: fold the scales into the query once. */
+            for (int i = 0; i < hd; i++) qs[i] = q[i] * r.ks[i];
+            for (int t = 0; t < tn; t++) {
+                const int8_t *k8 = r.q + (size_t)t * kvd;
+                float s = 0.0f;
+                for (int i = 0; i < hd; i++) s += qs[i] * (float)k8[i];
+                s /= scale;
+                att[n++] = s;
+                if (s > mx) mx = s;
+            }
         }
     }
     float sum = 0.0f;
@@ -130,17 +175,26 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
     memset(out, 0, (size_t)hd * sizeof *out);
     n = 0;
     for (int j = 0; j <= last; j++) {
-        int b = v->blocks[j];
-        if (b < 0) continue;
-        const float *val = cb->kv + (size_t)b * cb->base.kv_block_floats + layer_off +
-                           (size_t)bs * kvd;
+        if (!block_ref(cb, v, j, layer, kv_head, &r)) continue;
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         float m = 0.0f;
-        for (int t = 0; t < tn; t++) {
-            float a = att[n++];
-            const float *vt = val + (size_t)t * kvd;
-            for (int i = 0; i < hd; i++) out[i] += a * vt[i];
-            m += a;
+        if (r.f) {
+            const float *val = r.f + (size_t)bs * kvd;
+            for (int t = 0; t < tn; t++) {
+                float a = att[n++];
+                const float *vt = val + (size_t)t * kvd;
+                for (int i = 0; i < hd; i++) out[i] += a * vt[i];
+                m += a;
+            }
+        } else {
+            const int8_t *v8 = r.q + (size_t)bs * kvd;
+            for (int t = 0; t < tn; t++) {
+                float a = att[n++];
+                float av = a * r.vs[t];
+                const int8_t *vt = v8 + (size_t)t * kvd;
+                for (int i = 0; i < hd; i++) out[i] += av * (float)vt[i];
+                m += a;
+            }
         }
         if (v->mass) {
 #pragma omp atomic
@@ -164,6 +218,9 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
         int j = bt->pos[i] / b->opt.block_size;
         if (j >= v->n_blocks || v->blocks[j] < 0 || v->blocks[j] >= b->opt.n_kv_blocks)
             return CK_EINVAL;
+        if (v->blocks8) /* int8 blocks must exist; the forward only reads them */
+            for (int k = 0; k < v->n_blocks; k++)
+                if (v->blocks8[k] >= b->opt.n_kv8_blocks) return CK_EINVAL;
     }
     return CK_OK;
 }
@@ -255,6 +312,39 @@ static int cpu_kv_write(backend *b, int block, const float *src) {
     return CK_OK;
 }
 
+static int cpu_kv_compress(backend *b, int block, int n_tokens, int block8) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks || block8 < 0 || block8 >= b->opt.n_kv8_blocks ||
+        n_tokens < 0 || n_tokens > b->opt.block_size)
+        return CK_EINVAL;
+    kvq_quantize(&cb->shape, cb->kv + (size_t)block * b->kv_block_floats, n_tokens,
+                 cb->kv8 + (size_t)block8 * b->kv8_block_bytes);
+    return CK_OK;
+}
+
+static int cpu_kv_expand(backend *b, int block8, int block) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks || block8 < 0 || block8 >= b->opt.n_kv8_blocks)
+        return CK_EINVAL;
+    kvq_dequantize(&cb->shape, cb->kv8 + (size_t)block8 * b->kv8_block_bytes,
+                   cb->kv + (size_t)block * b->kv_block_floats);
+    return CK_OK;
+}
+
+static int cpu_kv8_read(backend *b, int block8, void *dst) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block8 < 0 || block8 >= b->opt.n_kv8_blocks) return CK_EINVAL;
+    memcpy(dst, cb->kv8 + (size_t)block8 * b->kv8_block_bytes, b->kv8_block_bytes);
+    return CK_OK;
+}
+
+static int cpu_kv8_write(backend *b, int block8, const void *src) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (block8 < 0 || block8 >= b->opt.n_kv8_blocks) return CK_EINVAL;
+    memcpy(cb->kv8 + (size_t)block8 * b->kv8_block_bytes, src, b->kv8_block_bytes);
+    return CK_OK;
+}
+
 static size_t cpu_memory_bytes(const backend *b) { return ((const cpu_backend *)b)->bytes; }
 
 static void cpu_destroy(backend *b) {
@@ -277,6 +367,7 @@ static void cpu_destroy(backend *b) {
     free(cb->layers);
     free(cb->inv_freq);
     free(cb->kv);
+    free(cb->kv8);
     free(cb->x);
     free(cb->xb);
     free(cb->qkv);
@@ -296,6 +387,10 @@ static const be_ops cpu_ops = {
     .kv_write = cpu_kv_write,
     .memory_bytes = cpu_memory_bytes,
     .destroy = cpu_destroy,
+    .kv_compress = cpu_kv_compress,
+    .kv_expand = cpu_kv_expand,
+    .kv8_read = cpu_kv8_read,
+    .kv8_write = cpu_kv8_write,
 };
 
 /* ----------------------------------------------------------- construction */
@@ -319,7 +414,7 @@ static int to_f32(float *dst, const model_tensor *t) {
 int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     *out = NULL;
     const model_config *c = &m->cfg;
-    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 ||
+    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 || o->n_kv8_blocks < 0 ||
         o->max_ctx < 0 || o->max_ctx > c->seq_len) {
         snprintf(err, errlen, "cpu backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
                  o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx);
@@ -339,6 +434,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
     cb->max_ctx = b->opt.max_ctx;
     b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
+    cb->shape = (kvq_shape){c->n_layers, o->block_size, cb->kv_dim};
+    b->kv8_block_bytes = kvq_block_bytes(&cb->shape);
     const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
     const size_t T = (size_t)o->max_batch_tokens;
     int rc = CK_ENOMEM;
@@ -384,6 +481,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)) ||
         !(cb->out_tok = calloc(T, sizeof *cb->out_tok)))
         goto fail;
+    if (o->n_kv8_blocks > 0) {
+        size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;
+        if (!(cb->kv8 = calloc(bytes, 1))) goto fail;
+        cb->bytes += bytes;
+    }
     openblas_set_num_threads(cb->n_threads);
     *out = b;
     return CK_OK;

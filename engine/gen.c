@@ -97,7 +97,8 @@ static int step(gen_ctx *g, const int32_t *tokens, int n) {
         g->pos[i] = g->seq.n_tokens + i;
         g->out_row[i] = i == n - 1 ? 0 : -1;
     }
-    be_seq_view v = {g->seq.hot, g->seq.n_blocks, g->seq.mass};
+    be_seq_view v = {.blocks = g->seq.hot, .n_blocks = g->seq.n_blocks,
+                     .blocks8 = g->seq.n_hot8 ? g->seq.hot8 : NULL, .mass = g->seq.mass};
     be_batch bt = {.n_tokens = n, .token = tokens, .pos = g->pos, .seq = g->seqix,
                    .out_row = g->out_row, .n_seqs = 1, .seqs = &v, .n_out = 1};
     rc = g->b->ops->forward(g->b, &bt, g->logits);
@@ -211,12 +212,23 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
     memcpy(histbuf, prompt, (size_t)n_prompt * sizeof *histbuf);
     hist = histbuf;
     r->finish = GEN_FINISH_LENGTH;
+    const int bs = g->b->opt.block_size;
+    const double tok_f32 = (double)g->b->kv_block_floats * sizeof(float) / bs;
+    const double tok_i8 = (double)g->b->kv8_block_bytes / bs;
     while (r->n_tokens < limit) {
         if ((size_t)r->n_tokens == r->cap_ && (rc = grow(r, p->want_trace, p->force != NULL)))
             break;
         samp_conf conf;
         int amax = 0;
         samp_confidence(g->logits, c->vocab_size, &conf, &amax);
+        /* An uncertain step under a reduced cache may be worth running again
+         * with the blocks the policy recalls for it (kvpol_retry). */
+        if (g->pol && kvpol_retry(g->pol, &g->seq, &conf) > 0) {
+            g->seq.n_tokens--; /* rewrite the last position's KV */
+            if ((rc = step(g, &prev, 1))) break;
+            samp_confidence(g->logits, c->vocab_size, &conf, &amax);
+            r->retries++;
+        }
         int32_t next;
         if (p->force) {
             next = p->force[r->n_tokens];
@@ -235,13 +247,18 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
         if (p->want_trace) r->trace[r->n_tokens] = conf;
         /* KV accounting for this step: what attention just read. */
         int hot = kv_seq_hot_tokens(&g->seq), full = g->seq.n_tokens;
+        int hot8 = kv_seq_hot8_tokens(&g->seq);
         r->hot_token_steps += hot;
         r->full_token_steps += full;
+        double hb = (double)(hot - hot8) * tok_f32 + (double)hot8 * tok_i8;
+        r->hot_byte_steps += hb;
+        r->full_byte_steps += (double)full * tok_f32;
+        if (hb > (double)r->hot_peak_bytes) r->hot_peak_bytes = (size_t)hb;
         if (hot > r->hot_peak_tokens) r->hot_peak_tokens = hot;
         if (full > r->full_peak_tokens) r->full_peak_tokens = full;
         if (g->pol && (rc = kvpol_after_step(g->pol, &g->seq, &conf))) break;
 
-        if (!p->force && (next == tok_eos(g->m->tok) ||
+        if (!p->force && !p->ignore_eos && (next == tok_eos(g->m->tok) ||
                           (g->m->stop_on_bos && next == tok_bos(g->m->tok)))) {
             r->finish = GEN_FINISH_STOP;
             break;

@@ -29,6 +29,7 @@ typedef struct gen_params {
     int n_stop;
     const char *stop[GEN_MAX_STOPS];/* stop strings (borrowed); the text ends before one */
     int want_trace;                 /* keep every token's confidence */
+    int ignore_eos;                 /* do not stop on EOS/BOS (benchmarks, eval) */
     /* Teacher forcing (eval): when force != NULL, decode these tokens instead
      * of sampling, and report each step's log-probability of the forced token. */
     const int32_t *force;
@@ -54,6 +55,11 @@ typedef struct gen_result {
     /* KV accounting, in tokens, summed over decode steps */
     double hot_token_steps, full_token_steps;
     int hot_peak_tokens, full_peak_tokens;
+    /* the same in bytes: int8 blocks at their real size, scales included;
+     * the full cache is all f32 */
+    double hot_byte_steps, full_byte_steps;
+    size_t hot_peak_bytes;
+    int retries;         /* steps run again with a larger cache (kvpol_retry) */
     size_t cap_;
 } gen_result;
 

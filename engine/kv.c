@@ -60,21 +60,23 @@ int kv_seq_init(kv_seq *s, int id, int max_tokens, int block_size) {
     s->block_size = block_size;
     s->max_blocks = mb;
     s->hot = malloc((size_t)mb * sizeof *s->hot);
+    s->hot8 = malloc((size_t)mb * sizeof *s->hot8);
     s->tier = calloc((size_t)mb, sizeof *s->tier);
     s->slot = malloc((size_t)mb * sizeof *s->slot);
     s->mass = calloc((size_t)mb, sizeof *s->mass);
     s->score = calloc((size_t)mb, sizeof *s->score);
     s->last_use = calloc((size_t)mb, sizeof *s->last_use);
-    if (!s->hot || !s->tier || !s->slot || !s->mass || !s->score || !s->last_use) {
+    if (!s->hot || !s->hot8 || !s->tier || !s->slot || !s->mass || !s->score || !s->last_use) {
         kv_seq_free(s);
         return CK_ENOMEM;
     }
-    for (int j = 0; j < mb; j++) s->hot[j] = s->slot[j] = KV_NONE;
+    for (int j = 0; j < mb; j++) s->hot[j] = s->hot8[j] = s->slot[j] = KV_NONE;
     return CK_OK;
 }
 
 void kv_seq_free(kv_seq *s) {
     free(s->hot);
+    free(s->hot8);
     free(s->tier);
     free(s->slot);
     free(s->mass);
@@ -123,7 +125,15 @@ void kv_seq_commit(kv_seq *s, int n) {
 int kv_seq_hot_tokens(const kv_seq *s) {
     int t = 0;
     for (int j = 0; j < s->n_blocks; j++)
-        if (s->hot[j] != KV_NONE) t += kv_seq_block_tokens(s, j);
+        if (s->hot[j] != KV_NONE || s->hot8[j] != KV_NONE) t += kv_seq_block_tokens(s, j);
+    return t;
+}
+
+int kv_seq_hot8_tokens(const kv_seq *s) {
+    int t = 0;
+    if (!s->n_hot8) return 0;
+    for (int j = 0; j < s->n_blocks; j++)
+        if (s->hot8[j] != KV_NONE) t += kv_seq_block_tokens(s, j);
     return t;
 }
 
@@ -136,7 +146,7 @@ void kv_seq_truncate(kv_seq *s, kv_pool *p, int n_tokens) {
             kv_pool_release(p, s->hot[j]);
             s->n_hot--;
         }
-        s->hot[j] = KV_NONE;
+        s->hot[j] = s->hot8[j] = KV_NONE;
         s->slot[j] = KV_NONE;
         s->tier[j] = KV_TIER_EMPTY;
         s->mass[j] = s->score[j] = 0;
@@ -151,10 +161,10 @@ void kv_seq_reset(kv_seq *s, kv_pool *p) {
      * (n_tokens == 0) is released here too. */
     for (int j = 0; j < s->max_blocks; j++) {
         if (s->hot[j] != KV_NONE) kv_pool_release(p, s->hot[j]);
-        s->hot[j] = s->slot[j] = KV_NONE;
+        s->hot[j] = s->hot8[j] = s->slot[j] = KV_NONE;
         s->tier[j] = KV_TIER_EMPTY;
         s->mass[j] = s->score[j] = 0;
         s->last_use[j] = 0;
     }
-    s->n_blocks = s->n_tokens = s->n_hot = 0;
+    s->n_blocks = s->n_tokens = s->n_hot = s->n_hot8 = 0;
 }

@@ -56,6 +56,9 @@ typedef struct kv_seq {
     int n_tokens;       /* positions [0, n_tokens) have been written */
     int n_hot;          /* logical blocks currently hot */
     int32_t *hot;       /* (max_blocks) pool block of each logical block, KV_NONE if not hot */
+    int32_t *hot8;      /* (max_blocks) int8 pool block when hot in compressed form (the
+                           policy owns these: kvpol_end releases them), else KV_NONE */
+    int n_hot8;         /* logical blocks hot in int8 form */
     uint8_t *tier;      /* (max_blocks) KV_TIER_* */
     int32_t *slot;      /* (max_blocks) warm slot while KV_TIER_WARM, else KV_NONE */
     float *mass;        /* (max_blocks) attention mass the backend adds during a step */
@@ -74,15 +77,17 @@ int kv_seq_reserve(kv_seq *s, kv_pool *p, int n);
 /* Blocks kv_seq_reserve would need for n more tokens. */
 int kv_seq_blocks_needed(const kv_seq *s, int n);
 void kv_seq_commit(kv_seq *s, int n);
-/* Tokens in hot blocks (the last block counts only its written positions). */
+/* Tokens in hot blocks, f32 and int8 (the last block counts only its
+ * written positions); kv_seq_hot8_tokens: those in int8 blocks alone. */
 int kv_seq_hot_tokens(const kv_seq *s);
+int kv_seq_hot8_tokens(const kv_seq *s);
 /* Tokens written in logical block j. */
 static inline int kv_seq_block_tokens(const kv_seq *s, int j) {
     int left = s->n_tokens - j * s->block_size;
     return left <= 0 ? 0 : (left < s->block_size ? left : s->block_size);
 }
-/* Release every hot block to the pool and forget all positions (the warm
- * slots must have been released by the tier first). */
+/* Release every f32 hot block to the pool and forget all positions (warm
+ * slots and int8 blocks must have been released by the policy first). */
 void kv_seq_reset(kv_seq *s, kv_pool *p);
 /* Drop positions >= n_tokens (rewind), releasing blocks wholly past it. */
 void kv_seq_truncate(kv_seq *s, kv_pool *p, int n_tokens);

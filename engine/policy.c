@@ -28,9 +28,11 @@ struct kvpol {
     kvpol_config c;
     backend *b;
     kv_pool *pool;
+    kv_pool *pool8;   /* int8 hot blocks, or NULL */
     tier *warm;
     int max_blocks;
     float *blockbuf;  /* (kv_block_floats) one block in transit */
+    void *bytebuf;    /* (kv8_block_bytes) one int8 block in transit */
     int32_t *order;   /* (max_blocks) candidates, ranked */
     float *rank;      /* (max_blocks) */
     uint8_t *want;    /* (max_blocks) target hot set */
@@ -42,6 +44,7 @@ struct kvpol {
     int breaker;
     uint32_t step;
     float th_h, th_gap, th_pmax; /* thresholds in use (adaptive moves them) */
+    float th_retry;
     kvpol_stats st;
 };
 
@@ -64,6 +67,9 @@ void kvpol_config_default(kvpol_config *c, int kind) {
     c->score_ema = 0.9f;
     c->recency_weight = 0.05f;
     c->hysteresis = 2;
+    c->retry_entropy = 0;
+    c->retry_pmax = 0;
+    c->retry_size = 4096;
     c->cache_compression = 0;
     c->breaker_threshold = 0.9f;
     c->breaker_release = 0.75f;
@@ -103,6 +109,9 @@ static int parse_param(kvpol_config *c, const char *k, size_t kl, const char *v,
         {"signal_ema", NULL, &c->signal_ema, 0.001, 1},
         {"score_ema", NULL, &c->score_ema, 0, 1},
         {"recency_weight", NULL, &c->recency_weight, 0, 1000},
+        {"retry_entropy", NULL, &c->retry_entropy, 0, 100},
+        {"retry_pmax", NULL, &c->retry_pmax, 0, 1},
+        {"retry_size", &c->retry_size, NULL, 1, 1 << 24},
         {"breaker_threshold", NULL, &c->breaker_threshold, 0.01, 1},
         {"breaker_release", NULL, &c->breaker_release, 0, 1},
     };
@@ -187,7 +196,8 @@ void kvpol_name(const kvpol_config *c, char *buf, size_t cap) {
     }
 }
 
-int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, tier *warm, kvpol **out) {
+int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, kv_pool *pool8, tier *warm,
+              kvpol **out) {
     *out = NULL;
     kvpol *p = calloc(1, sizeof *p);
     if (!p) return CK_ENOMEM;
@@ -195,12 +205,18 @@ int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, tier *warm, kvpo
     p->b = b;
     p->pool = pool;
     p->warm = warm;
+    /* Compressed hot blocks need an int8 pool, a backend that has them, and
+     * a compressing warm tier to demote them into. */
+    if (c->cache_compression && pool8 && b->ops->kv_compress && b->ops->kv8_read &&
+        b->ops->kv8_write && b->ops->kv_expand)
+        p->pool8 = pool8;
     p->max_blocks = (b->opt.max_ctx + b->opt.block_size - 1) / b->opt.block_size;
     p->blockbuf = malloc(b->kv_block_floats * sizeof(float));
     p->order = malloc((size_t)p->max_blocks * sizeof *p->order);
     p->rank = malloc((size_t)p->max_blocks * sizeof *p->rank);
     p->want = malloc((size_t)p->max_blocks);
-    if (!p->blockbuf || !p->order || !p->rank || !p->want) {
+    p->bytebuf = malloc(b->kv8_block_bytes ? b->kv8_block_bytes : 1);
+    if (!p->blockbuf || !p->order || !p->rank || !p->want || !p->bytebuf) {
         kvpol_free(p);
         return CK_ENOMEM;
     }
@@ -211,6 +227,7 @@ int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, tier *warm, kvpo
 void kvpol_free(kvpol *p) {
     if (!p) return;
     free(p->blockbuf);
+    free(p->bytebuf);
     free(p->order);
     free(p->rank);
     free(p->want);
@@ -232,16 +249,30 @@ void kvpol_begin(kvpol *p, kv_seq *s) {
     p->th_h = p->c.entropy_threshold * lv;
     p->th_gap = p->c.prob_gap_threshold;
     p->th_pmax = p->c.max_prob_threshold;
+    p->th_retry = p->c.retry_entropy * lv;
     p->st.budget = (int)p->budget;
 }
 
 /* ------------------------------------------------------------- moving */
 
+static int tiered(const kvpol *p) { return p->warm && p->c.kind == KVPOL_CONF; }
+
+/* Hot (f32 or int8) -> warm, or dropped for policies without tiers. */
 static int demote(kvpol *p, kv_seq *s, int j) {
+    int rc;
+    if (s->hot8[j] != KV_NONE) {
+        int b8 = s->hot8[j];
+        if ((rc = p->b->ops->kv8_read(p->b, b8, p->bytebuf))) return rc;
+        tier_put_raw(p->warm, s, j, p->bytebuf, kv_seq_block_tokens(s, j)); /* drops on failure */
+        kv_pool_release(p->pool8, b8);
+        s->hot8[j] = KV_NONE;
+        s->n_hot8--;
+        p->st.demotions++;
+        return CK_OK;
+    }
     int blk = s->hot[j];
-    if (p->warm && p->c.kind == KVPOL_CONF) {
-        int rc = p->b->ops->kv_read(p->b, blk, p->blockbuf);
-        if (rc) return rc;
+    if (tiered(p)) {
+        if ((rc = p->b->ops->kv_read(p->b, blk, p->blockbuf))) return rc;
         tier_put(p->warm, s, j, p->blockbuf, kv_seq_block_tokens(s, j)); /* drops on failure */
     } else {
         s->tier[j] = KV_TIER_DROPPED;
@@ -254,23 +285,59 @@ static int demote(kvpol *p, kv_seq *s, int j) {
     return CK_OK;
 }
 
-static int recall(kvpol *p, kv_seq *s, int j) {
-    int blk = kv_pool_alloc(p->pool, s->id, j);
-    if (blk < 0) return blk;
-    int rc = tier_take(p->warm, s->slot[j], p->blockbuf);
-    if (!rc) rc = p->b->ops->kv_write(p->b, blk, p->blockbuf);
-    if (rc) {
-        kv_pool_release(p->pool, blk);
-        s->tier[j] = KV_TIER_DROPPED;
-        s->slot[j] = KV_NONE;
-        p->st.drops++;
-        return CK_OK;
+static void lost(kvpol *p, kv_seq *s, int j) {
+    s->tier[j] = KV_TIER_DROPPED;
+    s->slot[j] = KV_NONE;
+    p->st.drops++;
+}
+
+/* Warm -> hot: into an int8 block when `as_int8` (and the slot is int8),
+ * else into an f32 block. CK_ENOSPACE when the pool is full. */
+static int recall(kvpol *p, kv_seq *s, int j, int as_int8) {
+    if (as_int8) {
+        int b8 = kv_pool_alloc(p->pool8, s->id, j);
+        if (b8 < 0) return b8;
+        if (tier_take_raw(p->warm, s->slot[j], p->bytebuf) || p->b->ops->kv8_write(p->b, b8, p->bytebuf)) {
+            kv_pool_release(p->pool8, b8);
+            lost(p, s, j);
+            return CK_OK;
+        }
+        s->hot8[j] = b8;
+        s->n_hot8++;
+    } else {
+        int blk = kv_pool_alloc(p->pool, s->id, j);
+        if (blk < 0) return blk;
+        int rc = tier_take(p->warm, s->slot[j], p->blockbuf);
+        if (!rc) rc = p->b->ops->kv_write(p->b, blk, p->blockbuf);
+        if (rc) {
+            kv_pool_release(p->pool, blk);
+            lost(p, s, j);
+            return CK_OK;
+        }
+        s->hot[j] = blk;
+        s->n_hot++;
     }
-    s->hot[j] = blk;
     s->tier[j] = KV_TIER_HOT;
     s->slot[j] = KV_NONE;
-    s->n_hot++;
     p->st.recalls++;
+    return CK_OK;
+}
+
+/* f32 hot -> int8 hot (cache_compression, outside the recent window). */
+static int compress(kvpol *p, kv_seq *s, int j) {
+    int b8 = kv_pool_alloc(p->pool8, s->id, j);
+    if (b8 < 0) return b8;
+    int rc = p->b->ops->kv_compress(p->b, s->hot[j], kv_seq_block_tokens(s, j), b8);
+    if (rc) {
+        kv_pool_release(p->pool8, b8);
+        return rc;
+    }
+    kv_pool_release(p->pool, s->hot[j]);
+    s->hot[j] = KV_NONE;
+    s->n_hot--;
+    s->hot8[j] = b8;
+    s->n_hot8++;
+    p->st.compressions++;
     return CK_OK;
 }
 
@@ -296,6 +363,11 @@ static void sort_desc(int32_t *idx, const float *key, int n) {
         idx[e] = t;
         sift(idx, key, e, 0);
     }
+}
+
+/* Is logical block j inside the protected recent window (or the newest)? */
+static int is_recent(const kvpol *p, const kv_seq *s, int j) {
+    return j == s->n_blocks - 1 || s->n_tokens - (j + 1) * s->block_size < p->c.recent_window;
 }
 
 static int available(const kv_seq *s, int j) {
@@ -357,13 +429,17 @@ static int apply_target(kvpol *p, kv_seq *s) {
     int rc;
     /* Demote first: it frees the pool blocks the recalls take. */
     for (int j = 0; j < s->n_blocks; j++)
-        if (!p->want[j] && s->hot[j] != KV_NONE && (rc = demote(p, s, j))) return rc;
+        if (!p->want[j] && (s->hot[j] != KV_NONE || s->hot8[j] != KV_NONE) && (rc = demote(p, s, j)))
+            return rc;
     for (int j = 0; j < s->n_blocks; j++) {
         if (!p->want[j]) continue;
+        int int8 = p->pool8 && !is_recent(p, s, j);
         if (s->tier[j] == KV_TIER_WARM) {
-            if (recall(p, s, j) == CK_ENOSPACE) break; /* the pool is full: try next step */
+            if (recall(p, s, j, int8) == CK_ENOSPACE) break; /* pool full: try next step */
         } else if (s->tier[j] == KV_TIER_COLD && p->warm) {
             tier_fetch(p->warm, s, j); /* arrives warm in a later step */
+        } else if (int8 && s->hot[j] != KV_NONE) {
+            if (compress(p, s, j) == CK_ENOSPACE) break;
         }
     }
     return CK_OK;
@@ -446,6 +522,21 @@ int kvpol_after_step(kvpol *p, kv_seq *s, const samp_conf *conf) {
     return apply_target(p, s);
 }
 
+int kvpol_retry(kvpol *p, kv_seq *s, const samp_conf *conf) {
+    if (p->c.kind != KVPOL_CONF) return 0;
+    int uncertain = (p->th_retry > 0 && conf->entropy > p->th_retry) || conf->pmax < p->c.retry_pmax;
+    if (!uncertain) return 0;
+    int warm = 0;
+    for (int j = 0; j < s->n_blocks && !warm; j++) warm = s->tier[j] == KV_TIER_WARM;
+    if (!warm) return 0;
+    select_target(p, s, p->c.retry_size);
+    uint64_t before = p->st.recalls;
+    int rc = apply_target(p, s);
+    if (rc) return rc;
+    p->st.retries++;
+    return p->st.recalls > before;
+}
+
 int kvpol_make_room(kvpol *p, kv_seq *s, int blocks) {
     if (p->c.kind == KVPOL_FULL) return CK_ENOSPACE;
     /* Shrink the budget by what is needed and re-select. */
@@ -461,4 +552,10 @@ int kvpol_make_room(kvpol *p, kv_seq *s, int blocks) {
 
 void kvpol_end(kvpol *p, kv_seq *s) {
     if (p->warm) tier_release_seq(p->warm, s);
+    for (int j = 0; j < s->max_blocks && s->n_hot8; j++) {
+        if (s->hot8[j] == KV_NONE) continue;
+        kv_pool_release(p->pool8, s->hot8[j]);
+        s->hot8[j] = KV_NONE;
+        s->n_hot8--;
+    }
 }

@@ -45,6 +45,9 @@ typedef struct kvpol_config {
     float score_ema;          /* decay of the attention-mass importance per step */
     float recency_weight;     /* importance bonus of recent blocks */
     int hysteresis;           /* steps a direction must hold before the budget moves */
+    float retry_entropy;      /* nats (32k scale): a step above it reruns with recalled blocks; 0 = off */
+    float retry_pmax;         /* a step whose p_max is below it reruns likewise; 0 = off */
+    int retry_size;           /* budget, tokens, of a rerun step */
     int cache_compression;    /* int8 KV (warm, and hot blocks outside the recent window) */
     float breaker_threshold;  /* hot use / pool size that forces minimum budgets */
     float breaker_release;    /* ... until use falls below this */
@@ -64,6 +67,8 @@ typedef struct kvpol_stats {
     uint64_t spills;      /* warm -> cold */
     uint64_t budget_changes;
     uint64_t breaker_trips;
+    uint64_t compressions; /* f32 hot -> int8 hot */
+    uint64_t retries;      /* uncertain steps rerun with recalled blocks */
     int budget;           /* current hot budget, tokens */
 } kvpol_stats;
 
@@ -71,8 +76,11 @@ struct backend;
 struct tier;
 typedef struct kvpol kvpol;
 
-int kvpol_new(const kvpol_config *c, struct backend *b, kv_pool *pool, struct tier *warm,
-              kvpol **out);
+/* pool8: the int8 block pool for cache_compression's compressed hot blocks
+ * (NULL, or a backend without int8 blocks: hot blocks stay f32 and only the
+ * warm tier is int8). warm: NULL = demoted blocks are dropped. */
+int kvpol_new(const kvpol_config *c, struct backend *b, kv_pool *pool, kv_pool *pool8,
+              struct tier *warm, kvpol **out);
 void kvpol_free(kvpol *p);
 /* A new sequence starts (stats and signal state reset). */
 void kvpol_begin(kvpol *p, kv_seq *s);
@@ -81,10 +89,16 @@ int kvpol_after_prefill(kvpol *p, kv_seq *s);
 /* After a decode step with its signals: fold attention mass into
  * importance, move the budget, demote and recall. Returns 0 or CK_E*. */
 int kvpol_after_step(kvpol *p, kv_seq *s, const samp_conf *conf);
+/* If the step just computed was uncertain (entropy above retry_entropy or
+ * p_max below retry_pmax) and blocks of the sequence are warm, recall the
+ * best of them up to retry_size tokens and return 1: the caller runs the
+ * step again with them. Else 0. CONF-KV only. */
+int kvpol_retry(kvpol *p, kv_seq *s, const samp_conf *conf);
 /* The pool cannot give `blocks` more blocks: demote this sequence's least
  * important unprotected blocks. Returns 0 or CK_ENOSPACE. */
 int kvpol_make_room(kvpol *p, kv_seq *s, int blocks);
-/* Release every warm slot of the sequence (its hot blocks stay with it). */
+/* Release the sequence's warm slots and int8 hot blocks (its f32 hot
+ * blocks stay with it: kv_seq_reset releases those). */
 void kvpol_end(kvpol *p, kv_seq *s);
 const kvpol_stats *kvpol_get_stats(const kvpol *p);
 

@@ -215,6 +215,29 @@ int tier_put(tier *t, kv_seq *owner, int logical, const float *block, int n_toke
     return CK_OK;
 }
 
+int tier_put_raw(tier *t, kv_seq *owner, int logical, const void *bytes, int n_tokens) {
+    if (!t->c.compress) return CK_EINVAL;
+    int s = take_slot(t);
+    if (s < 0) {
+        drop_block(t, owner, logical);
+        return s;
+    }
+    memcpy(slot_ptr(t, s), bytes, t->slot_bytes);
+    t->slots[s] = (slot_meta){owner, logical, n_tokens, ++t->clock};
+    owner->tier[logical] = KV_TIER_WARM;
+    owner->slot[logical] = s;
+    t->st.puts++;
+    return CK_OK;
+}
+
+int tier_take_raw(tier *t, int slot, void *dst) {
+    if (!t->c.compress || slot < 0 || slot >= t->st.n_slots || !t->slots[slot].owner) return CK_EINVAL;
+    memcpy(dst, slot_ptr(t, slot), t->slot_bytes);
+    free_slot(t, slot);
+    t->st.gets++;
+    return CK_OK;
+}
+
 int tier_take(tier *t, int slot, float *dst) {
     if (slot < 0 || slot >= t->st.n_slots || !t->slots[slot].owner) return CK_EINVAL;
     if (t->c.compress) kvq_dequantize(&t->c.shape, slot_ptr(t, slot), dst);

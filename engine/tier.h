@@ -57,6 +57,11 @@ size_t tier_slot_bytes(const tier *t);
  * logical) and mark the owner's entry KV_TIER_WARM with its slot. Spills or
  * drops the LRU slot when full. Returns 0 or CK_ENOSPACE (no slot at all). */
 int tier_put(tier *t, kv_seq *owner, int logical, const float *block, int n_tokens);
+/* The same for a block already in int8 form (kvq.h bytes); only for a tier
+ * with compress set (CK_EINVAL otherwise). */
+int tier_put_raw(tier *t, kv_seq *owner, int logical, const void *bytes, int n_tokens);
+/* Copy a compressed slot's bytes out (compress set) and free the slot. */
+int tier_take_raw(tier *t, int slot, void *dst);
 /* Expand slot into dst (f32 block) and free the slot. The caller turns the
  * owner's entry hot. Returns 0 or CK_EINVAL for a bad slot. */
 int tier_take(tier *t, int slot, float *dst);

@@ -23,9 +23,16 @@
  * device over all layers and heads and is added into each be_seq_view.mass
  * on the host after the step.
  *
- * Streams: the forward pass and cuBLAS run on one stream; KV block copies
- * (kv_read/kv_write and the int8 forms) on a second one. forward() waits for
- * its stream before it returns, so block copies never overlap a step. */
+ * Int8 hot blocks (be_options.n_kv8_blocks, be_seq_view.blocks8): a second
+ * pool in engine/kvq.h's layout. kv_compress / kv_expand run kvq.c's
+ * arithmetic on the device (the bytes match kvq_quantize's), and attention
+ * reads an int8 block where the f32 entry is KV_NONE, as backend_cpu.c does;
+ * in the device's block table such an entry is CK_CUDA_ENC8(block8).
+ *
+ * Streams: the forward pass and cuBLAS run on one stream; KV block copies,
+ * compression and expansion on a second one. forward() waits for its stream
+ * before it returns, and each block operation for its own, so they never
+ * overlap. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +80,7 @@ typedef struct cuda_backend {
     float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
     /* KV storage (device) */
     float *kv;        /* (n_kv_blocks, kv_block_floats) */
-    void *q8;         /* (be_cuda_kv_q8_bytes) int8 form of one block */
+    unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout; or NULL */
     /* activations (device), T = max_batch_tokens */
     float *x;         /* (T, dim) residual stream */
     float *xb;        /* (T, dim) normed input of a product (f32 weights only) */
@@ -150,8 +157,9 @@ static int cu_seterr(char *err, size_t errlen, int rc, const char *what, const c
 /* ------------------------------------------------------------ products */
 
 /* y (M, N) = x (M, K) . w (N, K)^T + beta * y, all row-major; y is f32, x
- * and w are f32 or f16 (cb->wf16). Row-major y^T is column-major y, so this
- * is cuBLAS's y^T (N, M) = w^T . x^T with w transposed. */
+ * and w are f32 or f16 (cb->wf16). cuBLAS is column-major: there y is an
+ * (N, M) matrix y^T = w . x^T, where w's memory reads as (K, N), so it is
+ * taken transposed, and x's as (K, M), taken as is. */
 static cublasStatus_t cu_matmul(cuda_backend *cb, float *y, const void *x, const void *w, int M,
                                 int N, int K, float beta) {
     const float alpha = 1.0f;
@@ -195,9 +203,13 @@ static int cu_pack_batch(cuda_backend *cb, const be_batch *bt, int *n_cs_out, in
             const int nb = v->n_blocks < cb->tbl_cap ? v->n_blocks : cb->tbl_cap;
             for (int j = 0; j < nb; j++) {
                 const int32_t blk = v->blocks[j];
-                if (blk >= b->opt.n_kv_blocks) return CK_EINVAL;
-                blocks[n_blk + j] = blk < 0 ? KV_NONE : blk;
+                const int32_t b8 = v->blocks8 ? v->blocks8[j] : KV_NONE;
+                if (blk >= b->opt.n_kv_blocks || b8 >= b->opt.n_kv8_blocks) return CK_EINVAL;
+                blocks[n_blk + j] = blk >= 0 ? blk : (b8 >= 0 ? CK_CUDA_ENC8(b8) : KV_NONE);
             }
+            if (v->blocks8) /* as the CPU: every int8 entry must exist */
+                for (int j = nb; j < v->n_blocks; j++)
+                    if (v->blocks8[j] >= b->opt.n_kv8_blocks) return CK_EINVAL;
             cs = n_cs++;
             seq_off[cs] = n_blk;
             cb->cs_nblk[cs] = nb;
@@ -208,6 +220,7 @@ static int cu_pack_batch(cuda_backend *cb, const be_batch *bt, int *n_cs_out, in
             cb->hash_val[hk] = cs;
         }
         const int j = p / bs;
+        /* the token's own block is written: it must be an f32 pool block */
         if (j >= cb->cs_nblk[cs] || blocks[seq_off[cs] + j] < 0) return CK_EINVAL;
         tok[i] = t;
         pos[i] = p;
@@ -263,6 +276,8 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
     at.out_f16 = f16;
     at.kv = cb->kv;
     at.block_floats = b->kv_block_floats;
+    at.kv8 = cb->kv8;
+    at.kv8_block_bytes = b->kv8_block_bytes;
     at.block_size = bs;
     at.kv_dim = KVD;
     at.head_dim = hd;
@@ -340,10 +355,55 @@ static int cu_kv_write(backend *b, int block, const float *src) {
 }
 
 /* kvq_block_bytes (kvq.h), computed here: this library does not link the engine. */
-static size_t cu_q8_bytes(const cuda_backend *cb) {
+static size_t cu_kv8_bytes(const cuda_backend *cb) {
     const size_t L = (size_t)cb->base.m->cfg.n_layers, bs = (size_t)cb->base.opt.block_size;
     const size_t kvd = (size_t)cb->kv_dim;
     return L * (2 * bs * kvd + (kvd + bs) * sizeof(float));
+}
+
+static int cu_kv_compress(backend *b, int block, int n_tokens, int block8) {
+    cuda_backend *cb = (cuda_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks || block8 < 0 || block8 >= b->opt.n_kv8_blocks ||
+        n_tokens < 0 || n_tokens > b->opt.block_size)
+        return CK_EINVAL;
+    CU_RT(cudaSetDevice(cb->dev));
+    CU_RT(ck_cuda_kv_quantize(cb->kv + (size_t)block * b->kv_block_floats, n_tokens,
+                              cb->kv8 + (size_t)block8 * b->kv8_block_bytes, b->m->cfg.n_layers,
+                              b->opt.block_size, cb->kv_dim, cb->cst));
+    CU_RT(cudaStreamSynchronize(cb->cst));
+    return CK_OK;
+}
+
+static int cu_kv_expand(backend *b, int block8, int block) {
+    cuda_backend *cb = (cuda_backend *)b;
+    if (block < 0 || block >= b->opt.n_kv_blocks || block8 < 0 || block8 >= b->opt.n_kv8_blocks)
+        return CK_EINVAL;
+    CU_RT(cudaSetDevice(cb->dev));
+    CU_RT(ck_cuda_kv_dequantize(cb->kv8 + (size_t)block8 * b->kv8_block_bytes,
+                                cb->kv + (size_t)block * b->kv_block_floats, b->m->cfg.n_layers,
+                                b->opt.block_size, cb->kv_dim, cb->cst));
+    CU_RT(cudaStreamSynchronize(cb->cst));
+    return CK_OK;
+}
+
+static int cu_kv8_read(backend *b, int block8, void *dst) {
+    cuda_backend *cb = (cuda_backend *)b;
+    if (block8 < 0 || block8 >= b->opt.n_kv8_blocks || !dst) return CK_EINVAL;
+    CU_RT(cudaSetDevice(cb->dev));
+    CU_RT(cudaMemcpyAsync(dst, cb->kv8 + (size_t)block8 * b->kv8_block_bytes, b->kv8_block_bytes,
+                          cudaMemcpyDeviceToHost, cb->cst));
+    CU_RT(cudaStreamSynchronize(cb->cst));
+    return CK_OK;
+}
+
+static int cu_kv8_write(backend *b, int block8, const void *src) {
+    cuda_backend *cb = (cuda_backend *)b;
+    if (block8 < 0 || block8 >= b->opt.n_kv8_blocks || !src) return CK_EINVAL;
+    CU_RT(cudaSetDevice(cb->dev));
+    CU_RT(cudaMemcpyAsync(cb->kv8 + (size_t)block8 * b->kv8_block_bytes, src, b->kv8_block_bytes,
+                          cudaMemcpyHostToDevice, cb->cst));
+    CU_RT(cudaStreamSynchronize(cb->cst));
+    return CK_OK;
 }
 
 static size_t cu_memory_bytes(const backend *b) { return ((const cuda_backend *)b)->bytes; }
@@ -377,7 +437,7 @@ static void cu_destroy(backend *b) {
     }
     cu_free_dev(cb->inv_freq);
     cu_free_dev(cb->kv);
-    cu_free_dev(cb->q8);
+    cu_free_dev(cb->kv8);
     cu_free_dev(cb->x);
     cu_free_dev(cb->xb);
     cu_free_dev(cb->att_out);
@@ -411,6 +471,10 @@ static const be_ops cu_ops_table_ = {
     cu_kv_write,     /* kv_write */
     cu_memory_bytes, /* memory_bytes */
     cu_destroy,      /* destroy */
+    cu_kv_compress,  /* kv_compress */
+    cu_kv_expand,    /* kv_expand */
+    cu_kv8_read,     /* kv8_read */
+    cu_kv8_write,    /* kv8_write */
 };
 
 /* ------------------------------------------------------------ construction */
@@ -579,7 +643,11 @@ static int cu_init_buffers(cuda_backend *cb, char *err, size_t errlen) {
     CU_NEW(cu_malloc(cb, (void **)&cb->kv, kv_bytes), "allocating the KV pool");
     /* zeroed so that unused KV is finite, as on the CPU */
     CU_NEW(cudaMemset(cb->kv, 0, kv_bytes), "clearing the KV pool");
-    CU_NEW(cu_malloc(cb, &cb->q8, cu_q8_bytes(cb)), "allocating the int8 block buffer");
+    if (b->opt.n_kv8_blocks > 0) {
+        const size_t kv8_bytes = (size_t)b->opt.n_kv8_blocks * b->kv8_block_bytes;
+        CU_NEW(cu_malloc(cb, (void **)&cb->kv8, kv8_bytes), "allocating the int8 KV pool");
+        CU_NEW(cudaMemset(cb->kv8, 0, kv8_bytes), "clearing the int8 KV pool");
+    }
 
     CU_NEW(cu_malloc(cb, (void **)&cb->x, T * D * 4), "allocating activations");
     if (cb->wf16) {
@@ -633,8 +701,8 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
     *out = NULL;
     if (!m || !o) return cu_seterr(err, errlen, CK_EINVAL, "options", "NULL model or options");
     const model_config *c = &m->cfg;
-    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 || o->max_ctx < 0 ||
-        o->max_ctx > c->seq_len) {
+    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 ||
+        o->n_kv8_blocks < 0 || o->max_ctx < 0 || o->max_ctx > c->seq_len) {
         if (err && errlen)
             snprintf(err, errlen, "cuda backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
                      o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx);
@@ -669,6 +737,7 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
     cb->max_ctx = max_ctx;
     cb->tbl_cap = (int)tbl_cap;
     b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
+    b->kv8_block_bytes = cu_kv8_bytes(cb);
     cb->wf16 = !cu_model_is_f32(m);
     const char *wenv = getenv("CONFKV_CUDA_WEIGHTS");
     if (wenv && !strcmp(wenv, "f32")) cb->wf16 = 0;
@@ -704,36 +773,6 @@ extern "C" int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out) {
                           cudaMemcpyDeviceToHost, cb->st));
     CU_RT(cudaStreamSynchronize(cb->st));
     memcpy(out, cb->h_conf, (size_t)n_rows * sizeof(be_cuda_conf));
-    return CK_OK;
-}
-
-extern "C" size_t be_cuda_kv_q8_bytes(const backend *b) {
-    return be_cuda_is(b) ? cu_q8_bytes((const cuda_backend *)b) : 0;
-}
-
-extern "C" int be_cuda_kv_read_q8(backend *b, int block, int n_tokens, void *dst) {
-    if (!be_cuda_is(b) || !dst || block < 0 || block >= b->opt.n_kv_blocks || n_tokens < 0 ||
-        n_tokens > b->opt.block_size)
-        return CK_EINVAL;
-    cuda_backend *cb = (cuda_backend *)b;
-    const model_config *c = &b->m->cfg;
-    CU_RT(cudaSetDevice(cb->dev));
-    CU_RT(ck_cuda_kv_quantize(cb->kv + (size_t)block * b->kv_block_floats, n_tokens, cb->q8,
-                              c->n_layers, b->opt.block_size, cb->kv_dim, cb->cst));
-    CU_RT(cudaMemcpyAsync(dst, cb->q8, cu_q8_bytes(cb), cudaMemcpyDeviceToHost, cb->cst));
-    CU_RT(cudaStreamSynchronize(cb->cst));
-    return CK_OK;
-}
-
-extern "C" int be_cuda_kv_write_q8(backend *b, int block, const void *src) {
-    if (!be_cuda_is(b) || !src || block < 0 || block >= b->opt.n_kv_blocks) return CK_EINVAL;
-    cuda_backend *cb = (cuda_backend *)b;
-    const model_config *c = &b->m->cfg;
-    CU_RT(cudaSetDevice(cb->dev));
-    CU_RT(cudaMemcpyAsync(cb->q8, src, cu_q8_bytes(cb), cudaMemcpyHostToDevice, cb->cst));
-    CU_RT(ck_cuda_kv_dequantize(cb->q8, cb->kv + (size_t)block * b->kv_block_floats, c->n_layers,
-                                b->opt.block_size, cb->kv_dim, cb->cst));
-    CU_RT(cudaStreamSynchronize(cb->cst));
     return CK_OK;
 }
 

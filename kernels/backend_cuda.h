@@ -9,11 +9,16 @@
  * q8_0 is dequantised to f16 at upload). The environment variable
  * CONFKV_CUDA_WEIGHTS=f32|f16 overrides that choice (read at creation only).
  *
- * Memory: everything (weights, the KV pool in f32 as kv.h lays it out,
- * activations for max_batch_tokens, the logits of max_batch_tokens rows,
- * the batch arrays and block tables, a cuBLAS workspace) is allocated with
- * plain cudaMalloc/cudaHostAlloc in be_cuda_new; forward() allocates
- * nothing. memory_bytes() counts device bytes only.
+ * Memory: everything (weights, the KV pool in f32 as kv.h lays it out, the
+ * int8 pool of n_kv8_blocks blocks in kvq.h's layout, activations for
+ * max_batch_tokens, the logits of max_batch_tokens rows, the batch arrays
+ * and block tables, a cuBLAS workspace) is allocated with plain
+ * cudaMalloc/cudaHostAlloc in be_cuda_new; forward() allocates nothing.
+ * memory_bytes() counts device bytes only.
+ *
+ * All the optional entries of be_ops are there (int8 hot blocks: kv_compress
+ * and kv_expand produce kvq_quantize's and kvq_dequantize's results, byte
+ * for byte).
  *
  * Errors: be_cuda_new fills err; at run time a CUDA or cuBLAS failure is
  * logged to stderr ("confkv cuda: ...") and returned as CK_EBACKEND. After
@@ -46,11 +51,12 @@ int be_cuda_available(void);
  * outlive the backend. */
 int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 
-/* 1 if b was made by be_cuda_new. The functions below return CK_EINVAL for
- * any other backend. */
+/* 1 if b was made by be_cuda_new (be_cuda_confidence refuses any other
+ * backend with CK_EINVAL). */
 int be_cuda_is(const backend *b);
 
-/* Confidence of a logits row, computed on the device (online softmax). */
+/* Confidence of a logits row, computed on the device (online softmax); the
+ * first three fields are sampler.h's samp_conf. */
 typedef struct be_cuda_conf {
     float entropy; /* of the softmax, in nats */
     float gap;     /* p_max - p_second */
@@ -63,23 +69,8 @@ typedef struct be_cuda_conf {
  * n_rows <= that forward's n_out. Returns 0, CK_EINVAL or CK_EBACKEND. */
 int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
 
-/* The int8 form of one KV block, for a warm tier that wants about a
- * quarter of the bytes: exactly engine/kvq.h's format and bytes (per layer
- * int8 K[bs][kvd], int8 V[bs][kvd], float key scale per channel [kvd],
- * float value scale per token [bs]), so kvq_dequantize reads what
- * be_cuda_kv_read_q8 writes and the other way round. Its size:
- * be_cuda_kv_q8_bytes == kvq_block_bytes. */
-size_t be_cuda_kv_q8_bytes(const backend *b);
-/* Quantise pool block `block`, whose first n_tokens positions (0..block_size)
- * are written, on the device and copy the int8 form to dst (host memory;
- * pinned memory from be_cuda_host_alloc copies fastest); or copy src in and
- * expand it into the block. Both run on the backend's copy stream and
- * return when the copy is done. Returns 0, CK_EINVAL for a block or
- * n_tokens out of range, or CK_EBACKEND. */
-int be_cuda_kv_read_q8(backend *b, int block, int n_tokens, void *dst);
-int be_cuda_kv_write_q8(backend *b, int block, const void *src);
-
-/* Page-locked host memory for the copies above (cudaHostAlloc). Returns 0
+/* Page-locked host memory (cudaHostAlloc), the fastest source and
+ * destination for kv_read/kv_write and kv8_read/kv8_write. Returns 0
  * and sets *out, or CK_EBACKEND. Free with be_cuda_host_free (NULL is a
  * no-op). */
 int be_cuda_host_alloc(size_t bytes, void **out);

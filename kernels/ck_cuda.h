@@ -9,10 +9,13 @@
  * Conventions, as in backend_cpu.c: every matrix is row-major; T is the
  * number of tokens in the batch; the KV pool is kv.h's layout, in floats:
  *     block b, layer l:  K[block_size][kv_dim] then V[block_size][kv_dim]
+ * and the int8 pool is kvq.h's layout (one block: kv8_block_bytes).
  * The batch's sequences are "compact": the backend numbers the sequences
  * that appear in the batch 0..n-1, and their block tables are concatenated:
  * sequence s owns blocks[seq_off[s] .. seq_off[s] + seq_nblk[s]) and, in the
- * same places, mass[] (attention mass per logical block). */
+ * same places, mass[] (attention mass per logical block). A table entry e is
+ * an f32 pool block when e >= 0, nothing when e == -1 (KV_NONE), and int8
+ * pool block CK_CUDA_DEC8(e) when e <= -2. */
 #ifndef CK_CUDA_H
 #define CK_CUDA_H
 #include <math.h>
@@ -24,6 +27,10 @@
 
 /* Largest head_dim the attention kernel handles (8 values per lane). */
 #define CK_CUDA_MAX_HEAD_DIM 256
+
+/* Block-table entries for int8 pool blocks (see above). */
+#define CK_CUDA_ENC8(b8) (-(b8) - 2)
+#define CK_CUDA_DEC8(e) (-(e) - 2)
 
 /* ------------------------------------------------------------ helpers */
 
@@ -115,16 +122,19 @@ cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int
 
 /* ck_cuda_attn.cu: paged attention for `layer`, one (token, head) per thread
  * block: out[i][h*hd ..] (floats or halves) = softmax(q k / sqrt(hd)) v over
- * the hot blocks of token i's sequence at positions <= pos[i]; blocks < 0
- * are skipped. mass[seq_off[s] + j] += the attention token i's head put on
- * logical block j, times mass_scale. head_dim <= CK_CUDA_MAX_HEAD_DIM. */
+ * the hot blocks (f32 or int8) of token i's sequence at positions <= pos[i];
+ * KV_NONE entries are skipped. mass[seq_off[s] + j] += the attention token
+ * i's head put on logical block j, times mass_scale. head_dim <=
+ * CK_CUDA_MAX_HEAD_DIM. */
 typedef struct ck_attn_args {
     const float *qkv;       /* (T, qkv_stride): Q heads first */
     int qkv_stride;
     void *out;              /* (T, n_heads * head_dim) */
     int out_f16;
-    const float *kv;        /* the pool */
+    const float *kv;        /* the f32 pool */
     size_t block_floats;
+    const unsigned char *kv8;/* the int8 pool (kvq.h layout), or NULL */
+    size_t kv8_block_bytes;
     int layer, block_size, kv_dim, head_dim, n_heads, n_kv_heads;
     const int32_t *pos, *cseq, *seq_off, *blocks;
     float *mass;            /* (total blocks) or NULL */

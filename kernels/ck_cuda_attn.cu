@@ -7,6 +7,10 @@
  * (lanes split the head's dimensions, so the key row is read coalesced),
  * and the warps of the block share the keys of each logical block.
  *
+ * A logical block is an f32 pool block or an int8 one (kvq.h: keys scaled
+ * per channel, values per token), read as backend_cpu.c reads it: the key
+ * scales fold into the query (q_i * ks_i) and the value scale into p.
+ *
  * Two passes over the keys: the first finds the softmax's max and sum with
  * an online softmax; the second recomputes each score, so that it has the
  * normalised probability p at hand, adds p * v into the output and sums p
@@ -19,7 +23,74 @@
  * would fill it. */
 #include "ck_cuda.h"
 
+extern "C" {
+#include "kv.h"
+}
+
 #define CK_ATTN_WARPS 4
+
+/* One logical block of one layer and KV head, resolved: f32 keys at kb, or
+ * int8 keys at k8b with the key scales folded into the query (qs) and the
+ * value scales at vs. Values follow keys at + block_size * kv_dim. */
+template <int PL>
+struct ck_blk {
+    const float *kb;
+    const signed char *k8b;
+    const float *vs;
+    float qs[PL];
+};
+
+/* Resolve table entry e (not KV_NONE). */
+template <int PL>
+static __device__ __forceinline__ void ck_attn_resolve(const ck_attn_args &a, int e, int kvh,
+                                                       const float (&qr)[PL], int lane,
+                                                       ck_blk<PL> &r) {
+    const int bs = a.block_size, kvd = a.kv_dim, hd = a.head_dim;
+    if (e >= 0) {
+        r.kb = a.kv + (size_t)e * a.block_floats + (size_t)a.layer * 2 * bs * kvd + (size_t)kvh * hd;
+        r.k8b = NULL;
+        r.vs = NULL;
+        return;
+    }
+    /* kvq.h: per layer int8 K[bs][kvd], int8 V[bs][kvd], float ks[kvd], float vs[bs] */
+    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(float) * ((size_t)kvd + bs);
+    const unsigned char *base =
+        a.kv8 + (size_t)CK_CUDA_DEC8(e) * a.kv8_block_bytes + (size_t)a.layer * layer_bytes;
+    const float *sc = (const float *)(base + 2 * (size_t)bs * kvd);
+    const float *ks = sc + (size_t)kvh * hd;
+    r.kb = NULL;
+    r.k8b = (const signed char *)base + (size_t)kvh * hd;
+    r.vs = sc + kvd;
+#pragma unroll
+    for (int kk = 0; kk < PL; kk++) {
+        const int dd = lane + 32 * kk;
+        r.qs[kk] = dd < hd ? qr[kk] * ks[dd] : 0.0f;
+    }
+}
+
+/* q . k for token t of the block, the same value in every lane (not yet
+ * divided by sqrt(head_dim)). The whole warp must call it. */
+template <int PL>
+static __device__ __forceinline__ float ck_attn_dot(const ck_blk<PL> &r, const float (&qr)[PL],
+                                                    int t, int kvd, int hd, int lane) {
+    float d = 0.0f;
+    if (r.kb) {
+        const float *k = r.kb + (size_t)t * kvd;
+#pragma unroll
+        for (int kk = 0; kk < PL; kk++) {
+            const int dd = lane + 32 * kk;
+            if (dd < hd) d += qr[kk] * k[dd];
+        }
+    } else {
+        const signed char *k8 = r.k8b + (size_t)t * kvd;
+#pragma unroll
+        for (int kk = 0; kk < PL; kk++) {
+            const int dd = lane + 32 * kk;
+            if (dd < hd) d += r.qs[kk] * (float)k8[dd];
+        }
+    }
+    return __shfl_sync(0xffffffffu, ck_warp_sum(d), 0);
+}
 
 template <int PL, typename OutT>
 static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_attn_args a) {
@@ -39,26 +110,18 @@ static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_a
     const int pos = a.pos[i], last = pos / bs;
     const int off = a.seq_off[a.cseq[i]];
     const int32_t *blk = a.blocks + off;
-    const size_t layer_off = (size_t)a.layer * 2 * bs * kvd + (size_t)kvh * hd;
     const float scale = sqrtf((float)hd);
+    ck_blk<PL> r;
 
     /* pass 1: max and sum of exp, online */
     float m = -INFINITY, s = 0.0f;
     for (int j = 0; j <= last; j++) {
-        const int b = blk[j];
-        if (b < 0) continue;
-        const float *kb = a.kv + (size_t)b * a.block_floats + layer_off;
+        const int e = blk[j];
+        if (e == KV_NONE) continue;
+        ck_attn_resolve<PL>(a, e, kvh, qr, lane, r);
         const int tn = j == last ? pos - j * bs + 1 : bs;
         for (int t = warp; t < tn; t += CK_ATTN_WARPS) {
-            const float *k = kb + (size_t)t * kvd;
-            float d = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < PL; kk++) {
-                const int dd = lane + 32 * kk;
-                if (dd < hd) d += qr[kk] * k[dd];
-            }
-            d = __shfl_sync(0xffffffffu, ck_warp_sum(d), 0);
-            const float sc = d / scale;
+            const float sc = ck_attn_dot<PL>(r, qr, t, kvd, hd, lane) / scale;
             if (sc > m) {
                 s = s * expf(m - sc) + 1.0f;
                 m = sc;
@@ -85,26 +148,28 @@ static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_a
 #pragma unroll
     for (int kk = 0; kk < PL; kk++) acc[kk] = 0.0f;
     for (int j = 0; j <= last; j++) {
-        const int b = blk[j];
-        if (b < 0) continue;
-        const float *kb = a.kv + (size_t)b * a.block_floats + layer_off;
-        const float *vb = kb + (size_t)bs * kvd;
+        const int e = blk[j];
+        if (e == KV_NONE) continue;
+        ck_attn_resolve<PL>(a, e, kvh, qr, lane, r);
         const int tn = j == last ? pos - j * bs + 1 : bs;
         float wm = 0.0f;
         for (int t = warp; t < tn; t += CK_ATTN_WARPS) {
-            const float *k = kb + (size_t)t * kvd, *v = vb + (size_t)t * kvd;
-            float d = 0.0f;
+            const float p = expf(ck_attn_dot<PL>(r, qr, t, kvd, hd, lane) / scale - M) / S;
+            if (r.kb) {
+                const float *v = r.kb + (size_t)bs * kvd + (size_t)t * kvd;
 #pragma unroll
-            for (int kk = 0; kk < PL; kk++) {
-                const int dd = lane + 32 * kk;
-                if (dd < hd) d += qr[kk] * k[dd];
-            }
-            d = __shfl_sync(0xffffffffu, ck_warp_sum(d), 0);
-            const float p = expf(d / scale - M) / S;
+                for (int kk = 0; kk < PL; kk++) {
+                    const int dd = lane + 32 * kk;
+                    if (dd < hd) acc[kk] += p * v[dd];
+                }
+            } else {
+                const signed char *v8 = r.k8b + (size_t)bs * kvd + (size_t)t * kvd;
+                const float pv = p * r.vs[t];
 #pragma unroll
-            for (int kk = 0; kk < PL; kk++) {
-                const int dd = lane + 32 * kk;
-                if (dd < hd) acc[kk] += p * v[dd];
+                for (int kk = 0; kk < PL; kk++) {
+                    const int dd = lane + 32 * kk;
+                    if (dd < hd) acc[kk] += pv * (float)v8[dd];
+                }
             }
             wm += p;
         }
@@ -115,10 +180,10 @@ static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_a
     __syncthreads();
     OutT *out = (OutT *)a.out + (size_t)i * a.n_heads * hd + (size_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float r = 0.0f;
+        float rs = 0.0f;
 #pragma unroll
-        for (int w = 0; w < CK_ATTN_WARPS; w++) r += sh_acc[w][d];
-        ck_store(out + d, r);
+        for (int w = 0; w < CK_ATTN_WARPS; w++) rs += sh_acc[w][d];
+        ck_store(out + d, rs);
     }
 }
 

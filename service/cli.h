@@ -46,6 +46,7 @@ typedef struct cli_engine {
     model *m;
     backend *b;
     kv_pool pool;
+    kv_pool pool8;  /* int8 hot blocks (cache_compression); empty unless asked for */
 } cli_engine;
 
 typedef struct cli_engine_opts {
@@ -58,6 +59,7 @@ typedef struct cli_engine_opts {
     int kv_blocks;         /* 0 = enough for max_seqs full contexts */
     int max_seqs;
     int max_ctx;           /* 0 = model's */
+    int kv8_blocks;        /* int8 block pool (conf-int8); 0 = none, -1 = as many as f32 */
 } cli_engine_opts;
 
 void cli_engine_opts_default(cli_engine_opts *o);

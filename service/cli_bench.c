@@ -159,7 +159,7 @@ int cli_bench(int argc, char **argv) {
             if (row[i] >= 0) row[i] = nout++;
         int last = s < batch && done > 0 ? s : s - 1;
         for (int q = first; q <= last; q++)
-            views[q - first] = (be_seq_view){seqs[q].hot, seqs[q].n_blocks, NULL};
+            views[q - first] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks};
         be_batch bt = {n, tok, pos, six, row, last - first + 1, views, nout};
         if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
         for (int q = first; q <= last; q++) {
@@ -181,7 +181,7 @@ int cli_bench(int argc, char **argv) {
             pos[q] = seqs[q].n_tokens;
             six[q] = q;
             row[q] = q;
-            views[q] = (be_seq_view){seqs[q].hot, seqs[q].n_blocks, NULL};
+            views[q] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks};
         }
         be_batch bt = {batch, tok, pos, six, row, batch, views, batch};
         if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;

@@ -108,6 +108,7 @@ void cli_engine_opts_default(cli_engine_opts *o) {
     o->block_size = 16;
     o->max_batch_tokens = 256;
     o->max_seqs = 1;
+    o->kv8_blocks = 0;
 }
 
 int cli_engine_flag(cli_args *a, cli_engine_opts *o) {
@@ -138,17 +139,20 @@ int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) 
     }
     int ctx = o->max_ctx > 0 && o->max_ctx < e->m->cfg.seq_len ? o->max_ctx : e->m->cfg.seq_len;
     int per_seq = (ctx + o->block_size - 1) / o->block_size;
+    int n_blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs;
     be_options bo = {.max_batch_tokens = o->max_batch_tokens,
-                     .n_kv_blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs,
+                     .n_kv_blocks = n_blocks,
                      .block_size = o->block_size,
                      .n_threads = o->threads,
-                     .max_ctx = ctx};
+                     .max_ctx = ctx,
+                     .n_kv8_blocks = o->kv8_blocks < 0 ? n_blocks : o->kv8_blocks};
     if ((rc = be_new(o->backend, e->m, &bo, &e->b, err, sizeof err))) {
         cli_error(a, "%s", err);
         cli_engine_close(e);
         return 1;
     }
-    if ((rc = kv_pool_init(&e->pool, bo.n_kv_blocks, bo.block_size))) {
+    if ((rc = kv_pool_init(&e->pool, bo.n_kv_blocks, bo.block_size)) ||
+        (rc = kv_pool_init(&e->pool8, bo.n_kv8_blocks, bo.block_size))) {
         cli_error(a, "KV pool: %s", ck_strerror(rc));
         cli_engine_close(e);
         return 1;
@@ -159,6 +163,7 @@ int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) 
 void cli_engine_close(cli_engine *e) {
     be_free(e->b);
     kv_pool_free(&e->pool);
+    kv_pool_free(&e->pool8);
     model_free(e->m);
     memset(e, 0, sizeof *e);
 }

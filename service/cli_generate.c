@@ -21,6 +21,7 @@ static void help(void) {
         "                         (sets --max-tokens to N - prompt tokens + 1)\n"
         "  --temperature X        0 = greedy (default 1.0)\n"
         "  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed S\n"
+        "  --ignore-eos           keep generating past end-of-text tokens\n"
         "  --stop TEXT            stop before this text (repeatable, up to %d)\n"
         "  --policy P             KV policy: full, window:N, sinks:N, h2o:N, conf, conf-int8\n"
         "  --json                 one JSON object instead of plain text\n"
@@ -79,7 +80,7 @@ static void print_json(const cli_engine *e, const char *prompt, const gen_result
         jw_key(&w, "demotions");
         jw_int(&w, (int64_t)ks->demotions);
         jw_key(&w, "hot_peak_bytes");
-        jw_int(&w, (int64_t)((size_t)r->hot_peak_tokens * token_bytes));
+        jw_int(&w, (int64_t)r->hot_peak_bytes);
         jw_key(&w, "warm_peak_bytes");
         jw_int(&w, (int64_t)ts->peak_bytes);
         jw_obj_end(&w);
@@ -142,6 +143,7 @@ int cli_generate(int argc, char **argv) {
         }
         if (cli_flag(&a, "--json")) json = 1;
         else if (cli_flag(&a, "--confidence-trace")) trace = 1;
+        else if (cli_flag(&a, "--ignore-eos")) gp.ignore_eos = 1;
         else return cli_unknown(&a);
     }
     if (a.bad) return 2;
@@ -153,6 +155,7 @@ int cli_generate(int argc, char **argv) {
         return 2;
     }
 
+    if (policy && pc.cache_compression) eo.kv8_blocks = -1; /* as many as f32 blocks */
     cli_engine e;
     int rc = cli_engine_open(&a, &eo, &e);
     if (rc) return rc;
@@ -183,7 +186,7 @@ int cli_generate(int argc, char **argv) {
         tier_config tc;
         tier_config_default(&tc, e.b);
         tc.compress = pc.cache_compression;
-        if ((rc = tier_new(&tc, &warm)) || (rc = kvpol_new(&pc, e.b, &e.pool, warm, &pol))) {
+        if ((rc = tier_new(&tc, &warm)) || (rc = kvpol_new(&pc, e.b, &e.pool, &e.pool8, warm, &pol))) {
             cli_error(&a, "policy: %s", ck_strerror(rc));
             goto out;
         }

@@ -1,4 +1,3 @@
 #include "cli.h"
 #include <stdio.h>
 int cli_bench_serve(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "serve: not built yet\n"); return 1; }
-int cli_eval(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "eval: not built yet\n"); return 1; }

@@ -49,7 +49,7 @@ static int run_single(const model *m, float *ref) {
         for (int p = 0; p < lens[s]; p++) {
             int32_t tok = (int32_t)((7 * s + 13 * p + 1) % V), pos = p, six = 0, row = 0;
             if (kv_seq_reserve(&q, &pool, 1)) return -1;
-            be_seq_view v = {q.hot, q.n_blocks, NULL};
+            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
             be_batch bt = {1, &tok, &pos, &six, &row, 1, &v, 1};
             if (b->ops->forward(b, &bt, ref + ((size_t)s * MAXLEN + p) * V)) return -1;
             kv_seq_commit(&q, 1);
@@ -101,7 +101,7 @@ static void test_batch_equals_single(void) {
                 where[n] = s * MAXLEN + p;
                 n++;
             }
-            v[s] = (be_seq_view){q[s].hot, q[s].n_blocks, NULL};
+            v[s] = (be_seq_view){.blocks = q[s].hot, .n_blocks = q[s].n_blocks};
         }
         if (!n) break;
         be_batch bt = {n, tok, pos, six, row, NSEQ, v, n};
@@ -141,7 +141,7 @@ static void test_bad_batch(void) {
     be_options o = {.max_batch_tokens = 4, .n_kv_blocks = 4, .block_size = 16, .n_threads = 1};
     CK_CHECK(be_cpu_new(m, &o, &b, err, sizeof err) == 0);
     int32_t blocks[2] = {0, KV_NONE};
-    be_seq_view v = {blocks, 2, NULL};
+    be_seq_view v = {.blocks = blocks, .n_blocks = 2};
     float logits[512];
     int32_t tok = 1, pos = 0, six = 0, row = 0;
     be_batch ok = {1, &tok, &pos, &six, &row, 1, &v, 1};
@@ -174,7 +174,7 @@ static int seq_logits(const model *m, float *out) {
         pos[i] = i;
         row[i] = i;
     }
-    be_seq_view v = {blocks, 3, NULL};
+    be_seq_view v = {.blocks = blocks, .n_blocks = 3};
     be_batch bt = {40, tok, pos, six, row, 1, &v, 40};
     int rc = b->ops->forward(b, &bt, out);
     be_free(b);

@@ -12,8 +12,9 @@
  *     max|a - b| / max|b| <= 1e-3, attention mass per block within 1e-4
  *     (absolute, on masses that sum to the number of query tokens);
  *   - greedy decoding of 64 tokens from BOS: identical tokens;
- *   - kv_read / kv_write of a block, and the int8 form, byte for byte
- *     engine/kvq.c's;
+ *   - kv_read / kv_write of a block; int8 blocks (kv_compress, kv_expand,
+ *     kv8_read, kv8_write) byte for byte engine/kvq.c's; attention over an
+ *     int8 hot block (the same int8 bytes on both backends);
  *   - the device's confidence (entropy, gap, p_max, argmax) against
  *     samp_confidence on the same logits;
  *   - the f16-weight path (CONFKV_CUDA_WEIGHTS=f16): the first batch within
@@ -40,6 +41,7 @@
 #define TMAX 64        /* max_batch_tokens */
 #define TOL_F32 1e-3
 #define TOL_F16 3e-2
+#define N_KV8 4        /* int8 pool blocks */
 
 static model *g_m;
 static backend *g_cpu, *g_cuda;
@@ -61,6 +63,7 @@ static be_options test_options(void) {
     o.block_size = BS;
     o.n_threads = 2;
     o.max_ctx = 0;
+    o.n_kv8_blocks = N_KV8;
     return o;
 }
 
@@ -70,12 +73,14 @@ typedef struct tbatch {
     int32_t token[TMAX], pos[TMAX], seq[TMAX], out_row[TMAX];
     int n_blocks[NSEQ];      /* view lengths (default MAXB) */
     int none_seq, none_blk;  /* one table entry shown as KV_NONE (-1: none) */
+    int b8;                  /* ... and, when >= 0, as this int8 block instead */
 } tbatch;
 
 static void tb_init(tbatch *t) {
     memset(t, 0, sizeof *t);
     for (int s = 0; s < NSEQ; s++) t->n_blocks[s] = MAXB;
     t->none_seq = -1;
+    t->b8 = -1;
 }
 
 static void tb_add(tbatch *t, int seq, int pos, int token, int want_logits) {
@@ -88,13 +93,19 @@ static void tb_add(tbatch *t, int seq, int pos, int token, int want_logits) {
 
 /* Run t on backend b with mass accumulating into mass[NSEQ][MAXB]. */
 static int tb_run(const tbatch *t, backend *b, float *logits, float mass[NSEQ][MAXB]) {
-    static int32_t shown[NSEQ][MAXB];
+    static int32_t shown[NSEQ][MAXB], shown8[NSEQ][MAXB];
     be_seq_view v[NSEQ];
     memcpy(shown, g_tables, sizeof shown);
-    if (t->none_seq >= 0) shown[t->none_seq][t->none_blk] = KV_NONE;
+    for (int s = 0; s < NSEQ; s++)
+        for (int j = 0; j < MAXB; j++) shown8[s][j] = KV_NONE;
+    if (t->none_seq >= 0) {
+        shown[t->none_seq][t->none_blk] = KV_NONE;
+        shown8[t->none_seq][t->none_blk] = t->b8;
+    }
     for (int s = 0; s < NSEQ; s++) {
         v[s].blocks = shown[s];
         v[s].n_blocks = t->n_blocks[s];
+        v[s].blocks8 = t->b8 >= 0 ? shown8[s] : NULL;
         v[s].mass = mass[s];
     }
     be_batch bt = {
@@ -224,43 +235,71 @@ static void test_kv_blocks(void) {
     const size_t n = g_cuda->kv_block_floats;
     const kvq_shape sh = {g_m->cfg.n_layers, BS, g_m->cfg.n_kv_heads * g_m->cfg.head_dim};
     const size_t qb = kvq_block_bytes(&sh);
+    const be_ops *op = g_cuda->ops;
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
     unsigned char *q_ref = malloc(qb), *q_dev = NULL;
     CK_CHECK(a && b && c && q_ref && be_cuda_host_alloc(qb, (void **)&q_dev) == 0);
     /* block 0 of sequence 0 is full (positions 0..15 written by test_batches) */
     CK_CHECK(g_cpu->ops->kv_read(g_cpu, g_tables[0][0], a) == 0);
-    CK_CHECK(g_cuda->ops->kv_read(g_cuda, g_tables[0][0], b) == 0);
+    CK_CHECK(op->kv_read(g_cuda, g_tables[0][0], b) == 0);
     CK_CHECK_MSG(norm_err(b, a, n) <= TOL_F32, "KV block error %g", norm_err(b, a, n));
     /* write a pattern into an unused block, read it back exactly */
     const int spare = NSEQ * MAXB - 1;
     for (size_t i = 0; i < n; i++) c[i] = (float)((int)(i % 97) - 48) * 0.125f;
-    CK_CHECK(g_cuda->ops->kv_write(g_cuda, spare, c) == 0);
-    CK_CHECK(g_cuda->ops->kv_read(g_cuda, spare, a) == 0);
+    CK_CHECK(op->kv_write(g_cuda, spare, c) == 0);
+    CK_CHECK(op->kv_read(g_cuda, spare, a) == 0);
     CK_CHECK(memcmp(a, c, n * sizeof *a) == 0);
     /* int8: the device's bytes are kvq_quantize's, full block and partial */
-    CK_CHECK(be_cuda_kv_q8_bytes(g_cuda) == qb);
+    CK_CHECK(op->kv_compress && op->kv_expand && op->kv8_read && op->kv8_write);
+    CK_CHECK(g_cuda->kv8_block_bytes == qb);
     for (int nt = BS; nt >= 5; nt -= BS - 5) {
         kvq_quantize(&sh, b, nt, q_ref);
         memset(q_dev, 0xAB, qb);
-        CK_CHECK(be_cuda_kv_read_q8(g_cuda, g_tables[0][0], nt, q_dev) == 0);
+        CK_CHECK(op->kv_compress(g_cuda, g_tables[0][0], nt, 0) == 0);
+        CK_CHECK(op->kv8_read(g_cuda, 0, q_dev) == 0);
         size_t diff = 0;
         for (size_t i = 0; i < qb; i++) diff += q_ref[i] != q_dev[i];
         CK_CHECK_MSG(diff == 0, "int8 block (%d tokens): %zu of %zu bytes differ", nt, diff, qb);
     }
     /* and back: the device's expansion is kvq_dequantize's */
     kvq_dequantize(&sh, q_ref, c);
-    CK_CHECK(be_cuda_kv_write_q8(g_cuda, spare, q_ref) == 0);
-    CK_CHECK(g_cuda->ops->kv_read(g_cuda, spare, a) == 0);
+    CK_CHECK(op->kv8_write(g_cuda, 1, q_ref) == 0);
+    CK_CHECK(op->kv_expand(g_cuda, 1, spare) == 0);
+    CK_CHECK(op->kv_read(g_cuda, spare, a) == 0);
     CK_CHECK(memcmp(a, c, n * sizeof *a) == 0);
-    CK_CHECK(be_cuda_kv_read_q8(g_cuda, -1, BS, q_dev) == CK_EINVAL);
-    CK_CHECK(be_cuda_kv_read_q8(g_cuda, 0, BS + 1, q_dev) == CK_EINVAL);
-    CK_CHECK(be_cuda_kv_read_q8(g_cpu, 0, BS, q_dev) == CK_EINVAL);
-    CK_CHECK(g_cuda->ops->kv_read(g_cuda, NSEQ * MAXB, a) == CK_EINVAL);
+    CK_CHECK(op->kv_compress(g_cuda, 0, BS + 1, 0) == CK_EINVAL);
+    CK_CHECK(op->kv_compress(g_cuda, 0, BS, N_KV8) == CK_EINVAL);
+    CK_CHECK(op->kv_expand(g_cuda, -1, 0) == CK_EINVAL);
+    CK_CHECK(op->kv8_read(g_cuda, N_KV8, q_dev) == CK_EINVAL);
+    CK_CHECK(op->kv_read(g_cuda, NSEQ * MAXB, a) == CK_EINVAL);
     free(a);
     free(b);
     free(c);
     free(q_ref);
     be_cuda_host_free(q_dev);
+}
+
+/* Attention over an int8 hot block: sequence 0's first block compressed
+ * on the device, the same bytes written into the CPU's int8 pool, then a
+ * decode step that sees logical block 0 only in int8 form. */
+static void test_int8_attention(void) {
+    unsigned char *q = malloc(g_cuda->kv8_block_bytes);
+    CK_CHECK(q && g_cpu->kv8_block_bytes == g_cuda->kv8_block_bytes);
+    CK_CHECK(g_cuda->ops->kv_compress(g_cuda, g_tables[0][0], BS, 2) == 0);
+    CK_CHECK(g_cuda->ops->kv8_read(g_cuda, 2, q) == 0);
+    CK_CHECK(g_cpu->ops->kv8_write(g_cpu, 2, q) == 0);
+    free(q);
+    tbatch t;
+    tb_init(&t);
+    t.none_seq = 0;
+    t.none_blk = 0;
+    t.b8 = 2;
+    tb_add(&t, 0, 23, rnd_token(), 1);
+    tb_add(&t, 2, 35, rnd_token(), 1);
+    CK_CHECK(compare_step(&t, g_cuda, TOL_F32, 1, "int8 block") == 0);
+    /* an int8 entry past the pool is refused */
+    t.b8 = N_KV8;
+    CK_CHECK(tb_run(&t, g_cuda, g_lg, g_mass_cuda) == CK_EINVAL);
 }
 
 static void test_confidence(void) {
@@ -363,6 +402,7 @@ int main(void) {
     CK_RUN(test_batches);
     CK_RUN(test_greedy);
     CK_RUN(test_kv_blocks);
+    CK_RUN(test_int8_attention);
     CK_RUN(test_confidence);
     CK_RUN(test_f16_weights);
     CK_RUN(test_bad_batches);

@@ -1,0 +1,145 @@
+/* engine.h - the inference engine as a service drives it: submit requests,
+ * step the batch, collect events.
+ *
+ * One engine owns a model, a backend, the hot KV pool (sized from a byte
+ * budget), the int8 pool, the warm tier and the scheduler. Each eng_step
+ * builds one batch: one decode token for every running sequence plus
+ * chunks of prefill for sequences being admitted, within max_batch_tokens
+ * and max_running, runs it, samples, applies each sequence's KV policy, and
+ * reports what happened as events.
+ *
+ * Scheduling. Waiting requests are ordered by effective priority (priority
+ * plus one for every `aging_ms` waited, so nothing starves), then arrival.
+ * A request is admitted only when the hot pool can hold what it needs next
+ * (its prompt's next chunk, or its policy's minimum). Under memory pressure
+ * the engine first shrinks CONF-KV budgets (the circuit breaker), then
+ * preempts the running sequence of lowest priority, latest arrival: its
+ * blocks are demoted to the warm tier and it waits again, resuming later
+ * without recomputation; if the warm tier cannot take them, it is reset and
+ * recomputed from its prompt and the tokens generated so far. A request
+ * past its deadline finishes with reason ENG_FINISH_EXPIRED.
+ *
+ * Threading: an engine is not thread-safe. One thread (the engine thread)
+ * calls every function; another thread talks to it through its own queue.
+ *
+ * Return codes: 0 success; CK_EINVAL bad argument; CK_ENOMEM; CK_EBUSY the
+ * waiting queue is full (submit again later); CK_ENOTFOUND unknown id;
+ * CK_ETOOLONG prompt + max_tokens past the context; CK_EBACKEND the backend
+ * failed (the engine is unusable after that). */
+#ifndef CK_ENGINE_H
+#define CK_ENGINE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cold.h"
+#include "gen.h"
+#include "model.h"
+#include "policy.h"
+#include "sampler.h"
+
+typedef struct eng_config {
+    const char *model_path;      /* GGUF or llama2.c checkpoint */
+    const char *tokenizer_path;  /* llama2.c only */
+    const char *backend;         /* "cpu", "cuda", "auto" */
+    int threads;                 /* CPU threads, 0 = all cores */
+    int block_size;              /* tokens per KV block (16) */
+    size_t kv_budget_bytes;      /* hot KV pool, f32 blocks (0 = 64 MiB) */
+    size_t warm_budget_bytes;    /* warm tier (0 = 4x the hot budget) */
+    int max_running;             /* sequences decoding at once (64) */
+    int max_batch_tokens;        /* tokens per step, decode + prefill (512) */
+    int max_queue;               /* waiting requests at most (4096) */
+    int aging_ms;                /* one priority level per aging_ms waited (1000) */
+    kvpol_config policy;         /* default policy (kvpol_parse) */
+    cold_store *cold;            /* borrowed; NULL = no cold tier */
+} eng_config;
+
+void eng_config_default(eng_config *c);
+
+typedef struct eng_request {
+    const char *prompt;          /* text (BOS prepended), or NULL when tokens given */
+    size_t prompt_len;
+    const int32_t *tokens;       /* prompt ids (taken as given: include BOS yourself) */
+    int n_tokens;
+    samp_params samp;
+    int max_tokens;
+    int n_stop;
+    const char *stop[GEN_MAX_STOPS];
+    int ignore_eos;
+    int want_trace;              /* per-token confidence in the finished event */
+    const char *policy;          /* policy spec for this request, NULL = the default */
+    int priority;                /* higher runs first */
+    int64_t deadline_ms;         /* on eng_now_ms()'s clock; 0 = none */
+    uint64_t user_tag;           /* opaque, echoed in every event */
+} eng_request;
+
+enum { ENG_EV_TOKEN = 1, ENG_EV_FINISHED = 2, ENG_EV_ERROR = 3 };
+enum { ENG_FINISH_EXPIRED = 10, ENG_FINISH_CANCELLED = 11 }; /* besides GEN_FINISH_* */
+
+/* What a finished request reports. */
+typedef struct eng_result {
+    int finish;                  /* GEN_FINISH_LENGTH, GEN_FINISH_STOP, ENG_FINISH_* */
+    const char *text;            /* completion text (text_len bytes, NUL-terminated) */
+    size_t text_len;
+    const int32_t *tokens;       /* completion ids */
+    int n_tokens;
+    const samp_conf *trace;      /* (n_tokens) when want_trace, else NULL */
+    int prompt_tokens;
+    int cached_tokens;           /* prompt tokens whose KV was reused, not computed */
+    double mean_entropy, mean_gap, mean_pmax;
+    double queue_ms, ttft_ms, total_ms;
+    double kv_retained_mean;     /* hot tokens / full tokens over its decode steps */
+    size_t hot_peak_bytes;
+    uint64_t recalls, demotions, spills, preemptions;
+} eng_result;
+
+typedef struct eng_event {
+    int type;                    /* ENG_EV_* */
+    uint64_t id;
+    uint64_t user_tag;
+    /* ENG_EV_TOKEN */
+    int32_t token;
+    const char *piece;           /* its text (piece_len bytes) */
+    size_t piece_len;
+    samp_conf conf;
+    /* ENG_EV_FINISHED */
+    const eng_result *result;
+    /* ENG_EV_ERROR (the request is gone) */
+    int error;                   /* CK_E* */
+    const char *message;
+} eng_event;
+/* Every pointer in an event stays valid until the next eng_step or
+ * eng_cancel call. */
+
+typedef struct eng_stats {
+    int running, waiting;
+    uint64_t submitted, finished, expired, cancelled, failed, preemptions;
+    uint64_t steps, tokens_generated, tokens_prefilled;
+    int last_batch_tokens, last_batch_seqs;
+    size_t hot_bytes, hot_capacity_bytes, warm_bytes, int8_bytes;
+    int hot_blocks_used, hot_blocks;
+    double step_ms_last, sched_ms_last; /* time of the last step; of which scheduling */
+    double sched_ms_total, step_ms_total;
+} eng_stats;
+
+typedef struct eng eng;
+
+int eng_new(const eng_config *c, eng **out, char *err, size_t errlen);
+void eng_free(eng *e);
+const model *eng_model(const eng *e);
+/* Queue a request. Everything it points to is copied. On success *id is
+ * set (ids are never reused). Invalid parameters: CK_EINVAL with err. */
+int eng_submit(eng *e, const eng_request *r, uint64_t *id, char *err, size_t errlen);
+/* Run one batched iteration (nothing when idle) and write at most
+ * max_events events; *n_events tells how many. Events that do not fit wait
+ * for the next call (tokens are never lost). */
+int eng_step(eng *e, eng_event *events, int max_events, int *n_events);
+/* Cancel a waiting or running request: its memory is released and a
+ * FINISHED event with ENG_FINISH_CANCELLED comes from the next eng_step. */
+int eng_cancel(eng *e, uint64_t id);
+/* Nothing running, waiting, or left to report. */
+int eng_idle(const eng *e);
+void eng_get_stats(const eng *e, eng_stats *s);
+/* Milliseconds on the engine's monotonic clock (for deadlines). */
+int64_t eng_now_ms(void);
+
+#endif
