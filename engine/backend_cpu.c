@@ -107,7 +107,7 @@ static float dot(const float *restrict a, const float *restrict b, int n) {
 typedef struct blk_ref {
     const float *f;          /* K of this layer and head (V at + block_size * kv_dim) */
     const int8_t *q;         /* int8 K of this layer (V at + block_size * kv_dim) */
-    const float *ks, *vs;    /* int8 scales: per channel (this head's), per token */
+    const uint16_t *ks, *vs; /* f16 scales: per channel (this head's), per token */
 } blk_ref;
 
 static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int layer, int kv_head,
@@ -126,7 +126,7 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
                                 (size_t)layer * kvq_layer_bytes(&cb->shape);
     r->f = NULL;
     r->q = (const int8_t *)base + (size_t)kv_head * hd;
-    const float *sc = (const float *)(base + 2 * (size_t)bs * kvd);
+    const uint16_t *sc = (const uint16_t *)(base + 2 * (size_t)bs * kvd);
     r->ks = sc + (size_t)kv_head * hd;
     r->vs = sc + kvd;
     return 1;
@@ -155,7 +155,7 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
             }
         } else {
             /* k = k8 * ks per channel: fold the scales into the query once. */
-            for (int i = 0; i < hd; i++) qs[i] = q[i] * r.ks[i];
+            for (int i = 0; i < hd; i++) qs[i] = q[i] * quant_f16_to_f32(r.ks[i]);
             for (int t = 0; t < tn; t++) {
                 const int8_t *k8 = r.q + (size_t)t * kvd;
                 float s = 0.0f;
@@ -190,7 +190,7 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
             const int8_t *v8 = r.q + (size_t)bs * kvd;
             for (int t = 0; t < tn; t++) {
                 float a = att[n++];
-                float av = a * r.vs[t];
+                float av = a * quant_f16_to_f32(r.vs[t]);
                 const int8_t *vt = v8 + (size_t)t * kvd;
                 for (int i = 0; i < hd; i++) out[i] += av * (float)vt[i];
                 m += a;

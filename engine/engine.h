@@ -10,22 +10,32 @@
  *
  * Scheduling. Waiting requests are ordered by effective priority (priority
  * plus one for every `aging_ms` waited, so nothing starves), then arrival.
- * A request is admitted only when the hot pool can hold what it needs next
- * (its prompt's next chunk, or its policy's minimum). Under memory pressure
- * the engine first shrinks CONF-KV budgets (the circuit breaker), then
- * preempts the running sequence of lowest priority, latest arrival: its
- * blocks are demoted to the warm tier and it waits again, resuming later
- * without recomputation; if the warm tier cannot take them, it is reset and
- * recomputed from its prompt and the tokens generated so far. A request
- * past its deadline finishes with reason ENG_FINISH_EXPIRED.
+ * The credit accrues continuously, so the order is fixed at arrival (see
+ * scheduler.h); running sequences are ranked the same way. A request is admitted
+ * only when the hot pool can hold what it needs next (its prompt's next
+ * chunk, or its policy's minimum): each running sequence keeps a commitment
+ * of pool blocks (what its policy needs at most in steady state: the whole
+ * sequence for full, the window for window/sinks/h2o, the protected blocks
+ * and min_size for conf; the whole prompt while it is prefilled), and a
+ * request is admitted only while the commitments fit the pool. Under memory
+ * pressure the engine first shrinks CONF-KV sequences (kvpol_make_room), then
+ * preempts the running sequence of lowest effective priority, latest
+ * arrival: its blocks are demoted to the warm tier and it waits again,
+ * resuming later without recomputation; if the warm tier cannot take them,
+ * it is reset and recomputed from its prompt and the tokens generated so
+ * far. A waiting request of higher priority that also ranks before the
+ * worst running one preempts it when it does not fit. A request past its
+ * deadline finishes with reason ENG_FINISH_EXPIRED. docs/SCHEDULER.md has
+ * the details.
  *
  * Threading: an engine is not thread-safe. One thread (the engine thread)
  * calls every function; another thread talks to it through its own queue.
  *
  * Return codes: 0 success; CK_EINVAL bad argument; CK_ENOMEM; CK_EBUSY the
  * waiting queue is full (submit again later); CK_ENOTFOUND unknown id;
- * CK_ETOOLONG prompt + max_tokens past the context; CK_EBACKEND the backend
- * failed (the engine is unusable after that). */
+ * CK_ETOOLONG prompt + max_tokens past the context; CK_ENOSPACE (submit) the
+ * request's policy needs more KV blocks than the whole hot pool has;
+ * CK_EBACKEND the backend failed (the engine is unusable after that). */
 #ifndef CK_ENGINE_H
 #define CK_ENGINE_H
 #include <stddef.h>
@@ -42,17 +52,20 @@ typedef struct eng_config {
     const char *tokenizer_path;  /* llama2.c only */
     const char *backend;         /* "cpu", "cuda", "auto" */
     int threads;                 /* CPU threads, 0 = all cores */
-    int block_size;              /* tokens per KV block (16) */
+    int block_size;              /* tokens per KV block (0 = kv_default_block_size of the
+                                    model's context: 16, fewer for short contexts) */
     size_t kv_budget_bytes;      /* hot KV pool, f32 blocks (0 = 64 MiB) */
     size_t warm_budget_bytes;    /* warm tier (0 = 4x the hot budget) */
-    int max_running;             /* sequences decoding at once (64) */
+    int max_running;             /* sequences decoding at once (64; at most max_batch_tokens) */
     int max_batch_tokens;        /* tokens per step, decode + prefill (512) */
     int max_queue;               /* waiting requests at most (4096) */
     int aging_ms;                /* one priority level per aging_ms waited (1000) */
-    kvpol_config policy;         /* default policy (kvpol_parse) */
+    kvpol_config policy;         /* default policy (kvpol_parse; default: conf) */
     cold_store *cold;            /* borrowed; NULL = no cold tier */
 } eng_config;
 
+/* backend "auto", every core, block size 0, 64 MiB hot, warm 0, 64 running,
+ * 512 tokens a step, 4096 waiting, aging 1000 ms, policy conf, no cold tier. */
 void eng_config_default(eng_config *c);
 
 typedef struct eng_request {
@@ -61,7 +74,7 @@ typedef struct eng_request {
     const int32_t *tokens;       /* prompt ids (taken as given: include BOS yourself) */
     int n_tokens;
     samp_params samp;
-    int max_tokens;
+    int max_tokens;              /* completion tokens at most; 0 = up to the context */
     int n_stop;
     const char *stop[GEN_MAX_STOPS];
     int ignore_eos;
@@ -98,7 +111,12 @@ typedef struct eng_event {
     uint64_t user_tag;
     /* ENG_EV_TOKEN */
     int32_t token;
-    const char *piece;           /* its text (piece_len bytes) */
+    const char *piece;           /* text released with it (piece_len bytes): the token's
+                                    piece, except that bytes which may begin a stop string
+                                    are held back until the next token shows they do not
+                                    (ENG_EV_FINISHED: what was still held back). The
+                                    pieces of a request's events add up to its result
+                                    text. */
     size_t piece_len;
     samp_conf conf;
     /* ENG_EV_FINISHED */
@@ -108,7 +126,8 @@ typedef struct eng_event {
     const char *message;
 } eng_event;
 /* Every pointer in an event stays valid until the next eng_step or
- * eng_cancel call. */
+ * eng_cancel call. Each request gets exactly one FINISHED or ERROR event,
+ * after all of its TOKEN events. */
 
 typedef struct eng_stats {
     int running, waiting;
@@ -119,6 +138,12 @@ typedef struct eng_stats {
     int hot_blocks_used, hot_blocks;
     double step_ms_last, sched_ms_last; /* time of the last step; of which scheduling */
     double sched_ms_total, step_ms_total;
+    /* Added with the scheduler: */
+    double forward_ms_total;     /* of step_ms_total: the backend's forward passes */
+    double token_ms_total;       /* of step_ms_total: confidence, sampling, policy, text */
+    uint64_t recomputes;         /* preemptions that fell back to recomputation */
+    int running_peak;            /* most sequences running in one step */
+    size_t hot_peak_bytes;       /* most hot KV bytes (f32 + int8) in one step */
 } eng_stats;
 
 typedef struct eng eng;
@@ -127,14 +152,19 @@ int eng_new(const eng_config *c, eng **out, char *err, size_t errlen);
 void eng_free(eng *e);
 const model *eng_model(const eng *e);
 /* Queue a request. Everything it points to is copied. On success *id is
- * set (ids are never reused). Invalid parameters: CK_EINVAL with err. */
+ * set (ids are never reused). Invalid parameters: CK_EINVAL with err. A
+ * deadline already past is accepted and expires at the next step. */
 int eng_submit(eng *e, const eng_request *r, uint64_t *id, char *err, size_t errlen);
 /* Run one batched iteration (nothing when idle) and write at most
  * max_events events; *n_events tells how many. Events that do not fit wait
- * for the next call (tokens are never lost). */
+ * for the next call (tokens are never lost); while events of earlier
+ * iterations are still waiting after filling `events`, the call only
+ * delivers them and runs no iteration (so the queue cannot grow without
+ * bound). Returns 0 or CK_EBACKEND (then every later call does too). */
 int eng_step(eng *e, eng_event *events, int max_events, int *n_events);
 /* Cancel a waiting or running request: its memory is released and a
- * FINISHED event with ENG_FINISH_CANCELLED comes from the next eng_step. */
+ * FINISHED event with ENG_FINISH_CANCELLED comes from the next eng_step.
+ * CK_ENOTFOUND for an id that is unknown or already finished. */
 int eng_cancel(eng *e, uint64_t id);
 /* Nothing running, waiting, or left to report. */
 int eng_idle(const eng *e);

@@ -8,6 +8,7 @@
 
 #include "ck_err.h"
 #include "policy.h"
+#include "textbuf.h"
 
 struct gen_ctx {
     const model *m;
@@ -129,39 +130,6 @@ static int grow(gen_result *r, int want_trace, int force) {
     return CK_OK;
 }
 
-static int append_text(gen_result *r, const char *s, size_t n, size_t *cap) {
-    if (r->text_len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < r->text_len + n + 1) c *= 2;
-        char *t = realloc(r->text, c);
-        if (!t) return CK_ENOMEM;
-        r->text = t;
-        *cap = c;
-    }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = 0;
-    return CK_OK;
-}
-
-/* Does a stop string now occur in the text? Only the tail that the last
- * piece could have completed is searched. Truncates the text before it. */
-static int hit_stop(gen_result *r, const gen_params *p, size_t before) {
-    for (int i = 0; i < p->n_stop; i++) {
-        size_t sl = strlen(p->stop[i]);
-        if (!sl || sl > r->text_len) continue;
-        size_t from = before >= sl - 1 ? before - (sl - 1) : 0;
-        for (size_t k = from; k + sl <= r->text_len; k++) {
-            if (!memcmp(r->text + k, p->stop[i], sl)) {
-                r->text_len = k;
-                r->text[k] = 0;
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
 static double log_softmax_at(const float *x, int n, int k) {
     float mx = x[0];
     for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
@@ -185,7 +153,7 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
     g->samp = sm;
     r->n_prompt = n_prompt;
     size_t text_cap = 0;
-    if ((rc = append_text(r, "", 0, &text_cap))) goto out;
+    if ((rc = tb_append(&r->text, &r->text_len, &text_cap, "", 0))) goto out;
     if (g->pol) kvpol_begin(g->pol, &g->seq);
 
     /* Prefill in chunks of the batch size; logits only for the last token. */
@@ -267,9 +235,9 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
         histbuf[n_prompt + r->n_tokens - 1] = next;
         size_t len, before = r->text_len;
         const char *piece = tok_decode(g->m->tok, prev, next, &len);
-        if ((rc = append_text(r, piece, len, &text_cap))) break;
+        if ((rc = tb_append(&r->text, &r->text_len, &text_cap, piece, len))) break;
         prev = next;
-        if (!p->force && hit_stop(r, p, before)) {
+        if (!p->force && tb_cut_stop(r->text, &r->text_len, p->stop, p->n_stop, before)) {
             r->finish = GEN_FINISH_STOP;
             break;
         }

@@ -21,6 +21,16 @@
 
 #define KV_NONE (-1)
 
+/* The block size to use when none is configured: 16 tokens, as vLLM, for
+ * contexts of 2048 and more; smaller for short-context models so that a
+ * context still has at least 128 blocks for a policy to choose among
+ * (stories260K's 512 positions: 4-token blocks). */
+static inline int kv_default_block_size(int ctx) {
+    int bs = 16;
+    while (bs > 4 && ctx / bs < 128) bs /= 2;
+    return bs;
+}
+
 enum {
     KV_TIER_EMPTY = 0, /* not yet written */
     KV_TIER_HOT = 1,   /* in a pool block, visible to attention */

@@ -54,22 +54,22 @@ void kvpol_config_default(kvpol_config *c, int kind) {
     c->kind = kind;
     c->budget = 128;
     c->sink_tokens = 4;
-    c->recent_window = 32;
+    c->recent_window = 16;
     c->min_size = 48;
-    c->base_size = 96;
-    c->max_size = 4096;
+    c->base_size = 48;
+    c->max_size = 80;
     c->scaling_factor = 0.8f;
     c->entropy_threshold = 3.5f; /* for a 32k vocabulary; scaled by ln(V)/ln(32000) */
     c->prob_gap_threshold = 0.2f;
-    c->max_prob_threshold = 0.9f;
+    c->max_prob_threshold = 0.7f;
     c->adaptive = 0;
     c->signal_ema = 0.5f;
     c->score_ema = 0.9f;
     c->recency_weight = 0.05f;
     c->hysteresis = 2;
     c->retry_entropy = 0;
-    c->retry_pmax = 0;
-    c->retry_size = 4096;
+    c->retry_pmax = 0.5f;
+    c->retry_size = 160;
     c->cache_compression = 0;
     c->breaker_threshold = 0.9f;
     c->breaker_release = 0.75f;
@@ -365,9 +365,12 @@ static void sort_desc(int32_t *idx, const float *key, int n) {
     }
 }
 
-/* Is logical block j inside the protected recent window (or the newest)? */
-static int is_recent(const kvpol *p, const kv_seq *s, int j) {
-    return j == s->n_blocks - 1 || s->n_tokens - (j + 1) * s->block_size < p->c.recent_window;
+/* Does logical block j stay f32 under cache_compression? Only the block
+ * being written: int8 is near-lossless here (docs/BENCHMARKS.md), so every
+ * full block is worth compressing. */
+static int in_f32_tail(const kvpol *p, const kv_seq *s, int j) {
+    (void)p;
+    return j == s->n_blocks - 1;
 }
 
 static int available(const kv_seq *s, int j) {
@@ -433,7 +436,7 @@ static int apply_target(kvpol *p, kv_seq *s) {
             return rc;
     for (int j = 0; j < s->n_blocks; j++) {
         if (!p->want[j]) continue;
-        int int8 = p->pool8 && !is_recent(p, s, j);
+        int int8 = p->pool8 && !in_f32_tail(p, s, j);
         if (s->tier[j] == KV_TIER_WARM) {
             if (recall(p, s, j, int8) == CK_ENOSPACE) break; /* pool full: try next step */
         } else if (s->tier[j] == KV_TIER_COLD && p->warm) {
@@ -499,7 +502,7 @@ static void fold_mass(kvpol *p, kv_seq *s) {
     float d = p->c.kind == KVPOL_H2O ? 1.0f : p->c.score_ema;
     p->step++;
     for (int j = 0; j < s->n_blocks; j++) {
-        if (s->hot[j] == KV_NONE) continue; /* warm blocks keep the score they left with */
+        if (s->hot[j] == KV_NONE && s->hot8[j] == KV_NONE) continue; /* warm blocks keep their score */
         if (s->mass[j] > 0) s->last_use[j] = p->step;
         s->score[j] = d * s->score[j] + s->mass[j];
         s->mass[j] = 0;
@@ -558,4 +561,90 @@ void kvpol_end(kvpol *p, kv_seq *s) {
         s->hot8[j] = KV_NONE;
         s->n_hot8--;
     }
+}
+
+/* ============================================================ preemption
+ * Added for the scheduler (engine.c): a preempted sequence's hot blocks go
+ * to the warm tier whatever the policy kind, and come back as they were. */
+
+int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved) {
+    const int written = (s->n_tokens + s->block_size - 1) / s->block_size;
+    memset(moved, 0, (size_t)s->max_blocks);
+    if (!p->warm) return CK_ENOSPACE;
+    int count = 0;
+    for (int j = 0; j < written; j++) count += s->hot[j] != KV_NONE || s->hot8[j] != KV_NONE;
+    const tier_stats *ts = tier_get_stats(p->warm);
+    if (ts->n_slots - ts->slots_used < count) return CK_ENOSPACE;
+    /* Blocks reserved but not yet written hold nothing: back to the pool. */
+    for (int j = written; j < s->n_blocks; j++) {
+        if (s->hot[j] == KV_NONE) continue;
+        kv_pool_release(p->pool, s->hot[j]);
+        s->hot[j] = KV_NONE;
+        s->tier[j] = KV_TIER_EMPTY;
+        s->n_hot--;
+    }
+    if (s->n_blocks > written) s->n_blocks = written;
+    for (int j = 0; j < written; j++) {
+        int rc;
+        if (s->hot8[j] != KV_NONE) {
+            int b8 = s->hot8[j];
+            if ((rc = p->b->ops->kv8_read(p->b, b8, p->bytebuf))) return rc;
+            if ((rc = tier_put_raw(p->warm, s, j, p->bytebuf, kv_seq_block_tokens(s, j)))) return rc;
+            kv_pool_release(p->pool8, b8);
+            s->hot8[j] = KV_NONE;
+            s->n_hot8--;
+        } else if (s->hot[j] != KV_NONE) {
+            int blk = s->hot[j];
+            if ((rc = p->b->ops->kv_read(p->b, blk, p->blockbuf))) return rc;
+            if ((rc = tier_put(p->warm, s, j, p->blockbuf, kv_seq_block_tokens(s, j)))) return rc;
+            kv_pool_release(p->pool, blk);
+            s->hot[j] = KV_NONE;
+            s->n_hot--;
+        } else {
+            continue;
+        }
+        moved[j] = 1;
+    }
+    return CK_OK;
+}
+
+/* Would block j come back as int8 (as apply_target would place it)? */
+static int resume_as_int8(const kvpol *p, const kv_seq *s, int j) {
+    return p->pool8 && !in_f32_tail(p, s, j);
+}
+
+int kvpol_resume_blocks(const kvpol *p, const kv_seq *s, const uint8_t *moved, int *f32, int *i8) {
+    *f32 = *i8 = 0;
+    if (!p->warm) return CK_OK;
+    for (int j = 0; j < s->n_blocks; j++) {
+        if (!moved[j]) continue;
+        if (resume_as_int8(p, s, j)) (*i8)++;
+        else (*f32)++;
+    }
+    return CK_OK;
+}
+
+int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved) {
+    int f32, i8, busy = 0;
+    kvpol_resume_blocks(p, s, moved, &f32, &i8);
+    for (int j = 0; j < s->n_blocks; j++) {
+        if (!moved[j] || s->tier[j] == KV_TIER_WARM) continue;
+        if (s->tier[j] != KV_TIER_COLD || tier_fetch(p->warm, s, j)) return CK_ESTATE;
+        busy = 1; /* arrives warm during a later tier_poll */
+    }
+    if (busy) return CK_EBUSY;
+    if (p->pool->n_free < f32 || (i8 && (!p->pool8 || p->pool8->n_free < i8))) return CK_ENOSPACE;
+    uint64_t recalls = p->st.recalls, drops = p->st.drops;
+    int lost = 0;
+    for (int j = 0; j < s->n_blocks; j++) {
+        if (!moved[j]) continue;
+        int rc = recall(p, s, j, resume_as_int8(p, s, j));
+        if (rc) return rc;
+        if (s->tier[j] != KV_TIER_HOT) lost = 1;
+        moved[j] = 0;
+    }
+    /* Not the policy's doing: keep its statistics about its own decisions. */
+    p->st.recalls = recalls;
+    p->st.drops = drops;
+    return lost ? CK_ESTATE : CK_OK;
 }

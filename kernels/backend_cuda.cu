@@ -47,6 +47,7 @@
 extern "C" {
 #include "ck_err.h"
 #include "kv.h"
+#include "kvq.h"
 #include "quant.h"
 }
 
@@ -354,11 +355,11 @@ static int cu_kv_write(backend *b, int block, const float *src) {
     return CK_OK;
 }
 
-/* kvq_block_bytes (kvq.h), computed here: this library does not link the engine. */
+/* kvq_block_bytes, from kvq.h's inline layer size (this library does not
+ * link the engine's objects). */
 static size_t cu_kv8_bytes(const cuda_backend *cb) {
-    const size_t L = (size_t)cb->base.m->cfg.n_layers, bs = (size_t)cb->base.opt.block_size;
-    const size_t kvd = (size_t)cb->kv_dim;
-    return L * (2 * bs * kvd + (kvd + bs) * sizeof(float));
+    const kvq_shape sh = {cb->base.m->cfg.n_layers, cb->base.opt.block_size, cb->kv_dim};
+    return (size_t)sh.n_layers * kvq_layer_bytes(&sh);
 }
 
 static int cu_kv_compress(backend *b, int block, int n_tokens, int block8) {

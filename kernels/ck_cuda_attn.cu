@@ -21,6 +21,8 @@
  * Known limit: with few (token, head) pairs, e.g. one sequence decoding,
  * the grid is smaller than the GPU; a split-context (flash-decoding) variant
  * would fill it. */
+#include <cuda_fp16.h>
+
 #include "ck_cuda.h"
 
 extern "C" {
@@ -36,7 +38,7 @@ template <int PL>
 struct ck_blk {
     const float *kb;
     const signed char *k8b;
-    const float *vs;
+    const __half *vs;
     float qs[PL];
 };
 
@@ -52,19 +54,19 @@ static __device__ __forceinline__ void ck_attn_resolve(const ck_attn_args &a, in
         r.vs = NULL;
         return;
     }
-    /* kvq.h: per layer int8 K[bs][kvd], int8 V[bs][kvd], float ks[kvd], float vs[bs] */
-    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(float) * ((size_t)kvd + bs);
+    /* kvq.h: per layer int8 K[bs][kvd], int8 V[bs][kvd], f16 ks[kvd], f16 vs[bs] */
+    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(__half) * ((size_t)kvd + bs);
     const unsigned char *base =
         a.kv8 + (size_t)CK_CUDA_DEC8(e) * a.kv8_block_bytes + (size_t)a.layer * layer_bytes;
-    const float *sc = (const float *)(base + 2 * (size_t)bs * kvd);
-    const float *ks = sc + (size_t)kvh * hd;
+    const __half *sc = (const __half *)(base + 2 * (size_t)bs * kvd);
+    const __half *ks = sc + (size_t)kvh * hd;
     r.kb = NULL;
     r.k8b = (const signed char *)base + (size_t)kvh * hd;
     r.vs = sc + kvd;
 #pragma unroll
     for (int kk = 0; kk < PL; kk++) {
         const int dd = lane + 32 * kk;
-        r.qs[kk] = dd < hd ? qr[kk] * ks[dd] : 0.0f;
+        r.qs[kk] = dd < hd ? qr[kk] * __half2float(ks[dd]) : 0.0f;
     }
 }
 
@@ -164,7 +166,7 @@ static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_a
                 }
             } else {
                 const signed char *v8 = r.k8b + (size_t)bs * kvd + (size_t)t * kvd;
-                const float pv = p * r.vs[t];
+                const float pv = p * __half2float(r.vs[t]);
 #pragma unroll
                 for (int kk = 0; kk < PL; kk++) {
                     const int dd = lane + 32 * kk;

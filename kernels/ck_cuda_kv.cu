@@ -6,6 +6,8 @@
  * clamped to [-127, 127], unwritten positions 0), so a block compressed here
  * is read back by kvq_dequantize and the other way round. Keys get one scale
  * per channel (key outliers sit in fixed channels), values one per token. */
+#include <cuda_fp16.h>
+
 #include "ck_cuda.h"
 
 /* ------------------------------------------------------------ KV write */
@@ -38,13 +40,16 @@ cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int bloc
 
 /* ------------------------------------------------------------ int8 */
 
-/* Layer l of the int8 form (kvq.h): int8 k[bs][kvd], int8 v[bs][kvd], float
- * ks[kvd], float vs[bs]. kvd is even (head_dim is), so the floats are 4-byte
+/* Layer l of the int8 form (kvq.h): int8 k[bs][kvd], int8 v[bs][kvd], f16
+ * ks[kvd], f16 vs[bs]. kvd is even (head_dim is), so the halves are 2-byte
  * aligned. */
 static __device__ __forceinline__ unsigned char *ck_q8_layer(void *base, int l, int bs, int kvd) {
-    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(float) * ((size_t)kvd + bs);
+    const size_t layer_bytes = 2 * (size_t)bs * kvd + sizeof(__half) * ((size_t)kvd + bs);
     return (unsigned char *)base + (size_t)l * layer_bytes;
 }
+
+/* kvq_scale_f16: the half that is >= the scale (round up), as a float too. */
+static __device__ __forceinline__ __half ck_scale_h(float scale) { return __float2half_ru(scale); }
 
 /* kvq.c's rounding: round half away from zero of x * (1 / scale). */
 static __device__ __forceinline__ signed char ck_q8(float x, float inv) {
@@ -59,12 +64,13 @@ static __global__ void ck_kq_kernel(const float *src, void *dst, int bs, int kvd
     const float *k = src + (size_t)l * 2 * bs * kvd;
     unsigned char *base = ck_q8_layer(dst, l, bs, kvd);
     signed char *q = (signed char *)base;
-    float *ks = (float *)(base + 2 * (size_t)bs * kvd);
+    __half *ks = (__half *)(base + 2 * (size_t)bs * kvd);
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
         float m = 0.0f;
         for (int t = 0; t < n_tokens; t++) m = fmaxf(m, fabsf(k[(size_t)t * kvd + c]));
-        const float scale = m / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        ks[c] = scale;
+        const __half hs = ck_scale_h(m / 127.0f);
+        const float scale = __half2float(hs), inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        ks[c] = hs;
         for (int t = 0; t < bs; t++)
             q[(size_t)t * kvd + c] = t < n_tokens ? ck_q8(k[(size_t)t * kvd + c], inv) : 0;
     }
@@ -77,17 +83,18 @@ static __global__ void ck_vq_kernel(const float *src, void *dst, int bs, int kvd
     const float *v = src + (size_t)l * 2 * bs * kvd + (size_t)bs * kvd + (size_t)t * kvd;
     unsigned char *base = ck_q8_layer(dst, l, bs, kvd);
     signed char *q = (signed char *)base + (size_t)bs * kvd + (size_t)t * kvd;
-    float *vs = (float *)(base + 2 * (size_t)bs * kvd) + kvd;
+    __half *vs = (__half *)(base + 2 * (size_t)bs * kvd) + kvd;
     if (t >= n_tokens) { /* block-uniform branch: unwritten rows are 0 */
         for (int c = threadIdx.x; c < kvd; c += blockDim.x) q[c] = 0;
-        if (threadIdx.x == 0) vs[t] = 0.0f;
+        if (threadIdx.x == 0) vs[t] = __float2half(0.0f);
         return;
     }
     float m = 0.0f;
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) m = fmaxf(m, fabsf(v[c]));
     m = ck_block_max(m, sh);
-    const float scale = m / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    if (threadIdx.x == 0) vs[t] = scale;
+    const __half hs = ck_scale_h(m / 127.0f);
+    const float scale = __half2float(hs), inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    if (threadIdx.x == 0) vs[t] = hs;
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) q[c] = ck_q8(v[c], inv);
 }
 
@@ -98,11 +105,11 @@ static __global__ void ck_kv_deq_kernel(const void *src, float *dst, int bs, int
     const unsigned char *base = ck_q8_layer(const_cast<void *>(src), l, bs, kvd);
     const signed char *qk = (const signed char *)base + (size_t)t * kvd;
     const signed char *qv = qk + (size_t)bs * kvd;
-    const float *ks = (const float *)(base + 2 * (size_t)bs * kvd), *vs = ks + kvd;
+    const __half *ks = (const __half *)(base + 2 * (size_t)bs * kvd), *vs = ks + kvd;
     float *k = dst + (size_t)l * 2 * bs * kvd + (size_t)t * kvd, *v = k + (size_t)bs * kvd;
-    const float vscale = vs[t];
+    const float vscale = __half2float(vs[t]);
     for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
-        k[c] = (float)qk[c] * ks[c];
+        k[c] = (float)qk[c] * __half2float(ks[c]);
         v[c] = (float)qv[c] * vscale;
     }
 }

@@ -54,7 +54,7 @@ typedef struct cli_engine_opts {
     const char *tokenizer_path;
     const char *backend;   /* "cpu", "cuda", "auto" */
     int threads;           /* 0 = all cores */
-    int block_size;        /* tokens per KV block */
+    int block_size;        /* tokens per KV block; 0 = kv_default_block_size */
     int max_batch_tokens;
     int kv_blocks;         /* 0 = enough for max_seqs full contexts */
     int max_seqs;

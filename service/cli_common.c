@@ -105,7 +105,7 @@ int cli_unknown(cli_args *a) {
 void cli_engine_opts_default(cli_engine_opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "cpu";
-    o->block_size = 16;
+    o->block_size = 0; /* 0: kv_default_block_size of the model's context */
     o->max_batch_tokens = 256;
     o->max_seqs = 1;
     o->kv8_blocks = 0;
@@ -138,11 +138,12 @@ int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) 
         return 1;
     }
     int ctx = o->max_ctx > 0 && o->max_ctx < e->m->cfg.seq_len ? o->max_ctx : e->m->cfg.seq_len;
-    int per_seq = (ctx + o->block_size - 1) / o->block_size;
+    int bs = o->block_size > 0 ? o->block_size : kv_default_block_size(e->m->cfg.seq_len);
+    int per_seq = (ctx + bs - 1) / bs;
     int n_blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs;
     be_options bo = {.max_batch_tokens = o->max_batch_tokens,
                      .n_kv_blocks = n_blocks,
-                     .block_size = o->block_size,
+                     .block_size = bs,
                      .n_threads = o->threads,
                      .max_ctx = ctx,
                      .n_kv8_blocks = o->kv8_blocks < 0 ? n_blocks : o->kv8_blocks};

@@ -24,7 +24,8 @@ static void help(void) {
         "  --match-budget P      for every window/sinks/h2o policy, also a run whose\n"
         "                        budget gives P's kv_retained_mean (within 2%%)\n"
         "  --limit N             first N prompts only\n"
-        "  --block-size N        KV block size (default 16)\n"
+        "  --block-size N        KV block size (default: 16, or less for contexts\n"
+        "                        under 2048 so a context has 128 blocks; 4 for stories260K)\n"
         "  --json                JSON array of rows (default: a table)\n");
 }
 

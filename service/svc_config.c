@@ -1,0 +1,348 @@
+/* svc_config.c - key=value file < CONFKV_* environment < flags (svc_config.h). */
+#include "svc_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ck_err.h"
+
+extern char **environ;
+
+enum { T_STR, T_INT, T_LONG, T_DBL, T_BOOL };
+
+/* Every service key: its type, default, range and the field it fills. */
+static const struct key_def {
+    const char *name;
+    int type;
+    const char *def;
+    double lo, hi;
+    size_t off;
+    const char *help;
+} keys[] = {
+#define F(field) offsetof(svc_config, field)
+    {"model", T_STR, NULL, 0, 0, F(model), "model file (GGUF or llama2.c checkpoint); required"},
+    {"tokenizer", T_STR, NULL, 0, 0, F(tokenizer), "llama2.c tokenizer file"},
+    {"model_name", T_STR, NULL, 0, 0, F(model_name), "name jobs use in `model` (default: the model's own)"},
+    {"backend", T_STR, "cpu", 0, 0, F(backend), "cpu, cuda or auto"},
+    {"threads", T_INT, "0", 0, 1024, F(threads), "CPU threads of the engine (0 = all cores)"},
+    {"policy", T_STR, NULL, 0, 0, F(policy), "default KV policy (full, window:N, conf, ...)"},
+    {"max_running", T_INT, "64", 1, 65536, F(max_running), "sequences decoding at once"},
+    {"max_queue", T_INT, "4096", 1, 1 << 20, F(max_queue), "engine waiting queue length"},
+    {"kv_budget_mb", T_LONG, "0", 0, 1 << 20, F(kv_budget_mb), "hot KV pool in MiB (0 = engine default)"},
+    {"brokers", T_STR, NULL, 0, 0, F(brokers), "short for kafka.bootstrap.servers"},
+    {"kafka_embedded", T_BOOL, "false", 0, 1, F(kafka_embedded), "run librdkafka's mock cluster in-process"},
+    {"embedded_partitions", T_INT, "4", 1, 1024, F(embedded_partitions), "partitions of the embedded topics"},
+    {"group", T_STR, "confkv", 0, 0, F(group), "consumer group (kafka.group.id)"},
+    {"topic_jobs", T_STR, "confkv.jobs", 0, 0, F(topic_jobs), "jobs topic"},
+    {"topic_results", T_STR, "confkv.results", 0, 0, F(topic_results), "results topic"},
+    {"topic_metrics", T_STR, "confkv.metrics", 0, 0, F(topic_metrics), "metrics topic"},
+    {"topic_dlq", T_STR, "confkv.dlq", 0, 0, F(topic_dlq), "dead-letter topic"},
+    {"ready_file", T_STR, NULL, 0, 0, F(ready_file), "write {bootstrap_servers, http} here when ready"},
+    {"http_host", T_STR, "127.0.0.1", 0, 0, F(http_host), "HTTP listen address (0.0.0.0 in containers)"},
+    {"http_port", T_INT, "9464", 0, 65535, F(http_port), "HTTP port for /metrics /healthz /readyz (0 = any)"},
+    {"instance", T_STR, NULL, 0, 0, F(instance), "instance name in results (default: host name)"},
+    {"log_level", T_STR, "info", 0, 0, F(log_level), "debug, info, warn, error"},
+    {"max_message_bytes", T_LONG, "1048576", 64, 1 << 30, F(max_message_bytes), "largest job message"},
+    {"max_prompt_tokens", T_INT, "0", 0, 1 << 24, F(max_prompt_tokens), "longest prompt (0 = the context)"},
+    {"max_tokens_cap", T_INT, "4096", 1, 1 << 24, F(max_tokens_cap), "largest max_tokens a job may ask"},
+    {"default_max_tokens", T_INT, "256", 1, 1 << 24, F(default_max_tokens), "max_tokens of a job that names none"},
+    {"max_inflight", T_INT, "256", 1, 1 << 20, F(max_inflight), "jobs in flight before partitions pause"},
+    {"drain_timeout_s", T_DBL, "30", 0, 86400, F(drain_timeout_s), "SIGTERM: time given to in-flight jobs"},
+    {"metrics_interval_s", T_DBL, "10", 0, 86400, F(metrics_interval_s), "metrics record period (0 = off)"},
+    {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit"},
+#undef F
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+static const struct key_def *find_key(const char *name) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+static int is_kafka_key(const char *k) { return !strncmp(k, "kafka.", 6) && k[6]; }
+
+static int set_kv(svc_config *c, const char *key, size_t klen, const char *val, size_t vlen, int src) {
+    for (int i = 0; i < c->n_kv; i++)
+        if (strlen(c->kv[i].key) == klen && !memcmp(c->kv[i].key, key, klen)) {
+            char *v = strndup(val, vlen);
+            if (!v) return CK_ENOMEM;
+            free(c->kv[i].value);
+            c->kv[i].value = v;
+            c->kv[i].source = src;
+            return 0;
+        }
+    if (c->n_kv == c->cap_kv) {
+        int cap = c->cap_kv ? 2 * c->cap_kv : 64;
+        svc_kv *kv = realloc(c->kv, (size_t)cap * sizeof *kv);
+        if (!kv) return CK_ENOMEM;
+        c->kv = kv;
+        c->cap_kv = cap;
+    }
+    svc_kv *e = &c->kv[c->n_kv];
+    e->key = strndup(key, klen);
+    e->value = strndup(val, vlen);
+    e->source = src;
+    if (!e->key || !e->value) {
+        free(e->key);
+        free(e->value);
+        return CK_ENOMEM;
+    }
+    c->n_kv++;
+    return 0;
+}
+
+const char *svc_config_get(const svc_config *c, const char *key) {
+    for (int i = 0; i < c->n_kv; i++)
+        if (!strcmp(c->kv[i].key, key)) return c->kv[i].value;
+    return NULL;
+}
+
+/* A key is acceptable when it is a service key or a kafka.* key made of
+ * librdkafka's characters. */
+static int check_key(const char *k, char *err, size_t errlen, const char *where) {
+    if (find_key(k)) return 0;
+    if (is_kafka_key(k)) {
+        for (const char *p = k; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-') {
+                snprintf(err, errlen, "%s: bad character in key '%s'", where, k);
+                return CK_EINVAL;
+            }
+        return 0;
+    }
+    snprintf(err, errlen, "%s: unknown key '%s' (see confkvd --help)", where, k);
+    return CK_EINVAL;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+static int load_file(svc_config *c, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
+        return CK_EIO;
+    }
+    char line[8192];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = CK_EINVAL;
+            break;
+        }
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == ';') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected key=value", path, lineno);
+            rc = CK_EINVAL;
+            break;
+        }
+        *eq = 0;
+        char *k = trim(s), *v = trim(eq + 1);
+        char where[300];
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if ((rc = check_key(k, err, errlen, where))) break;
+        if ((rc = set_kv(c, k, strlen(k), v, strlen(v), SVC_SRC_FILE))) break;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* CONFKV_HTTP_PORT -> http_port; CONFKV_KAFKA_SASL_USERNAME -> kafka.sasl.username.
+ * Unknown CONFKV_* names are ignored (other tools use the prefix too). */
+static int load_env(svc_config *c) {
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "CONFKV_", 7)) continue;
+        const char *name = *e + 7, *eq = strchr(name, '=');
+        if (!eq || eq == name || eq - name > 200) continue;
+        char key[256];
+        size_t n = (size_t)(eq - name);
+        for (size_t i = 0; i < n; i++) key[i] = (char)tolower((unsigned char)name[i]);
+        key[n] = 0;
+        if (find_key(key)) {
+            /* a service key (kafka_embedded included) */
+        } else if (!strncmp(key, "kafka_", 6) && key[6]) {
+            key[5] = '.';
+            for (size_t i = 6; i < n; i++)
+                if (key[i] == '_') key[i] = '.';
+        } else {
+            continue;
+        }
+        int rc = set_kv(c, key, n, eq + 1, strlen(eq + 1), SVC_SRC_ENV);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Flag name to key: "--http-port" -> "http_port"; "--kafka.x.y" unchanged. */
+static int flag_key(const char *arg, char *key, size_t cap) {
+    if (strncmp(arg, "--", 2)) return -1;
+    arg += 2;
+    size_t n = strcspn(arg, "=");
+    if (n == 0 || n >= cap) return -1;
+    memcpy(key, arg, n);
+    key[n] = 0;
+    if (!is_kafka_key(key))
+        for (size_t i = 0; i < n; i++)
+            if (key[i] == '-') key[i] = '_';
+    return 0;
+}
+
+void svc_config_help(FILE *f) {
+    fprintf(f,
+            "usage: confkvd --model M [--tokenizer T] (--kafka-embedded | --brokers HOST:PORT) [options]\n\n"
+            "Consumes generation jobs from Kafka, runs them on the engine, produces results.\n"
+            "Configuration: --config FILE (key=value lines) < CONFKV_<KEY> environment < --<key> flags.\n"
+            "Every kafka.<name> key goes to librdkafka unchanged (--kafka.security.protocol SASL_SSL).\n\n");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", keys[i].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_') *p = '-';
+        fprintf(f, "  %-24s %s%s%s%s\n", flag, keys[i].help, keys[i].def ? " [" : "",
+                keys[i].def ? keys[i].def : "", keys[i].def ? "]" : "");
+    }
+    fprintf(f, "  %-24s %s\n", "--config FILE", "read key=value lines from FILE");
+}
+
+static int parse_value(const struct key_def *k, const char *v, void *field, char *err, size_t errlen) {
+    char *end;
+    errno = 0;
+    switch (k->type) {
+    case T_STR:
+        *(const char **)field = v;
+        return 0;
+    case T_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) *(int *)field = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) *(int *)field = 0;
+        else break;
+        return 0;
+    case T_INT:
+    case T_LONG: {
+        long x = strtol(v, &end, 10);
+        if (errno || end == v || *end || x < k->lo || x > k->hi) break;
+        if (k->type == T_INT) *(int *)field = (int)x;
+        else *(long *)field = x;
+        return 0;
+    }
+    case T_DBL: {
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !(x >= k->lo && x <= k->hi)) break;
+        *(double *)field = x;
+        return 0;
+    }
+    }
+    if (k->type == T_BOOL) snprintf(err, errlen, "%s: '%s' is not true or false", k->name, v);
+    else snprintf(err, errlen, "%s: '%s' is not a number in %g..%g", k->name, v, k->lo, k->hi);
+    return CK_EINVAL;
+}
+
+int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    int rc = 0;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].def && (rc = set_kv(c, keys[i].name, strlen(keys[i].name), keys[i].def,
+                                         strlen(keys[i].def), SVC_SRC_DEFAULT)))
+            return rc;
+    /* The file first (lowest precedence), wherever --config sits in argv. */
+    const char *file = getenv("CONFKV_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            svc_config_help(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) file = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9)) file = argv[i] + 9;
+    }
+    if (file && *file && (rc = load_file(c, file, err, errlen))) return rc;
+    if ((rc = load_env(c))) return rc;
+    for (int i = 1; i < argc; i++) {
+        char key[256];
+        if (flag_key(argv[i], key, sizeof key)) {
+            snprintf(err, errlen, "unexpected argument '%s' (try --help)", argv[i]);
+            return CK_EINVAL;
+        }
+        const char *eq = strchr(argv[i], '=');
+        if (!strcmp(key, "config")) {
+            if (!eq) i++;
+            continue;
+        }
+        if ((rc = check_key(key, err, errlen, "flag"))) return rc;
+        const struct key_def *k = find_key(key);
+        const char *v;
+        if (eq) v = eq + 1;
+        else if (k && k->type == T_BOOL) v = "true";
+        else if (i + 1 < argc) v = argv[++i];
+        else {
+            snprintf(err, errlen, "--%s needs a value", key);
+            return CK_EINVAL;
+        }
+        if ((rc = set_kv(c, key, strlen(key), v, strlen(v), SVC_SRC_FLAG))) return rc;
+    }
+    /* brokers is short for kafka.bootstrap.servers; group for kafka.group.id. */
+    const char *b = svc_config_get(c, "brokers");
+    if (b && (rc = set_kv(c, "kafka.bootstrap.servers", 23, b, strlen(b), SVC_SRC_FLAG))) return rc;
+    /* Typed fields point into the key/value store (stable: no more set_kv). */
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const char *v = svc_config_get(c, keys[i].name);
+        if (!v) continue;
+        if ((rc = parse_value(&keys[i], v, (char *)c + keys[i].off, err, errlen))) return rc;
+    }
+    const char *g = svc_config_get(c, "kafka.group.id");
+    if (g) c->group = g;
+    return 0;
+}
+
+void svc_config_free(svc_config *c) {
+    for (int i = 0; i < c->n_kv; i++) {
+        free(c->kv[i].key);
+        free(c->kv[i].value);
+    }
+    free(c->kv);
+    memset(c, 0, sizeof *c);
+}
+
+int svc_config_each_kafka(const svc_config *c, svc_config_kafka_cb cb, void *ud) {
+    for (int i = 0; i < c->n_kv; i++)
+        if (is_kafka_key(c->kv[i].key)) {
+            int rc = cb(ud, c->kv[i].key + 6, c->kv[i].value);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
+int svc_config_is_secret(const char *key) {
+    static const char *words[] = {"password", "secret", "token", "ssl.key.pem", "ssl_key",
+                                  "keystore", "sasl.oauthbearer.config", "jaas"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strstr(key, words[i])) return 1;
+    return 0;
+}
+
+static int cmp_kv(const void *a, const void *b) {
+    return strcmp(((const svc_kv *)a)->key, ((const svc_kv *)b)->key);
+}
+
+void svc_config_print(const svc_config *c, FILE *f) {
+    svc_kv *s = malloc((size_t)c->n_kv * sizeof *s);
+    if (!s) return;
+    memcpy(s, c->kv, (size_t)c->n_kv * sizeof *s);
+    qsort(s, (size_t)c->n_kv, sizeof *s, cmp_kv);
+    for (int i = 0; i < c->n_kv; i++) {
+        if (!strcmp(s[i].key, "print_config")) continue;
+        fprintf(f, "%s=%s\n", s[i].key, svc_config_is_secret(s[i].key) ? "*****" : s[i].value);
+    }
+    free(s);
+}

@@ -1,0 +1,75 @@
+/* svc_config.h - confkvd's configuration: a key=value file, CONFKV_*
+ * environment variables and command-line flags, in that order of precedence
+ * (low to high).
+ *
+ * Keys. Service keys are lower_snake_case (the table in svc_config.c lists
+ * them with their defaults and docs/SERVICE.md documents them). Every key
+ * that starts with "kafka." is handed to librdkafka with the prefix removed,
+ * unchanged and unchecked by us (SASL, TLS, ... need no code here); librdkafka
+ * rejects what it does not know when the client is created.
+ *
+ *   file:   model = /models/x.gguf           kafka.security.protocol = SASL_SSL
+ *   env:    CONFKV_MODEL=/models/x.gguf      CONFKV_KAFKA_SECURITY_PROTOCOL=SASL_SSL
+ *   flag:   --model /models/x.gguf           --kafka.security.protocol SASL_SSL
+ *
+ * In environment names the key's '.' and '_' are both '_' (librdkafka keys
+ * have no '_', so CONFKV_KAFKA_A_B is kafka.a.b). In flags '-' may stand for
+ * '_' (--http-port). Boolean keys given as flags take no value.
+ *
+ * Ownership: svc_config owns every string in it; svc_config_free frees. */
+#ifndef CK_SVC_CONFIG_H
+#define CK_SVC_CONFIG_H
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct svc_kv {
+    char *key;    /* "kafka.x.y" for librdkafka keys, else a service key */
+    char *value;
+    int source;   /* SVC_SRC_* */
+} svc_kv;
+
+enum { SVC_SRC_DEFAULT = 0, SVC_SRC_FILE, SVC_SRC_ENV, SVC_SRC_FLAG };
+
+typedef struct svc_config {
+    /* engine */
+    const char *model, *tokenizer, *backend, *model_name, *policy;
+    int threads, max_running, max_queue;
+    long kv_budget_mb;
+    /* kafka */
+    const char *brokers, *group, *topic_jobs, *topic_results, *topic_metrics, *topic_dlq;
+    int kafka_embedded, embedded_partitions;
+    /* service */
+    const char *ready_file, *http_host, *instance, *log_level;
+    int http_port;
+    long max_message_bytes;   /* a job message larger than this is refused */
+    int max_prompt_tokens;    /* 0 = the model's context */
+    int max_tokens_cap;       /* a job's max_tokens at most */
+    int default_max_tokens;   /* when a job names none */
+    int max_inflight;         /* jobs consumed but not finished before partitions pause */
+    double drain_timeout_s;   /* SIGTERM: time in-flight jobs get to finish */
+    double metrics_interval_s;/* a metrics record every N s (0 = never) */
+    int print_config;
+    /* every key as set, defaults included (kafka.* keys among them) */
+    svc_kv *kv;
+    int n_kv, cap_kv;
+} svc_config;
+
+/* Build the configuration from argv (argv[0] is the program), the
+ * environment and the file named by --config (or CONFKV_CONFIG). Returns 0;
+ * 1 when --help was asked (help printed); CK_EINVAL with err filled for a bad
+ * file line, an unknown key, a value that does not parse or is out of range. */
+int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errlen);
+void svc_config_free(svc_config *c);
+/* Value of a key, NULL when unset. */
+const char *svc_config_get(const svc_config *c, const char *key);
+/* Visit every kafka.* key (name without the "kafka." prefix). */
+typedef int (*svc_config_kafka_cb)(void *ud, const char *name, const char *value);
+int svc_config_each_kafka(const svc_config *c, svc_config_kafka_cb cb, void *ud);
+/* Write the effective configuration, one key=value a line, sorted, with the
+ * values of secret keys (passwords, secrets, tokens, private keys) masked. */
+void svc_config_print(const svc_config *c, FILE *f);
+/* 1 when the key names a secret (its value must never be printed). */
+int svc_config_is_secret(const char *key);
+void svc_config_help(FILE *f);
+
+#endif

@@ -1,0 +1,358 @@
+/* svc_engine_thread.c - the engine thread and its two queues (svc_engine_thread.h). */
+#include "svc_engine_thread.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_err.h"
+#include "svc_log.h"
+
+#define MAX_EVENTS 256
+
+struct svc_et {
+    uv_loop_t *loop;
+    uv_async_t async;
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* guarded by mu */
+    svc_work *in_head, *in_tail, *out_head, *out_tail;
+    int stop, loaded, load_failed, load_reported;
+    char load_err[512];
+    eng_stats stats;
+    svc_hist batch;
+    /* set before loaded turns 1, read-only afterwards */
+    int vocab, ctx;
+    char model_name[64];
+    /* engine thread only */
+    svc_et_opts o;
+    eng *e;
+    int32_t *ids;                 /* (ctx) tokenization scratch */
+    svc_work *pending;            /* refused with CK_EBUSY: submit again */
+    svc_et_done_cb done;
+    svc_et_loaded_cb loaded_cb;
+    void *ud;
+};
+
+void svc_work_clear(svc_work *w) {
+    free(w->text);
+    free(w->trace);
+    free(w->trace_ids);
+    w->text = NULL;
+    w->trace = NULL;
+    w->trace_ids = NULL;
+    w->n_trace = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* engine thread */
+
+static void complete(svc_et *t, svc_work *w) {
+    w->next = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (t->out_tail) t->out_tail->next = w;
+    else t->out_head = w;
+    t->out_tail = w;
+    pthread_mutex_unlock(&t->mu);
+    uv_async_send(&t->async);
+}
+
+static void fail(svc_et *t, svc_work *w, int code, const char *msg) {
+    w->status = SVC_WORK_ERROR;
+    w->err_code = code;
+    snprintf(w->err_msg, sizeof w->err_msg, "%s", msg);
+    complete(t, w);
+}
+
+/* Tokenize, check the limits, submit. */
+static void start_work(svc_et *t, svc_work *w) {
+    const svc_job *j = w->job;
+    char msg[256];
+    int limit = t->o.max_prompt_tokens > 0 && t->o.max_prompt_tokens < t->ctx ? t->o.max_prompt_tokens : t->ctx;
+    const int32_t *ids;
+    int n = 0;
+    if (j->prompt) {
+        int rc = tok_encode(eng_model(t->e)->tok, j->prompt, j->prompt_len, 1, t->ids, limit, &n);
+        if (rc == CK_ETOOLONG) {
+            snprintf(msg, sizeof msg, "the prompt is %d tokens or more; the limit is %d", n > limit ? n : limit + 1, limit);
+            return fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
+        }
+        if (rc) {
+            snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", ck_strerror(rc));
+            return fail(t, w, SVC_JERR_INVALID_FIELD, msg);
+        }
+        ids = t->ids;
+    } else {
+        n = j->n_tokens;
+        if (n > limit) {
+            snprintf(msg, sizeof msg, "the prompt is %d tokens; the limit is %d", n, limit);
+            return fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
+        }
+        ids = j->tokens;
+    }
+    int max_tokens = j->max_tokens;
+    if (max_tokens == 0) { /* not given: the default, within the context */
+        max_tokens = t->o.default_max_tokens;
+        if (n + max_tokens > t->ctx) max_tokens = t->ctx - n;
+        if (max_tokens < 1) {
+            snprintf(msg, sizeof msg, "the prompt (%d tokens) fills the context (%d)", n, t->ctx);
+            return fail(t, w, SVC_JERR_CONTEXT_EXCEEDED, msg);
+        }
+    } else if (n + max_tokens > t->ctx) {
+        snprintf(msg, sizeof msg, "prompt (%d tokens) + max_tokens (%d) exceed the context (%d)", n, max_tokens, t->ctx);
+        return fail(t, w, SVC_JERR_CONTEXT_EXCEEDED, msg);
+    }
+    eng_request r;
+    memset(&r, 0, sizeof r);
+    r.tokens = ids;
+    r.n_tokens = n;
+    r.samp = j->samp;
+    r.max_tokens = max_tokens;
+    r.n_stop = j->n_stop;
+    for (int i = 0; i < j->n_stop; i++) r.stop[i] = j->stop[i];
+    r.ignore_eos = j->ignore_eos;
+    r.want_trace = j->return_confidence;
+    r.policy = j->policy;
+    r.priority = j->priority;
+    r.deadline_ms = w->deadline_eng_ms;
+    r.user_tag = (uint64_t)(uintptr_t)w;
+    uint64_t id;
+    char err[256] = "";
+    int rc = eng_submit(t->e, &r, &id, err, sizeof err);
+    if (rc == CK_EBUSY) {
+        w->next = t->pending;
+        t->pending = w;
+        return;
+    }
+    if (rc == CK_ETOOLONG) return fail(t, w, SVC_JERR_CONTEXT_EXCEEDED, *err ? err : "prompt + max_tokens exceed the context");
+    if (rc == CK_EINVAL) return fail(t, w, SVC_JERR_OUT_OF_RANGE, *err ? err : "invalid parameters");
+    if (rc) {
+        snprintf(msg, sizeof msg, "engine: %s", *err ? err : ck_strerror(rc));
+        return fail(t, w, SVC_JERR_ENGINE_ERROR, msg);
+    }
+}
+
+static void finished(svc_et *t, svc_work *w, const eng_result *r) {
+    int64_t now = eng_now_ms();
+    double handoff = 0; /* loop -> engine: counted in the job's queue time */
+    w->finish = r->finish;
+    w->status = r->finish == ENG_FINISH_EXPIRED ? SVC_WORK_EXPIRED : SVC_WORK_OK;
+    if (r->finish == ENG_FINISH_CANCELLED) {
+        w->status = SVC_WORK_ERROR;
+        w->err_code = SVC_JERR_ENGINE_ERROR;
+        snprintf(w->err_msg, sizeof w->err_msg, "cancelled");
+    }
+    w->text = malloc(r->text_len + 1);
+    if (w->text) {
+        if (r->text_len) memcpy(w->text, r->text, r->text_len);
+        w->text[r->text_len] = 0;
+        w->text_len = r->text_len;
+    }
+    w->prompt_tokens = r->prompt_tokens;
+    w->completion_tokens = r->n_tokens;
+    w->cached_tokens = r->cached_tokens;
+    w->mean_entropy = r->mean_entropy;
+    w->mean_gap = r->mean_gap;
+    w->mean_pmax = r->mean_pmax;
+    w->total_ms = (double)(now - w->t_enqueue_ms);
+    handoff = w->total_ms - r->total_ms;
+    if (handoff < 0) handoff = 0;
+    w->queue_ms = r->queue_ms + handoff;
+    w->ttft_ms = r->ttft_ms + handoff;
+    w->kv_retained_mean = r->kv_retained_mean;
+    w->hot_peak_bytes = r->hot_peak_bytes;
+    w->recalls = r->recalls;
+    w->demotions = r->demotions;
+    w->spills = r->spills;
+    w->preemptions = r->preemptions;
+    if (r->trace && r->n_tokens > 0 && r->tokens) {
+        w->trace = malloc((size_t)r->n_tokens * sizeof *w->trace);
+        w->trace_ids = malloc((size_t)r->n_tokens * sizeof *w->trace_ids);
+        if (w->trace && w->trace_ids) {
+            memcpy(w->trace, r->trace, (size_t)r->n_tokens * sizeof *w->trace);
+            memcpy(w->trace_ids, r->tokens, (size_t)r->n_tokens * sizeof *w->trace_ids);
+            w->n_trace = r->n_tokens;
+        }
+    }
+    complete(t, w);
+}
+
+static void *thread_main(void *arg) {
+    svc_et *t = arg;
+    char err[512] = "";
+    int rc = eng_new(&t->o.eng, &t->e, err, sizeof err);
+    if (!rc) {
+        const model *m = eng_model(t->e);
+        t->vocab = m->cfg.vocab_size;
+        t->ctx = m->cfg.seq_len;
+        snprintf(t->model_name, sizeof t->model_name, "%s", m->name);
+        if (!(t->ids = malloc((size_t)t->ctx * sizeof *t->ids))) rc = CK_ENOMEM;
+    }
+    pthread_mutex_lock(&t->mu);
+    if (rc) {
+        t->load_failed = 1;
+        snprintf(t->load_err, sizeof t->load_err, "%s", *err ? err : ck_strerror(rc));
+    } else {
+        t->loaded = 1;
+    }
+    pthread_mutex_unlock(&t->mu);
+    uv_async_send(&t->async);
+    if (rc) return NULL;
+
+    eng_event *ev = malloc(MAX_EVENTS * sizeof *ev);
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (!t->stop && !t->in_head && !t->pending && eng_idle(t->e))
+            pthread_cond_wait(&t->cv, &t->mu);
+        svc_work *in = t->in_head;
+        t->in_head = t->in_tail = NULL;
+        int stop = t->stop;
+        pthread_mutex_unlock(&t->mu);
+        if (stop) {
+            /* Works not yet submitted go back to the loop's care untouched. */
+            break;
+        }
+        /* Refused earlier (queue full): try again first, in arrival order. */
+        svc_work *p = t->pending, *rev = NULL;
+        t->pending = NULL;
+        while (p) {
+            svc_work *nx = p->next;
+            p->next = rev;
+            rev = p;
+            p = nx;
+        }
+        for (svc_work *w = rev, *nx; w; w = nx) {
+            nx = w->next;
+            start_work(t, w);
+        }
+        for (svc_work *w = in, *nx; w; w = nx) {
+            nx = w->next;
+            start_work(t, w);
+        }
+        if (eng_idle(t->e)) continue;
+        int n = 0;
+        rc = ev ? eng_step(t->e, ev, MAX_EVENTS, &n) : CK_ENOMEM;
+        if (rc) {
+            svc_log(SVC_LOG_ERROR, "engine_step_failed", "err=%s", ck_errname(rc));
+            if (rc == CK_EBACKEND || rc == CK_ENOMEM) {
+                /* The engine is unusable; report and wait for the stop. */
+                pthread_mutex_lock(&t->mu);
+                t->load_failed = 1;
+                snprintf(t->load_err, sizeof t->load_err, "engine failed: %s", ck_strerror(rc));
+                while (!t->stop) pthread_cond_wait(&t->cv, &t->mu);
+                pthread_mutex_unlock(&t->mu);
+                break;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            svc_work *w = (svc_work *)(uintptr_t)ev[i].user_tag;
+            if (!w) continue;
+            if (ev[i].type == ENG_EV_FINISHED && ev[i].result) {
+                finished(t, w, ev[i].result);
+            } else if (ev[i].type == ENG_EV_ERROR) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "engine: %s%s%s", ck_strerror(ev[i].error), ev[i].message ? ": " : "",
+                         ev[i].message ? ev[i].message : "");
+                fail(t, w, ev[i].error == CK_ETOOLONG ? SVC_JERR_CONTEXT_EXCEEDED : SVC_JERR_ENGINE_ERROR, msg);
+            }
+        }
+        eng_stats s;
+        eng_get_stats(t->e, &s);
+        pthread_mutex_lock(&t->mu);
+        t->stats = s;
+        if (s.last_batch_seqs > 0) svc_hist_observe(&t->batch, s.last_batch_seqs);
+        pthread_mutex_unlock(&t->mu);
+    }
+    free(ev);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* loop side */
+
+static void async_cb(uv_async_t *h) {
+    svc_et *t = h->data;
+    pthread_mutex_lock(&t->mu);
+    svc_work *out = t->out_head;
+    t->out_head = t->out_tail = NULL;
+    int report = !t->load_reported && (t->loaded || t->load_failed);
+    if (report) t->load_reported = 1;
+    int ok = t->loaded && !t->load_failed;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", t->load_err);
+    pthread_mutex_unlock(&t->mu);
+    if (report && t->loaded_cb) t->loaded_cb(t->ud, ok, msg);
+    while (out) {
+        svc_work *nx = out->next;
+        out->next = NULL;
+        t->done(t->ud, out);
+        out = nx;
+    }
+}
+
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded, void *ud,
+                 svc_et **out) {
+    *out = NULL;
+    svc_et *t = calloc(1, sizeof *t);
+    if (!t) return CK_ENOMEM;
+    t->loop = loop;
+    t->o = *o;
+    t->done = done;
+    t->loaded_cb = loaded;
+    t->ud = ud;
+    svc_metrics_batch_hist_init(&t->batch);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    uv_async_init(loop, &t->async, async_cb);
+    t->async.data = t;
+    if (pthread_create(&t->th, NULL, thread_main, t)) {
+        uv_close((uv_handle_t *)&t->async, NULL);
+        return CK_EIO; /* t is freed by the close: see svc_et_stop; here it leaks one struct */
+    }
+    t->started = 1;
+    *out = t;
+    return 0;
+}
+
+void svc_et_submit(svc_et *t, svc_work *w) {
+    w->next = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (t->in_tail) t->in_tail->next = w;
+    else t->in_head = w;
+    t->in_tail = w;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+int svc_et_loaded(const svc_et *t) { return t && t->load_reported && t->loaded && !t->load_failed; }
+int svc_et_vocab(const svc_et *t) { return t->vocab; }
+int svc_et_ctx(const svc_et *t) { return t->ctx; }
+const char *svc_et_model_name(const svc_et *t) { return t->model_name; }
+
+int svc_et_stats(svc_et *t, eng_stats *s, svc_hist *batch) {
+    if (!svc_et_loaded(t)) return 0;
+    pthread_mutex_lock(&t->mu);
+    *s = t->stats;
+    *batch = t->batch;
+    pthread_mutex_unlock(&t->mu);
+    return 1;
+}
+
+static void free_et(uv_handle_t *h) { free(h->data); }
+
+void svc_et_stop(svc_et *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (t->started) pthread_join(t->th, NULL);
+    eng_free(t->e);
+    free(t->ids);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    uv_close((uv_handle_t *)&t->async, free_et);
+}

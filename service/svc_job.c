@@ -1,0 +1,613 @@
+/* svc_job.c - job decoding and validation (svc_job.h). */
+#include "svc_job.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_err.h"
+#include "policy.h"
+
+#define MAX_DEPTH 64
+
+const char *svc_job_error_code(int e) {
+    switch (e) {
+#define SVC_JX_(name, code, msg) \
+    case SVC_JERR_##name:        \
+        return code;
+        SVC_JOB_ERRORS(SVC_JX_)
+#undef SVC_JX_
+    }
+    return "none";
+}
+
+/* ------------------------------------------------------------------------ */
+/* UTF-8 */
+
+char *svc_utf8_clean(const char *s, size_t n) {
+    if (n > ((size_t)1 << 40)) return NULL;
+    char *o = malloc(3 * n + 1); /* each bad byte may become 3 bytes */
+    if (!o) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, w = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int ok = len > 0 && i + (size_t)len <= n && c != 0;
+        for (int k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+        if (ok && len > 1) {
+            uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+            for (int k = 1; k < len; k++) cp = (cp << 6) | (p[i + k] & 0x3f);
+            ok = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
+                 (len == 4 && cp >= 0x10000 && cp <= 0x10ffff);
+        }
+        if (ok) {
+            memcpy(o + w, p + i, (size_t)len);
+            w += (size_t)len;
+            i += (size_t)len;
+        } else {
+            memcpy(o + w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        }
+    }
+    o[w] = 0;
+    return o;
+}
+
+/* ------------------------------------------------------------------------ */
+/* msgpack: a bounds check before msgpack-c, then msgpack_object -> cJSON */
+
+static int be_len(const uint8_t *p, size_t n, size_t *pos, int bytes, uint64_t *v) {
+    if (n - *pos < (size_t)bytes) return -1;
+    uint64_t x = 0;
+    for (int i = 0; i < bytes; i++) x = (x << 8) | p[*pos + (size_t)i];
+    *pos += (size_t)bytes;
+    *v = x;
+    return 0;
+}
+
+/* Walk one object: every length inside the buffer, every container count at
+ * most the bytes left (an element takes one byte at least), depth bounded.
+ * msgpack-c allocates a container's declared count up front, so a 5-byte
+ * message could otherwise ask it for gigabytes. */
+static int mp_check(const uint8_t *p, size_t n, size_t *pos, int depth) {
+    if (depth > MAX_DEPTH || *pos >= n) return -1;
+    uint8_t b = p[(*pos)++];
+    uint64_t len = 0, count = 0;
+    int pairs = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 0;
+    if (b >= 0x80 && b <= 0x8f) {
+        count = b & 0x0f;
+        pairs = 1;
+    } else if (b >= 0x90 && b <= 0x9f) {
+        count = b & 0x0f;
+    } else if (b >= 0xa0 && b <= 0xbf) {
+        len = b & 0x1f;
+        goto skip;
+    } else {
+        switch (b) {
+        case 0xc4: case 0xd9: if (be_len(p, n, pos, 1, &len)) return -1; goto skip;
+        case 0xc5: case 0xda: if (be_len(p, n, pos, 2, &len)) return -1; goto skip;
+        case 0xc6: case 0xdb: if (be_len(p, n, pos, 4, &len)) return -1; goto skip;
+        case 0xc7: if (be_len(p, n, pos, 1, &len)) return -1; len++; goto skip;
+        case 0xc8: if (be_len(p, n, pos, 2, &len)) return -1; len++; goto skip;
+        case 0xc9: if (be_len(p, n, pos, 4, &len)) return -1; len++; goto skip;
+        case 0xca: len = 4; goto skip;
+        case 0xcb: len = 8; goto skip;
+        case 0xcc: case 0xd0: len = 1; goto skip;
+        case 0xcd: case 0xd1: len = 2; goto skip;
+        case 0xce: case 0xd2: len = 4; goto skip;
+        case 0xcf: case 0xd3: len = 8; goto skip;
+        case 0xd4: len = 2; goto skip;
+        case 0xd5: len = 3; goto skip;
+        case 0xd6: len = 5; goto skip;
+        case 0xd7: len = 9; goto skip;
+        case 0xd8: len = 17; goto skip;
+        case 0xdc: if (be_len(p, n, pos, 2, &count)) return -1; break;
+        case 0xdd: if (be_len(p, n, pos, 4, &count)) return -1; break;
+        case 0xde: if (be_len(p, n, pos, 2, &count)) return -1; pairs = 1; break;
+        case 0xdf: if (be_len(p, n, pos, 4, &count)) return -1; pairs = 1; break;
+        default: return -1; /* 0xc1: never used */
+        }
+    }
+    if (pairs) {
+        if (count > (n - *pos) / 2) return -1;
+        count *= 2;
+    }
+    if (count > n - *pos) return -1;
+    for (uint64_t i = 0; i < count; i++)
+        if (mp_check(p, n, pos, depth + 1)) return -1;
+    return 0;
+skip:
+    if (len > n - *pos) return -1;
+    *pos += (size_t)len;
+    return 0;
+}
+
+static cJSON *mp_to_json(const msgpack_object *o, const char **why) {
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return cJSON_CreateNull();
+    case MSGPACK_OBJECT_BOOLEAN: return cJSON_CreateBool(o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: return cJSON_CreateNumber((double)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return cJSON_CreateNumber((double)o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        if (!isfinite(o->via.f64)) {
+            *why = "non-finite number";
+            return NULL;
+        }
+        return cJSON_CreateNumber(o->via.f64);
+    case MSGPACK_OBJECT_STR:
+    case MSGPACK_OBJECT_BIN: {
+        const char *s = o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
+        uint32_t n = o->type == MSGPACK_OBJECT_STR ? o->via.str.size : o->via.bin.size;
+        if (n && memchr(s, 0, n)) {
+            *why = "a string holds a NUL byte";
+            return NULL;
+        }
+        char *c = strndup(n ? s : "", n);
+        if (!c) return NULL;
+        cJSON *j = cJSON_CreateString(c);
+        free(c);
+        return j;
+    }
+    case MSGPACK_OBJECT_ARRAY: {
+        cJSON *a = cJSON_CreateArray();
+        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
+            cJSON *e = mp_to_json(&o->via.array.ptr[i], why);
+            if (!e) {
+                cJSON_Delete(a);
+                return NULL;
+            }
+            cJSON_AddItemToArray(a, e);
+        }
+        return a;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        cJSON *m = cJSON_CreateObject();
+        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            if (kv->key.type != MSGPACK_OBJECT_STR || memchr(kv->key.via.str.ptr, 0, kv->key.via.str.size)) {
+                *why = "a map key is not a string";
+                cJSON_Delete(m);
+                return NULL;
+            }
+            char *k = strndup(kv->key.via.str.size ? kv->key.via.str.ptr : "", kv->key.via.str.size);
+            cJSON *v = k ? mp_to_json(&kv->val, why) : NULL;
+            if (!v) {
+                free(k);
+                cJSON_Delete(m);
+                return NULL;
+            }
+            cJSON_AddItemToObject(m, k, v);
+            free(k);
+        }
+        return m;
+    }
+    default:
+        *why = "msgpack extension types are not accepted";
+        return NULL;
+    }
+}
+
+static cJSON *decode_msgpack(const void *data, size_t len, char *err, size_t errlen) {
+    size_t pos = 0;
+    if (mp_check(data, len, &pos, 0)) {
+        snprintf(err, errlen, "msgpack is truncated, malformed or nested deeper than %d", MAX_DEPTH);
+        return NULL;
+    }
+    if (pos != len) {
+        snprintf(err, errlen, "msgpack has %zu bytes after the object", len - pos);
+        return NULL;
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    cJSON *j = NULL;
+    if (msgpack_unpack_next(&u, data, len, &off) != MSGPACK_UNPACK_SUCCESS) {
+        snprintf(err, errlen, "msgpack does not decode");
+    } else {
+        const char *why = "out of memory";
+        if (!(j = mp_to_json(&u.data, &why))) snprintf(err, errlen, "msgpack: %s", why);
+    }
+    msgpack_unpacked_destroy(&u);
+    return j;
+}
+
+/* Nesting depth of a JSON text, counted over brackets outside strings, so
+ * that a hostile message cannot drive cJSON's recursion deep. */
+static int json_depth_ok(const char *s, size_t n) {
+    int d = 0, in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') in_str = 1;
+        else if (c == '{' || c == '[') {
+            if (++d > MAX_DEPTH) return 0;
+        } else if (c == '}' || c == ']') d--;
+    }
+    return 1;
+}
+
+static cJSON *decode_json(const char *s, size_t len, char *err, size_t errlen) {
+    if (memchr(s, 0, len)) {
+        snprintf(err, errlen, "JSON text holds a NUL byte");
+        return NULL;
+    }
+    if (!json_depth_ok(s, len)) {
+        snprintf(err, errlen, "JSON nested deeper than %d", MAX_DEPTH);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+    if (!j) {
+        const char *e = cJSON_GetErrorPtr();
+        size_t at = e && e >= s && e <= s + len ? (size_t)(e - s) : 0;
+        snprintf(err, errlen, "JSON does not parse (near byte %zu)", at);
+        return NULL;
+    }
+    while (end && end < s + len && isspace((unsigned char)*end)) end++;
+    if (end && end < s + len) {
+        snprintf(err, errlen, "JSON has %zu bytes after the object", (size_t)(s + len - end));
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+cJSON *svc_decode_tree(const void *data, size_t len, const char *ct, int *enc, char *err, size_t errlen) {
+    const unsigned char *p = data;
+    int e = -1;
+    if (ct) {
+        if (strstr(ct, "msgpack")) e = SVC_ENC_MSGPACK;
+        else if (strstr(ct, "json")) e = SVC_ENC_JSON;
+    }
+    if (e < 0) {
+        size_t i = 0;
+        while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) i++;
+        if (i < len && (p[i] == '{' || p[i] == '[')) e = SVC_ENC_JSON;
+        else if (len && ((p[0] >= 0x80 && p[0] <= 0x9f) || p[0] == 0xde || p[0] == 0xdf || p[0] == 0xdc ||
+                         p[0] == 0xdd))
+            e = SVC_ENC_MSGPACK;
+    }
+    *enc = e < 0 ? SVC_ENC_JSON : e;
+    if (e < 0) {
+        snprintf(err, errlen, "neither JSON nor msgpack (no content-type header; first byte 0x%02x)",
+                 len ? p[0] : 0);
+        return NULL;
+    }
+    if (!len) {
+        snprintf(err, errlen, "empty message");
+        return NULL;
+    }
+    return e == SVC_ENC_MSGPACK ? decode_msgpack(data, len, err, errlen) : decode_json(data, len, err, errlen);
+}
+
+/* ------------------------------------------------------------------------ */
+/* msgpack encoding of a cJSON tree (results) */
+
+static void mp_pack(msgpack_packer *pk, const cJSON *j) {
+    if (cJSON_IsObject(j)) {
+        int n = cJSON_GetArraySize(j);
+        msgpack_pack_map(pk, (size_t)n);
+        for (const cJSON *c = j->child; c; c = c->next) {
+            size_t kl = strlen(c->string);
+            msgpack_pack_str(pk, kl);
+            msgpack_pack_str_body(pk, c->string, kl);
+            mp_pack(pk, c);
+        }
+    } else if (cJSON_IsArray(j)) {
+        msgpack_pack_array(pk, (size_t)cJSON_GetArraySize(j));
+        for (const cJSON *c = j->child; c; c = c->next) mp_pack(pk, c);
+    } else if (cJSON_IsString(j)) {
+        size_t l = strlen(j->valuestring);
+        msgpack_pack_str(pk, l);
+        msgpack_pack_str_body(pk, j->valuestring, l);
+    } else if (cJSON_IsNumber(j)) {
+        double v = j->valuedouble;
+        if (v == floor(v) && fabs(v) < 9007199254740992.0) msgpack_pack_int64(pk, (int64_t)v);
+        else msgpack_pack_double(pk, v);
+    } else if (cJSON_IsBool(j)) {
+        if (cJSON_IsTrue(j)) msgpack_pack_true(pk);
+        else msgpack_pack_false(pk);
+    } else {
+        msgpack_pack_nil(pk);
+    }
+}
+
+int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    mp_pack(&pk, tree);
+    if (!sb.data) {
+        msgpack_sbuffer_destroy(&sb);
+        return CK_ENOMEM;
+    }
+    *out = sb.data; /* sbuffer data is malloc'd: the caller frees it */
+    *len = sb.size;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* validation */
+
+static int fail(svc_job_error *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(svc_job_error *e, int code, const char *fmt, ...) {
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return SVC_JOB_INVALID;
+}
+
+static int get_str(cJSON *o, const char *name, size_t max, char **out, svc_job_error *e) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return fail(e, SVC_JERR_INVALID_FIELD, "'%s' must be a string", name);
+    size_t n = strlen(v->valuestring);
+    if (max && n > max) return fail(e, SVC_JERR_OUT_OF_RANGE, "'%s' is %zu bytes; at most %zu", name, n, max);
+    if (!(*out = strdup(v->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    return 0;
+}
+
+/* A number field within [lo, hi]; integer when want_int. 1 when present. */
+static int get_num(cJSON *o, const char *name, double lo, double hi, int want_int, double *out, int *rc,
+                   svc_job_error *e) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) {
+        *rc = fail(e, SVC_JERR_INVALID_FIELD, "'%s' must be a number", name);
+        return 0;
+    }
+    double x = v->valuedouble;
+    if (want_int && x != floor(x)) {
+        *rc = fail(e, SVC_JERR_INVALID_FIELD, "'%s' must be an integer", name);
+        return 0;
+    }
+    if (!(x >= lo && x <= hi)) {
+        *rc = fail(e, SVC_JERR_OUT_OF_RANGE, "'%s' is %g; it must be in %g..%g", name, x, lo, hi);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_bool(cJSON *o, const char *name, int *out, svc_job_error *e) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return fail(e, SVC_JERR_INVALID_FIELD, "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Text of a message's content: a string, or OpenAI's [{type: text, text}]. */
+static int content_text(cJSON *c, char **buf, size_t *len, size_t *cap, int idx, svc_job_error *e) {
+    if (cJSON_IsString(c)) {
+        size_t n = strlen(c->valuestring);
+        if (*len + n + 2 > *cap) {
+            size_t nc = (*len + n + 2) * 2;
+            char *b = realloc(*buf, nc);
+            if (!b) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+            *buf = b;
+            *cap = nc;
+        }
+        memcpy(*buf + *len, c->valuestring, n);
+        *len += n;
+        (*buf)[*len] = 0;
+        return 0;
+    }
+    if (cJSON_IsArray(c)) {
+        cJSON *part;
+        cJSON_ArrayForEach(part, c) {
+            cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+            if (!cJSON_IsString(t))
+                return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content parts must be {\"type\": \"text\", \"text\": ...}", idx);
+            int rc = content_text(t, buf, len, cap, idx, e);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content must be a string or an array of text parts", idx);
+}
+
+static int render_messages(cJSON *msgs, svc_job *job, svc_job_error *e) {
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+        return fail(e, SVC_JERR_INVALID_FIELD, "'messages' must be a non-empty array");
+    size_t cap = 256, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    buf[0] = 0;
+    int i = 0, rc = 0;
+    cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            rc = fail(e, SVC_JERR_INVALID_FIELD, "messages[%d] must be an object with a string 'role'", i);
+            break;
+        }
+        if (i > 0) {
+            buf[len++] = '\n';
+            buf[len] = 0;
+        }
+        if ((rc = content_text(content, &buf, &len, &cap, i, e))) break;
+        i++;
+    }
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    job->prompt = buf;
+    job->prompt_len = len;
+    return 0;
+}
+
+static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_error *e) {
+    int rc = 0;
+    double x;
+    if ((rc = get_str(o, "model", SVC_JOB_STR_MAX, &job->model, e))) return rc;
+    if (job->model && lim->model_names[0]) {
+        int ok = 0;
+        for (int i = 0; i < 4 && lim->model_names[i]; i++) ok |= !strcmp(job->model, lim->model_names[i]);
+        if (!ok) return fail(e, SVC_JERR_UNKNOWN_MODEL, "model '%.64s' is not served here (this instance serves '%.64s')",
+                             job->model, lim->model_names[0]);
+    }
+    cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    cJSON *toks = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    if (cJSON_IsNull(prompt)) prompt = NULL;
+    if (cJSON_IsNull(msgs)) msgs = NULL;
+    if (cJSON_IsNull(toks)) toks = NULL;
+    int given = !!prompt + !!msgs + !!toks;
+    if (given == 0) return fail(e, SVC_JERR_MISSING_PROMPT, "give one of 'prompt', 'messages' or 'tokens'");
+    if (given > 1) return fail(e, SVC_JERR_INVALID_FIELD, "give only one of 'prompt', 'messages' or 'tokens'");
+    if (prompt) {
+        /* OpenAI also allows a one-element array of strings */
+        if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1) prompt = prompt->child;
+        if (!cJSON_IsString(prompt)) return fail(e, SVC_JERR_INVALID_FIELD, "'prompt' must be a string");
+        job->prompt_len = strlen(prompt->valuestring);
+        if (!(job->prompt = strdup(prompt->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    } else if (msgs) {
+        if ((rc = render_messages(msgs, job, e))) return rc;
+    } else {
+        if (!cJSON_IsArray(toks) || cJSON_GetArraySize(toks) == 0)
+            return fail(e, SVC_JERR_INVALID_FIELD, "'tokens' must be a non-empty array of token ids");
+        int n = cJSON_GetArraySize(toks);
+        if (!(job->tokens = malloc((size_t)n * sizeof *job->tokens))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+        cJSON *t;
+        cJSON_ArrayForEach(t, toks) {
+            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble))
+                return fail(e, SVC_JERR_INVALID_FIELD, "tokens[%d] is not an integer", job->n_tokens);
+            if (!(t->valuedouble >= 0 && t->valuedouble < lim->vocab_size))
+                return fail(e, SVC_JERR_OUT_OF_RANGE, "tokens[%d] = %g is outside the vocabulary (0..%d)",
+                            job->n_tokens, t->valuedouble, lim->vocab_size - 1);
+            job->tokens[job->n_tokens++] = (int32_t)t->valuedouble;
+        }
+    }
+    if (get_num(o, "max_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e) ||
+        get_num(o, "max_completion_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e))
+        job->max_tokens = (int)x;
+    if (rc) return rc;
+    if (get_num(o, "temperature", 0, 2, 0, &x, &rc, e)) job->samp.temperature = (float)x;
+    if (get_num(o, "top_p", 0, 1, 0, &x, &rc, e)) job->samp.top_p = (float)x;
+    if (get_num(o, "top_k", 0, 1 << 20, 1, &x, &rc, e)) job->samp.top_k = (int)x;
+    if (get_num(o, "min_p", 0, 1, 0, &x, &rc, e)) job->samp.min_p = (float)x;
+    if (get_num(o, "repetition_penalty", 0.01, 100, 0, &x, &rc, e)) job->samp.repeat_penalty = (float)x;
+    if (get_num(o, "seed", 0, 9007199254740991.0, 1, &x, &rc, e)) job->samp.seed = (uint64_t)x;
+    if (get_num(o, "priority", -1000, 1000, 1, &x, &rc, e)) job->priority = (int)x;
+    if (get_num(o, "deadline_ms", 1, 7 * 86400000.0, 1, &x, &rc, e)) job->deadline_ms = (int64_t)x;
+    if (rc) return rc;
+    if ((rc = get_bool(o, "return_confidence", &job->return_confidence, e)) ||
+        (rc = get_bool(o, "ignore_eos", &job->ignore_eos, e)))
+        return rc;
+    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (stop && !cJSON_IsNull(stop)) {
+        if (cJSON_IsString(stop)) {
+            if (!*stop->valuestring) return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must not be empty");
+            if (strlen(stop->valuestring) > SVC_JOB_STR_MAX)
+                return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes", SVC_JOB_STR_MAX);
+            if (!(job->stop[job->n_stop++] = strdup(stop->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+        } else if (cJSON_IsArray(stop)) {
+            if (cJSON_GetArraySize(stop) > GEN_MAX_STOPS)
+                return fail(e, SVC_JERR_OUT_OF_RANGE, "at most %d stop strings", GEN_MAX_STOPS);
+            cJSON *s;
+            cJSON_ArrayForEach(s, stop) {
+                if (!cJSON_IsString(s) || !*s->valuestring)
+                    return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must hold non-empty strings");
+                if (strlen(s->valuestring) > SVC_JOB_STR_MAX)
+                    return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes", SVC_JOB_STR_MAX);
+                if (!(job->stop[job->n_stop++] = strdup(s->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+            }
+        } else {
+            return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must be a string or an array of strings");
+        }
+    }
+    if ((rc = get_str(o, "session_id", SVC_JOB_STR_MAX, &job->session_id, e)) ||
+        (rc = get_str(o, "template", SVC_JOB_STR_MAX, &job->template_name, e)) ||
+        (rc = get_str(o, "policy", SVC_JOB_STR_MAX, &job->policy, e)))
+        return rc;
+    if (job->policy) {
+        kvpol_config pc;
+        char perr[200];
+        if (kvpol_parse(job->policy, &pc, perr, sizeof perr))
+            return fail(e, SVC_JERR_INVALID_POLICY, "policy '%.64s': %s", job->policy, perr);
+    }
+    return samp_params_check(&job->samp) ? fail(e, SVC_JERR_OUT_OF_RANGE, "sampling parameters out of range") : 0;
+}
+
+static void set_id(svc_job *job, cJSON *o, const char *fallback) {
+    cJSON *id = o ? cJSON_GetObjectItemCaseSensitive(o, "id") : NULL;
+    const char *s = NULL;
+    char num[32];
+    if (cJSON_IsString(id) && *id->valuestring && strlen(id->valuestring) <= SVC_JOB_ID_MAX) s = id->valuestring;
+    else if (cJSON_IsNumber(id) && id->valuedouble == floor(id->valuedouble) && fabs(id->valuedouble) < 1e15) {
+        snprintf(num, sizeof num, "%.0f", id->valuedouble);
+        s = num;
+    }
+    if (!s) s = fallback ? fallback : "";
+    snprintf(job->id, sizeof job->id, "%s", s);
+}
+
+int svc_job_decode(const void *data, size_t len, const char *content_type, const char *fallback_id,
+                   const svc_job_limits *lim, svc_job *job, svc_job_error *err) {
+    memset(job, 0, sizeof *job);
+    memset(err, 0, sizeof *err);
+    samp_params_default(&job->samp);
+    int enc;
+    /* Over the size limit: not even decoded (the encoding is guessed for the reply). */
+    if (len > lim->max_message_bytes) {
+        const unsigned char *p = data;
+        job->encoding = (content_type && strstr(content_type, "msgpack")) ||
+                                (len && ((p[0] >= 0x80 && p[0] <= 0x8f) || p[0] == 0xde || p[0] == 0xdf))
+                            ? SVC_ENC_MSGPACK
+                            : SVC_ENC_JSON;
+        set_id(job, NULL, fallback_id);
+        return fail(err, SVC_JERR_MESSAGE_TOO_LARGE, "the message is %zu bytes; the limit is %zu", len,
+                    lim->max_message_bytes);
+    }
+    cJSON *o = svc_decode_tree(data, len, content_type, &enc, err->message, sizeof err->message);
+    job->encoding = enc;
+    if (!o) {
+        set_id(job, NULL, fallback_id);
+        return SVC_JOB_DEAD;
+    }
+    if (!cJSON_IsObject(o)) {
+        set_id(job, NULL, fallback_id);
+        snprintf(err->message, sizeof err->message, "a job must be a %s", enc ? "msgpack map" : "JSON object");
+        cJSON_Delete(o);
+        return SVC_JOB_DEAD;
+    }
+    set_id(job, o, fallback_id);
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+    if (md) job->metadata = cJSON_DetachItemViaPointer(o, md);
+    int rc = SVC_JOB_OK;
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    if (id && !cJSON_IsNull(id) && strcmp(job->id, fallback_id ? fallback_id : "") == 0 &&
+        !(cJSON_IsString(id) && !strcmp(id->valuestring, job->id)))
+        rc = fail(err, SVC_JERR_INVALID_FIELD, "'id' must be a string of 1..%d bytes or an integer", SVC_JOB_ID_MAX);
+    if (!rc) rc = parse_job(o, lim, job, err);
+    cJSON_Delete(o);
+    return rc;
+}
+
+void svc_job_free(svc_job *job) {
+    free(job->model);
+    free(job->prompt);
+    free(job->tokens);
+    for (int i = 0; i < job->n_stop; i++) free(job->stop[i]);
+    free(job->policy);
+    free(job->session_id);
+    free(job->template_name);
+    cJSON_Delete(job->metadata);
+    memset(job, 0, sizeof *job);
+}

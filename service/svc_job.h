@@ -1,0 +1,116 @@
+/* svc_job.h - decode and validate a generation job from a Kafka message.
+ *
+ * Encoding: msgpack or JSON, chosen by the content-type header
+ * (application/json; application/msgpack, application/x-msgpack,
+ * application/vnd.msgpack), else detected from the first byte: '{' (after
+ * white space) is JSON, a msgpack map marker (0x80-0x8f, 0xde, 0xdf) is
+ * msgpack. Both decode to one tree (cJSON), validated once.
+ *
+ * Three outcomes:
+ *  - SVC_JOB_OK: a job to run;
+ *  - SVC_JOB_DEAD: undecodable (not JSON/msgpack, truncated, trailing bytes,
+ *    not an object/map, nesting deeper than 64, NUL inside a string): the
+ *    message goes to the dead-letter topic; err says why;
+ *  - SVC_JOB_INVALID: decodable but invalid (wrong type, out of range, unknown
+ *    model, over a limit): the job gets an `error` result with err->code (a
+ *    stable name from SVC_JOB_ERRORS) and err->message (for a person); the
+ *    job's id, encoding and metadata are filled as far as they were read.
+ *
+ * Fields (OpenAI names where they exist): id, model, prompt | messages |
+ * tokens, max_tokens (alias max_completion_tokens), temperature, top_p,
+ * top_k, min_p, repetition_penalty, stop, seed, priority, deadline_ms,
+ * ignore_eos, session_id, template, policy, return_confidence, metadata.
+ * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
+ * schemas/job.schema.json are the reference.
+ *
+ * Chat messages are rendered by concatenating their contents, one per line
+ * ("\n" between them): the stories model has no chat format; a model with a
+ * chat template in its GGUF will get its own renderer.
+ *
+ * Ownership: a decoded job owns every pointer in it; svc_job_free frees. */
+#ifndef CK_SVC_JOB_H
+#define CK_SVC_JOB_H
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gen.h"
+#include "sampler.h"
+
+#define SVC_JOB_ERRORS(X)                                                               \
+    X(INVALID_FIELD, "invalid_field", "a field has the wrong type or form")             \
+    X(MISSING_PROMPT, "missing_prompt", "the job has no prompt, messages or tokens")    \
+    X(OUT_OF_RANGE, "out_of_range", "a parameter is out of its range")                  \
+    X(UNKNOWN_MODEL, "unknown_model", "this service does not serve that model")         \
+    X(MESSAGE_TOO_LARGE, "message_too_large", "the job message is over the size limit") \
+    X(PROMPT_TOO_LONG, "prompt_too_long", "the prompt has more tokens than allowed")    \
+    X(CONTEXT_EXCEEDED, "context_exceeded", "prompt + max_tokens exceed the context")   \
+    X(INVALID_POLICY, "invalid_policy", "the KV policy spec does not parse")            \
+    X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")              \
+    X(ENGINE_ERROR, "engine_error", "the engine failed on this job")
+
+enum {
+    SVC_JERR_NONE = 0,
+#define SVC_JX_(name, code, msg) SVC_JERR_##name,
+    SVC_JOB_ERRORS(SVC_JX_)
+#undef SVC_JX_
+};
+const char *svc_job_error_code(int e);  /* "invalid_field", ...; "none" for 0 */
+
+enum { SVC_JOB_OK = 0, SVC_JOB_DEAD = 1, SVC_JOB_INVALID = 2 };
+enum { SVC_ENC_JSON = 0, SVC_ENC_MSGPACK = 1 };
+
+#define SVC_JOB_ID_MAX 256
+#define SVC_JOB_STR_MAX 256   /* session_id, template, policy, each stop string */
+
+typedef struct svc_job_error {
+    int code;           /* SVC_JERR_* */
+    char message[256];
+} svc_job_error;
+
+typedef struct svc_job_limits {
+    size_t max_message_bytes;
+    int max_tokens_cap;
+    int default_max_tokens;   /* 0: filled by the engine thread from the context */
+    int vocab_size;           /* token ids must be below it */
+    const char *model_names[4]; /* names a job's `model` may take (NULL-terminated) */
+} svc_job_limits;
+
+typedef struct svc_job {
+    char id[SVC_JOB_ID_MAX + 1];
+    int encoding;             /* SVC_ENC_*: the result is written in it */
+    char *model;              /* as the job named it, NULL when absent */
+    char *prompt;             /* rendered prompt text (NUL-terminated), or NULL */
+    size_t prompt_len;
+    int32_t *tokens;          /* or prompt ids as given */
+    int n_tokens;
+    samp_params samp;
+    int max_tokens;           /* 0 = not given */
+    int n_stop;
+    char *stop[GEN_MAX_STOPS];
+    int ignore_eos;
+    int priority;
+    int64_t deadline_ms;      /* budget from the message timestamp, 0 = none */
+    char *policy;
+    int return_confidence;
+    char *session_id, *template_name;
+    cJSON *metadata;          /* echoed back, any JSON value */
+} svc_job;
+
+/* Decode `len` bytes. content_type may be NULL; fallback_id is the id when
+ * the job has none (the Kafka key, else one the caller generated). */
+int svc_job_decode(const void *data, size_t len, const char *content_type, const char *fallback_id,
+                   const svc_job_limits *lim, svc_job *job, svc_job_error *err);
+void svc_job_free(svc_job *job);
+
+/* Parse bytes as JSON or msgpack into a cJSON tree (the caller frees);
+ * NULL with err filled when undecodable. *enc gets the encoding chosen. */
+cJSON *svc_decode_tree(const void *data, size_t len, const char *content_type, int *enc, char *err,
+                       size_t errlen);
+/* Encode a cJSON tree as msgpack into a malloc'd buffer (*out, *len). */
+int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len);
+/* Copy s (n bytes) as valid UTF-8 without NUL bytes (bad bytes become
+ * U+FFFD) into a malloc'd NUL-terminated string. */
+char *svc_utf8_clean(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,88 @@
+/* svc_kafka.h - the service's Kafka clients on a libuv loop: one consumer
+ * (the jobs topic, in a consumer group) and one idempotent producer.
+ *
+ * Loop integration. Both clients' queues signal a pipe
+ * (rd_kafka_queue_io_event_enable) watched by a uv_poll_t, and a 100 ms timer
+ * polls as a safety net; each wake-up drains the queues (up to a budget, then
+ * it reschedules itself), so no call here ever blocks the loop. Delivery
+ * reports, rebalances, statistics and errors are all served on the loop
+ * thread.
+ *
+ * At-least-once. enable.auto.commit=true and enable.auto.offset.store=false:
+ * librdkafka commits, every auto.commit.interval.ms, the offsets we store,
+ * and we store an offset only when every message before it in its partition
+ * is done (svc_kafka_done, called when a job's result has been delivered).
+ * Per partition the consumed offsets sit in an ordered ring with a done flag;
+ * the contiguous done prefix is popped and offset+1 of its last entry stored.
+ * On a revoke the ring is cleared and its epoch bumped, so late svc_kafka_done
+ * calls for messages of the old assignment are ignored.
+ *
+ * Backpressure. svc_kafka_pause pauses every assigned partition (also ones
+ * assigned later); polling goes on, so the group does not evict us.
+ *
+ * Ownership: svc_kafka_new copies what it needs from the config; messages
+ * handed to on_message are borrowed for the call. Teardown in two steps:
+ * svc_kafka_close_handles (uv handles; the loop must then run until they
+ * are closed), then svc_kafka_free (commits the stored offsets, leaves the
+ * group and destroys both clients: this blocks, so call it after the loop). */
+#ifndef CK_SVC_KAFKA_H
+#define CK_SVC_KAFKA_H
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "svc_config.h"
+
+/* Identifies a consumed message for svc_kafka_done. */
+typedef struct svc_ktok {
+    int32_t partition;
+    int64_t offset;
+    uint32_t epoch;
+} svc_ktok;
+
+typedef struct svc_kafka_cbs {
+    void *ud;
+    /* A consumed job message (m->err == 0), borrowed for the call. The
+     * callee must call svc_kafka_done(tok) exactly once, now or later. */
+    void (*on_message)(void *ud, const rd_kafka_message_t *m, svc_ktok tok);
+    /* The group gave us an assignment (n partitions, possibly 0). */
+    void (*on_assign)(void *ud, int n);
+} svc_kafka_cbs;
+
+/* Delivery report of a produced message: err is 0 when the broker has it. */
+typedef void (*svc_kafka_dr_cb)(void *ud, rd_kafka_resp_err_t err);
+
+#define SVC_KAFKA_MAX_LAG_PARTS 256
+
+typedef struct svc_kafka_stats {
+    int up;                 /* a broker connection is up */
+    int assigned;           /* partitions assigned */
+    int paused;             /* partitions are paused */
+    uint64_t consumed, produced, delivered, delivery_failed, stored;
+    int n_lag;              /* partitions with a known consumer lag */
+    int32_t lag_partition[SVC_KAFKA_MAX_LAG_PARTS];
+    int64_t lag[SVC_KAFKA_MAX_LAG_PARTS];
+} svc_kafka_stats;
+
+typedef struct svc_kafka svc_kafka;
+
+int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs, svc_kafka **out,
+                  char *err, size_t errlen);
+/* Subscribe to the jobs topic (consumption starts on the next poll). */
+int svc_kafka_subscribe(svc_kafka *k, char *err, size_t errlen);
+/* Produce one message; headers (may be NULL) are taken over in every case.
+ * cb fires exactly once (from the loop) unless this returns an error. */
+int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t klen, const void *val,
+                      size_t vlen, rd_kafka_headers_t *headers, svc_kafka_dr_cb cb, void *ud);
+/* A consumed message is handled (its result delivered, or dead-lettered). */
+void svc_kafka_done(svc_kafka *k, svc_ktok tok);
+/* Pause (1) or resume (0) consumption; idempotent. */
+void svc_kafka_pause(svc_kafka *k, int pause);
+/* Messages still waiting in the producer (for the shutdown flush). */
+int svc_kafka_outq_len(svc_kafka *k);
+void svc_kafka_get_stats(const svc_kafka *k, svc_kafka_stats *s);
+void svc_kafka_close_handles(svc_kafka *k);
+void svc_kafka_free(svc_kafka *k);
+
+#endif

@@ -1,0 +1,236 @@
+/* svc_metrics.c - Prometheus text format and the metrics record (svc_metrics.h). */
+#include "svc_metrics.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "json_out.h"
+#include "svc_job.h"
+
+void svc_hist_init(svc_hist *h, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->n = n > SVC_HIST_MAX ? SVC_HIST_MAX : n;
+    memcpy(h->le, le, (size_t)h->n * sizeof *le);
+}
+
+void svc_hist_observe(svc_hist *h, double v) {
+    if (!isfinite(v)) return;
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->total++;
+}
+
+void svc_metrics_init(svc_metrics *m) {
+    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    static const double ent[] = {0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 6};
+    static const double unit[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1};
+    static const double bytes[] = {4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456};
+    memset(m, 0, sizeof *m);
+    svc_hist_init(&m->queue_s, lat, 15);
+    svc_hist_init(&m->ttft_s, lat, 15);
+    svc_hist_init(&m->total_s, lat, 15);
+    svc_hist_init(&m->entropy, ent, 9);
+    svc_hist_init(&m->gap, unit, 12);
+    svc_hist_init(&m->pmax, unit, 12);
+    svc_hist_init(&m->kv_retained, unit, 12);
+    svc_hist_init(&m->hot_peak_bytes, bytes, 9);
+}
+
+void svc_metrics_batch_hist_init(svc_hist *h) {
+    static const double b[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    svc_hist_init(h, b, 9);
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void hist(FILE *f, const char *name, const char *help, const svc_hist *h) {
+    head(f, name, "histogram", help);
+    uint64_t c = 0;
+    for (int i = 0; i < h->n; i++) {
+        c += h->count[i];
+        fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)c);
+    }
+    c += h->count[h->n];
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)c, name,
+            h->sum, name, (unsigned long long)h->total);
+}
+
+static void one(FILE *f, const char *name, const char *type, const char *help, double v) {
+    head(f, name, type, help);
+    fprintf(f, "%s %.17g\n", name, v);
+}
+
+void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
+    const svc_metrics *m = v->m;
+    static const char *st[] = {"ok", "error", "expired"};
+    head(f, "confkv_build_info", "gauge", "Build and model of this instance (value 1).");
+    fprintf(f, "confkv_build_info{version=\"%s\",model=\"", CONFKV_VERSION);
+    for (const char *p = v->model ? v->model : ""; *p; p++)
+        if (*p != '"' && *p != '\\' && *p != '\n') fputc(*p, f);
+    fprintf(f, "\"} 1\n");
+    one(f, "confkv_up_seconds", "gauge", "Seconds since the process started.", v->uptime_s);
+    one(f, "confkv_ready", "gauge", "1 when the model is loaded and Kafka connected.", v->ready);
+    one(f, "confkv_model_loaded", "gauge", "1 when the model is loaded.", v->model_loaded);
+    one(f, "confkv_draining", "gauge", "1 while shutting down.", v->draining);
+    head(f, "confkv_jobs_total", "counter", "Results produced, by status.");
+    for (int i = 0; i < SVC_ST_N; i++)
+        fprintf(f, "confkv_jobs_total{status=\"%s\"} %llu\n", st[i], (unsigned long long)m->jobs[i]);
+    head(f, "confkv_job_errors_total", "counter", "Error results, by error code.");
+    for (int i = 1; i <= SVC_JERR_ENGINE_ERROR && i < 16; i++)
+        fprintf(f, "confkv_job_errors_total{code=\"%s\"} %llu\n", svc_job_error_code(i),
+                (unsigned long long)m->errors_by_code[i]);
+    one(f, "confkv_jobs_consumed_total", "counter", "Job messages consumed.", (double)m->jobs_consumed);
+    one(f, "confkv_jobs_redelivered_total", "counter", "Jobs consumed again after a restart or rebalance.",
+        (double)m->jobs_redelivered);
+    one(f, "confkv_dead_letters_total", "counter", "Undecodable messages sent to the dead-letter topic.",
+        (double)m->dead_letters);
+    one(f, "confkv_result_delivery_failures_total", "counter", "Results the broker did not take.",
+        (double)m->results_failed);
+    one(f, "confkv_jobs_inflight", "gauge", "Jobs consumed whose result is not yet delivered.", v->inflight);
+    head(f, "confkv_tokens_total", "counter", "Tokens, by kind.");
+    fprintf(f, "confkv_tokens_total{kind=\"prompt\"} %llu\nconfkv_tokens_total{kind=\"completion\"} %llu\n"
+               "confkv_tokens_total{kind=\"cached\"} %llu\n",
+            (unsigned long long)m->prompt_tokens, (unsigned long long)m->completion_tokens,
+            (unsigned long long)m->cached_tokens);
+    hist(f, "confkv_queue_seconds", "Time from consumption to the first prefill step.", &m->queue_s);
+    hist(f, "confkv_ttft_seconds", "Time from consumption to the first token.", &m->ttft_s);
+    hist(f, "confkv_request_seconds", "Time from consumption to the last token.", &m->total_s);
+    hist(f, "confkv_entropy_nats", "Mean next-token entropy of each job.", &m->entropy);
+    hist(f, "confkv_prob_gap_ratio", "Mean top-1 minus top-2 probability of each job.", &m->gap);
+    hist(f, "confkv_prob_max_ratio", "Mean top-1 probability of each job.", &m->pmax);
+    hist(f, "confkv_kv_retained_ratio", "Hot window: mean fraction of a job's KV kept hot.", &m->kv_retained);
+    hist(f, "confkv_kv_hot_peak_bytes", "Hot window: peak hot KV bytes of each job.", &m->hot_peak_bytes);
+    head(f, "confkv_kv_moves_total", "counter", "KV blocks moved between tiers by the policies.");
+    fprintf(f, "confkv_kv_moves_total{kind=\"recall\"} %llu\nconfkv_kv_moves_total{kind=\"demotion\"} %llu\n"
+               "confkv_kv_moves_total{kind=\"spill\"} %llu\n",
+            (unsigned long long)m->recalls, (unsigned long long)m->demotions, (unsigned long long)m->spills);
+    if (v->batch) hist(f, "confkv_batch_sequences", "Sequences in each engine step.", v->batch);
+    if (v->eng) {
+        const eng_stats *e = v->eng;
+        one(f, "confkv_engine_running", "gauge", "Sequences decoding.", e->running);
+        one(f, "confkv_engine_waiting", "gauge", "Requests waiting in the engine.", e->waiting);
+        one(f, "confkv_engine_steps_total", "counter", "Engine steps run.", (double)e->steps);
+        one(f, "confkv_preemptions_total", "counter", "Sequences preempted under memory pressure.",
+            (double)e->preemptions);
+        one(f, "confkv_engine_step_seconds_total", "counter", "Time spent in engine steps.", e->step_ms_total / 1e3);
+        head(f, "confkv_kv_bytes", "gauge", "KV bytes in use, by tier.");
+        fprintf(f, "confkv_kv_bytes{tier=\"hot\"} %zu\nconfkv_kv_bytes{tier=\"warm\"} %zu\n"
+                   "confkv_kv_bytes{tier=\"int8\"} %zu\n",
+                e->hot_bytes, e->warm_bytes, e->int8_bytes);
+        one(f, "confkv_kv_hot_capacity_bytes", "gauge", "Hot KV pool size.", (double)e->hot_capacity_bytes);
+        head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
+        fprintf(f, "confkv_kv_blocks{tier=\"hot\",state=\"used\"} %d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
+                e->hot_blocks_used, e->hot_blocks);
+    }
+    const svc_kafka_stats *k = v->kafka;
+    one(f, "confkv_kafka_up", "gauge", "1 when a Kafka broker connection is up.", k ? k->up : 0);
+    one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).", 0);
+    if (k) {
+        one(f, "confkv_kafka_partitions_assigned", "gauge", "Jobs partitions assigned to this instance.", k->assigned);
+        one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
+        one(f, "confkv_kafka_offsets_stored_total", "counter", "Offset stores (completed low-water marks).",
+            (double)k->stored);
+        head(f, "confkv_kafka_consumer_lag", "gauge", "Messages behind the end of each jobs partition.");
+        for (int i = 0; i < k->n_lag; i++)
+            fprintf(f, "confkv_kafka_consumer_lag{partition=\"%d\"} %lld\n", k->lag_partition[i], (long long)k->lag[i]);
+    }
+}
+
+static void jhist(jw *w, const char *name, const svc_hist *h) {
+    jw_key(w, name);
+    jw_obj(w);
+    jw_key(w, "count");
+    jw_int(w, (int64_t)h->total);
+    jw_key(w, "mean");
+    jw_num(w, h->total ? h->sum / (double)h->total : 0);
+    jw_obj_end(w);
+}
+
+void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
+    const svc_metrics *m = v->m;
+    jw w;
+    jw_init(&w, f);
+    jw_obj(&w);
+    jw_key(&w, "type");
+    jw_str(&w, "confkv.metrics");
+    jw_key(&w, "ts_ms");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    jw_int(&w, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    jw_key(&w, "instance");
+    jw_str(&w, v->instance ? v->instance : "");
+    jw_key(&w, "model");
+    jw_str(&w, v->model ? v->model : "");
+    jw_key(&w, "uptime_s");
+    jw_num(&w, v->uptime_s);
+    jw_key(&w, "ready");
+    jw_bool(&w, v->ready);
+    jw_key(&w, "jobs");
+    jw_obj(&w);
+    jw_key(&w, "ok");
+    jw_int(&w, (int64_t)m->jobs[SVC_ST_OK]);
+    jw_key(&w, "error");
+    jw_int(&w, (int64_t)m->jobs[SVC_ST_ERROR]);
+    jw_key(&w, "expired");
+    jw_int(&w, (int64_t)m->jobs[SVC_ST_EXPIRED]);
+    jw_key(&w, "consumed");
+    jw_int(&w, (int64_t)m->jobs_consumed);
+    jw_key(&w, "redelivered");
+    jw_int(&w, (int64_t)m->jobs_redelivered);
+    jw_key(&w, "dead_letters");
+    jw_int(&w, (int64_t)m->dead_letters);
+    jw_key(&w, "inflight");
+    jw_int(&w, v->inflight);
+    jw_obj_end(&w);
+    jw_key(&w, "tokens");
+    jw_obj(&w);
+    jw_key(&w, "prompt");
+    jw_int(&w, (int64_t)m->prompt_tokens);
+    jw_key(&w, "completion");
+    jw_int(&w, (int64_t)m->completion_tokens);
+    jw_key(&w, "cached");
+    jw_int(&w, (int64_t)m->cached_tokens);
+    jw_obj_end(&w);
+    jw_key(&w, "latency_s");
+    jw_obj(&w);
+    jhist(&w, "queue", &m->queue_s);
+    jhist(&w, "ttft", &m->ttft_s);
+    jhist(&w, "total", &m->total_s);
+    jw_obj_end(&w);
+    if (v->eng) {
+        jw_key(&w, "engine");
+        jw_obj(&w);
+        jw_key(&w, "running");
+        jw_int(&w, v->eng->running);
+        jw_key(&w, "waiting");
+        jw_int(&w, v->eng->waiting);
+        jw_key(&w, "preemptions");
+        jw_int(&w, (int64_t)v->eng->preemptions);
+        jw_key(&w, "hot_kv_bytes");
+        jw_int(&w, (int64_t)v->eng->hot_bytes);
+        jw_key(&w, "warm_kv_bytes");
+        jw_int(&w, (int64_t)v->eng->warm_bytes);
+        jw_obj_end(&w);
+    }
+    if (v->kafka) {
+        jw_key(&w, "kafka");
+        jw_obj(&w);
+        jw_key(&w, "up");
+        jw_bool(&w, v->kafka->up);
+        jw_key(&w, "partitions");
+        jw_int(&w, v->kafka->assigned);
+        jw_key(&w, "paused");
+        jw_bool(&w, v->kafka->paused);
+        int64_t lag = 0;
+        for (int i = 0; i < v->kafka->n_lag; i++) lag += v->kafka->lag[i];
+        jw_key(&w, "consumer_lag");
+        jw_int(&w, lag);
+        jw_obj_end(&w);
+    }
+    jw_obj_end(&w);
+}
