@@ -21,6 +21,9 @@
 #include <string.h>
 
 #include <cblas.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #include "backend.h"
 #include "ck_err.h"
@@ -60,19 +63,55 @@ typedef struct cpu_backend {
     float *h;         /* (T, hidden_dim) */
     float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
     float *scores;    /* (n_threads, max_ctx) attention scores, one row per thread */
-    int32_t *out_tok; /* (T) token index of each logits row */
     size_t bytes;     /* everything above */
 } cpu_backend;
 
 /* ------------------------------------------------------------ the kernels */
 
+/* One row of w against x: 4 independent 8-wide accumulators keep the FMA
+ * units busy while the row streams in. */
+static inline float row_dot(const float *restrict w, const float *restrict x, int K) {
+#ifdef __AVX2__
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float s = _mm_cvtss_f32(h);
+    for (; k < K; k++) s += w[k] * x[k];
+    return s;
+#else
+    float s = 0.0f;
+    for (int k = 0; k < K; k++) s += w[k] * x[k];
+    return s;
+#endif
+}
+
 /* y (M, N) = x (M, K) . w (N, K)^T + beta * y. This is where almost all the
- * time goes; one place to change the BLAS or write a kernel. */
-static void matmul(float *y, const float *x, const float *w, int M, int N, int K, float beta) {
-    if (M == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, beta, y, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
+ * time goes; one place to change the BLAS or write a kernel.
+ * One token (decode at batch 1) is a matrix-vector product bound by memory
+ * bandwidth: our own kernel streams the rows, split across threads when the
+ * matrix is big enough to pay for waking them. More tokens go to sgemm. */
+static void matmul(float *y, const float *x, const float *w, int M, int N, int K, float beta,
+                   int threads) {
+    if (M == 1) {
+        int par = (size_t)N * K >= (1u << 16) ? threads : 1;
+#pragma omp parallel for num_threads(par) schedule(static)
+        for (int n = 0; n < N; n++) {
+            float d = row_dot(w + (size_t)n * K, x, K);
+            y[n] = beta == 0.0f ? d : d + beta * y[n];
+        }
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
 }
 
 /* llama2.c's rmsnorm, operation for operation, so greedy output matches it. */
@@ -209,11 +248,13 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
     const backend *b = &cb->base;
     if (bt->n_tokens < 0 || bt->n_tokens > b->opt.max_batch_tokens) return CK_EINVAL;
     if (bt->n_out < 0 || bt->n_out > b->opt.max_batch_tokens) return CK_EINVAL;
+    int n_out = 0;
     for (int i = 0; i < bt->n_tokens; i++) {
         if (bt->token[i] < 0 || bt->token[i] >= b->m->cfg.vocab_size) return CK_EINVAL;
         if (bt->pos[i] < 0 || bt->pos[i] >= cb->max_ctx) return CK_EINVAL;
         if (bt->seq[i] < 0 || bt->seq[i] >= bt->n_seqs) return CK_EINVAL;
         if (bt->out_row[i] >= bt->n_out) return CK_EINVAL;
+        n_out += bt->out_row[i] >= 0;
         const be_seq_view *v = &bt->seqs[bt->seq[i]];
         int j = bt->pos[i] / b->opt.block_size;
         if (j >= v->n_blocks || v->blocks[j] < 0 || v->blocks[j] >= b->opt.n_kv_blocks)
@@ -222,7 +263,8 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
             for (int k = 0; k < v->n_blocks; k++)
                 if (v->blocks8[k] >= b->opt.n_kv8_blocks) return CK_EINVAL;
     }
-    return CK_OK;
+    /* rows 0..n_out-1, each once (a duplicate would leave a row unwritten) */
+    return n_out == bt->n_out ? CK_OK : CK_EINVAL;
 }
 
 static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
@@ -253,7 +295,7 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         const cpu_layer *w = &cb->layers[l];
         for (int i = 0; i < T; i++)
             rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
-        matmul(cb->qkv, cb->xb, w->wqkv, T, QKV, D, 0.0f);
+        matmul(cb->qkv, cb->xb, w->wqkv, T, QKV, D, 0.0f, cb->n_threads);
         for (int i = 0; i < T; i++) {
             float *q = cb->qkv + (size_t)i * QKV;
             const float *cs = cb->rope + (size_t)i * hd;
@@ -274,27 +316,23 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
                        cb->att_out + (size_t)i * QD + (size_t)h * hd, bt->pos[i], h / gqa,
                        &bt->seqs[bt->seq[i]], att, mass_scale);
         }
-        matmul(cb->x, cb->att_out, w->wo, T, D, QD, 1.0f);
+        matmul(cb->x, cb->att_out, w->wo, T, D, QD, 1.0f, cb->n_threads);
         for (int i = 0; i < T; i++)
             rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
-        matmul(cb->h13, cb->xb, w->w13, T, 2 * F, D, 0.0f);
+        matmul(cb->h13, cb->xb, w->w13, T, 2 * F, D, 0.0f, cb->n_threads);
         for (int i = 0; i < T; i++) {
             const float *g = cb->h13 + (size_t)i * 2 * F, *u = g + F;
             float *o = cb->h + (size_t)i * F;
             for (int k = 0; k < F; k++) o[k] = g[k] * (1.0f / (1.0f + expf(-g[k]))) * u[k];
         }
-        matmul(cb->x, cb->h, w->w2, T, D, F, 1.0f);
+        matmul(cb->x, cb->h, w->w2, T, D, F, 1.0f, cb->n_threads);
     }
     /* Classifier only for the rows asked for (a prefill chunk needs one). */
-    int n_out = 0;
     for (int i = 0; i < T; i++) {
         int r = bt->out_row[i];
-        if (r < 0) continue;
-        rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
-        n_out++;
+        if (r >= 0) rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
     }
-    if (n_out != bt->n_out) return CK_EINVAL; /* rows must be 0..n_out-1, each once */
-    if (n_out) matmul(logits, cb->xb, cb->wcls, n_out, c->vocab_size, D, 0.0f);
+    if (bt->n_out) matmul(logits, cb->xb, cb->wcls, bt->n_out, c->vocab_size, D, 0.0f, cb->n_threads);
     return CK_OK;
 }
 
@@ -376,7 +414,6 @@ static void cpu_destroy(backend *b) {
     free(cb->h);
     free(cb->rope);
     free(cb->scores);
-    free(cb->out_tok);
     free(cb);
 }
 
@@ -478,8 +515,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
-        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)) ||
-        !(cb->out_tok = calloc(T, sizeof *cb->out_tok)))
+        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)))
         goto fail;
     if (o->n_kv8_blocks > 0) {
         size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;

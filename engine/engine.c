@@ -253,6 +253,7 @@ static void free_req(eng *e, req *r) {
  * policy, sampler. Safe on a request that never started. */
 static void release_run(eng *e, req *r) {
     if (!r->started) return;
+    if (r->pc.cache_compression && r->seq.hot) tier_release_seq(e->warm, &r->seq); /* preempted f32 blocks */
     if (r->pol) {
         kvpol_end(r->pol, &r->seq);
         r->pst = *kvpol_get_stats(r->pol);
@@ -573,7 +574,7 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
         r->n_stop = i + 1;
     }
     r->commit = commit_blocks(e, r);
-    if (!rc && commit_blocks(e, r) > e->pool.n_blocks) {
+    if (!rc && r->commit > e->pool.n_blocks) {
         snprintf(err, errlen, "the request needs %d KV blocks hot; the pool has %d", r->commit,
                  e->pool.n_blocks);
         rc = CK_ENOSPACE;
@@ -613,6 +614,7 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
 
 /* Reset a sequence to be computed again from hist[0]. */
 static void recompute_reset(eng *e, req *r) {
+    if (r->pc.cache_compression) tier_release_seq(e->warm, &r->seq);
     kvpol_end(r->pol, &r->seq);
     kv_seq_reset(&r->seq, &e->pool);
     memset(r->moved, 0, (size_t)r->seq.max_blocks);
@@ -626,7 +628,7 @@ static void preempt(eng *e, req *v) {
     e->committed -= v->commit;
     e->left += v->step_n;
     v->step_n = 0;
-    int rc = kvpol_preempt(v->pol, &v->seq, v->moved);
+    int rc = kvpol_preempt(v->pol, &v->seq, v->moved, e->warm);
     v->swapped = rc == CK_OK;
     if (rc) { /* the tier is full (or a block could not be read): start over later */
         recompute_reset(e, v);
@@ -742,7 +744,7 @@ static void admit(eng *e) {
         int rc = CK_OK;
         if (!w->started) rc = start_run(e, w);
         if (!rc && w->swapped) {
-            rc = kvpol_resume(w->pol, &w->seq, w->moved);
+            rc = kvpol_resume(w->pol, &w->seq, w->moved, e->warm);
             if (rc == CK_EBUSY || rc == CK_ENOSPACE) { /* cold fetch in flight; try later */
                 sched_push(&e->waitq, &w->se);
                 return;

@@ -565,16 +565,26 @@ void kvpol_end(kvpol *p, kv_seq *s) {
 
 /* ============================================================ preemption
  * Added for the scheduler (engine.c): a preempted sequence's hot blocks go
- * to the warm tier whatever the policy kind, and come back as they were. */
+ * to a warm tier whatever the policy kind, and come back as they were.
+ * moved[j]: 0 stayed, 1 int8 block in the policy's tier (raw bytes),
+ * 2 f32 block in the f32 tier (`f32t`, or the policy's tier). */
 
-int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved) {
+enum { MOVED_NONE = 0, MOVED_INT8 = 1, MOVED_F32 = 2 };
+
+int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t) {
     const int written = (s->n_tokens + s->block_size - 1) / s->block_size;
     memset(moved, 0, (size_t)s->max_blocks);
-    if (!p->warm) return CK_ENOSPACE;
-    int count = 0;
-    for (int j = 0; j < written; j++) count += s->hot[j] != KV_NONE || s->hot8[j] != KV_NONE;
-    const tier_stats *ts = tier_get_stats(p->warm);
-    if (ts->n_slots - ts->slots_used < count) return CK_ENOSPACE;
+    if (!f32t) f32t = p->warm;
+    int n8 = 0, n32 = 0;
+    for (int j = 0; j < written; j++) {
+        n8 += s->hot8[j] != KV_NONE;
+        n32 += s->hot8[j] == KV_NONE && s->hot[j] != KV_NONE;
+    }
+    if ((n8 && !p->warm) || (n32 && !f32t)) return CK_ENOSPACE;
+    const tier_stats *t8 = n8 ? tier_get_stats(p->warm) : NULL, *t32 = n32 ? tier_get_stats(f32t) : NULL;
+    if (t8 == t32 && t8 && t8->n_slots - t8->slots_used < n8 + n32) return CK_ENOSPACE;
+    if (t8 && t8->n_slots - t8->slots_used < n8) return CK_ENOSPACE;
+    if (t32 && t32->n_slots - t32->slots_used < n32) return CK_ENOSPACE;
     /* Blocks reserved but not yet written hold nothing: back to the pool. */
     for (int j = written; j < s->n_blocks; j++) {
         if (s->hot[j] == KV_NONE) continue;
@@ -593,43 +603,37 @@ int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved) {
             kv_pool_release(p->pool8, b8);
             s->hot8[j] = KV_NONE;
             s->n_hot8--;
+            moved[j] = MOVED_INT8;
         } else if (s->hot[j] != KV_NONE) {
             int blk = s->hot[j];
             if ((rc = p->b->ops->kv_read(p->b, blk, p->blockbuf))) return rc;
-            if ((rc = tier_put(p->warm, s, j, p->blockbuf, kv_seq_block_tokens(s, j)))) return rc;
+            if ((rc = tier_put(f32t, s, j, p->blockbuf, kv_seq_block_tokens(s, j)))) return rc;
             kv_pool_release(p->pool, blk);
             s->hot[j] = KV_NONE;
             s->n_hot--;
-        } else {
-            continue;
+            moved[j] = MOVED_F32;
         }
-        moved[j] = 1;
     }
     return CK_OK;
-}
-
-/* Would block j come back as int8 (as apply_target would place it)? */
-static int resume_as_int8(const kvpol *p, const kv_seq *s, int j) {
-    return p->pool8 && !in_f32_tail(p, s, j);
 }
 
 int kvpol_resume_blocks(const kvpol *p, const kv_seq *s, const uint8_t *moved, int *f32, int *i8) {
     *f32 = *i8 = 0;
-    if (!p->warm) return CK_OK;
     for (int j = 0; j < s->n_blocks; j++) {
-        if (!moved[j]) continue;
-        if (resume_as_int8(p, s, j)) (*i8)++;
-        else (*f32)++;
+        *i8 += moved[j] == MOVED_INT8;
+        *f32 += moved[j] == MOVED_F32;
     }
     return CK_OK;
 }
 
-int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved) {
+int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t) {
     int f32, i8, busy = 0;
+    if (!f32t) f32t = p->warm;
     kvpol_resume_blocks(p, s, moved, &f32, &i8);
     for (int j = 0; j < s->n_blocks; j++) {
         if (!moved[j] || s->tier[j] == KV_TIER_WARM) continue;
-        if (s->tier[j] != KV_TIER_COLD || tier_fetch(p->warm, s, j)) return CK_ESTATE;
+        tier *t = moved[j] == MOVED_INT8 ? p->warm : f32t;
+        if (s->tier[j] != KV_TIER_COLD || tier_fetch(t, s, j)) return CK_ESTATE;
         busy = 1; /* arrives warm during a later tier_poll */
     }
     if (busy) return CK_EBUSY;
@@ -637,11 +641,26 @@ int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved) {
     uint64_t recalls = p->st.recalls, drops = p->st.drops;
     int lost = 0;
     for (int j = 0; j < s->n_blocks; j++) {
-        if (!moved[j]) continue;
-        int rc = recall(p, s, j, resume_as_int8(p, s, j));
-        if (rc) return rc;
-        if (s->tier[j] != KV_TIER_HOT) lost = 1;
-        moved[j] = 0;
+        if (moved[j] == MOVED_INT8) {
+            int rc = recall(p, s, j, 1);
+            if (rc) return rc;
+            lost |= s->tier[j] != KV_TIER_HOT;
+        } else if (moved[j] == MOVED_F32) {
+            int blk = kv_pool_alloc(p->pool, s->id, j);
+            if (blk < 0) return blk;
+            if (tier_take(f32t, s->slot[j], p->blockbuf) || p->b->ops->kv_write(p->b, blk, p->blockbuf)) {
+                kv_pool_release(p->pool, blk);
+                s->tier[j] = KV_TIER_DROPPED;
+                s->slot[j] = KV_NONE;
+                lost = 1;
+            } else {
+                s->hot[j] = blk;
+                s->n_hot++;
+                s->tier[j] = KV_TIER_HOT;
+                s->slot[j] = KV_NONE;
+            }
+        }
+        moved[j] = MOVED_NONE;
     }
     /* Not the policy's doing: keep its statistics about its own decisions. */
     p->st.recalls = recalls;

@@ -106,25 +106,28 @@ const kvpol_stats *kvpol_get_stats(const kvpol *p);
 /* ============================================================ preemption
  * For the scheduler (engine.h): park a whole sequence in the warm tier and
  * bring it back unchanged, whatever the policy kind. `moved` is the caller's
- * (max_blocks) record of which blocks left, kept between the two calls. */
+ * (max_blocks) record of which blocks left and where, kept between the two
+ * calls. `f32t` is where f32 hot blocks go: an f32 tier keeps them exact
+ * (NULL: the policy's own tier, which quantizes them when it compresses);
+ * int8 hot blocks go to the policy's tier as they are. A sequence with
+ * blocks in f32t must also be released from it (tier_release_seq) when it
+ * ends: kvpol_end only knows the policy's tier. */
 
-/* Move every written hot block (f32 and int8) of s to the policy's warm
- * tier; blocks reserved but not yet written go back to the pool. Returns 0;
- * CK_ENOSPACE when there is no warm tier or it has fewer free slots than the
- * sequence has hot blocks (then nothing moved: the caller recomputes
- * instead); CK_EBACKEND/CK_E* when a block could not be read (the sequence
- * is then in an unspecified state: kvpol_end + kv_seq_reset it). A
- * compressing (int8) tier stores f32 blocks quantized, as the policy's own
- * demotions do. */
-int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved);
+/* Move every written hot block (f32 and int8) of s to the warm tiers;
+ * blocks reserved but not yet written go back to the pool. Returns 0;
+ * CK_ENOSPACE when a tier is missing or has fewer free slots than the
+ * blocks it would take (then nothing moved: the caller recomputes instead);
+ * CK_EBACKEND/CK_E* when a block could not be read (the sequence is then in
+ * an unspecified state: release and reset it). */
+int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t);
 /* Pool blocks kvpol_resume will take: f32 and int8. */
 int kvpol_resume_blocks(const kvpol *p, const kv_seq *s, const uint8_t *moved, int *f32, int *i8);
-/* Recall every block kvpol_preempt moved (int8 where the policy keeps them
- * int8). Returns 0; CK_ENOSPACE when a pool lacks the blocks (nothing
- * moved, try again later); CK_EBUSY when some were spilled to the cold
- * store: their fetch is started, try again after tier_poll; CK_ESTATE when
- * one was lost (dropped by the tier): the sequence must be reset and
- * recomputed. The policy's statistics do not count these moves. */
-int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved);
+/* Recall every block kvpol_preempt moved, in the form it left in (f32t as
+ * given to kvpol_preempt). Returns 0; CK_ENOSPACE when a pool lacks the
+ * blocks (nothing moved, try again later); CK_EBUSY when some were spilled
+ * to the cold store: their fetch is started, try again after tier_poll;
+ * CK_ESTATE when one was lost (dropped by a tier): the sequence must be
+ * reset and recomputed. The policy's statistics do not count these moves. */
+int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t);
 
 #endif

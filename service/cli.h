@@ -18,6 +18,9 @@ int cli_convert(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_broker(int argc, char **argv);   /* cli_broker.c: embedded Kafka broker */
+int cli_submit(int argc, char **argv);   /* cli_submit.c: jobs to confkvd */
+int cli_batch(int argc, char **argv);    /* cli_batch.c: OpenAI Batch API files */
 
 /* Argument cursor: argv[i] is the next unread argument. */
 typedef struct cli_args {

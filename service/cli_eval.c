@@ -9,7 +9,7 @@
 #include "json_out.h"
 #include "policy.h"
 
-#define EVAL_MAX_POLICIES 32
+#define EVAL_MAX_POLICIES 64
 
 static void help(void) {
     printf(

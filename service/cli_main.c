@@ -16,6 +16,9 @@ static const struct {
     {"bench", cli_bench, "measure prefill/decode speed against this machine's roofline"},
     {"convert", cli_convert, "convert a llama2.c checkpoint (or any model) to GGUF"},
     {"synth", cli_synth, "write a random-weight GGUF model of any shape"},
+    {"broker", cli_broker, "run an embedded Kafka broker (for tests and demos with confkvd)"},
+    {"submit", cli_submit, "send jobs to confkvd through Kafka and print their results"},
+    {"batch", cli_batch, "run an OpenAI Batch API file through confkvd (Kafka) or in-process"},
     {"version", cli_version, "print the version and the compiled-in backends"},
 };
 

@@ -130,7 +130,7 @@ static void start_work(svc_et *t, svc_work *w) {
     if (rc == CK_ETOOLONG) return fail(t, w, SVC_JERR_CONTEXT_EXCEEDED, *err ? err : "prompt + max_tokens exceed the context");
     if (rc == CK_EINVAL) return fail(t, w, SVC_JERR_OUT_OF_RANGE, *err ? err : "invalid parameters");
     if (rc) {
-        snprintf(msg, sizeof msg, "engine: %s", *err ? err : ck_strerror(rc));
+        snprintf(msg, sizeof msg, "engine: %.200s", *err ? err : ck_strerror(rc));
         return fail(t, w, SVC_JERR_ENGINE_ERROR, msg);
     }
 }

@@ -47,7 +47,8 @@
     X(CONTEXT_EXCEEDED, "context_exceeded", "prompt + max_tokens exceed the context")   \
     X(INVALID_POLICY, "invalid_policy", "the KV policy spec does not parse")            \
     X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")              \
-    X(ENGINE_ERROR, "engine_error", "the engine failed on this job")
+    X(ENGINE_ERROR, "engine_error", "the engine failed on this job")                    \
+    X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")
 
 enum {
     SVC_JERR_NONE = 0,

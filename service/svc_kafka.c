@@ -490,7 +490,7 @@ int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t k
         if (headers) rd_kafka_headers_destroy(headers);
         free(p);
         svc_log(SVC_LOG_ERROR, "produce_failed", "topic=%s err=%s", topic, rd_kafka_err2name(e));
-        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? CK_EBUSY : CK_EIO;
+        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? CK_EBUSY : e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? CK_ERANGE : CK_EIO;
     }
     k->st.produced++;
     return 0;

@@ -72,6 +72,7 @@ int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs
 /* Subscribe to the jobs topic (consumption starts on the next poll). */
 int svc_kafka_subscribe(svc_kafka *k, char *err, size_t errlen);
 /* Produce one message; headers (may be NULL) are taken over in every case.
+ * CK_ERANGE: over message.max.bytes; CK_EBUSY: the queue is full; CK_EIO.
  * cb fires exactly once (from the loop) unless this returns an error. */
 int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t klen, const void *val,
                       size_t vlen, rd_kafka_headers_t *headers, svc_kafka_dr_cb cb, void *ud);

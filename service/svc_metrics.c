@@ -81,7 +81,7 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     for (int i = 0; i < SVC_ST_N; i++)
         fprintf(f, "confkv_jobs_total{status=\"%s\"} %llu\n", st[i], (unsigned long long)m->jobs[i]);
     head(f, "confkv_job_errors_total", "counter", "Error results, by error code.");
-    for (int i = 1; i <= SVC_JERR_ENGINE_ERROR && i < 16; i++)
+    for (int i = 1; i <= SVC_JERR_RESULT_TOO_LARGE && i < 16; i++)
         fprintf(f, "confkv_job_errors_total{code=\"%s\"} %llu\n", svc_job_error_code(i),
                 (unsigned long long)m->errors_by_code[i]);
     one(f, "confkv_jobs_consumed_total", "counter", "Job messages consumed.", (double)m->jobs_consumed);

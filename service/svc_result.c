@@ -158,10 +158,14 @@ char *svc_dlq_build(const rd_kafka_message_t *m, const char *error, const char *
     char *k = m->key ? svc_base64(m->key, m->key_len) : NULL;
     add_str_or_null(o, "key_base64", k);
     free(k);
-    char *v = svc_base64(m->payload ? m->payload : "", m->payload ? m->len : 0);
+    /* The original value, cut to SVC_DLQ_MAX_VALUE bytes so that the record
+     * stays under Kafka's message size. */
+    size_t keep = m->len > SVC_DLQ_MAX_VALUE ? SVC_DLQ_MAX_VALUE : m->len;
+    char *v = svc_base64(m->payload ? m->payload : "", m->payload ? keep : 0);
     cJSON_AddStringToObject(o, "value_base64", v ? v : "");
     free(v);
     cJSON_AddNumberToObject(o, "value_bytes", (double)m->len);
+    cJSON_AddBoolToObject(o, "value_truncated", keep < m->len);
     rd_kafka_headers_t *hdrs = NULL;
     cJSON *h = cJSON_AddObjectToObject(o, "headers");
     if (rd_kafka_message_headers(m, &hdrs) == 0 && hdrs) {

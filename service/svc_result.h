@@ -7,7 +7,7 @@
  *
  * A dead-letter record is always JSON (schemas/dead-letter.schema.json):
  * the error and the original message (topic, partition, offset, timestamp,
- * key and value in base64, headers). */
+ * key and value in base64 (the value cut to its first 256 KiB), headers). */
 #ifndef CK_SVC_RESULT_H
 #define CK_SVC_RESULT_H
 #include <cjson/cJSON.h>
@@ -31,6 +31,7 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
                         const svc_origin *o, const char *model, const char *instance);
 /* Encode in SVC_ENC_JSON or SVC_ENC_MSGPACK into a malloc'd buffer. */
 int svc_result_encode(const cJSON *r, int encoding, char **out, size_t *len);
+#define SVC_DLQ_MAX_VALUE (256 * 1024)
 /* A dead-letter record for message m (JSON text, malloc'd). */
 char *svc_dlq_build(const rd_kafka_message_t *m, const char *error, const char *instance, size_t *len);
 /* Base64 of n bytes (malloc'd, NUL-terminated). */

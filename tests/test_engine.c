@@ -120,6 +120,7 @@ static void config(eng_config *c) {
     c->backend = "cpu";
     c->threads = 1; /* one thread: attention mass sums in a fixed order */
     c->max_batch_tokens = 128;
+    c->kv_budget_bytes = (size_t)4 << 20; /* 819 blocks of 4 tokens: room for every test */
 }
 
 static eng *open_engine(const eng_config *c) {
@@ -221,11 +222,8 @@ static int consistent(const got *g) {
 static const char *prompts[] = {"Once upon a time", "Lily went to the park", "The cat sat on the mat",
                                 "One day, a little boy named Tim"};
 
-static int bs_of(const eng *e) {
-    eng_stats s;
-    eng_get_stats(e, &s);
-    return (int)(s.hot_capacity_bytes / (size_t)s.hot_blocks) ? kv_default_block_size(eng_model(e)->cfg.seq_len) : 0;
-}
+/* The engine's block size (eng_config block_size 0: the default). */
+static int bs_of(const eng *e) { return kv_default_block_size(eng_model(e)->cfg.seq_len); }
 
 /* ------------------------------------------------------------ the tests */
 
@@ -264,6 +262,43 @@ static void test_greedy_matches_gen(void) {
     }
 }
 
+/* A prompt longer than a step is prefilled in chunks, mixed with other
+ * sequences' decode tokens and prefill: still gen_run's tokens. */
+static void test_chunked_prefill(void) {
+    static char longp[2048];
+    longp[0] = 0;
+    for (int i = 0; i < 8; i++) strcat(longp, "Once upon a time, there was a little dog named Max. ");
+    const char *ps[3] = {longp, prompts[1], prompts[3]};
+    const char *policies[2] = {"full", "conf"};
+    for (int p = 0; p < 2; p++) {
+        eng_config c;
+        config(&c);
+        c.max_batch_tokens = 40;
+        eng *e = open_engine(&c);
+        CK_CHECK(e);
+        static run t;
+        memset(&t, 0, sizeof t);
+        uint64_t ids[3];
+        for (int i = 0; i < 3; i++) {
+            eng_request r;
+            request(&r, ps[i], 60);
+            r.policy = policies[p];
+            r.ignore_eos = 1;
+            CK_CHECK((ids[i] = submit(e, &r)));
+        }
+        CK_CHECK(drain(e, &t, 64, 10000, NULL, NULL) == 0);
+        for (int i = 0; i < 3; i++) {
+            int32_t ref[MAXT];
+            int nref = 0;
+            CK_CHECK(reference(ps[i], policies[p], 60, bs_of(e), ref, &nref, 1) == 0);
+            got *g = track(&t, ids[i]);
+            CK_CHECK(consistent(g));
+            CK_CHECK_MSG(same_tokens(g->res_tok, g->res_n, ref, nref), "policy %s prompt %d", policies[p], i);
+        }
+        eng_free(e);
+    }
+}
+
 typedef struct budget_check {
     size_t budget;
     int max_running_seen, limit;
@@ -286,10 +321,9 @@ static void test_admission_budget(void) {
     eng *e0 = open_engine(&c);
     CK_CHECK(e0);
     int bs = bs_of(e0);
-    size_t block = c.kv_budget_bytes / (size_t)kv_default_block_size(512); /* placeholder */
     eng_stats s;
     eng_get_stats(e0, &s);
-    block = s.hot_capacity_bytes / (size_t)s.hot_blocks;
+    size_t block = s.hot_capacity_bytes / (size_t)s.hot_blocks;
     eng_free(e0);
     /* "Once upon a time" is 5 tokens; + 100 - 1 written positions. */
     int per = (5 + 100 - 1 + bs - 1) / bs;
@@ -322,11 +356,34 @@ static void test_admission_budget(void) {
     eng_free(e);
 }
 
-/* A low-priority request runs alone in a pool that holds one; a
+/* Tokens of one request run alone in an engine configured as c. */
+static int engine_alone(const eng_config *c, const char *prompt, const char *policy, int max_tokens, int32_t *out,
+                        int *n_out) {
+    eng *e = open_engine(c);
+    if (!e) return -1;
+    static run t;
+    memset(&t, 0, sizeof t);
+    eng_request r;
+    request(&r, prompt, max_tokens);
+    r.policy = policy;
+    r.ignore_eos = 1;
+    uint64_t id = submit(e, &r);
+    int rc = id ? drain(e, &t, 64, 10000, NULL, NULL) : -1;
+    got *g = track(&t, id);
+    if (!rc && g) {
+        *n_out = g->res_n;
+        memcpy(out, g->res_tok, (size_t)g->res_n * sizeof *out);
+    }
+    eng_free(e);
+    return rc;
+}
+
+/* A low-priority request runs alone in a pool whose commitments hold one; a
  * high-priority one arrives: the first is preempted, the second runs, then
- * the first resumes and ends with the tokens of an uninterrupted run.
- * warm_budget 0: the default tier (blocks parked warm); tiny: recompute. */
-static void preempt_case(const char *policy, size_t warm_budget, int expect_recompute) {
+ * the first resumes and ends with the tokens of an uninterrupted run (and,
+ * for full, of gen_run). warm_budget 0: the default tier, the blocks are
+ * parked warm; 1 byte: no warm slot, so the sequence is recomputed. */
+static void preempt_case(const char *policy, int pool_blocks, size_t warm_budget, int expect_recompute) {
     eng_config c;
     config(&c);
     c.warm_budget_bytes = warm_budget;
@@ -337,8 +394,7 @@ static void preempt_case(const char *policy, size_t warm_budget, int expect_reco
     eng_get_stats(e0, &s);
     size_t block = s.hot_capacity_bytes / (size_t)s.hot_blocks;
     eng_free(e0);
-    int per = (5 + 120 - 1 + bs - 1) / bs;
-    c.kv_budget_bytes = block * (size_t)(per + per / 3);
+    c.kv_budget_bytes = block * (size_t)pool_blocks;
     eng *e = open_engine(&c);
     CK_CHECK(e);
     static run t;
@@ -367,24 +423,33 @@ static void preempt_case(const char *policy, size_t warm_budget, int expect_reco
     CK_CHECK(drain(e, &t, 64, 10000, NULL, NULL) == 0);
     got *gl = track(&t, low), *gh = track(&t, high);
     CK_CHECK(consistent(gl) && consistent(gh));
-    CK_CHECK(gh->order == 0 && gl->order == 1); /* high finished first */
+    CK_CHECK_MSG(gh->order == 0 && gl->order == 1, "orders %d %d, preemptions %llu %llu, n %d %d", gh->order, gl->order,
+                 (unsigned long long)gh->preemptions, (unsigned long long)gl->preemptions, gh->res_n, gl->res_n); /* high finished first */
     CK_CHECK(gl->preemptions == 1 && gh->preemptions == 0);
     eng_get_stats(e, &s);
     CK_CHECK(s.preemptions == 1);
     CK_CHECK((int)s.recomputes == expect_recompute);
     CK_CHECK(s.hot_blocks_used == 0 && s.warm_bytes == 0 && s.int8_bytes == 0);
+    eng_free(e);
     int32_t ref[MAXT];
     int nref = 0;
-    CK_CHECK(reference(prompts[0], policy, 120, bs, ref, &nref, 1) == 0);
+    CK_CHECK(engine_alone(&c, prompts[0], policy, 120, ref, &nref) == 0);
     CK_CHECK_MSG(same_tokens(gl->res_tok, gl->res_n, ref, nref), "low, policy %s", policy);
-    CK_CHECK(reference(prompts[1], policy, 120, bs, ref, &nref, 1) == 0);
+    CK_CHECK(engine_alone(&c, prompts[1], policy, 120, ref, &nref) == 0);
     CK_CHECK(same_tokens(gh->res_tok, gh->res_n, ref, nref));
-    eng_free(e);
+    if (!strcmp(policy, "full")) {
+        CK_CHECK(reference(prompts[0], policy, 120, bs, ref, &nref, 1) == 0);
+        CK_CHECK(same_tokens(gl->res_tok, gl->res_n, ref, nref));
+    }
 }
 
-static void test_preempt_resume(void) { preempt_case("full", 0, 0); }
-static void test_preempt_resume_conf(void) { preempt_case("conf", 0, 0); }
-static void test_preempt_recompute(void) { preempt_case("full", 1, 1); }
+/* full: 31 blocks a request (5 + 119 positions); conf with a fixed 16-token
+ * budget: its commitment is 7 blocks (newest + sink + 4 recent + 1). */
+#define CONF16 ":min_size=16,base_size=16,max_size=16,recent_window=16,sink_tokens=4"
+static void test_preempt_resume(void) { preempt_case("full", 40, 0, 0); }
+static void test_preempt_resume_conf(void) { preempt_case("conf" CONF16, 12, 0, 0); }
+static void test_preempt_resume_int8(void) { preempt_case("conf-int8" CONF16, 12, 0, 0); }
+static void test_preempt_recompute(void) { preempt_case("full", 40, 1, 1); }
 
 /* One at a time: higher priority first, ties in arrival order. */
 static void test_priorities(void) {
@@ -497,9 +562,9 @@ static void test_deadlines(void) {
     eng_request r;
     request(&r, prompts[0], 200);
     r.ignore_eos = 1;
-    r.deadline_ms = eng_now_ms() + 60;
+    r.deadline_ms = eng_now_ms() + 200; /* 8 steps take a few ms, even under ASan */
     uint64_t running = submit(e, &r);
-    r.deadline_ms = eng_now_ms() + 30;
+    r.deadline_ms = eng_now_ms() + 100;
     uint64_t waiting = submit(e, &r); /* never admitted: max_running 1 */
     r.deadline_ms = eng_now_ms() - 5; /* already past */
     uint64_t past = submit(e, &r);
@@ -511,7 +576,7 @@ static void test_deadlines(void) {
         CK_CHECK(collect(&t, ev, n) == 0);
     }
     CK_CHECK(track(&t, past)->terminal && track(&t, past)->finish == ENG_FINISH_EXPIRED);
-    sleep_ms(80);
+    sleep_ms(220);
     CK_CHECK(drain(e, &t, 64, 1000, NULL, NULL) == 0);
     got *gr = track(&t, running), *gw = track(&t, waiting);
     CK_CHECK(consistent(gr) && consistent(gw));
@@ -532,7 +597,8 @@ static void test_cancel(void) {
     CK_CHECK(e);
     static run t;
     memset(&t, 0, sizeof t);
-    const char *pol[3] = {"conf-int8", "conf:min_size=8,base_size=8,recent_window=8", "full"};
+    const char *pol[3] = {"conf-int8", "conf:min_size=8,base_size=8,max_size=8,recent_window=8,retry_pmax=0",
+                          "full"};
     uint64_t ids[8];
     for (int i = 0; i < 8; i++) {
         eng_request r;
@@ -718,9 +784,11 @@ static void test_soak_small_warm(void) { soak(11, 16 * 5120); }
 
 int main(void) {
     CK_RUN(test_greedy_matches_gen);
+    CK_RUN(test_chunked_prefill);
     CK_RUN(test_admission_budget);
     CK_RUN(test_preempt_resume);
     CK_RUN(test_preempt_resume_conf);
+    CK_RUN(test_preempt_resume_int8);
     CK_RUN(test_preempt_recompute);
     CK_RUN(test_priorities);
     CK_RUN(test_aging);

@@ -8,8 +8,10 @@ PKGS=(
   build-essential cmake pkg-config git
   libopenblas-openmp-dev      # sgemm/sgemv for the CPU backend (OpenMP build)
   libuv1-dev librdkafka-dev libhiredis-dev libmsgpack-dev libzstd-dev
+  libcjson-dev libhttp-parser-dev  # confkvd: JSON jobs/results, HTTP request parsing
   python3                     # test scripts parse JSON with it
   kcat redis-server           # real Kafka client and real Redis for integration tests
+  prometheus curl             # promtool checks /metrics in the service tests; curl fetches it
   gnuplot-nox                 # plots in docs/BENCHMARKS.md
 )
 

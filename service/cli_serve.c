@@ -1,0 +1,349 @@
+/* cli_serve.c - `confkv bench --scenario serve`: a synthetic arrival process
+ * that drives the engine API (engine.h) as the service will.
+ *
+ * Requests arrive as a Poisson process at --rate per second (exponential
+ * gaps from a seeded generator), simulated on the wall clock: the loop
+ * submits every request whose arrival time has come, then runs one
+ * eng_step, and sleeps only when the engine is idle until the next
+ * arrival. Each request has a prompt of exactly --prompt-tokens tokens (BOS,
+ * then a slice of a built-in story text or random vocabulary pieces, chosen
+ * from the seed) and generates exactly --gen-tokens tokens (EOS ignored).
+ *
+ * Times are taken when eng_step returns, as a client would see them:
+ * TTFT = first token - arrival (queueing included), ITL = the gaps between a
+ * request's consecutive tokens. Throughput counts from the first arrival to
+ * the last finish; tokens_per_cpu_s divides by the CPU time the process
+ * used instead, which other processes on a shared machine do not inflate. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "ck_err.h"
+#include "cli.h"
+#include "engine.h"
+#include "json_out.h"
+
+/* A few sentences in the model's register; prompts are slices of it. */
+static const char corpus[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+    "One day, she saw a big red ball under a tree. She ran to get it, but a small dog took it first. "
+    "Lily was sad, but the dog came back and gave her the ball. They played together all day long. "
+    "Tom had a toy car that he liked very much. He showed it to his friend Sam at school. "
+    "Sam wanted to play with the car too, so Tom shared it with him. They were happy and laughed. "
+    "The sun was warm and the sky was blue. A bird sang a song on the roof of the house. "
+    "Mom made a cake for the party, and everyone said it was the best cake they ever had. ";
+
+static void help(void) {
+    printf("usage: confkv bench --scenario serve --model M [--tokenizer T] [options]\n\n"
+           "Poisson arrivals driving the engine's scheduler; prints latency, throughput and KV use.\n\n"
+           "  --kv-budget-mb X     hot KV pool (default 64)\n"
+           "  --warm-budget-mb X   warm tier (default 4x the hot pool)\n"
+           "  --requests N         requests in all (100)\n"
+           "  --rate R             arrivals per second, Poisson (10; 0 = all at once)\n"
+           "  --prompt-tokens P    prompt length, BOS included (16)\n"
+           "  --gen-tokens G       tokens generated per request, EOS ignored (128)\n"
+           "  --prompts text|random  prompt content: slices of a story text, or random pieces (text)\n"
+           "  --policy SPEC        KV policy of every request (conf)\n"
+           "  --max-running N      sequences at once (64)\n"
+           "  --max-batch-tokens N tokens per step (512)\n"
+           "  --seed S             arrivals and prompts (1)\n"
+           "  --backend B --threads T --block-size N, sampling flags (default greedy)\n"
+           "  --json               one JSON object on stdout\n");
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]. */
+static double rng_unit(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740992.0; }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* q-quantile of sorted v (linear interpolation); 0 when empty. */
+static double quantile(const double *v, size_t n, double q) {
+    if (!n) return 0;
+    double k = q * (double)(n - 1);
+    size_t i = (size_t)k;
+    if (i + 1 >= n) return v[n - 1];
+    return v[i] + (k - (double)i) * (v[i + 1] - v[i]);
+}
+
+/* CPU seconds this process used (every thread): unlike the wall clock, it
+ * does not count time other processes took from a shared machine. */
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Prompt ids for every request: (n_req, P) row-major. */
+static int make_prompts(const model *m, int n_req, int P, int random_pieces, uint64_t seed, int32_t *out) {
+    const tokenizer *tk = m->tok;
+    int V = m->cfg.vocab_size, bos = tok_bos(tk);
+    uint64_t s = seed ^ 0x5eed5eed5eedull;
+    int32_t *pool = NULL;
+    int n_pool = 0, rc = CK_OK;
+    if (random_pieces) {
+        pool = malloc((size_t)V * sizeof *pool);
+        if (!pool) return CK_ENOMEM;
+        for (int i = 0; i < V; i++)
+            if (tok_type(tk, i) == TOK_TYPE_NORMAL) pool[n_pool++] = i;
+    } else {
+        int cap = (int)sizeof corpus + 8;
+        pool = malloc((size_t)cap * sizeof *pool);
+        if (!pool) return CK_ENOMEM;
+        rc = tok_encode(tk, corpus, sizeof corpus - 1, 0, pool, cap, &n_pool);
+    }
+    if (!rc && n_pool < 2) rc = CK_EINVAL;
+    for (int r = 0; !rc && r < n_req; r++) {
+        int32_t *p = out + (size_t)r * P;
+        int k = 0;
+        if (bos >= 0) p[k++] = bos;
+        int at = (int)(rng_next(&s) % (uint64_t)n_pool);
+        for (; k < P; k++) {
+            if (random_pieces) p[k] = pool[rng_next(&s) % (uint64_t)n_pool];
+            else p[k] = pool[at++ % n_pool];
+        }
+    }
+    free(pool);
+    return rc;
+}
+
+int cli_bench_serve(int argc, char **argv) {
+    cli_args a = {argc, argv, 1, "bench", 0};
+    cli_engine_opts eo;
+    cli_engine_opts_default(&eo);
+    samp_params sp;
+    samp_params_default(&sp);
+    sp.temperature = 0;
+    float budget_mb = 64, warm_mb = 0, rate = 10;
+    int n_req = 100, P = 16, G = 128, json = 0, max_running = 64, max_batch = 512;
+    uint64_t seed = 1;
+    const char *policy = "conf", *scenario = NULL, *prompts = "text";
+    while (a.i < a.argc && !a.bad) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            help();
+            return 0;
+        }
+        if (cli_engine_flag(&a, &eo) || cli_sampling_flag(&a, &sp) || cli_str(&a, "--scenario", &scenario) ||
+            cli_float(&a, "--kv-budget-mb", 0.001, 1 << 20, &budget_mb) ||
+            cli_float(&a, "--warm-budget-mb", 0, 1 << 20, &warm_mb) ||
+            cli_int(&a, "--requests", 1, 1 << 20, &n_req) || cli_float(&a, "--rate", 0, 1e9, &rate) ||
+            cli_int(&a, "--prompt-tokens", 1, 1 << 20, &P) || cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) ||
+            cli_str(&a, "--policy", &policy) || cli_u64(&a, "--seed", &seed) ||
+            cli_int(&a, "--max-running", 1, 1 << 16, &max_running) ||
+            cli_int(&a, "--max-batch-tokens", 1, 1 << 20, &max_batch) || cli_str(&a, "--prompts", &prompts))
+            continue;
+        if (cli_flag(&a, "--json")) json = 1;
+        else return cli_unknown(&a);
+    }
+    if (a.bad) return 2;
+    if (!eo.model_path) {
+        cli_error(&a, "--model is required");
+        return 2;
+    }
+    if (strcmp(prompts, "text") && strcmp(prompts, "random")) {
+        cli_error(&a, "--prompts must be text or random");
+        return 2;
+    }
+    char err[512];
+    eng_config c;
+    eng_config_default(&c);
+    c.model_path = eo.model_path;
+    c.tokenizer_path = eo.tokenizer_path;
+    c.backend = eo.backend;
+    c.threads = eo.threads;
+    c.block_size = eo.block_size;
+    c.kv_budget_bytes = (size_t)((double)budget_mb * 1048576.0);
+    c.warm_budget_bytes = (size_t)((double)warm_mb * 1048576.0);
+    c.max_running = max_running;
+    c.max_batch_tokens = max_batch;
+    c.max_queue = n_req;
+    if (kvpol_parse(policy, &c.policy, err, sizeof err)) {
+        cli_error(&a, "--policy: %s", err);
+        return 2;
+    }
+    eng *e = NULL;
+    if (eng_new(&c, &e, err, sizeof err)) {
+        cli_error(&a, "%s", err);
+        return 1;
+    }
+    const model *m = eng_model(e);
+    if (P + G > m->cfg.seq_len) {
+        cli_error(&a, "prompt + gen tokens (%d) exceed the model's context %d", P + G, m->cfg.seq_len);
+        eng_free(e);
+        return 2;
+    }
+    int exit_code = 1, n_ev = 2 * max_running + 16;
+    double *arr = malloc((size_t)n_req * sizeof *arr);       /* arrival, s from start */
+    double *last = malloc((size_t)n_req * sizeof *last);     /* last token time, -1 none */
+    double *ttft = malloc((size_t)n_req * sizeof *ttft);
+    double *itl = malloc((size_t)n_req * (size_t)G * sizeof *itl);
+    int32_t *ids = malloc((size_t)n_req * (size_t)P * sizeof *ids);
+    eng_event *ev = malloc((size_t)n_ev * sizeof *ev);
+    if (!arr || !last || !ttft || !itl || !ids || !ev) {
+        cli_error(&a, "out of memory");
+        goto out;
+    }
+    int rc = make_prompts(m, n_req, P, !strcmp(prompts, "random"), seed, ids);
+    if (rc) {
+        cli_error(&a, "prompts: %s", ck_strerror(rc));
+        goto out;
+    }
+    uint64_t rs = seed;
+    for (int i = 0; i < n_req; i++) {
+        arr[i] = rate > 0 ? (i ? arr[i - 1] : 0) - log(rng_unit(&rs)) / rate : 0;
+        last[i] = -1;
+    }
+    if (!json)
+        fprintf(stderr, "confkv bench: serve %d requests at %g/s, %d + %d tokens, policy %s ...\n", n_req,
+                (double)rate, P, G, policy);
+
+    size_t n_ttft = 0, n_itl = 0;
+    int next = 0, done = 0, completed = 0, failed = 0;
+    uint64_t tokens = 0, batch_seqs = 0, steps = 0;
+    double t0 = cli_now(), t_end = 0, c0 = cpu_s();
+    while (done < n_req) {
+        double now = cli_now() - t0;
+        while (next < n_req && arr[next] <= now) {
+            eng_request q;
+            memset(&q, 0, sizeof q);
+            q.tokens = ids + (size_t)next * P;
+            q.n_tokens = P;
+            q.samp = sp;
+            q.max_tokens = G;
+            q.ignore_eos = 1;
+            q.user_tag = (uint64_t)next;
+            uint64_t id;
+            rc = eng_submit(e, &q, &id, err, sizeof err);
+            if (rc == CK_EBUSY) break; /* the queue is full: again after a step */
+            if (rc) {
+                cli_error(&a, "request %d: %s", next, err);
+                failed++;
+                done++;
+            }
+            next++;
+        }
+        if (eng_idle(e)) {
+            if (next < n_req) sleep_s(arr[next] - (cli_now() - t0));
+            continue;
+        }
+        int n = 0;
+        if ((rc = eng_step(e, ev, n_ev, &n))) {
+            cli_error(&a, "step: %s", ck_strerror(rc));
+            goto out;
+        }
+        eng_stats st;
+        eng_get_stats(e, &st);
+        if (st.steps > steps) {
+            steps = st.steps;
+            batch_seqs += (uint64_t)st.last_batch_seqs;
+        }
+        double t = cli_now() - t0;
+        for (int k = 0; k < n; k++) {
+            int i = (int)ev[k].user_tag;
+            if (ev[k].type == ENG_EV_TOKEN) {
+                tokens++;
+                if (last[i] < 0) ttft[n_ttft++] = t - arr[i];
+                else itl[n_itl++] = t - last[i];
+                last[i] = t;
+            } else {
+                done++;
+                t_end = t;
+                int f = ev[k].type == ENG_EV_FINISHED ? ev[k].result->finish : -1;
+                if (f == GEN_FINISH_LENGTH || f == GEN_FINISH_STOP) completed++;
+                else failed++;
+            }
+        }
+    }
+    double wall = t_end - arr[0], cpu = cpu_s() - c0;
+    qsort(ttft, n_ttft, sizeof *ttft, cmp_double);
+    qsort(itl, n_itl, sizeof *itl, cmp_double);
+    eng_stats st;
+    eng_get_stats(e, &st);
+    double sched_frac = st.step_ms_total > 0 ? st.sched_ms_total / st.step_ms_total : 0;
+    double fwd_frac = st.step_ms_total > 0 ? st.forward_ms_total / st.step_ms_total : 0;
+    double tok_frac = st.step_ms_total > 0 ? st.token_ms_total / st.step_ms_total : 0;
+    double mean_batch = steps ? (double)batch_seqs / (double)steps : 0;
+    char pname[64];
+    kvpol_name(&c.policy, pname, sizeof pname);
+    if (json) {
+        jw w;
+        jw_init(&w, stdout);
+        jw_obj(&w);
+        jw_key(&w, "scenario"), jw_str(&w, "serve");
+        jw_key(&w, "model"), jw_str(&w, m->name);
+        jw_key(&w, "policy"), jw_str(&w, policy);
+        jw_key(&w, "policy_kind"), jw_str(&w, pname);
+        jw_key(&w, "requests"), jw_int(&w, n_req);
+        jw_key(&w, "rate"), jw_num(&w, rate);
+        jw_key(&w, "prompt_tokens"), jw_int(&w, P);
+        jw_key(&w, "gen_tokens"), jw_int(&w, G);
+        jw_key(&w, "kv_budget_bytes"), jw_int(&w, (int64_t)c.kv_budget_bytes);
+        jw_key(&w, "kv_hot_capacity_bytes"), jw_int(&w, (int64_t)st.hot_capacity_bytes);
+        jw_key(&w, "kv_blocks"), jw_int(&w, st.hot_blocks);
+        jw_key(&w, "completed"), jw_int(&w, completed);
+        jw_key(&w, "failed"), jw_int(&w, failed);
+        jw_key(&w, "wall_s"), jw_num(&w, wall);
+        jw_key(&w, "requests_per_s"), jw_num(&w, wall > 0 ? completed / wall : 0);
+        jw_key(&w, "tokens_per_s"), jw_num(&w, wall > 0 ? (double)tokens / wall : 0);
+        jw_key(&w, "generated_tokens"), jw_int(&w, (int64_t)tokens);
+        jw_key(&w, "cpu_s"), jw_num(&w, cpu);
+        jw_key(&w, "tokens_per_cpu_s"), jw_num(&w, cpu > 0 ? (double)tokens / cpu : 0);
+        jw_key(&w, "ttft_p50_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.5));
+        jw_key(&w, "ttft_p99_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.99));
+        jw_key(&w, "itl_p50_ms"), jw_num(&w, 1e3 * quantile(itl, n_itl, 0.5));
+        jw_key(&w, "itl_p99_ms"), jw_num(&w, 1e3 * quantile(itl, n_itl, 0.99));
+        jw_key(&w, "max_concurrent"), jw_int(&w, st.running_peak);
+        jw_key(&w, "mean_batch_seqs"), jw_num(&w, mean_batch);
+        jw_key(&w, "kv_hot_peak_bytes"), jw_int(&w, (int64_t)st.hot_peak_bytes);
+        jw_key(&w, "preemptions"), jw_int(&w, (int64_t)st.preemptions);
+        jw_key(&w, "recomputes"), jw_int(&w, (int64_t)st.recomputes);
+        jw_key(&w, "steps"), jw_int(&w, (int64_t)st.steps);
+        jw_key(&w, "step_ms_mean"), jw_num(&w, st.steps ? st.step_ms_total / (double)st.steps : 0);
+        jw_key(&w, "sched_overhead_fraction"), jw_num(&w, sched_frac);
+        jw_key(&w, "forward_fraction"), jw_num(&w, fwd_frac);
+        jw_key(&w, "token_fraction"), jw_num(&w, tok_frac);
+        jw_obj_end(&w);
+        putchar('\n');
+    } else {
+        printf("completed %d, failed %d in %.2f s: %.2f requests/s, %.1f tokens/s (%.1f per CPU second)\n",
+               completed, failed, wall, wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0,
+               cpu > 0 ? (double)tokens / cpu : 0);
+        printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n", 1e3 * quantile(ttft, n_ttft, 0.5),
+               1e3 * quantile(ttft, n_ttft, 0.99), 1e3 * quantile(itl, n_itl, 0.5), 1e3 * quantile(itl, n_itl, 0.99));
+        printf("max concurrent %d, mean batch %.1f sequences, hot KV peak %.2f MiB of %.2f, %llu preemptions "
+               "(%llu recomputed)\n",
+               st.running_peak, mean_batch, st.hot_peak_bytes / 1048576.0, st.hot_capacity_bytes / 1048576.0,
+               (unsigned long long)st.preemptions, (unsigned long long)st.recomputes);
+        printf("step time: %.1f%% scheduling, %.1f%% forward, %.1f%% sampling and policy\n", 100 * sched_frac,
+               100 * fwd_frac, 100 * tok_frac);
+    }
+    exit_code = failed ? 1 : 0;
+out:
+    free(arr);
+    free(last);
+    free(ttft);
+    free(itl);
+    free(ids);
+    free(ev);
+    eng_free(e);
+    return exit_code;
+}

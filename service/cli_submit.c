@@ -1,0 +1,158 @@
+/* cli_submit.c - `confkv submit`: produce jobs (JSON lines) to confkvd's
+ * jobs topic and, with --wait, print their results as JSON lines. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "svc_client.h"
+
+static void help(void) {
+    printf("usage: confkv submit --brokers HOST:PORT [--topic T] [--file F|-] [--wait] [--timeout S]\n\n"
+           "  --brokers B         Kafka bootstrap servers (confkvd's ready file has them)\n"
+           "  --topic T           jobs topic (default confkv.jobs)\n"
+           "  --results-topic T   results topic for --wait (default confkv.results)\n"
+           "  --file F            JSON lines, one job each (default -: stdin); a job without\n"
+           "                      \"id\" gets one (submit-<pid>-<line>)\n"
+           "  --prompt TEXT       submit one job with this prompt instead of a file\n"
+           "  --wait              print each job's result as a JSON line (in input order)\n"
+           "  --timeout S         seconds to wait for the results (default 120)\n"
+           "Exit code: 0 all sent (and with --wait, all results received), 1 otherwise.\n");
+}
+
+typedef struct sub_state {
+    char **results; /* (n) raw result lines, in input order */
+} sub_state;
+
+static void on_result(void *ud, int i, const cJSON *r, const char *raw, size_t len) {
+    sub_state *s = ud;
+    char *t = cJSON_PrintUnformatted(r); /* JSON whatever the result's encoding */
+    s->results[i] = t;
+    (void)raw;
+    (void)len;
+}
+
+int cli_submit(int argc, char **argv) {
+    cli_args a = {argc, argv, 1, "submit", 0};
+    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *file = "-", *prompt = NULL;
+    int wait = 0, timeout = 120;
+    while (a.i < a.argc && !a.bad) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            help();
+            return 0;
+        }
+        if (cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
+            cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--file", &file) ||
+            cli_str(&a, "--prompt", &prompt) || cli_int(&a, "--timeout", 1, 86400, &timeout))
+            continue;
+        if (cli_flag(&a, "--wait")) wait = 1;
+        else return cli_unknown(&a);
+    }
+    if (a.bad) return 2;
+    if (!brokers) {
+        cli_error(&a, "--brokers is required");
+        return 2;
+    }
+    /* Read every job first: ids must be known before results are awaited. */
+    int n = 0, cap = 0, rc = 1;
+    char **ids = NULL, **jobs = NULL;
+    if (prompt) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "prompt", prompt);
+        jobs = malloc(sizeof *jobs);
+        ids = malloc(sizeof *ids);
+        char id[64];
+        snprintf(id, sizeof id, "submit-%d-1", (int)getpid());
+        cJSON_AddStringToObject(j, "id", id);
+        jobs[0] = cJSON_PrintUnformatted(j);
+        ids[0] = strdup(id);
+        cJSON_Delete(j);
+        n = 1;
+    } else {
+        FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+        if (!f) {
+            cli_error(&a, "cannot open %s", file);
+            return 1;
+        }
+        char *line = NULL;
+        size_t lcap = 0;
+        ssize_t len;
+        int lineno = 0;
+        while ((len = getline(&line, &lcap, f)) > 0) {
+            lineno++;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (len == 0) continue;
+            cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+            if (!cJSON_IsObject(j)) {
+                cli_error(&a, "%s:%d: not a JSON object", file, lineno);
+                cJSON_Delete(j);
+                free(line);
+                if (f != stdin) fclose(f);
+                goto out;
+            }
+            cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+            char buf[300];
+            if (cJSON_IsString(id) && *id->valuestring && strlen(id->valuestring) < 257)
+                snprintf(buf, sizeof buf, "%s", id->valuestring);
+            else {
+                snprintf(buf, sizeof buf, "submit-%d-%d", (int)getpid(), lineno);
+                cJSON_DeleteItemFromObjectCaseSensitive(j, "id");
+                cJSON_AddStringToObject(j, "id", buf);
+            }
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                jobs = realloc(jobs, (size_t)cap * sizeof *jobs);
+                ids = realloc(ids, (size_t)cap * sizeof *ids);
+            }
+            jobs[n] = cJSON_PrintUnformatted(j);
+            ids[n] = strdup(buf);
+            n++;
+            cJSON_Delete(j);
+        }
+        free(line);
+        if (f != stdin) fclose(f);
+    }
+    char err[512];
+    svc_client *c = NULL;
+    if (svc_client_new(brokers, topic, wait ? rtopic : NULL, &c, err, sizeof err)) {
+        cli_error(&a, "%s", err);
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        if (svc_client_send(c, ids[i], jobs[i], strlen(jobs[i]), err, sizeof err)) {
+            cli_error(&a, "%s", err);
+            svc_client_free(c);
+            goto out;
+        }
+    int failed = svc_client_flush(c, 30);
+    if (failed) {
+        cli_error(&a, failed < 0 ? "timed out sending the jobs" : "%d jobs were not delivered", failed);
+        svc_client_free(c);
+        goto out;
+    }
+    fprintf(stderr, "confkv submit: %d jobs sent to %s\n", n, topic);
+    if (wait) {
+        sub_state st = {calloc((size_t)n + 1, sizeof(char *))};
+        int missing = svc_client_wait(c, (const char *const *)ids, n, timeout, on_result, &st);
+        for (int i = 0; i < n; i++)
+            if (st.results[i]) {
+                puts(st.results[i]);
+                free(st.results[i]);
+            }
+        free(st.results);
+        if (missing) cli_error(&a, "%d of %d results did not arrive within %d s", missing, n, timeout);
+        rc = missing ? 1 : 0;
+    } else {
+        rc = 0;
+    }
+    svc_client_free(c);
+out:
+    for (int i = 0; i < n; i++) {
+        free(ids[i]);
+        free(jobs[i]);
+    }
+    free(ids);
+    free(jobs);
+    return rc;
+}

@@ -1,0 +1,646 @@
+/* svc_service.c - confkvd's event loop and job flow (svc_service.h). */
+#include "svc_service.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "ck_err.h"
+#include "svc_broker.h"
+#include "svc_engine_thread.h"
+#include "svc_http.h"
+#include "svc_job.h"
+#include "svc_kafka.h"
+#include "svc_log.h"
+#include "svc_metrics.h"
+#include "svc_result.h"
+
+#define MAX_PRODUCE_ATTEMPTS 3
+
+/* One consumed message, from consumption to the delivery of what it produced. */
+typedef struct rec {
+    svc_work w;                  /* first: the engine thread hands back &w */
+    svc_job job;
+    struct svc_service *s;
+    struct rec *prev, *next;
+    svc_ktok tok;
+    svc_origin origin;
+    char corr_id[SVC_JOB_ID_MAX + 1];
+    char reply_topic[250];
+    char *payload;               /* what is being produced (kept for retries) */
+    size_t payload_len;
+    const char *out_topic;
+    int attempts, in_engine, is_dlq, status;
+} rec;
+
+typedef struct svc_service {
+    uv_loop_t loop;
+    svc_config *cfg;
+    svc_broker *broker;
+    svc_kafka *kafka;
+    svc_et *et;
+    svc_http *http;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t metrics_timer, drain_timer;
+    svc_metrics metrics;
+    rec *recs;
+    int inflight, paused, loaded, assigned_once, ready_written, draining, stopping, exit_code;
+    double t_start, t_drain;
+    char instance[128], model_name[64], model_stem[64];
+    char bootstrap[256];
+    svc_job_limits lim;
+} svc_service;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void finish_service(svc_service *s);
+
+/* ------------------------------------------------------------------------ */
+/* readiness */
+
+static int is_ready(const svc_service *s) { return s->loaded && s->assigned_once && !s->draining; }
+
+static void write_ready_file(svc_service *s) {
+    if (s->ready_written || !is_ready(s)) return;
+    s->ready_written = 1;
+    char http[300];
+    snprintf(http, sizeof http, "%s:%d", s->cfg->http_host, s->http ? svc_http_port(s->http) : 0);
+    svc_log(SVC_LOG_INFO, "ready", "bootstrap_servers=%s http=%s model=%s", s->bootstrap, http, s->model_name);
+    if (!s->cfg->ready_file) return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", s->cfg->ready_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        svc_log(SVC_LOG_ERROR, "ready_file_failed", "path=%s err=%s", tmp, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"bootstrap_servers\": \"%s\", \"http\": \"%s\"}\n", s->bootstrap, http);
+    if (fclose(f) || rename(tmp, s->cfg->ready_file))
+        svc_log(SVC_LOG_ERROR, "ready_file_failed", "path=%s err=%s", s->cfg->ready_file, strerror(errno));
+}
+
+/* ------------------------------------------------------------------------ */
+/* records and producing */
+
+static void backpressure(svc_service *s) {
+    int pause = s->draining || s->inflight >= s->cfg->max_inflight;
+    int resume = !s->draining && s->inflight <= s->cfg->max_inflight / 2;
+    if (pause && !s->paused) {
+        s->paused = 1;
+        svc_kafka_pause(s->kafka, 1);
+    } else if (resume && s->paused) {
+        s->paused = 0;
+        svc_kafka_pause(s->kafka, 0);
+    }
+}
+
+static void rec_free(svc_service *s, rec *r) {
+    if (r->prev) r->prev->next = r->next;
+    else s->recs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    s->inflight--;
+    svc_work_clear(&r->w);
+    svc_job_free(&r->job);
+    free(r->payload);
+    free(r);
+}
+
+static int produce(rec *r);
+
+static void dr_cb(void *ud, rd_kafka_resp_err_t err) {
+    rec *r = ud;
+    svc_service *s = r->s;
+    if (err) {
+        if (++r->attempts < MAX_PRODUCE_ATTEMPTS && !s->stopping && produce(r) == 0) return;
+        /* Given up: the offset stays unstored, so the job is redelivered
+         * after a restart or rebalance (at-least-once). */
+        s->metrics.results_failed++;
+        svc_log(SVC_LOG_ERROR, "result_lost", "id=%s partition=%d offset=%lld err=%s", r->job.id,
+                r->tok.partition, (long long)r->tok.offset, rd_kafka_err2name(err));
+    } else {
+        svc_kafka_done(s->kafka, r->tok);
+    }
+    rec_free(s, r);
+    backpressure(s);
+}
+
+static int produce(rec *r) {
+    svc_service *s = r->s;
+    rd_kafka_headers_t *h = rd_kafka_headers_new(4);
+    if (r->is_dlq) {
+        char num[32];
+        rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
+        rd_kafka_header_add(h, "kafka_dlt-original-topic", -1, r->origin.topic, -1);
+        snprintf(num, sizeof num, "%d", r->origin.partition);
+        rd_kafka_header_add(h, "kafka_dlt-original-partition", -1, num, -1);
+        snprintf(num, sizeof num, "%lld", (long long)r->origin.offset);
+        rd_kafka_header_add(h, "kafka_dlt-original-offset", -1, num, -1);
+    } else {
+        rd_kafka_header_add(h, "content-type", -1,
+                            r->job.encoding == SVC_ENC_MSGPACK ? "application/msgpack" : "application/json", -1);
+        rd_kafka_header_add(h, "kafka_correlationId", -1, r->corr_id[0] ? r->corr_id : r->job.id, -1);
+    }
+    const char *key = r->job.id;
+    int rc = svc_kafka_produce(s->kafka, r->out_topic, key, strlen(key), r->payload, r->payload_len, h, dr_cb, r);
+    return rc;
+}
+
+/* Produce what a record resolved to; on failure to even queue it, drop it
+ * without storing its offset (redelivered later). */
+static void send_result(rec *r, const svc_work *w, int err_code, const char *err_msg);
+
+static void send_rec(rec *r) {
+    svc_service *s = r->s;
+    int rc = produce(r);
+    if (rc == CK_ERANGE && !r->is_dlq && r->job.metadata) {
+        /* Too large for Kafka (a big metadata echo or trace): send a small
+         * error result instead, so the partition does not stall. */
+        cJSON_Delete(r->job.metadata);
+        r->job.metadata = NULL;
+        r->job.return_confidence = 0;
+        free(r->payload);
+        r->payload = NULL;
+        char msg[160];
+        snprintf(msg, sizeof msg, "the result was over Kafka's message.max.bytes (%zu bytes)", r->payload_len);
+        send_result(r, NULL, SVC_JERR_RESULT_TOO_LARGE, msg);
+        return;
+    }
+    if (rc) {
+        s->metrics.results_failed++;
+        rec_free(s, r);
+        backpressure(s);
+    }
+}
+
+static void count_result(svc_service *s, rec *r, const svc_work *w, int err_code) {
+    int st = w ? (w->status == SVC_WORK_OK ? SVC_ST_OK : w->status == SVC_WORK_EXPIRED ? SVC_ST_EXPIRED : SVC_ST_ERROR)
+               : SVC_ST_ERROR;
+    s->metrics.jobs[st]++;
+    if (w && w->status == SVC_WORK_ERROR) err_code = w->err_code;
+    if (st == SVC_ST_ERROR && err_code > 0 && err_code < 16) s->metrics.errors_by_code[err_code]++;
+    char q[300];
+    svc_log(st == SVC_ST_ERROR ? SVC_LOG_WARN : SVC_LOG_INFO, "job_done",
+            "id=%s status=%s partition=%d offset=%lld prompt_tokens=%d completion_tokens=%d total_ms=%.1f%s%s",
+            svc_log_str(q, sizeof q, r->job.id, strlen(r->job.id)),
+            st == SVC_ST_OK ? "ok" : st == SVC_ST_EXPIRED ? "expired" : "error", r->tok.partition,
+            (long long)r->tok.offset, w ? w->prompt_tokens : 0, w ? w->completion_tokens : 0, w ? w->total_ms : 0.0,
+            st == SVC_ST_ERROR ? " code=" : "", st == SVC_ST_ERROR ? svc_job_error_code(err_code) : "");
+    if (!w || w->status != SVC_WORK_OK) return;
+    svc_metrics *m = &s->metrics;
+    m->prompt_tokens += (uint64_t)w->prompt_tokens;
+    m->completion_tokens += (uint64_t)w->completion_tokens;
+    m->cached_tokens += (uint64_t)w->cached_tokens;
+    svc_hist_observe(&m->queue_s, w->queue_ms / 1e3);
+    svc_hist_observe(&m->ttft_s, w->ttft_ms / 1e3);
+    svc_hist_observe(&m->total_s, w->total_ms / 1e3);
+    if (w->completion_tokens > 0) {
+        svc_hist_observe(&m->entropy, w->mean_entropy);
+        svc_hist_observe(&m->gap, w->mean_gap);
+        svc_hist_observe(&m->pmax, w->mean_pmax);
+        svc_hist_observe(&m->kv_retained, w->kv_retained_mean);
+        svc_hist_observe(&m->hot_peak_bytes, (double)w->hot_peak_bytes);
+    }
+    m->recalls += w->recalls;
+    m->demotions += w->demotions;
+    m->spills += w->spills;
+}
+
+/* Build, encode and send the result of a record. */
+static void send_result(rec *r, const svc_work *w, int err_code, const char *err_msg) {
+    svc_service *s = r->s;
+    count_result(s, r, w, err_code);
+    cJSON *t = svc_result_build(&r->job, w, err_code, err_msg, &r->origin, s->model_name, s->instance);
+    int rc = t ? svc_result_encode(t, r->job.encoding, &r->payload, &r->payload_len) : CK_ENOMEM;
+    cJSON_Delete(t);
+    if (rc) {
+        svc_log(SVC_LOG_ERROR, "result_encode_failed", "id=%s", r->job.id);
+        s->metrics.results_failed++;
+        rec_free(s, r);
+        return;
+    }
+    r->out_topic = r->reply_topic[0] ? r->reply_topic : s->cfg->topic_results;
+    send_rec(r);
+}
+
+static void et_done(void *ud, svc_work *w) {
+    svc_service *s = ud;
+    rec *r = (rec *)w;
+    r->in_engine = 0;
+    if (s->stopping) return; /* the record is freed with the rest */
+    send_result(r, w, 0, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* consuming */
+
+static int header(const rd_kafka_message_t *m, const char *const *names, char *out, size_t cap) {
+    rd_kafka_headers_t *h = NULL;
+    if (rd_kafka_message_headers(m, &h) || !h) return 0;
+    for (; *names; names++) {
+        const void *v;
+        size_t n;
+        if (rd_kafka_header_get_last(h, *names, &v, &n) == 0 && v && n < cap) {
+            memcpy(out, v, n);
+            out[n] = 0;
+            if (!memchr(out, 0, n)) return 1;
+        }
+    }
+    out[0] = 0;
+    return 0;
+}
+
+static int valid_topic(const char *t) {
+    size_t n = strlen(t);
+    if (n == 0 || n > 249 || !strcmp(t, ".") || !strcmp(t, "..")) return 0;
+    for (; *t; t++)
+        if (!((*t >= 'a' && *t <= 'z') || (*t >= 'A' && *t <= 'Z') || (*t >= '0' && *t <= '9') || *t == '.' ||
+              *t == '_' || *t == '-'))
+            return 0;
+    return 1;
+}
+
+static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
+    svc_service *s = ud;
+    s->metrics.jobs_consumed++;
+    rec *r = calloc(1, sizeof *r);
+    if (!r) {
+        svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        return; /* never done: redelivered after a restart */
+    }
+    r->s = s;
+    r->tok = tok;
+    r->origin.topic = s->cfg->topic_jobs;
+    r->origin.partition = m->partition;
+    r->origin.offset = m->offset;
+    r->next = s->recs;
+    if (s->recs) s->recs->prev = r;
+    s->recs = r;
+    s->inflight++;
+    backpressure(s);
+
+    static const char *ct_names[] = {"content-type", "Content-Type", "contentType", NULL};
+    static const char *corr_names[] = {"kafka_correlationId", "correlation-id", "correlation_id", "correlationId", NULL};
+    static const char *reply_names[] = {"kafka_replyTopic", "reply-topic", "reply_topic", "replyTopic", NULL};
+    char ct[128];
+    int have_ct = header(m, ct_names, ct, sizeof ct);
+    header(m, corr_names, r->corr_id, sizeof r->corr_id);
+    if (header(m, reply_names, r->reply_topic, sizeof r->reply_topic) && !valid_topic(r->reply_topic)) {
+        svc_log(SVC_LOG_WARN, "bad_reply_topic", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        r->reply_topic[0] = 0;
+    }
+    /* id fallback: the key when it is printable text, else topic-partition-offset */
+    char fallback[SVC_JOB_ID_MAX + 1];
+    int key_ok = m->key && m->key_len > 0 && m->key_len <= SVC_JOB_ID_MAX;
+    for (size_t i = 0; key_ok && i < m->key_len; i++) {
+        unsigned char c = ((const unsigned char *)m->key)[i];
+        key_ok = c >= 0x20 && c != 0x7f;
+    }
+    if (key_ok) {
+        memcpy(fallback, m->key, m->key_len);
+        fallback[m->key_len] = 0;
+    } else {
+        snprintf(fallback, sizeof fallback, "%s-%d-%lld", s->cfg->topic_jobs, m->partition, (long long)m->offset);
+    }
+    svc_job_error e;
+    int rc = svc_job_decode(m->payload, m->payload ? m->len : 0, have_ct ? ct : NULL, fallback, &s->lim, &r->job, &e);
+    if (rc == SVC_JOB_DEAD) {
+        char q[300];
+        svc_log(SVC_LOG_WARN, "dead_letter", "partition=%d offset=%lld bytes=%zu error=%s", m->partition,
+                (long long)m->offset, m->len, svc_log_str(q, sizeof q, e.message, strlen(e.message)));
+        s->metrics.dead_letters++;
+        r->is_dlq = 1;
+        r->payload = svc_dlq_build(m, e.message, s->instance, &r->payload_len);
+        r->out_topic = s->cfg->topic_dlq;
+        if (!r->payload) {
+            rec_free(s, r);
+            return;
+        }
+        send_rec(r);
+        return;
+    }
+    if (rc == SVC_JOB_INVALID) {
+        send_result(r, NULL, e.code, e.message);
+        return;
+    }
+    /* Deadline: a budget from the message's timestamp. */
+    rd_kafka_timestamp_type_t tt;
+    int64_t ts = rd_kafka_message_timestamp(m, &tt);
+    int64_t now = eng_now_ms();
+    r->w.t_enqueue_ms = now;
+    if (r->job.deadline_ms > 0) {
+        int64_t left = (ts > 0 ? ts : wall_ms()) + r->job.deadline_ms - wall_ms();
+        if (left <= 0) {
+            r->w.status = SVC_WORK_EXPIRED;
+            r->w.finish = ENG_FINISH_EXPIRED;
+            send_result(r, &r->w, 0, NULL);
+            return;
+        }
+        r->w.deadline_eng_ms = now + left;
+    }
+    r->w.job = &r->job;
+    r->in_engine = 1;
+    svc_et_submit(s->et, &r->w);
+}
+
+static void on_assign(void *ud, int n) {
+    svc_service *s = ud;
+    s->assigned_once = 1;
+    write_ready_file(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* engine loaded */
+
+static void on_loaded(void *ud, int ok, const char *msg) {
+    svc_service *s = ud;
+    if (!ok) {
+        svc_log(SVC_LOG_ERROR, "model_load_failed", "model=%s error=\"%s\"", s->cfg->model, msg);
+        s->exit_code = 1;
+        finish_service(s);
+        return;
+    }
+    s->loaded = 1;
+    snprintf(s->model_name, sizeof s->model_name, "%s", s->cfg->model_name ? s->cfg->model_name : svc_et_model_name(s->et));
+    s->lim.vocab_size = svc_et_vocab(s->et);
+    s->lim.model_names[0] = s->model_name;
+    s->lim.model_names[1] = svc_et_model_name(s->et);
+    /* also the file name without its extension ("stories260K") */
+    snprintf(s->model_stem, sizeof s->model_stem, "%s", svc_et_model_name(s->et));
+    char *dot = strrchr(s->model_stem, '.');
+    if (dot && dot != s->model_stem) *dot = 0;
+    s->lim.model_names[2] = s->model_stem;
+    svc_log(SVC_LOG_INFO, "model_loaded", "model=%s vocab=%d context=%d", s->model_name, s->lim.vocab_size,
+            svc_et_ctx(s->et));
+    char err[512];
+    if (svc_kafka_subscribe(s->kafka, err, sizeof err)) {
+        svc_log(SVC_LOG_ERROR, "subscribe_failed", "error=\"%s\"", err);
+        s->exit_code = 1;
+        finish_service(s);
+        return;
+    }
+    write_ready_file(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* HTTP */
+
+static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *batch, svc_kafka_stats *ks) {
+    memset(v, 0, sizeof *v);
+    v->m = &s->metrics;
+    if (s->et && svc_et_stats(s->et, es, batch)) {
+        v->eng = es;
+        v->batch = batch;
+    }
+    if (s->kafka) {
+        svc_kafka_get_stats(s->kafka, ks);
+        v->kafka = ks;
+    }
+    v->ready = is_ready(s) && ks->up;
+    v->model_loaded = s->loaded;
+    v->inflight = s->inflight;
+    v->draining = s->draining;
+    v->uptime_s = now_s() - s->t_start;
+    v->model = s->model_name;
+    v->instance = s->instance;
+}
+
+static char *render(svc_service *s, int json, size_t *len) {
+    svc_metrics_view v;
+    eng_stats es;
+    svc_hist batch;
+    svc_kafka_stats ks = {0};
+    view(s, &v, &es, &batch, &ks);
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    if (json) svc_metrics_json(&v, f);
+    else svc_metrics_render(&v, f);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void http_handler(void *ud, const char *method, const char *path, svc_http_resp *r) {
+    svc_service *s = ud;
+    if (!strcmp(path, "/metrics")) {
+        r->body = render(s, 0, &r->len);
+        r->status = r->body ? 200 : 503;
+        r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (!strcmp(path, "/healthz") || !strcmp(path, "/v2/health/live")) {
+        r->status = 200;
+    } else if (!strcmp(path, "/readyz") || !strcmp(path, "/v2/health/ready")) {
+        svc_kafka_stats ks = {0};
+        if (s->kafka) svc_kafka_get_stats(s->kafka, &ks);
+        int ready = is_ready(s) && ks.up;
+        char *b = NULL;
+        if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s}\n",
+                     ready ? "true" : "false", s->loaded ? "true" : "false",
+                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false") < 0)
+            b = NULL;
+        r->status = ready ? 200 : 503;
+        r->body = b;
+        r->len = b ? strlen(b) : 0;
+        r->content_type = "application/json";
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* timers, signals, shutdown */
+
+static void metrics_cb(uv_timer_t *t) {
+    svc_service *s = t->data;
+    size_t len = 0;
+    char *b = render(s, 1, &len);
+    if (!b) return;
+    rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+    rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
+    svc_kafka_produce(s->kafka, s->cfg->topic_metrics, s->instance, strlen(s->instance), b, len, h, NULL, NULL);
+    free(b);
+}
+
+static void close_cb_noop(uv_handle_t *h) { (void)h; }
+
+static void finish_service(svc_service *s) {
+    if (s->stopping) return;
+    s->stopping = 1;
+    s->draining = 1;
+    int left = 0;
+    for (rec *r = s->recs; r; r = r->next) left++;
+    svc_log(SVC_LOG_INFO, "stopping", "unfinished=%d (left uncommitted: redelivered later)", left);
+    uv_timer_stop(&s->metrics_timer);
+    uv_timer_stop(&s->drain_timer);
+    uv_close((uv_handle_t *)&s->metrics_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&s->drain_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&s->sigterm, close_cb_noop);
+    uv_close((uv_handle_t *)&s->sigint, close_cb_noop);
+    svc_http_close(s->http);
+    s->http = NULL;
+    svc_et_stop(s->et); /* joins the engine thread: no more completions */
+    s->et = NULL;
+    svc_kafka_close_handles(s->kafka);
+}
+
+static void drain_cb(uv_timer_t *t) {
+    svc_service *s = t->data;
+    int outq = s->kafka ? svc_kafka_outq_len(s->kafka) : 0;
+    if (s->inflight == 0 && outq == 0) {
+        svc_log(SVC_LOG_INFO, "drained", "seconds=%.2f", now_s() - s->t_drain);
+        finish_service(s);
+    } else if (now_s() - s->t_drain > s->cfg->drain_timeout_s) {
+        svc_log(SVC_LOG_WARN, "drain_timeout", "inflight=%d producer_queue=%d", s->inflight, outq);
+        finish_service(s);
+    }
+}
+
+static void signal_cb(uv_signal_t *h, int sig) {
+    svc_service *s = h->data;
+    if (s->draining) {
+        svc_log(SVC_LOG_WARN, "signal_again", "signal=%d action=stop_now", sig);
+        finish_service(s);
+        return;
+    }
+    svc_log(SVC_LOG_INFO, "draining", "signal=%d inflight=%d timeout_s=%g", sig, s->inflight, s->cfg->drain_timeout_s);
+    s->draining = 1;
+    s->t_drain = now_s();
+    backpressure(s);
+    uv_timer_start(&s->drain_timer, drain_cb, 0, 50);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int svc_service_run(svc_config *cfg) {
+    svc_service *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->cfg = cfg;
+    s->t_start = now_s();
+    svc_metrics_init(&s->metrics);
+    s->lim.max_message_bytes = (size_t)cfg->max_message_bytes;
+    s->lim.max_tokens_cap = cfg->max_tokens_cap;
+    s->lim.default_max_tokens = cfg->default_max_tokens;
+    if (cfg->instance) snprintf(s->instance, sizeof s->instance, "%s", cfg->instance);
+    else if (gethostname(s->instance, sizeof s->instance - 16) == 0) {
+        size_t n = strlen(s->instance);
+        snprintf(s->instance + n, sizeof s->instance - n, "-%d", (int)getpid());
+    }
+    char err[1024] = "";
+    int rc = 0;
+    uv_loop_init(&s->loop);
+    if (!cfg->model) {
+        fprintf(stderr, "confkvd: --model is required (try --help)\n");
+        rc = 2;
+        goto out;
+    }
+    if (cfg->kafka_embedded) {
+        const char *topics[] = {cfg->topic_jobs, cfg->topic_results, cfg->topic_metrics, cfg->topic_dlq};
+        if (svc_broker_start(cfg->embedded_partitions, topics, 4, &s->broker, err, sizeof err)) goto fail;
+        snprintf(s->bootstrap, sizeof s->bootstrap, "%s", svc_broker_bootstraps(s->broker));
+        /* The embedded broker replaces any configured one. */
+        svc_kv *kv = NULL;
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].key, "kafka.bootstrap.servers")) kv = &cfg->kv[i];
+        char *b = strdup(s->bootstrap);
+        if (!b) goto fail;
+        if (kv) {
+            free(kv->value);
+            kv->value = b;
+        } else {
+            /* not set anywhere: add it */
+            if (cfg->n_kv == cfg->cap_kv) {
+                svc_kv *n = realloc(cfg->kv, (size_t)(cfg->cap_kv + 8) * sizeof *n);
+                if (!n) {
+                    free(b);
+                    goto fail;
+                }
+                cfg->kv = n;
+                cfg->cap_kv += 8;
+            }
+            cfg->kv[cfg->n_kv].key = strdup("kafka.bootstrap.servers");
+            cfg->kv[cfg->n_kv].value = b;
+            cfg->kv[cfg->n_kv].source = SVC_SRC_FLAG;
+            if (!cfg->kv[cfg->n_kv].key) goto fail;
+            cfg->n_kv++;
+        }
+        printf("confkvd: embedded Kafka broker at %s\n", s->bootstrap);
+        fflush(stdout);
+        svc_log(SVC_LOG_INFO, "embedded_broker", "bootstrap_servers=%s partitions=%d", s->bootstrap,
+                cfg->embedded_partitions);
+    } else {
+        const char *b = svc_config_get(cfg, "kafka.bootstrap.servers");
+        snprintf(s->bootstrap, sizeof s->bootstrap, "%s", b ? b : "");
+    }
+    svc_kafka_cbs kc = {s, on_message, on_assign};
+    if (svc_kafka_new(&s->loop, cfg, &kc, &s->kafka, err, sizeof err)) goto fail;
+    if (svc_http_start(&s->loop, cfg->http_host, cfg->http_port, http_handler, s, &s->http, err, sizeof err)) goto fail;
+    svc_log(SVC_LOG_INFO, "http_listening", "address=%s:%d", cfg->http_host, svc_http_port(s->http));
+    svc_et_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eng_config_default(&eo.eng);
+    eo.eng.model_path = cfg->model;
+    eo.eng.tokenizer_path = cfg->tokenizer;
+    eo.eng.backend = cfg->backend;
+    eo.eng.threads = cfg->threads;
+    eo.eng.max_running = cfg->max_running;
+    eo.eng.max_queue = cfg->max_queue;
+    if (cfg->kv_budget_mb) eo.eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
+    if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
+    eo.max_prompt_tokens = cfg->max_prompt_tokens;
+    eo.default_max_tokens = cfg->default_max_tokens;
+    if (svc_et_start(&s->loop, &eo, et_done, on_loaded, s, &s->et)) {
+        snprintf(err, sizeof err, "cannot start the engine thread");
+        goto fail;
+    }
+    uv_signal_init(&s->loop, &s->sigterm);
+    uv_signal_init(&s->loop, &s->sigint);
+    s->sigterm.data = s->sigint.data = s;
+    uv_signal_start(&s->sigterm, signal_cb, SIGTERM);
+    uv_signal_start(&s->sigint, signal_cb, SIGINT);
+    uv_timer_init(&s->loop, &s->metrics_timer);
+    uv_timer_init(&s->loop, &s->drain_timer);
+    s->metrics_timer.data = s->drain_timer.data = s;
+    if (cfg->metrics_interval_s > 0) {
+        uint64_t ms = (uint64_t)(cfg->metrics_interval_s * 1000);
+        uv_timer_start(&s->metrics_timer, metrics_cb, ms, ms);
+    }
+    svc_log(SVC_LOG_INFO, "starting", "model=%s brokers=%s group=%s jobs=%s results=%s", cfg->model, s->bootstrap,
+            cfg->group, cfg->topic_jobs, cfg->topic_results);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    rc = s->exit_code;
+    goto out;
+fail:
+    fprintf(stderr, "confkvd: %s\n", err);
+    svc_log(SVC_LOG_ERROR, "startup_failed", "error=\"%s\"", err);
+    rc = 1;
+    if (s->et) {
+        svc_et_stop(s->et);
+        s->et = NULL;
+    }
+    svc_http_close(s->http);
+    svc_kafka_close_handles(s->kafka);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+out:
+    /* After the loop: leave the group (commits stored offsets), free. */
+    svc_kafka_free(s->kafka);
+    s->kafka = NULL;
+    while (s->recs) rec_free(s, s->recs);
+    svc_broker_stop(s->broker);
+    if (uv_loop_close(&s->loop)) svc_log(SVC_LOG_WARN, "loop_not_closed", NULL);
+    svc_log(SVC_LOG_INFO, "stopped", "exit_code=%d", rc);
+    free(s);
+    return rc;
+}
