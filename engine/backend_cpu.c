@@ -63,6 +63,10 @@ typedef struct cpu_backend {
     float *h;         /* (T, hidden_dim) */
     float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
     float *scores;    /* (n_threads, max_ctx) attention scores, one row per thread */
+    int32_t *hot_list;/* (T, max_blocks) per sequence of the batch: its resident logical
+                         blocks in order, so attention skips the others without looking */
+    int32_t *n_list;  /* (T) entries in each list */
+    int max_blocks;   /* max_ctx / block_size, rounded up */
     size_t bytes;     /* everything above */
 } cpu_backend;
 
@@ -174,7 +178,8 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
 /* One query head of one token over its sequence's hot blocks (f32 or int8).
  * Scores are kept in att[] in block order, so the two passes agree. */
 static void attend_one(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
-                       int kv_head, const be_seq_view *v, float *att, float mass_scale) {
+                       int kv_head, const be_seq_view *v, const int32_t *list, int n_list,
+                       float *att, float mass_scale) {
     const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
     const float scale = sqrtf((float)hd);
     int last = pos / bs;
@@ -183,8 +188,9 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
     int n = 0;
     float mx = -INFINITY;
     blk_ref r;
-    for (int j = 0; j <= last; j++) {
-        if (!block_ref(cb, v, j, layer, kv_head, &r)) continue;
+    for (int li = 0; li < n_list && list[li] <= last; li++) {
+        int j = list[li];
+        block_ref(cb, v, j, layer, kv_head, &r);
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         if (r.f) {
             for (int t = 0; t < tn; t++) {
@@ -213,8 +219,9 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
     for (int i = 0; i < n; i++) att[i] /= sum;
     memset(out, 0, (size_t)hd * sizeof *out);
     n = 0;
-    for (int j = 0; j <= last; j++) {
-        if (!block_ref(cb, v, j, layer, kv_head, &r)) continue;
+    for (int li = 0; li < n_list && list[li] <= last; li++) {
+        int j = list[li];
+        block_ref(cb, v, j, layer, kv_head, &r);
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         float m = 0.0f;
         if (r.f) {
@@ -248,6 +255,7 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
     const backend *b = &cb->base;
     if (bt->n_tokens < 0 || bt->n_tokens > b->opt.max_batch_tokens) return CK_EINVAL;
     if (bt->n_out < 0 || bt->n_out > b->opt.max_batch_tokens) return CK_EINVAL;
+    if (bt->n_seqs < 0 || bt->n_seqs > b->opt.max_batch_tokens) return CK_EINVAL;
     int n_out = 0;
     for (int i = 0; i < bt->n_tokens; i++) {
         if (bt->token[i] < 0 || bt->token[i] >= b->m->cfg.vocab_size) return CK_EINVAL;
@@ -287,6 +295,15 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         }
     }
     const float mass_scale = 1.0f / (float)(c->n_layers * c->n_heads);
+    /* Each sequence's resident blocks, listed once for every layer and head. */
+    for (int q = 0; q < bt->n_seqs; q++) {
+        const be_seq_view *v = &bt->seqs[q];
+        int32_t *list = cb->hot_list + (size_t)q * cb->max_blocks, n = 0;
+        int nb = v->n_blocks < cb->max_blocks ? v->n_blocks : cb->max_blocks;
+        for (int j = 0; j < nb; j++)
+            if (v->blocks[j] >= 0 || (v->blocks8 && v->blocks8[j] >= 0)) list[n++] = j;
+        cb->n_list[q] = n;
+    }
     /* Parallel regions only when there is enough work to pay for waking
      * threads: a tiny model at batch 1 runs faster on one. */
     const int par = (size_t)T * c->n_heads * 64 >= 4096 ? cb->n_threads : 1;
@@ -312,9 +329,11 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         for (int w_ = 0; w_ < T * c->n_heads; w_++) {
             int i = w_ / c->n_heads, h = w_ % c->n_heads;
             float *att = cb->scores + (size_t)omp_get_thread_num() * cb->max_ctx;
+            int q = bt->seq[i];
             attend_one(cb, l, cb->qkv + (size_t)i * QKV + (size_t)h * hd,
                        cb->att_out + (size_t)i * QD + (size_t)h * hd, bt->pos[i], h / gqa,
-                       &bt->seqs[bt->seq[i]], att, mass_scale);
+                       &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q], att,
+                       mass_scale);
         }
         matmul(cb->x, cb->att_out, w->wo, T, D, QD, 1.0f, cb->n_threads);
         for (int i = 0; i < T; i++)
@@ -414,6 +433,8 @@ static void cpu_destroy(backend *b) {
     free(cb->h);
     free(cb->rope);
     free(cb->scores);
+    free(cb->hot_list);
+    free(cb->n_list);
     free(cb);
 }
 
@@ -516,6 +537,10 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)))
+        goto fail;
+    cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;
+    if (!(cb->hot_list = malloc(T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
+        !(cb->n_list = malloc(T * sizeof *cb->n_list)))
         goto fail;
     if (o->n_kv8_blocks > 0) {
         size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;

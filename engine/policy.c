@@ -55,8 +55,8 @@ void kvpol_config_default(kvpol_config *c, int kind) {
     c->budget = 128;
     c->sink_tokens = 4;
     c->recent_window = 16;
-    c->min_size = 48;
-    c->base_size = 48;
+    c->min_size = 56;
+    c->base_size = 56;
     c->max_size = 80;
     c->scaling_factor = 0.8f;
     c->entropy_threshold = 3.5f; /* for a 32k vocabulary; scaled by ln(V)/ln(32000) */

@@ -102,7 +102,6 @@ int kvpol_make_room(kvpol *p, kv_seq *s, int blocks);
 void kvpol_end(kvpol *p, kv_seq *s);
 const kvpol_stats *kvpol_get_stats(const kvpol *p);
 
-
 /* ============================================================ preemption
  * For the scheduler (engine.h): park a whole sequence in the warm tier and
  * bring it back unchanged, whatever the policy kind. `moved` is the caller's

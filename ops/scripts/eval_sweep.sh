@@ -19,7 +19,7 @@ for n in 32 48 64 96 128 192 256; do
   fixed+="window:$n,sinks:$n,h2o:$n,"
 done
 conf=""
-for mm in 24:40 32:56 40:64 48:80 64:96 80:128 96:160 128:224; do
+for mm in 24:40 32:56 40:64 48:80 56:80 64:96 80:128 96:160 128:224; do
   lo=${mm%:*} hi=${mm#*:}
   p="min_size=$lo,base_size=$lo,max_size=$hi,retry_size=$((hi * 2))"
   conf+="conf:$p,conf-int8:$p,"
