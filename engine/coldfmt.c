@@ -84,15 +84,18 @@ size_t coldfmt_bound(size_t payload_len) { return COLDFMT_HEADER_BYTES + ZSTD_co
 
 /* Checks a meta a writer or reader supplies (not data from outside). */
 static int meta_ok(const coldfmt_meta *m, int want) {
-    if (strlen(m->fingerprint) != 16 || !is_fingerprint(m->fingerprint, 16)) return 0;
+    if (strnlen(m->fingerprint, sizeof m->fingerprint) != 16 || !is_fingerprint(m->fingerprint, 16)) return 0;
     if (!coldfmt_payload_bytes(&m->shape, m->dtype)) return 0;
     if (m->n_tokens < (want ? -1 : 0) || m->n_tokens > m->shape.block_size) return 0;
     return m->logical >= (want ? -1 : 0);
 }
 
-static uint64_t checksum(coldfmt *f, const unsigned char *hdr, const void *payload, size_t n) {
+/* Over every stored byte (so any corruption of the value fails, even one
+ * the decompressor would not notice) and over the decoded KV itself. */
+static uint64_t checksum(coldfmt *f, const unsigned char *hdr, size_t zlen, const void *payload, size_t n) {
     XXH64_reset(f->xxh, 0);
     XXH64_update(f->xxh, hdr, OFF_SUM);
+    XXH64_update(f->xxh, hdr + COLDFMT_HEADER_BYTES, zlen);
     XXH64_update(f->xxh, payload, n);
     return XXH64_digest(f->xxh);
 }
@@ -120,7 +123,7 @@ int coldfmt_encode(coldfmt *f, const coldfmt_meta *m, const void *payload, size_
     put32(h + OFF_ZLEN, (uint32_t)z);
     put32(h + OFF_RESERVED, 0);
     put64(h + OFF_TAG, m->tag);
-    put64(h + OFF_SUM, checksum(f, h, payload, payload_len));
+    put64(h + OFF_SUM, checksum(f, h, z, payload, payload_len));
     *out_len = COLDFMT_HEADER_BYTES + z;
     return CK_OK;
 }
@@ -163,7 +166,7 @@ int coldfmt_decode(coldfmt *f, const coldfmt_meta *want, const void *src, size_t
     if (content != raw) return CK_EFORMAT;
     size_t n = ZSTD_decompressDCtx(f->dctx, dst, raw, z, zlen);
     if (ZSTD_isError(n) || n != raw) return CK_EFORMAT;
-    if (checksum(f, h, dst, raw) != get64(h + OFF_SUM)) return CK_EFORMAT;
+    if (checksum(f, h, zlen, dst, raw) != get64(h + OFF_SUM)) return CK_EFORMAT;
     if (got) *got = m;
     return CK_OK;
 }

@@ -21,7 +21,9 @@
  *    52   4  reserved     0
  *    56   8  tag          the writer's name for the block (the tier: a hash of
  *                         its key), so a value stored under the wrong key fails
- *    64   8  checksum     XXH64 (seed 0) of header bytes 0..63, then the raw payload
+ *    64   8  checksum     XXH64 (seed 0) of header bytes 0..63, the zstd frame,
+ *                         then the decompressed payload: every stored byte and
+ *                         the KV itself
  *    72      zstd frame   zlen bytes
  *
  * The reader distrusts every byte: coldfmt_decode checks magic, version,

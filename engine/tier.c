@@ -4,9 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "ck_err.h"
+#include "coldfmt.h"
 
 enum { REC_FREE = 0, REC_STORING, REC_STORED, REC_LOADING };
 
@@ -37,6 +40,10 @@ struct tier {
     int32_t *free_recs;
     int n_free_recs;
     uint64_t clock;
+    uint64_t nonce;      /* random: this tier's keys are its own */
+    coldfmt *fmt;        /* NULL when c.fingerprint is (raw values) */
+    unsigned char *enc;  /* (coldfmt_bound(slot_bytes)) an encoded spill */
+    unsigned char *dec;  /* (slot_bytes) a fetched block being verified */
     tier_stats st;
 };
 
@@ -47,6 +54,21 @@ void tier_config_default(tier_config *c, const backend *b) {
     c->shape.kv_dim = b->m->cfg.n_kv_heads * b->m->cfg.head_dim;
     c->budget_bytes = 4 * (size_t)b->opt.n_kv_blocks * b->kv_block_floats * sizeof(float);
     c->max_cold = 1 << 16;
+    c->fingerprint = b->m->fingerprint;
+}
+
+/* Not a secret, only distinct per process and tier: urandom, else the clock. */
+static uint64_t make_nonce(const void *salt) {
+    uint64_t n = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&n, sizeof n, 1, f) != 1) n = 0;
+        fclose(f);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    n ^= (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40 ^ (uint64_t)(uintptr_t)salt;
+    return n;
 }
 
 size_t tier_slot_bytes(const tier *t) { return t->slot_bytes; }
@@ -68,6 +90,20 @@ int tier_new(const tier_config *c, tier **out) {
     t->free_slots = malloc(ns * sizeof *t->free_slots);
     t->recs = calloc(nr, sizeof *t->recs);
     t->free_recs = malloc(nr * sizeof *t->free_recs);
+    t->nonce = make_nonce(t);
+    if (c->fingerprint && c->cold) {
+        coldfmt_meta m = {.shape = c->shape, .dtype = c->compress ? COLDFMT_INT8 : COLDFMT_F32};
+        snprintf(m.fingerprint, sizeof m.fingerprint, "%s", c->fingerprint);
+        if (strlen(c->fingerprint) != 16 || coldfmt_payload_bytes(&m.shape, m.dtype) != t->slot_bytes) {
+            tier_free(t);
+            return CK_EINVAL;
+        }
+        if (coldfmt_new(&t->fmt) || !(t->enc = malloc(coldfmt_bound(t->slot_bytes))) ||
+            !(t->dec = malloc(t->slot_bytes))) {
+            tier_free(t);
+            return CK_ENOMEM;
+        }
+    }
     if (!t->slab || !t->slots || !t->free_slots || !t->recs || !t->free_recs) {
         tier_free(t);
         return CK_ENOMEM;
@@ -101,14 +137,32 @@ void tier_free(tier *t) {
     free(t->free_slots);
     free(t->recs);
     free(t->free_recs);
+    coldfmt_free(t->fmt);
+    free(t->enc);
+    free(t->dec);
     free(t);
 }
 
 static unsigned char *slot_ptr(const tier *t, int s) { return t->slab + (size_t)s * t->slot_bytes; }
 
 static void key_of(const tier *t, int rec, char *buf, size_t cap) {
-    snprintf(buf, cap, "confkv:kv:%016llx:%d:%u", (unsigned long long)t->c.instance, rec,
-             t->recs[rec].gen);
+    snprintf(buf, cap, "kv:%016llx:%016llx:%d:%u", (unsigned long long)t->nonce, (unsigned long long)t->c.instance,
+             rec, t->recs[rec].gen);
+}
+
+/* What a cold value of record rec must say about itself (coldfmt.h); the
+ * tag is a hash of its key, so a value under another key is refused. */
+static void meta_of(const tier *t, int rec, const char *key, coldfmt_meta *m) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%s", t->c.fingerprint);
+    m->shape = t->c.shape;
+    m->dtype = t->c.compress ? COLDFMT_INT8 : COLDFMT_F32;
+    m->n_tokens = t->recs[rec].n_tokens;
+    m->logical = t->recs[rec].logical;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    m->tag = h;
+    m->check_tag = 1;
 }
 
 static void free_slot(tier *t, int s) {
@@ -179,7 +233,17 @@ static void spill_lru(tier *t) {
     char key[96];
     key_of(t, ri, key, sizeof key);
     t->st.spills++;
-    if (t->c.cold->ops->put(t->c.cold, key, slot_ptr(t, victim), t->slot_bytes, put_done, r)) {
+    const void *val = slot_ptr(t, victim);
+    size_t len = t->slot_bytes;
+    if (t->fmt) {
+        coldfmt_meta m;
+        meta_of(t, ri, key, &m);
+        val = t->enc;
+        if (coldfmt_encode(t->fmt, &m, slot_ptr(t, victim), t->slot_bytes, t->enc, coldfmt_bound(t->slot_bytes),
+                           &len))
+            len = 0; /* cannot happen: the meta comes from tier_new's checked config */
+    }
+    if (!len || t->c.cold->ops->put(t->c.cold, key, val, len, put_done, r)) {
         t->st.spill_failures++;
         free_rec(t, ri);
         drop_block(t, owner, logical);
@@ -268,10 +332,21 @@ static void get_done(void *ud, int status, const void *data, size_t len) {
         free_rec(t, ri);
         return;
     }
+    if (!status && t->fmt) {
+        coldfmt_meta m;
+        meta_of(t, ri, key, &m);
+        if (coldfmt_decode(t->fmt, &m, data, len, t->dec, t->slot_bytes, NULL)) {
+            t->st.integrity_failures++;
+            status = CK_EFORMAT;
+        } else {
+            data = t->dec;
+            len = t->slot_bytes;
+        }
+    }
     if (status || len != t->slot_bytes) {
         t->st.fetch_misses++;
         drop_block(t, owner, r->logical);
-        if (!status) t->c.cold->ops->del(t->c.cold, key);
+        if (status != CK_ENOTFOUND) t->c.cold->ops->del(t->c.cold, key); /* failed or wrong: let it go */
         free_rec(t, ri);
         return;
     }

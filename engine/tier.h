@@ -9,7 +9,12 @@
  * (KV_TIER_COLD or KV_TIER_DROPPED) and counted. A cold block comes back by
  * tier_fetch, asynchronously: when the store answers (during tier_poll) the
  * block lands in a warm slot and the owner's entry turns KV_TIER_WARM again.
- * The engine never waits on the cold store.
+ * The engine never waits on the cold store. With a fingerprint, a spilled
+ * block is written in coldfmt.h form (header, zstd, checksum) and a fetched
+ * one is verified before it lands: a value that fails is an integrity
+ * failure, counted and treated as a miss (the block is dropped), never KV.
+ * Keys are "kv:<nonce>:<instance>:<record>:<generation>", the nonce random
+ * per tier, so two processes sharing a store never read each other's spills.
  *
  * The tier keeps a back-pointer to the owning kv_seq of every slot and cold
  * record: a sequence must release its blocks (tier_release_seq) before its
@@ -32,9 +37,13 @@ typedef struct tier_config {
     int max_cold;         /* cold records the tier can track */
     cold_store *cold;     /* borrowed; NULL = no cold tier (spills are drops) */
     uint64_t instance;    /* distinguishes this tier's keys in a shared store */
+    const char *fingerprint; /* borrowed (model->fingerprint, 16 hex digits): cold
+                             values are coldfmt.h blocks, verified on the way back;
+                             NULL = the slot's raw bytes, checked by length only */
 } tier_config;
 
-/* Shape from the backend; budget 4x the hot pool; no compression. */
+/* Shape from the backend; budget 4x the hot pool; no compression; the
+ * model's fingerprint (cold blocks in coldfmt.h form). */
 void tier_config_default(tier_config *c, const struct backend *b);
 
 typedef struct tier_stats {
@@ -42,6 +51,7 @@ typedef struct tier_stats {
     uint64_t spills;              /* warm -> cold writes started */
     uint64_t spill_failures;      /* cold writes that failed (block dropped) */
     uint64_t fetches, fetch_hits, fetch_misses;
+    uint64_t integrity_failures;  /* fetched values coldfmt refused (counted in fetch_misses too) */
     uint64_t drops;               /* blocks lost (no cold tier, or it failed) */
     size_t bytes, peak_bytes;     /* warm bytes in use */
     int slots_used, n_slots;

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "cli.h"
 #include "json_out.h"
+#include "svc_proc.h"
 
 static const struct {
     const char *name;
@@ -56,6 +57,7 @@ int cli_version(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    svc_prefer_passive_wait(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -12,8 +12,10 @@
 #include "svc_config.h"
 #include "svc_log.h"
 #include "svc_service.h"
+#include "svc_proc.h"
 
 int main(int argc, char **argv) {
+    svc_prefer_passive_wait(argv);
     signal(SIGPIPE, SIG_IGN);
     svc_config cfg;
     char err[1024] = "";

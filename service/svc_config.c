@@ -53,6 +53,14 @@ static const struct key_def {
     {"max_inflight", T_INT, "256", 1, 1 << 20, F(max_inflight), "jobs in flight before partitions pause"},
     {"drain_timeout_s", T_DBL, "30", 0, 86400, F(drain_timeout_s), "SIGTERM: time given to in-flight jobs"},
     {"metrics_interval_s", T_DBL, "10", 0, 86400, F(metrics_interval_s), "metrics record period (0 = off)"},
+    {"redis", T_STR, NULL, 0, 0, F(redis),
+     "Redis cold tier: redis://[user:password@]host:port/db or unix:///path (unset = none)"},
+    {"redis_prefix", T_STR, "confkv:", 0, 0, F(redis_prefix), "prefix of every Redis key"},
+    {"redis_ttl_s", T_INT, "86400", 0, 1 << 30, F(redis_ttl_s), "expiry of cold blocks in Redis (0 = none)"},
+    {"redis_max_inflight_mb", T_INT, "64", 1, 1 << 16, F(redis_max_inflight_mb),
+     "Redis bytes in flight at most (beyond: spills are dropped)"},
+    {"redis_timeout_ms", T_INT, "2000", 10, 600000, F(redis_timeout_ms), "Redis connect and reply timeout"},
+    {"warm_budget_kb", T_LONG, "0", 0, 1L << 30, F(warm_budget_kb), "warm KV tier in KiB (0 = 4x the hot pool)"},
     {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit"},
 #undef F
 };
@@ -328,7 +336,7 @@ int svc_config_is_secret(const char *key) {
                                   "keystore", "sasl.oauthbearer.config", "jaas"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strstr(key, words[i])) return 1;
-    return 0;
+    return !strcmp(key, "redis"); /* its URL may carry a password */
 }
 
 static int cmp_kv(const void *a, const void *b) {

@@ -49,6 +49,10 @@ typedef struct svc_config {
     double drain_timeout_s;   /* SIGTERM: time in-flight jobs get to finish */
     double metrics_interval_s;/* a metrics record every N s (0 = never) */
     int print_config;
+    /* cold tier (svc_redis.h); no URL = no cold tier */
+    const char *redis, *redis_prefix;
+    int redis_ttl_s, redis_max_inflight_mb, redis_timeout_ms;
+    long warm_budget_kb;      /* warm tier (0 = 4x the hot pool) */
     /* every key as set, defaults included (kafka.* keys among them) */
     svc_kv *kv;
     int n_kv, cap_kv;

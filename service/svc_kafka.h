@@ -8,14 +8,38 @@
  * reports, rebalances, statistics and errors are all served on the loop
  * thread.
  *
- * At-least-once. enable.auto.commit=true and enable.auto.offset.store=false:
- * librdkafka commits, every auto.commit.interval.ms, the offsets we store,
- * and we store an offset only when every message before it in its partition
- * is done (svc_kafka_done, called when a job's result has been delivered).
- * Per partition the consumed offsets sit in an ordered ring with a done flag;
- * the contiguous done prefix is popped and offset+1 of its last entry stored.
- * On a revoke the ring is cleared and its epoch bumped, so late svc_kafka_done
- * calls for messages of the old assignment are ignored.
+ * At-least-once. librdkafka neither stores nor commits offsets by itself
+ * (enable.auto.commit=false, enable.auto.offset.store=false, forced): we
+ * commit, asynchronously from the loop, every kafka.auto.commit.interval.ms
+ * (default 1 s), on a revoke and (synchronously) in svc_kafka_free. The
+ * offset committed for a partition is the next one after its contiguous done
+ * prefix: svc_kafka_done is called when a job's result has been delivered;
+ * the consumed offsets sit in an ordered ring with a done flag, and the done
+ * prefix is popped. On a revoke the ring is cleared and its epoch bumped, so
+ * late svc_kafka_done calls for messages of the old assignment are ignored.
+ *
+ * Redelivery marks. Kafka does not tell a consumer that a message was
+ * consumed before, so every commit also carries, as the offset's metadata,
+ * a dispatch mark "confkv.mark=N": no consumer of the group has handed a
+ * message at offset >= N of that partition to the service. The invariant is
+ * kept by committing the mark before dispatching: a consumed message at
+ * offset o is handed over only once the broker has acknowledged a commit
+ * with a mark > o; until then it is held (in order; the partition is paused
+ * when HOLD_PAUSE messages are held). The mark is asked MARK_AHEAD offsets
+ * ahead, and renewed when dispatch gets within half of that, so dispatch
+ * normally never waits; regular commits are sent one at a time, so the
+ * broker never sees a mark go down while we dispatch. After an assignment,
+ * the committed offset and mark are read (rd_kafka_committed, on libuv's
+ * thread pool; the partition's messages are held meanwhile): a message at
+ * an offset below the previous mark, or at/below one this consumer already
+ * dispatched (a re-fetch), gets svc_ktok.redelivered = 1.
+ * Guarantee: a job handed to the service before a crash, a rebalance or a
+ * stop, and consumed again, is always marked. False positives: after a
+ * crash, up to MARK_AHEAD offsets past the last dispatched one per
+ * partition, and jobs dispatched but not finished (their result may never
+ * have been produced); after a revoke or a clean stop the mark committed is
+ * exactly the highest dispatched offset + 1, so none beyond those. Marks
+ * written by others (no "confkv.mark=" prefix) count as no mark.
  *
  * Backpressure. svc_kafka_pause pauses every assigned partition (also ones
  * assigned later); polling goes on, so the group does not evict us.
@@ -23,7 +47,7 @@
  * Ownership: svc_kafka_new copies what it needs from the config; messages
  * handed to on_message are borrowed for the call. Teardown in two steps:
  * svc_kafka_close_handles (uv handles; the loop must then run until they
- * are closed), then svc_kafka_free (commits the stored offsets, leaves the
+ * are closed), then svc_kafka_free (commits the done offsets, leaves the
  * group and destroys both clients: this blocks, so call it after the loop). */
 #ifndef CK_SVC_KAFKA_H
 #define CK_SVC_KAFKA_H
@@ -39,6 +63,7 @@ typedef struct svc_ktok {
     int32_t partition;
     int64_t offset;
     uint32_t epoch;
+    uint8_t redelivered;    /* it may have been handed to a service before (see above) */
 } svc_ktok;
 
 typedef struct svc_kafka_cbs {
@@ -60,6 +85,7 @@ typedef struct svc_kafka_stats {
     int assigned;           /* partitions assigned */
     int paused;             /* partitions are paused */
     uint64_t consumed, produced, delivered, delivery_failed, stored;
+    uint64_t redelivered;   /* dispatched with svc_ktok.redelivered set */
     int n_lag;              /* partitions with a known consumer lag */
     int32_t lag_partition[SVC_KAFKA_MAX_LAG_PARTS];
     int64_t lag[SVC_KAFKA_MAX_LAG_PARTS];

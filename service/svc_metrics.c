@@ -7,6 +7,7 @@
 
 #include "json_out.h"
 #include "svc_job.h"
+#include "svc_redis.h"
 
 void svc_hist_init(svc_hist *h, const double *le, int n) {
     memset(h, 0, sizeof *h);
@@ -129,7 +130,34 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     }
     const svc_kafka_stats *k = v->kafka;
     one(f, "confkv_kafka_up", "gauge", "1 when a Kafka broker connection is up.", k ? k->up : 0);
-    one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).", 0);
+    const svc_redis_stats *r = v->redis;
+    one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).", r ? r->up : 0);
+    if (r) {
+        head(f, "confkv_cold_requests_total", "counter", "Cold-tier requests accepted, by operation.");
+        fprintf(f, "confkv_cold_requests_total{op=\"put\"} %llu\nconfkv_cold_requests_total{op=\"get\"} %llu\n"
+                   "confkv_cold_requests_total{op=\"del\"} %llu\n",
+                (unsigned long long)r->requests[0], (unsigned long long)r->requests[1],
+                (unsigned long long)r->requests[2]);
+        head(f, "confkv_cold_gets_total", "counter", "Cold-tier reads answered, by result.");
+        fprintf(f, "confkv_cold_gets_total{result=\"hit\"} %llu\nconfkv_cold_gets_total{result=\"miss\"} %llu\n",
+                (unsigned long long)r->hits, (unsigned long long)r->misses);
+        one(f, "confkv_cold_failures_total", "counter", "Cold-tier requests that failed (Redis down, error, timeout).",
+            (double)r->failures);
+        one(f, "confkv_cold_busy_total", "counter", "Cold-tier requests refused: bytes in flight at the bound.",
+            (double)r->busy);
+        one(f, "confkv_cold_bad_replies_total", "counter", "Redis replies refused (error, wrong type or size).",
+            (double)r->bad_replies);
+        head(f, "confkv_cold_bytes_total", "counter", "Cold-tier value bytes, by direction.");
+        fprintf(f, "confkv_cold_bytes_total{direction=\"written\"} %llu\nconfkv_cold_bytes_total{direction=\"read\"} %llu\n",
+                (unsigned long long)r->bytes_written, (unsigned long long)r->bytes_read);
+        one(f, "confkv_cold_inflight_bytes", "gauge", "Cold-tier bytes accepted and not yet delivered.",
+            (double)r->inflight_bytes);
+        one(f, "confkv_redis_reconnects_total", "counter", "Redis connections re-established after a loss.",
+            (double)r->reconnects);
+        one(f, "confkv_redis_disconnects_total", "counter", "Redis connections lost or dropped.", (double)r->disconnects);
+        one(f, "confkv_redis_timeouts_total", "counter", "Redis replies later than the timeout.", (double)r->timeouts);
+        hist(f, "confkv_redis_roundtrip_seconds", "Redis request to reply.", &r->rtt_s);
+    }
     if (k) {
         one(f, "confkv_kafka_partitions_assigned", "gauge", "Jobs partitions assigned to this instance.", k->assigned);
         one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
@@ -215,6 +243,24 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
         jw_int(&w, (int64_t)v->eng->hot_bytes);
         jw_key(&w, "warm_kv_bytes");
         jw_int(&w, (int64_t)v->eng->warm_bytes);
+        jw_obj_end(&w);
+    }
+    if (v->redis) {
+        const svc_redis_stats *r = v->redis;
+        jw_key(&w, "redis");
+        jw_obj(&w);
+        jw_key(&w, "up");
+        jw_bool(&w, r->up);
+        jw_key(&w, "requests");
+        jw_int(&w, (int64_t)(r->requests[0] + r->requests[1] + r->requests[2]));
+        jw_key(&w, "failures");
+        jw_int(&w, (int64_t)r->failures);
+        jw_key(&w, "bytes_written");
+        jw_int(&w, (int64_t)r->bytes_written);
+        jw_key(&w, "bytes_read");
+        jw_int(&w, (int64_t)r->bytes_read);
+        jw_key(&w, "reconnects");
+        jw_int(&w, (int64_t)r->reconnects);
         jw_obj_end(&w);
     }
     if (v->kafka) {

@@ -52,6 +52,7 @@ typedef struct svc_metrics_view {
     const eng_stats *eng;             /* NULL before the model is loaded */
     const svc_hist *batch;            /* sequences per engine step */
     const svc_kafka_stats *kafka;     /* NULL when not connected */
+    const struct svc_redis_stats *redis; /* NULL when no cold tier is configured */
     int ready, model_loaded, inflight, draining;
     double uptime_s;
     const char *model, *instance;

@@ -17,6 +17,7 @@
 #include "svc_kafka.h"
 #include "svc_log.h"
 #include "svc_metrics.h"
+#include "svc_redis.h"
 #include "svc_result.h"
 
 #define MAX_PRODUCE_ATTEMPTS 3
@@ -44,6 +45,7 @@ typedef struct svc_service {
     svc_kafka *kafka;
     svc_et *et;
     svc_http *http;
+    svc_redis *redis;            /* cold tier; NULL when not configured */
     uv_signal_t sigterm, sigint;
     uv_timer_t metrics_timer, drain_timer;
     svc_metrics metrics;
@@ -286,6 +288,9 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
     r->origin.topic = s->cfg->topic_jobs;
     r->origin.partition = m->partition;
     r->origin.offset = m->offset;
+    /* issue 5, redelivery marks: set by svc_kafka from the committed dispatch mark */
+    r->origin.redelivered = tok.redelivered;
+    if (tok.redelivered) s->metrics.jobs_redelivered++;
     r->next = s->recs;
     if (s->recs) s->recs->prev = r;
     s->recs = r;
@@ -398,7 +403,8 @@ static void on_loaded(void *ud, int ok, const char *msg) {
 /* ------------------------------------------------------------------------ */
 /* HTTP */
 
-static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *batch, svc_kafka_stats *ks) {
+static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *batch, svc_kafka_stats *ks,
+                 svc_redis_stats *rs) {
     memset(v, 0, sizeof *v);
     v->m = &s->metrics;
     if (s->et && svc_et_stats(s->et, es, batch)) {
@@ -408,6 +414,10 @@ static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *b
     if (s->kafka) {
         svc_kafka_get_stats(s->kafka, ks);
         v->kafka = ks;
+    }
+    if (s->redis) {
+        svc_redis_get_stats(s->redis, rs);
+        v->redis = rs;
     }
     v->ready = is_ready(s) && ks->up;
     v->model_loaded = s->loaded;
@@ -423,7 +433,8 @@ static char *render(svc_service *s, int json, size_t *len) {
     eng_stats es;
     svc_hist batch;
     svc_kafka_stats ks = {0};
-    view(s, &v, &es, &batch, &ks);
+    svc_redis_stats rs;
+    view(s, &v, &es, &batch, &ks, &rs);
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
@@ -448,10 +459,15 @@ static void http_handler(void *ud, const char *method, const char *path, svc_htt
         svc_kafka_stats ks = {0};
         if (s->kafka) svc_kafka_get_stats(s->kafka, &ks);
         int ready = is_ready(s) && ks.up;
+        /* Redis down is a degradation (no cold tier), not unreadiness. */
+        svc_redis_stats rs = {0};
+        if (s->redis) svc_redis_get_stats(s->redis, &rs);
         char *b = NULL;
-        if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s}\n",
+        if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
+                         "\"redis\": \"%s\"}\n",
                      ready ? "true" : "false", s->loaded ? "true" : "false",
-                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false") < 0)
+                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
+                     !s->redis ? "off" : rs.up ? "up" : "down") < 0)
             b = NULL;
         r->status = ready ? 200 : 503;
         r->body = b;
@@ -493,6 +509,8 @@ static void finish_service(svc_service *s) {
     s->http = NULL;
     svc_et_stop(s->et); /* joins the engine thread: no more completions */
     s->et = NULL;
+    svc_redis_close(s->redis); /* after the engine: nothing uses the store any more */
+    s->redis = NULL;
     svc_kafka_close_handles(s->kafka);
 }
 
@@ -599,6 +617,20 @@ int svc_service_run(svc_config *cfg) {
     eo.eng.max_queue = cfg->max_queue;
     if (cfg->kv_budget_mb) eo.eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
     if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
+    if (cfg->warm_budget_kb) eo.eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
+    /* ---- cold tier: Redis (svc_redis.h), used by the engine thread's tiers */
+    if (cfg->redis) {
+        svc_redis_config rc_;
+        svc_redis_config_default(&rc_);
+        rc_.url = cfg->redis;
+        rc_.prefix = cfg->redis_prefix;
+        rc_.ttl_s = cfg->redis_ttl_s;
+        rc_.max_inflight_bytes = (size_t)cfg->redis_max_inflight_mb << 20;
+        rc_.timeout_ms = cfg->redis_timeout_ms;
+        if (svc_redis_new(&s->loop, &rc_, &s->redis, err, sizeof err)) goto fail;
+        eo.eng.cold = svc_redis_store(s->redis);
+    }
+    /* ---- */
     eo.max_prompt_tokens = cfg->max_prompt_tokens;
     eo.default_max_tokens = cfg->default_max_tokens;
     if (svc_et_start(&s->loop, &eo, et_done, on_loaded, s, &s->et)) {
@@ -630,6 +662,8 @@ fail:
         svc_et_stop(s->et);
         s->et = NULL;
     }
+    svc_redis_close(s->redis);
+    s->redis = NULL;
     svc_http_close(s->http);
     svc_kafka_close_handles(s->kafka);
     uv_run(&s->loop, UV_RUN_DEFAULT);

@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git
   libopenblas-openmp-dev      # sgemm/sgemv for the CPU backend (OpenMP build)
-  libuv1-dev librdkafka-dev libhiredis-dev libmsgpack-dev libzstd-dev
+  libuv1-dev librdkafka-dev libhiredis-dev libmsgpack-dev libzstd-dev libxxhash-dev
   libcjson-dev libhttp-parser-dev  # confkvd: JSON jobs/results, HTTP request parsing
   python3                     # test scripts parse JSON with it
   kcat redis-server           # real Kafka client and real Redis for integration tests
