@@ -6,7 +6,10 @@
  * tokens and the ceiling is the sgemm rate. The bench measures both ceilings
  * first (a multi-threaded streaming read of a buffer far larger than the
  * caches; OpenBLAS sgemm on square matrices) and reports the fraction of the
- * relevant one the run reached. --scenario serve drives the scheduler
+ * relevant one the run reached. The bandwidth is measured twice: over a
+ * buffer the size of the weights (the ceiling batch-1 decode really faces:
+ * a model that fits the last-level cache is read from it) and over 512 MiB
+ * (DRAM). --scenario serve drives the scheduler
  * instead (cli_serve.c). */
 #include <math.h>
 #include <omp.h>
@@ -24,9 +27,9 @@
 
 int cli_bench_serve(int argc, char **argv);
 
-/* Best-of-5 read bandwidth over a 512 MiB buffer, bytes/s. */
-static double measure_bandwidth(int threads) {
-    size_t n = (size_t)512 << 20 >> 3; /* doubles */
+/* Best-of-5 read bandwidth over a buffer of `bytes`, bytes/s. */
+static double measure_bandwidth(int threads, size_t bytes) {
+    size_t n = bytes >> 3; /* doubles */
     double *buf = malloc(n * sizeof *buf);
     if (!buf) return 0;
 #pragma omp parallel for num_threads(threads)
@@ -114,10 +117,15 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     int threads = e.b->opt.n_threads, V = e.m->cfg.vocab_size, T = e.b->opt.max_batch_tokens;
-    double bw = 0, sg = 0;
+    /* Two read bandwidths: over 512 MiB (DRAM, past any cache) and over a
+     * buffer the size of the weights (what decode at batch 1 streams; a
+     * model that fits the last-level cache is read from there). */
+    double bw = 0, bw_dram = 0, sg = 0;
+    size_t wset = (size_t)(4.0 * (double)model_n_params(e.m));
     if (roofline) {
         fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
-        bw = measure_bandwidth(threads);
+        bw_dram = measure_bandwidth(threads, (size_t)512 << 20);
+        bw = measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20));
         sg = measure_sgemm(threads);
     }
     openblas_set_num_threads(threads);
@@ -230,6 +238,9 @@ int cli_bench(int argc, char **argv) {
         jw_key(&w, "peak_rss_bytes"), jw_int(&w, (int64_t)ru.ru_maxrss * 1024);
         jw_key(&w, "roofline"), jw_obj(&w);
         jw_key(&w, "mem_read_bytes_per_s"), jw_num(&w, bw);
+        jw_key(&w, "mem_read_buffer_bytes"), jw_int(&w, (int64_t)wset);
+        jw_key(&w, "dram_read_bytes_per_s"), jw_num(&w, bw_dram);
+        jw_key(&w, "bandwidth_fraction_dram"), jw_num(&w, bw_dram > 0 ? step_bytes * (agg / batch) / bw_dram : 0);
         jw_key(&w, "sgemm_flops_per_s"), jw_num(&w, sg);
         jw_key(&w, "weight_bytes_per_step"), jw_num(&w, wbytes);
         jw_key(&w, "bytes_per_step"), jw_num(&w, step_bytes);

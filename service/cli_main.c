@@ -20,6 +20,7 @@ static const struct {
     {"broker", cli_broker, "run an embedded Kafka broker (for tests and demos with confkvd)"},
     {"submit", cli_submit, "send jobs to confkvd through Kafka and print their results"},
     {"batch", cli_batch, "run an OpenAI Batch API file through confkvd (Kafka) or in-process"},
+    {"loadgen", cli_loadgen, "send the serve bench's load to confkvd through Kafka; throughput, latency"},
     {"version", cli_version, "print the version and the compiled-in backends"},
 };
 

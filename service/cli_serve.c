@@ -274,6 +274,12 @@ int cli_bench_serve(int argc, char **argv) {
         }
     }
     double wall = t_end - arr[0], cpu = cpu_s() - c0;
+    /* Request latency, arrival to last token (compared with `confkv loadgen`
+     * through Kafka, issue 5); arr is not needed any more, so it holds them. */
+    size_t n_lat = 0;
+    for (int i = 0; i < n_req; i++)
+        if (last[i] >= 0) arr[n_lat++] = last[i] - arr[i];
+    qsort(arr, n_lat, sizeof *arr, cmp_double);
     qsort(ttft, n_ttft, sizeof *ttft, cmp_double);
     qsort(itl, n_itl, sizeof *itl, cmp_double);
     eng_stats st;
@@ -307,6 +313,8 @@ int cli_bench_serve(int argc, char **argv) {
         jw_key(&w, "generated_tokens"), jw_int(&w, (int64_t)tokens);
         jw_key(&w, "cpu_s"), jw_num(&w, cpu);
         jw_key(&w, "tokens_per_cpu_s"), jw_num(&w, cpu > 0 ? (double)tokens / cpu : 0);
+        jw_key(&w, "latency_p50_ms"), jw_num(&w, 1e3 * quantile(arr, n_lat, 0.5));
+        jw_key(&w, "latency_p99_ms"), jw_num(&w, 1e3 * quantile(arr, n_lat, 0.99));
         jw_key(&w, "ttft_p50_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.5));
         jw_key(&w, "ttft_p99_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.99));
         jw_key(&w, "itl_p50_ms"), jw_num(&w, 1e3 * quantile(itl, n_itl, 0.5));
@@ -327,6 +335,7 @@ int cli_bench_serve(int argc, char **argv) {
         printf("completed %d, failed %d in %.2f s: %.2f requests/s, %.1f tokens/s (%.1f per CPU second)\n",
                completed, failed, wall, wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0,
                cpu > 0 ? (double)tokens / cpu : 0);
+        printf("latency p50 %.1f ms, p99 %.1f ms\n", 1e3 * quantile(arr, n_lat, 0.5), 1e3 * quantile(arr, n_lat, 0.99));
         printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n", 1e3 * quantile(ttft, n_ttft, 0.5),
                1e3 * quantile(ttft, n_ttft, 0.99), 1e3 * quantile(itl, n_itl, 0.5), 1e3 * quantile(itl, n_itl, 0.99));
         printf("max concurrent %d, mean batch %.1f sequences, hot KV peak %.2f MiB of %.2f, %llu preemptions "
