@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -47,6 +48,8 @@ static void help(void) {
            "  --model NAME         the job's `model` field (none)\n"
            "  --seed S             arrivals and prompts (1)\n"
            "  --timeout S          give up S seconds after the last job was sent (120)\n"
+           "  --per-job FILE       also write one line per job: index sent_s recv_s total_ms ttft_ms back_ms\n"
+           "                       (back_ms: the result's CreateTime to its arrival, ms resolution)\n"
            "  --json               one JSON object on stdout\n");
 }
 
@@ -87,6 +90,7 @@ typedef struct lg_job {
     double sent;      /* produce call, s from start (-1: not yet) */
     double recv;      /* result received (-1: not yet) */
     double ttft_ms, total_ms;
+    double back_ms;   /* result's CreateTime (confkvd's produce call) to its arrival, wall clock */
     int completion_tokens, ok;
 } lg_job;
 
@@ -96,7 +100,7 @@ static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers, char *err, 
         {"bootstrap.servers", brokers},
         {"client.id", "confkv-loadgen"},
         {type == RD_KAFKA_PRODUCER ? "client.id" : "group.id", "confkv-loadgen"}, /* assign() only: never joins */
-        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms", type == RD_KAFKA_PRODUCER ? "0" : "10"},
+        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms", type == RD_KAFKA_PRODUCER ? "0" : "2"},
         {type == RD_KAFKA_PRODUCER ? "acks" : "enable.partition.eof", type == RD_KAFKA_PRODUCER ? "all" : "false"},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
@@ -173,6 +177,13 @@ static int take_result(const rd_kafka_message_t *m, const char *prefix, lg_job *
         if (!*end && i >= 0 && i < n && jobs[i].recv < 0) {
             lg_job *j = &jobs[i];
             j->recv = now;
+            rd_kafka_timestamp_type_t tst;
+            int64_t ts = rd_kafka_message_timestamp(m, &tst);
+            struct timespec w;
+            clock_gettime(CLOCK_REALTIME, &w);
+            j->back_ms = ts > 0 && tst == RD_KAFKA_TIMESTAMP_CREATE_TIME
+                             ? (double)w.tv_sec * 1e3 + (double)w.tv_nsec / 1e6 - (double)ts
+                             : -1;
             cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "status");
             j->ok = cJSON_IsString(st) && !strcmp(st->valuestring, "ok");
             cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
@@ -192,7 +203,7 @@ static int take_result(const rd_kafka_message_t *m, const char *prefix, lg_job *
 
 int cli_loadgen(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "loadgen", 0};
-    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *model = NULL;
+    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *model = NULL, *per_job = NULL;
     int n = 100, P = 16, G = 128, V = 512, json = 0;
     float rate = 10, timeout = 120;
     uint64_t seed = 1;
@@ -202,7 +213,7 @@ int cli_loadgen(int argc, char **argv) {
             return 0;
         }
         if (cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
-            cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--model", &model) ||
+            cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--model", &model) || cli_str(&a, "--per-job", &per_job) ||
             cli_int(&a, "--requests", 1, 1 << 20, &n) || cli_float(&a, "--rate", 0, 1e6, &rate) ||
             cli_int(&a, "--prompt-tokens", 1, 1 << 16, &P) || cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) ||
             cli_int(&a, "--vocab", 4, 1 << 24, &V) || cli_u64(&a, "--seed", &seed) ||
@@ -246,6 +257,32 @@ int cli_loadgen(int argc, char **argv) {
     if (!json)
         fprintf(stderr, "confkv loadgen: %d jobs at %g/s, %d + %d tokens, to %s on %s ...\n", n, (double)rate, P, G,
                 topic, brokers);
+    /* A ping first, outside the clock: an invalid job (no prompt) that
+     * confkvd answers with an error result at once. It warms up both of our
+     * clients (metadata, connections, the first fetch) and checks that
+     * confkvd is there. */
+    char ping[96];
+    snprintf(ping, sizeof ping, "%sping", prefix);
+    char pv[160];
+    snprintf(pv, sizeof pv, "{\"id\": \"%s\"}", ping);
+    if (rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(ping, strlen(ping)),
+                          RD_KAFKA_V_VALUE(pv, strlen(pv)), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_END)) {
+        cli_error(&a, "cannot produce to %s", topic);
+        goto out;
+    }
+    int ponged = 0;
+    for (double tp = cli_now(); !ponged && cli_now() - tp < timeout;) {
+        rd_kafka_poll(prod, 0);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 100);
+        if (!m) continue;
+        ponged = !m->err && m->key_len == strlen(ping) && !memcmp(m->key, ping, m->key_len);
+        rd_kafka_message_destroy(m);
+    }
+    if (!ponged) {
+        cli_error(&a, "no answer from confkvd within %g s (is it running on %s?)", (double)timeout, brokers);
+        goto out;
+    }
     int next = 0, got = 0;
     double t0 = cli_now(), t_last_sent = 0, t_last = 0;
     while (got < n) {
@@ -293,6 +330,14 @@ int cli_loadgen(int argc, char **argv) {
             }
             rd_kafka_message_destroy(m);
         }
+    }
+    if (per_job) {
+        FILE *f = fopen(per_job, "w");
+        if (!f) cli_error(&a, "cannot write %s", per_job);
+        for (int i = 0; f && i < n; i++)
+            fprintf(f, "%d %.6f %.6f %.3f %.3f %.3f\n", i, jobs[i].sent, jobs[i].recv, jobs[i].total_ms, jobs[i].ttft_ms,
+                    jobs[i].back_ms);
+        if (f) fclose(f);
     }
     /* Figures */
     size_t nl = 0;

@@ -50,6 +50,7 @@ struct svc_redis {
     int attempt;                 /* failed connects in a row (backoff) */
     int ever_up, down_logged;
     rreq *sent_head, *sent_tail; /* sent, reply not yet in (oldest first) */
+    double t_progress;           /* last reply (or when the connection came up) */
     char ttl[16];
     /* guarded by mu */
     pthread_mutex_t mu;
@@ -476,7 +477,7 @@ static void handshake_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     }
     if (what != &HS_PING) return;
     r->state = ST_UP;
-    r->t_state = now_s();
+    r->t_state = r->t_progress = now_s();
     r->attempt = 0;
     r->down_logged = 0;
     set_up(r, 1);
@@ -548,7 +549,8 @@ static void reply_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     rreq *q = privdata;
     sent_unlink(r, q);
     if (!reply) return complete(r, q, CK_EIO); /* the connection went away */
-    double rtt = now_s() - q->t_sent;
+    r->t_progress = now_s();
+    double rtt = r->t_progress - q->t_sent;
     int status = CK_EIO, bad = 0;
     if (reply->type == REDIS_REPLY_ERROR) {
         bad = 1;
@@ -644,13 +646,17 @@ static void async_cb(uv_async_t *h) {
     }
 }
 
-/* Timeouts hiredis 0.14 does not have: connect + handshake, and replies. */
+/* Timeouts hiredis 0.14 does not have: connect + handshake, and replies.
+ * A reply is late when the oldest request has waited timeout_ms and no
+ * reply at all came in meanwhile: a long pipeline that Redis is working
+ * through (a burst of spills on a slow link) is progress, not a stall. */
 static void tick_cb(uv_timer_t *t) {
     svc_redis *r = t->data;
     double now = now_s(), limit = r->c.timeout_ms / 1e3;
     if (r->state == ST_CONNECTING && now - r->t_state > limit) {
         conn_drop(r, "connect_timeout", NULL);
-    } else if (r->state == ST_UP && r->sent_head && now - r->sent_head->t_sent > limit) {
+    } else if (r->state == ST_UP && r->sent_head && now - r->sent_head->t_sent > limit &&
+               now - r->t_progress > limit) {
         pthread_mutex_lock(&r->mu);
         r->st.timeouts++;
         pthread_mutex_unlock(&r->mu);

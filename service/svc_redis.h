@@ -15,7 +15,8 @@
  * While Redis is down (not connected, handshake not done, or between
  * reconnections) every request is accepted and fails fast with CK_EIO at the
  * next poll; a request sent on a connection that drops, or whose reply takes
- * longer than timeout_ms (the connection is then dropped), fails with CK_EIO.
+ * longer than timeout_ms while no other reply arrives either (the connection
+ * is then dropped), fails with CK_EIO.
  * GET: status 0 with the value (borrowed for the callback), CK_ENOTFOUND for
  * a nil reply, CK_EIO for anything else (an error reply, a reply of the
  * wrong type or larger than max_value_bytes). Callers verify values

@@ -277,7 +277,7 @@ static void test_url(void) {
 }
 
 static void test_round_trip(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     CK_CHECK(h_start(&h, url, NULL) == 0);
@@ -332,7 +332,7 @@ static void test_round_trip(void) {
 #define BLOCK 20480
 
 static void test_burst(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     CK_CHECK(h_start(&h, url, NULL) == 0);
@@ -389,7 +389,7 @@ static void test_burst(void) {
 
 /* Accepted bytes not yet delivered are bounded: beyond, CK_EBUSY at once. */
 static void test_inflight_bound(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     svc_redis_config c;
@@ -419,7 +419,7 @@ static void test_inflight_bound(void) {
 /* The warm tier over Redis: blocks go out as coldfmt values and come back
  * verified; a value corrupted in Redis is an integrity failure. */
 static void test_tier_corruption(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     CK_CHECK(h_start(&h, url, NULL) == 0);
@@ -516,7 +516,7 @@ static void test_auth_db_unix(void) {
     snprintf(u2, sizeof u2, "unix://%s?db=5", sock);
     urls[0] = u0, urls[1] = u1;
     for (int i = 0; i < 2; i++) {
-        harness h;
+        static harness h; /* static: a failed check returns with its loop thread still running */
         CK_CHECK(h_start(&h, urls[i], NULL) == 0);
         CK_CHECK_MSG(wait_up(&h, 1, 5), "%s", urls[i]);
         res r = {0}, g = {0};
@@ -532,7 +532,7 @@ static void test_auth_db_unix(void) {
     }
     /* a wrong password: never up; requests fail fast */
     snprintf(u0, sizeof u0, "redis://:wrong@127.0.0.1:%d", port);
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     CK_CHECK(h_start(&h, u0, NULL) == 0);
     sleep_ms(300);
     cold_poll(h.s);
@@ -564,7 +564,7 @@ static void test_auth_db_unix(void) {
 /* A server that stops answering (SIGSTOP): replies time out, the connection
  * is dropped, requests fail; after SIGCONT it comes back. */
 static void test_stalled_server(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     svc_redis_config c;
@@ -593,7 +593,7 @@ static void test_stalled_server(void) {
 /* kill -9 mid-run: every request completes quickly (CK_EIO), nothing hangs;
  * after a restart on the same port the store is back by itself. */
 static void test_kill9_and_reconnect(void) {
-    harness h;
+    static harness h; /* static: a failed check returns with its loop thread still running */
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
     CK_CHECK(h_start(&h, url, NULL) == 0);
