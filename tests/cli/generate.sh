@@ -55,6 +55,26 @@ PY
 "$bin" generate "${M[@]}" --temperature 0 --max-tokens 3 --json | python3 -c '
 import json, sys; d = json.load(sys.stdin); assert d["prompt"] == "" and d["completion"].startswith("Once")'
 
+# --policy adds the kv object; full keeps everything, conf keeps less.
+for pol in full conf conf-int8 window:64; do
+    "$bin" generate "${M[@]}" --temperature 0 --max-tokens 200 --ignore-eos --policy $pol --json \
+        > "$tmp/pol.json"
+    python3 - "$tmp/pol.json" "$pol" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); pol = sys.argv[2]; kv = d["kv"]
+for k in ("retained_mean", "retained_peak", "recalls", "demotions", "hot_peak_bytes", "warm_peak_bytes"):
+    assert k in kv, k
+assert d["usage"]["completion_tokens"] == 200
+if pol == "full":
+    assert kv["retained_mean"] == 1 and kv["demotions"] == 0
+else:
+    assert 0 < kv["retained_mean"] < 1 and kv["demotions"] > 0, kv
+    assert kv["hot_peak_bytes"] > 0
+if pol.startswith("conf"):
+    assert kv["recalls"] > 0 and kv["warm_peak_bytes"] > 0, kv
+PY
+done
+
 # convert: f32 reproduces the oracle; an independent GGUF reader agrees.
 "$bin" convert --from llama2c "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
     -o "$tmp/m.gguf" 2>/dev/null
