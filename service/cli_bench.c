@@ -72,7 +72,9 @@ static double measure_sgemm(int threads) {
 
 static void help(void) {
     printf("usage: confkv bench --model M [--tokenizer T] [--batch B] [--prompt-tokens P]\n"
-           "                    [--gen-tokens N] [--threads T] [--json] [--no-roofline]\n"
+           "                    [--gen-tokens N] [--threads T] [--backend B] [--json] [--no-roofline]\n"
+           "                    [--peak-bw GB/s] [--peak-tflops T]   (a device's datasheet limits,\n"
+           "                     instead of measuring this CPU: e.g. H200 4800 GB/s)\n"
            "       confkv bench --scenario serve ...   (confkv bench --scenario serve --help)\n\n"
            "Runs B sequences: prefill of P tokens each, then N decode steps of B tokens.\n"
            "Defaults: batch 1, 32 prompt tokens, 128 generated tokens, all cores.\n");
@@ -85,6 +87,7 @@ int cli_bench(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_opts_default(&eo);
     int batch = 1, prompt = 32, gen = 128, json = 0, roofline = 1;
+    float peak_bw = 0, peak_flops = 0; /* GB/s, TFLOP/s given instead of measured (GPUs) */
     const char *scenario = "decode";
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
@@ -93,7 +96,8 @@ int cli_bench(int argc, char **argv) {
         }
         if (cli_engine_flag(&a, &eo) || cli_int(&a, "--batch", 1, 4096, &batch) ||
             cli_int(&a, "--prompt-tokens", 1, 1 << 20, &prompt) ||
-            cli_int(&a, "--gen-tokens", 1, 1 << 20, &gen) || cli_str(&a, "--scenario", &scenario))
+            cli_int(&a, "--gen-tokens", 1, 1 << 20, &gen) || cli_str(&a, "--scenario", &scenario) ||
+            cli_float(&a, "--peak-bw", 0, 1e6, &peak_bw) || cli_float(&a, "--peak-tflops", 0, 1e6, &peak_flops))
             continue;
         if (cli_flag(&a, "--json")) json = 1;
         else if (cli_flag(&a, "--no-roofline")) roofline = 0;
@@ -122,7 +126,10 @@ int cli_bench(int argc, char **argv) {
      * model that fits the last-level cache is read from there). */
     double bw = 0, bw_dram = 0, sg = 0;
     size_t wset = (size_t)(4.0 * (double)model_n_params(e.m));
-    if (roofline) {
+    if (peak_bw > 0 || peak_flops > 0) {
+        bw = bw_dram = 1e9 * (double)peak_bw;
+        sg = 1e12 * (double)peak_flops;
+    } else if (roofline) {
         fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
         bw_dram = measure_bandwidth(threads, (size_t)512 << 20);
         bw = measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20));
@@ -203,13 +210,17 @@ int cli_bench(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const model_config *c = &e.m->cfg;
-    /* The CPU backend computes in f32: 4 bytes per weight read. */
-    double wbytes = 4.0 * (double)(model_n_params(e.m) - e.m->tok_emb.n + (e.m->tied ? e.m->wcls.n : 0)) +
-                    4.0 * c->dim;
+    /* Bytes of weights one step reads: the CPU backend computes in f32 (4
+     * bytes a weight); other backends read the stored type. */
+    double wbytes = !strcmp(e.b->ops->name, "cpu")
+                        ? 4.0 * (double)(model_n_params(e.m) - e.m->tok_emb.n + (e.m->tied ? e.m->wcls.n : 0)) +
+                              4.0 * c->dim
+                        : (double)model_weight_bytes(e.m);
+    double n_weights = (double)(model_n_params(e.m) - e.m->tok_emb.n + (e.m->tied ? e.m->wcls.n : 0));
     double kvd = (double)c->n_kv_heads * c->head_dim;
     double avg_ctx = prompt + gen / 2.0;
     /* per token: 2 FLOPs per weight in the matmuls, plus attention (QK and AV) */
-    double flops = 2.0 * (wbytes / 4.0) + 4.0 * c->n_layers * c->n_heads * c->head_dim * avg_ctx;
+    double flops = 2.0 * n_weights + 4.0 * c->n_layers * c->n_heads * c->head_dim * avg_ctx;
     double kv_bytes = 2.0 * c->n_layers * kvd * 4.0 * avg_ctx;
     double agg = batch * (double)gen / decode_s, per = gen / decode_s;
     /* bytes one decode step reads: the weights once, every sequence's KV */

@@ -50,5 +50,38 @@ rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 0 ] && [ "$have_gpu" -eq 1 ] && grep -q '(Skipped)' "$LOG"; then
     say "a GPU is visible but the GPU tests skipped"; rc=1
 fi
+# GPU benchmarks (issue 7): decode at batch 1, 8 and 64 on a synthetic model of
+# the 1B shape (f16), with the fraction of the H200's 4.8 TB/s reached; the
+# serve scenario full vs conf; eval on the GPU for comparison with the CPU's.
+if [ "$have_gpu" -eq 1 ] && [ "$rc" -eq 0 ] && [ "${CONFKV_GPU_BENCH:-1}" = 1 ]; then
+    bin="$B/service/confkv"
+    m1b="$B/synth-1b-f16.gguf"
+    models_dir=${CONFKV_SHARED_MODELS:-../shared/models}
+    say "== bench: synth 1B shape f16"
+    [ -f "$m1b" ] || timeout 300 "$bin" synth -o "$m1b" --dim 2048 --layers 16 --heads 32 --kv-heads 8 \
+        --ffn 8192 --vocab 32000 --ctx 2048 --type f16 --seed 1 2>&1 | tee -a "$LOG"
+    for b in 1 8 64; do
+        timeout 120 "$bin" bench --backend cuda --model "$m1b" --batch "$b" --prompt-tokens 128 \
+            --gen-tokens 128 --peak-bw 4800 --peak-tflops 989 --json 2>>"$LOG" | tee -a "$LOG" \
+            | tee "$B/bench-b$b.json"
+    done
+    say "== serve: full vs conf (synth 1B, 512 MiB KV)"
+    for p in full conf; do
+        timeout 120 "$bin" bench --scenario serve --backend cuda --model "$m1b" --kv-budget-mb 512 \
+            --requests 128 --rate 1000 --prompt-tokens 64 --gen-tokens 256 --policy "$p" --json \
+            2>>"$LOG" | tee -a "$LOG" | tee "$B/serve-$p.json"
+    done
+    say "== eval on cuda vs cpu (stories260K, 16 prompts)"
+    for be in cuda cpu; do
+        timeout 120 "$bin" eval --backend "$be" --model "$models_dir/stories260K.bin" \
+            --tokenizer "$models_dir/tok512.bin" --prompts tests/data/eval_prompts.txt --limit 16 \
+            --gen-tokens 400 --policies full,window:128,conf,conf-int8 --json 2>>"$LOG" \
+            | tee -a "$LOG" | tee "$B/eval-$be.json"
+    done
+    if [ -n "${OUT:-}" ]; then
+        mkdir -p "$OUT"
+        cat "$B"/bench-b*.json "$B"/serve-*.json "$B"/eval-*.json > "$OUT/gpu-results.jsonl" 2>/dev/null
+    fi
+fi
 say "== exit $rc"
 exit "$rc"
