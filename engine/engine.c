@@ -1001,4 +1001,13 @@ void eng_get_stats(const eng *e, eng_stats *s) {
     s->hot_capacity_bytes = (size_t)e->pool.n_blocks * e->block_bytes;
     s->int8_bytes = (size_t)kv_pool_used(&e->pool8) * e->b->kv8_block_bytes;
     s->warm_bytes = tier_get_stats(e->warm)->bytes + (e->warm8 ? tier_get_stats(e->warm8)->bytes : 0);
+    const tier_stats *tiers[2] = {tier_get_stats(e->warm), e->warm8 ? tier_get_stats(e->warm8) : NULL};
+    s->cold_spills = s->cold_fetch_hits = s->cold_fetch_misses = s->integrity_failures = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!tiers[i]) continue;
+        s->cold_spills += tiers[i]->spills;
+        s->cold_fetch_hits += tiers[i]->fetch_hits;
+        s->cold_fetch_misses += tiers[i]->fetch_misses;
+        s->integrity_failures += tiers[i]->integrity_failures;
+    }
 }

@@ -135,6 +135,8 @@ typedef struct eng_stats {
     uint64_t steps, tokens_generated, tokens_prefilled;
     int last_batch_tokens, last_batch_seqs;
     size_t hot_bytes, hot_capacity_bytes, warm_bytes, int8_bytes;
+    uint64_t cold_spills, cold_fetch_hits, cold_fetch_misses;
+    uint64_t integrity_failures; /* cold blocks refused on reload (checksum, fingerprint, shape) */
     int hot_blocks_used, hot_blocks;
     double step_ms_last, sched_ms_last; /* time of the last step; of which scheduling */
     double sched_ms_total, step_ms_total;

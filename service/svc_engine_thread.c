@@ -2,6 +2,7 @@
 #include "svc_engine_thread.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,8 +206,26 @@ static void *thread_main(void *arg) {
     eng_event *ev = malloc(MAX_EVENTS * sizeof *ev);
     for (;;) {
         pthread_mutex_lock(&t->mu);
-        while (!t->stop && !t->in_head && !t->pending && eng_idle(t->e))
-            pthread_cond_wait(&t->cv, &t->mu);
+        while (!t->stop && !t->in_head && !t->pending && eng_idle(t->e)) {
+            if (!t->o.eng.cold) {
+                pthread_cond_wait(&t->cv, &t->mu);
+                continue;
+            }
+            /* With a cold store, wake every 50 ms while idle: its completions
+             * (and the deletes they trigger) are delivered only by polls on
+             * this thread, and an idle engine makes none. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            pthread_mutex_unlock(&t->mu);
+            cold_poll(t->o.eng.cold);
+            pthread_mutex_lock(&t->mu);
+        }
         svc_work *in = t->in_head;
         t->in_head = t->in_tail = NULL;
         int stop = t->stop;

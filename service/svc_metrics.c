@@ -124,6 +124,14 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
                    "confkv_kv_bytes{tier=\"int8\"} %zu\n",
                 e->hot_bytes, e->warm_bytes, e->int8_bytes);
         one(f, "confkv_kv_hot_capacity_bytes", "gauge", "Hot KV pool size.", (double)e->hot_capacity_bytes);
+        one(f, "confkv_kv_spills_total", "counter", "KV blocks written from the warm tier to the cold tier.",
+            (double)e->cold_spills);
+        head(f, "confkv_kv_cold_fetches_total", "counter", "KV blocks fetched back from the cold tier, by result.");
+        fprintf(f, "confkv_kv_cold_fetches_total{result=\"hit\"} %llu\nconfkv_kv_cold_fetches_total{result=\"miss\"} %llu\n",
+                (unsigned long long)e->cold_fetch_hits, (unsigned long long)e->cold_fetch_misses);
+        one(f, "confkv_kv_integrity_failures_total", "counter",
+            "Cold KV blocks refused on reload (checksum, model fingerprint or shape mismatch).",
+            (double)e->integrity_failures);
         head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
         fprintf(f, "confkv_kv_blocks{tier=\"hot\",state=\"used\"} %d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
                 e->hot_blocks_used, e->hot_blocks);
