@@ -5,6 +5,7 @@
  * stderr as one line: "confkv <cmd>: <what went wrong>". */
 #ifndef CK_CLI_H
 #define CK_CLI_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -76,6 +77,17 @@ void cli_engine_close(cli_engine *e);
 /* Sampling flags (--temperature, --top-p, --top-k, --min-p,
  * --repeat-penalty, --seed). Returns 1 if argv[i] was one. */
 int cli_sampling_flag(cli_args *a, samp_params *p);
+
+/* The load generators' random numbers (splitmix64): `confkv bench
+ * --scenario serve` and `confkv loadgen` draw the same arrivals and prompts
+ * from the same seed, so their figures compare. */
+uint64_t cli_rng_next(uint64_t *state);
+/* Uniform in (0, 1]. */
+double cli_rng_unit(uint64_t *state);
+/* Sort doubles ascending (in place). */
+void cli_sort_doubles(double *v, size_t n);
+/* q-quantile of sorted v (linear interpolation); 0 when empty. */
+double cli_quantile(const double *v, size_t n, double q);
 
 /* Monotonic seconds. */
 double cli_now(void);

@@ -170,6 +170,32 @@ void cli_engine_close(cli_engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+uint64_t cli_rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double cli_rng_unit(uint64_t *s) { return ((double)(cli_rng_next(s) >> 11) + 1.0) / 9007199254740992.0; }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void cli_sort_doubles(double *v, size_t n) {
+    if (n > 1) qsort(v, n, sizeof *v, cmp_double);
+}
+
+double cli_quantile(const double *v, size_t n, double q) {
+    if (!n) return 0;
+    double k = q * (double)(n - 1);
+    size_t i = (size_t)k;
+    if (i + 1 >= n) return v[n - 1];
+    return v[i] + (k - (double)i) * (v[i + 1] - v[i]);
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -53,36 +53,13 @@ static void help(void) {
            "  --json               one JSON object on stdout\n");
 }
 
-/* The serve bench's generator (cli_serve.c): same seed, same arrivals. */
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740992.0; }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double quantile(const double *v, size_t n, double q) {
-    if (!n) return 0;
-    double k = q * (double)(n - 1);
-    size_t i = (size_t)k;
-    if (i + 1 >= n) return v[n - 1];
-    return v[i] + (k - (double)i) * (v[i + 1] - v[i]);
-}
-
 static double mean(const double *v, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += v[i];
     return n ? s / (double)n : 0;
 }
 
-static void sorted(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }
+static void sorted(double *v, size_t n) { cli_sort_doubles(v, n); }
 
 /* Per job: what the client saw. */
 typedef struct lg_job {
@@ -249,7 +226,7 @@ int cli_loadgen(int argc, char **argv) {
     }
     uint64_t rs = seed, ps = seed ^ 0x10ad9e4ull;
     for (int i = 0; i < n; i++) {
-        jobs[i].arrival = rate > 0 ? (i ? jobs[i - 1].arrival : 0) - log(rng_unit(&rs)) / rate : 0;
+        jobs[i].arrival = rate > 0 ? (i ? jobs[i - 1].arrival : 0) - log(cli_rng_unit(&rs)) / rate : 0;
         jobs[i].sent = jobs[i].recv = -1;
     }
     char prefix[64];
@@ -291,7 +268,7 @@ int cli_loadgen(int argc, char **argv) {
             char id[96];
             snprintf(id, sizeof id, "%s%d", prefix, next);
             ids[0] = 1; /* BOS */
-            for (int k = 1; k < P; k++) ids[k] = 3 + (int32_t)(rng_next(&ps) % (uint64_t)(V - 3));
+            for (int k = 1; k < P; k++) ids[k] = 3 + (int32_t)(cli_rng_next(&ps) % (uint64_t)(V - 3));
             char *v = job_json(id, ids, P, G, model);
             if (!v) {
                 cli_error(&a, "out of memory");
@@ -386,16 +363,16 @@ int cli_loadgen(int argc, char **argv) {
         jw_key(&w, "requests_per_s"), jw_num(&w, wall > 0 ? completed / wall : 0);
         jw_key(&w, "tokens_per_s"), jw_num(&w, wall > 0 ? (double)tokens / wall : 0);
         jw_key(&w, "generated_tokens"), jw_int(&w, (int64_t)tokens);
-        jw_key(&w, "latency_p50_ms"), jw_num(&w, quantile(lat, nl, 0.5));
-        jw_key(&w, "latency_p90_ms"), jw_num(&w, quantile(lat, nl, 0.9));
-        jw_key(&w, "latency_p99_ms"), jw_num(&w, quantile(lat, nl, 0.99));
+        jw_key(&w, "latency_p50_ms"), jw_num(&w, cli_quantile(lat, nl, 0.5));
+        jw_key(&w, "latency_p90_ms"), jw_num(&w, cli_quantile(lat, nl, 0.9));
+        jw_key(&w, "latency_p99_ms"), jw_num(&w, cli_quantile(lat, nl, 0.99));
         jw_key(&w, "latency_mean_ms"), jw_num(&w, lat_mean);
-        jw_key(&w, "ttft_p50_ms"), jw_num(&w, quantile(ttft, nl, 0.5));
-        jw_key(&w, "ttft_p99_ms"), jw_num(&w, quantile(ttft, nl, 0.99));
-        jw_key(&w, "service_ttft_p50_ms"), jw_num(&w, quantile(sttft, nl, 0.5));
-        jw_key(&w, "service_ttft_p99_ms"), jw_num(&w, quantile(sttft, nl, 0.99));
-        jw_key(&w, "outside_p50_ms"), jw_num(&w, quantile(outside, nl, 0.5));
-        jw_key(&w, "outside_p99_ms"), jw_num(&w, quantile(outside, nl, 0.99));
+        jw_key(&w, "ttft_p50_ms"), jw_num(&w, cli_quantile(ttft, nl, 0.5));
+        jw_key(&w, "ttft_p99_ms"), jw_num(&w, cli_quantile(ttft, nl, 0.99));
+        jw_key(&w, "service_ttft_p50_ms"), jw_num(&w, cli_quantile(sttft, nl, 0.5));
+        jw_key(&w, "service_ttft_p99_ms"), jw_num(&w, cli_quantile(sttft, nl, 0.99));
+        jw_key(&w, "outside_p50_ms"), jw_num(&w, cli_quantile(outside, nl, 0.5));
+        jw_key(&w, "outside_p99_ms"), jw_num(&w, cli_quantile(outside, nl, 0.99));
         jw_obj_end(&w);
         putchar('\n');
     } else {
@@ -403,8 +380,8 @@ int cli_loadgen(int argc, char **argv) {
                wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0);
         printf("latency p50 %.1f ms, p90 %.1f ms, p99 %.1f ms; ttft (estimate) p50 %.1f ms, p99 %.1f ms; "
                "outside the engine p50 %.1f ms, p99 %.1f ms\n",
-               quantile(lat, nl, 0.5), quantile(lat, nl, 0.9), quantile(lat, nl, 0.99), quantile(ttft, nl, 0.5),
-               quantile(ttft, nl, 0.99), quantile(outside, nl, 0.5), quantile(outside, nl, 0.99));
+               cli_quantile(lat, nl, 0.5), cli_quantile(lat, nl, 0.9), cli_quantile(lat, nl, 0.99), cli_quantile(ttft, nl, 0.5),
+               cli_quantile(ttft, nl, 0.99), cli_quantile(outside, nl, 0.5), cli_quantile(outside, nl, 0.99));
     }
     rc = failed ? 1 : 0;
 out:

@@ -54,30 +54,6 @@ static void help(void) {
            "  --json               one JSON object on stdout\n");
 }
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1]. */
-static double rng_unit(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740992.0; }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* q-quantile of sorted v (linear interpolation); 0 when empty. */
-static double quantile(const double *v, size_t n, double q) {
-    if (!n) return 0;
-    double k = q * (double)(n - 1);
-    size_t i = (size_t)k;
-    if (i + 1 >= n) return v[n - 1];
-    return v[i] + (k - (double)i) * (v[i + 1] - v[i]);
-}
-
 /* CPU seconds this process used (every thread): unlike the wall clock, it
  * does not count time other processes took from a shared machine. */
 static double cpu_s(void) {
@@ -116,9 +92,9 @@ static int make_prompts(const model *m, int n_req, int P, int random_pieces, uin
         int32_t *p = out + (size_t)r * P;
         int k = 0;
         if (bos >= 0) p[k++] = bos;
-        int at = (int)(rng_next(&s) % (uint64_t)n_pool);
+        int at = (int)(cli_rng_next(&s) % (uint64_t)n_pool);
         for (; k < P; k++) {
-            if (random_pieces) p[k] = pool[rng_next(&s) % (uint64_t)n_pool];
+            if (random_pieces) p[k] = pool[cli_rng_next(&s) % (uint64_t)n_pool];
             else p[k] = pool[at++ % n_pool];
         }
     }
@@ -209,7 +185,7 @@ int cli_bench_serve(int argc, char **argv) {
     }
     uint64_t rs = seed;
     for (int i = 0; i < n_req; i++) {
-        arr[i] = rate > 0 ? (i ? arr[i - 1] : 0) - log(rng_unit(&rs)) / rate : 0;
+        arr[i] = rate > 0 ? (i ? arr[i - 1] : 0) - log(cli_rng_unit(&rs)) / rate : 0;
         last[i] = -1;
     }
     if (!json)
@@ -279,9 +255,9 @@ int cli_bench_serve(int argc, char **argv) {
     size_t n_lat = 0;
     for (int i = 0; i < n_req; i++)
         if (last[i] >= 0) arr[n_lat++] = last[i] - arr[i];
-    qsort(arr, n_lat, sizeof *arr, cmp_double);
-    qsort(ttft, n_ttft, sizeof *ttft, cmp_double);
-    qsort(itl, n_itl, sizeof *itl, cmp_double);
+    cli_sort_doubles(arr, n_lat);
+    cli_sort_doubles(ttft, n_ttft);
+    cli_sort_doubles(itl, n_itl);
     eng_stats st;
     eng_get_stats(e, &st);
     double sched_frac = st.step_ms_total > 0 ? st.sched_ms_total / st.step_ms_total : 0;
@@ -313,12 +289,12 @@ int cli_bench_serve(int argc, char **argv) {
         jw_key(&w, "generated_tokens"), jw_int(&w, (int64_t)tokens);
         jw_key(&w, "cpu_s"), jw_num(&w, cpu);
         jw_key(&w, "tokens_per_cpu_s"), jw_num(&w, cpu > 0 ? (double)tokens / cpu : 0);
-        jw_key(&w, "latency_p50_ms"), jw_num(&w, 1e3 * quantile(arr, n_lat, 0.5));
-        jw_key(&w, "latency_p99_ms"), jw_num(&w, 1e3 * quantile(arr, n_lat, 0.99));
-        jw_key(&w, "ttft_p50_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.5));
-        jw_key(&w, "ttft_p99_ms"), jw_num(&w, 1e3 * quantile(ttft, n_ttft, 0.99));
-        jw_key(&w, "itl_p50_ms"), jw_num(&w, 1e3 * quantile(itl, n_itl, 0.5));
-        jw_key(&w, "itl_p99_ms"), jw_num(&w, 1e3 * quantile(itl, n_itl, 0.99));
+        jw_key(&w, "latency_p50_ms"), jw_num(&w, 1e3 * cli_quantile(arr, n_lat, 0.5));
+        jw_key(&w, "latency_p99_ms"), jw_num(&w, 1e3 * cli_quantile(arr, n_lat, 0.99));
+        jw_key(&w, "ttft_p50_ms"), jw_num(&w, 1e3 * cli_quantile(ttft, n_ttft, 0.5));
+        jw_key(&w, "ttft_p99_ms"), jw_num(&w, 1e3 * cli_quantile(ttft, n_ttft, 0.99));
+        jw_key(&w, "itl_p50_ms"), jw_num(&w, 1e3 * cli_quantile(itl, n_itl, 0.5));
+        jw_key(&w, "itl_p99_ms"), jw_num(&w, 1e3 * cli_quantile(itl, n_itl, 0.99));
         jw_key(&w, "max_concurrent"), jw_int(&w, st.running_peak);
         jw_key(&w, "mean_batch_seqs"), jw_num(&w, mean_batch);
         jw_key(&w, "kv_hot_peak_bytes"), jw_int(&w, (int64_t)st.hot_peak_bytes);
@@ -335,9 +311,9 @@ int cli_bench_serve(int argc, char **argv) {
         printf("completed %d, failed %d in %.2f s: %.2f requests/s, %.1f tokens/s (%.1f per CPU second)\n",
                completed, failed, wall, wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0,
                cpu > 0 ? (double)tokens / cpu : 0);
-        printf("latency p50 %.1f ms, p99 %.1f ms\n", 1e3 * quantile(arr, n_lat, 0.5), 1e3 * quantile(arr, n_lat, 0.99));
-        printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n", 1e3 * quantile(ttft, n_ttft, 0.5),
-               1e3 * quantile(ttft, n_ttft, 0.99), 1e3 * quantile(itl, n_itl, 0.5), 1e3 * quantile(itl, n_itl, 0.99));
+        printf("latency p50 %.1f ms, p99 %.1f ms\n", 1e3 * cli_quantile(arr, n_lat, 0.5), 1e3 * cli_quantile(arr, n_lat, 0.99));
+        printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n", 1e3 * cli_quantile(ttft, n_ttft, 0.5),
+               1e3 * cli_quantile(ttft, n_ttft, 0.99), 1e3 * cli_quantile(itl, n_itl, 0.5), 1e3 * cli_quantile(itl, n_itl, 0.99));
         printf("max concurrent %d, mean batch %.1f sequences, hot KV peak %.2f MiB of %.2f, %llu preemptions "
                "(%llu recomputed)\n",
                st.running_peak, mean_batch, st.hot_peak_bytes / 1048576.0, st.hot_capacity_bytes / 1048576.0,
