@@ -29,14 +29,14 @@ tmp, n = sys.argv[1], int(sys.argv[2])
 with open(tmp + "/jobs.jsonl", "w") as f, open(tmp + "/ids.txt", "w") as ids:
     for i in range(n):
         jid = "r-%04d" % i
-        f.write(jid + "\t" + json.dumps({"id": jid, "prompt": "Tom and Sue", "max_tokens": 64, "seed": i}) + "\n")
+        f.write(jid + "\t" + json.dumps({"id": jid, "prompt": "Tom and Sue", "max_tokens": 128, "seed": i}) + "\n")
         ids.write(jid + "\n")
 PY
 kcat -P -b "$BOOT" -t confkv.jobs -K $'\t' < "$TMP/jobs.jsonl" || fail "kcat produce"
 # Kill it somewhere in the middle of the run.
 for ((i = 0; i < 600; i++)); do
   n=$(kcat -C -b "$BOOT" -t confkv.results -o beginning -e -q -f 'x\n' 2>/dev/null | wc -l)
-  [ "$n" -ge $((N / 5)) ] && break
+  [ "$n" -ge $((N / 10)) ] && break
   sleep 0.1
 done
 kill -9 "$LAST_PID"
