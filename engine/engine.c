@@ -33,6 +33,7 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "kv.h"
+#include "prefix.h"
 #include "scheduler.h"
 #include "textbuf.h"
 #include "tier.h"
@@ -40,13 +41,17 @@
 
 /* ================================================================ requests */
 
-enum { REQ_WAITING = 1, REQ_RUNNING = 2, REQ_DONE = 3 };
+/* RESOLVING: waiting for the cold store (its session, its prefix blocks)
+ * before it can join the queue; on eng.resolving, not in a queue. */
+enum { REQ_WAITING = 1, REQ_RUNNING = 2, REQ_DONE = 3, REQ_RESOLVING = 4 };
+enum { RES_SESSION = 1, RES_TEMPLATE = 2, RES_PREFIX = 3 };
 
 typedef struct req req;
 struct req {
     sched_entry se;          /* first: a sched_entry * in a queue is a req * */
     req *prev, *next;        /* every live request (eng.all) */
     req *zombie_next;        /* delivered last event: freed at the next eng_step */
+    req *res_next;           /* eng.resolving */
     uint64_t id, user_tag;
     int state;               /* REQ_* */
     /* the request, copied */
@@ -58,6 +63,24 @@ struct req {
     int ignore_eos, want_trace;
     kvpol_config pc;
     int64_t deadline_ms;
+    /* prefixes and sessions */
+    char *session;           /* session id, or NULL */
+    char *tpl;               /* template name to resolve, or NULL */
+    int32_t *cont;           /* (n_cont) the prompt as a continuation (no BOS) */
+    int n_cont, max_tokens;  /* max_tokens as asked (0 = up to the context) */
+    int stage, pending;      /* RES_* while resolving; cold answers awaited */
+    int fetched_session, fetched_tpl, fetched_prefix, has_prefix; /* asked the cold store; prefix given */
+    int has_msg;             /* an ERROR event's message is in text */
+    int internal;            /* the engine's own (a session's settling): no events */
+    int prefill_only, keep_prefix;
+    int n_keep;              /* leading tokens whose blocks are pinned and persisted (a template) */
+    int n_session;           /* tokens of hist that are the session's context */
+    uint64_t *bhash;         /* (max_ctx / bs + 1) prefix names of hist's blocks */
+    int n_bhash;             /* computed so far */
+    int pfx_blocks;          /* leading blocks the prefix cache had at resolution */
+    int cached;              /* tokens copied from the prefix cache */
+    int exact;               /* positions whose KV saw every earlier block hot (f32) */
+    int step_exact;          /* this step reads every block hot */
     int commit;              /* pool blocks counted for it while running */
     /* run state, from its first admission to its end */
     int started;
@@ -121,6 +144,12 @@ struct eng {
     int next_owner;          /* labels pool blocks (kv_pool.owner) */
     int n_deadlines;         /* live requests with a deadline */
     int broken;              /* CK_EBACKEND once the backend failed */
+    pfx *pfx;                /* prefix cache, NULL when off */
+    sess_store *sess;
+    tpl_cache *tpl;
+    req *resolving;          /* REQ_RESOLVING requests */
+    int n_resolving;
+    float *blockbuf;         /* (one f32 block) publishing */
     eng_stats st;
 };
 
@@ -226,7 +255,7 @@ static void deliver(eng *e, eng_event *ev, int max_events, int *n) {
             o->result = &r->res;
         } else {
             o->error = p->error;
-            o->message = ck_strerror(p->error);
+            o->message = r->has_msg ? r->text : ck_strerror(p->error);
         }
         if (p->type != ENG_EV_TOKEN) { /* its last event: free it at the next call */
             r->zombie_next = e->zombies;
@@ -238,15 +267,25 @@ static void deliver(eng *e, eng_event *ev, int max_events, int *n) {
 
 /* ============================================================ life cycle */
 
+/* Free what a request owns besides its text and trace, and the request
+ * (one that never joined the engine's lists: all of it). */
+static void free_loose(req *r) {
+    free(r->hist);
+    free(r->session);
+    free(r->tpl);
+    free(r->cont);
+    free(r->bhash);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r);
+}
+
 static void free_req(eng *e, req *r) {
     if (r->prev) r->prev->next = r->next;
     else e->all = r->next;
     if (r->next) r->next->prev = r->prev;
-    free(r->hist);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->text);
     free(r->trace);
-    free(r);
+    free_loose(r);
 }
 
 /* Give back everything a started request holds: KV (hot, int8, warm),
@@ -281,11 +320,55 @@ static int start_run(eng *e, req *r) {
     if ((rc = kvpol_new(&r->pc, e->b, &e->pool, &e->pool8, warm, &r->pol))) return rc;
     if ((rc = samp_new(e->vocab, &r->samp, &r->sm))) return rc;
     kvpol_begin(r->pol, &r->seq);
+    /* The prefix cache's blocks, copied in (admit reserved room for them). */
+    for (int j = 0; j < r->pfx_blocks && e->pfx; j++) {
+        int tier, slot = pfx_find(e->pfx, r->bhash[j], &tier);
+        if (slot < 0 || kv_seq_reserve(&r->seq, &e->pool, e->bs)) break;
+        if ((rc = e->b->ops->kv_write(e->b, r->seq.hot[j], pfx_block(e->pfx, slot)))) return rc;
+        kv_seq_commit(&r->seq, e->bs);
+    }
+    r->cached = r->exact = r->seq.n_tokens;
+    e->st.cached_tokens += (uint64_t)r->cached;
     return CK_OK;
 }
 
+/* Names of hist's first n blocks (computed once, extended on demand). */
+static const uint64_t *block_names(eng *e, req *r, int n) {
+    for (; r->n_bhash < n; r->n_bhash++) {
+        int j = r->n_bhash;
+        uint64_t parent = j ? r->bhash[j - 1] : pfx_root(e->m->fingerprint);
+        r->bhash[j] = pfx_next(parent, r->hist + (size_t)j * e->bs, e->bs);
+    }
+    return r->bhash;
+}
+
+/* Put r's exact full hot blocks among its first `upto` positions into the
+ * prefix cache (flags: PFX_PIN, PFX_PERSIST). Best effort: a block that
+ * cannot be read or kept is skipped. */
+static void publish(eng *e, req *r, int upto, int flags) {
+    if (!e->pfx || !r->started) return;
+    if (upto > r->exact) upto = r->exact;
+    if (upto > r->seq.n_tokens) upto = r->seq.n_tokens;
+    int nb = upto / e->bs;
+    const uint64_t *h = block_names(e, r, nb);
+    for (int j = 0; j < nb; j++) {
+        int blk = r->seq.hot[j];
+        if (blk == KV_NONE) continue;
+        if (!pfx_has(e->pfx, h[j]) && e->b->ops->kv_read(e->b, blk, e->blockbuf)) continue;
+        pfx_insert(e->pfx, h[j], j, e->blockbuf, flags);
+    }
+}
+
 static void take_out(eng *e, req *r) {
-    if (r->state == REQ_RUNNING) {
+    if (r->state == REQ_RESOLVING) {
+        req **link = &e->resolving;
+        while (*link != r) link = &(*link)->res_next;
+        *link = r->res_next;
+        e->n_resolving--;
+        if (e->pfx) pfx_forget_waiter(e->pfx, &r->pending);
+        if (e->sess) sess_forget_waiter(e->sess, &r->pending);
+        if (e->tpl) tpl_cache_forget_waiter(e->tpl, &r->pending);
+    } else if (r->state == REQ_RUNNING) {
         sched_remove(&e->runq, &r->se);
         e->committed -= r->commit;
     } else if (r->state == REQ_WAITING) {
@@ -295,8 +378,28 @@ static void take_out(eng *e, req *r) {
     r->step_n = 0;
 }
 
+static void settle(eng *e, const req *r);
+
+/* An internal request ends without events: straight to the zombies. */
+static void end_internal(eng *e, req *r, int reason) {
+    if (reason == GEN_FINISH_LENGTH) publish(e, r, r->n_hist, PFX_PERSIST);
+    take_out(e, r);
+    release_run(e, r);
+    r->state = REQ_DONE;
+    r->zombie_next = e->zombies;
+    e->zombies = r;
+}
+
 /* End a request with a FINISHED event (reason GEN_FINISH_* or ENG_FINISH_*). */
 static void finish_req(eng *e, req *r, int reason) {
+    if (r->internal) return end_internal(e, r, reason);
+    if (r->session && (reason == GEN_FINISH_STOP || reason == GEN_FINISH_LENGTH) && e->sess) {
+        /* The conversation so far, for the next turn: tokens, and KV in the
+         * prefix cache and the cold store (idle sessions live there). */
+        publish(e, r, r->n_hist, PFX_PERSIST);
+        if (!sess_save(e->sess, r->session, r->hist, r->n_hist)) e->st.sessions_saved++;
+        if (r->exact < r->n_hist - 1) settle(e, r);
+    }
     take_out(e, r);
     release_run(e, r);
     r->state = REQ_DONE;
@@ -310,7 +413,8 @@ static void finish_req(eng *e, req *r, int reason) {
     o->n_tokens = r->n_hist - r->n_prompt;
     o->trace = r->want_trace ? r->trace : NULL;
     o->prompt_tokens = r->n_prompt;
-    o->cached_tokens = 0;
+    o->cached_tokens = r->cached;
+    o->session_tokens = r->n_session;
     if (r->n_steps) {
         o->mean_entropy = r->sum_h / r->n_steps;
         o->mean_gap = r->sum_gap / r->n_steps;
@@ -336,12 +440,22 @@ static void finish_req(eng *e, req *r, int reason) {
 
 /* End a request with an ERROR event (it is gone; no FINISHED follows). */
 static void fail_req(eng *e, req *r, int error) {
+    if (r->internal) return end_internal(e, r, -1);
     take_out(e, r);
     release_run(e, r);
     r->state = REQ_DONE;
     pend *p = push_pend(e, ENG_EV_ERROR, r);
     p->error = error;
     e->st.failed++;
+}
+
+/* The same with a message of its own (kept in the request's text buffer,
+ * which an erroring request does not otherwise use). */
+static void fail_req_msg(eng *e, req *r, int error, const char *msg) {
+    r->text_len = 0;
+    if (tb_append(&r->text, &r->text_len, &r->text_cap, msg, strlen(msg))) r->text_len = 0;
+    r->has_msg = 1;
+    fail_req(e, r, error);
 }
 
 /* ============================================================= eng_new */
@@ -417,6 +531,23 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
             goto fail;
         }
     }
+    if (!c.prefix_cache_off) {
+        pfx_config pc = {.shape = tc.shape,
+                         .budget_bytes = c.prefix_cache_bytes ? c.prefix_cache_bytes : n_blocks * e->block_bytes,
+                         .fingerprint = e->m->fingerprint,
+                         .cold = c.cold,
+                         .promote_hits = c.promote_hits < 0 ? 0 : c.promote_hits ? c.promote_hits : 4};
+        if ((rc = pfx_new(&pc, &e->pfx))) {
+            snprintf(err, errlen, "prefix cache: %s", ck_strerror(rc));
+            goto fail;
+        }
+    }
+    sess_config sc = {.max_sessions = c.max_sessions, .max_tokens = e->max_ctx, .vocab = e->vocab,
+                      .fingerprint = e->m->fingerprint, .cold = c.cold};
+    if ((rc = sess_new(&sc, &e->sess)) || (rc = tpl_cache_new(256, 10000, c.cold, &e->tpl))) {
+        snprintf(err, errlen, "sessions and templates: %s", ck_strerror(rc));
+        goto fail;
+    }
     if ((rc = sched_queue_init(&e->waitq, c.max_queue + c.max_running, c.aging_ms)) ||
         (rc = sched_queue_init(&e->runq, c.max_running, c.aging_ms)))
         goto fail;
@@ -430,9 +561,10 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->cand = malloc(R * sizeof *e->cand);
     e->logits = malloc(R * (size_t)e->vocab * sizeof *e->logits);
     e->scratch = malloc((size_t)e->max_ctx * sizeof *e->scratch);
+    e->blockbuf = malloc(e->block_bytes);
     rc = CK_ENOMEM;
     if (!e->tok || !e->pos || !e->seqix || !e->out_row || !e->views || !e->batch || !e->cand ||
-        !e->logits || !e->scratch || ensure_pend(e, 2 * c.max_running + 64))
+        !e->logits || !e->scratch || !e->blockbuf || ensure_pend(e, 2 * c.max_running + 64))
         goto fail;
     e->st.hot_blocks = (int)n_blocks;
     e->st.hot_capacity_bytes = n_blocks * e->block_bytes;
@@ -448,9 +580,14 @@ void eng_free(eng *e) {
     if (!e) return;
     while (e->all) {
         req *r = e->all;
+        if (r->state == REQ_RESOLVING) take_out(e, r);
         release_run(e, r);
         free_req(e, r);
     }
+    pfx_free(e->pfx);
+    sess_free(e->sess);
+    tpl_cache_free(e->tpl);
+    free(e->blockbuf);
     tier_free(e->warm);
     tier_free(e->warm8);
     kv_pool_free(&e->pool);
@@ -474,6 +611,128 @@ void eng_free(eng *e) {
 
 /* ============================================================ eng_submit */
 
+/* Tokenize `what` (the prefix or the prompt) into out (room ids at most). */
+static int encode(eng *e, const char *text, size_t len, int bos, int32_t *out, int room, int *n, const char *what,
+                  char *err, size_t errlen) {
+    int rc = tok_encode(e->m->tok, text, len, bos, out, room, n);
+    if (rc == CK_ETOOLONG) snprintf(err, errlen, "the %s is %d tokens; the context holds %d", what, *n, room);
+    else if (rc) snprintf(err, errlen, "cannot tokenize the %s: %s", what, ck_strerror(rc));
+    return rc;
+}
+
+
+/* Is an earlier turn of r's session still live? Then r waits for it. */
+static int session_busy(const eng *e, const req *r) {
+    for (const req *o = e->all; o; o = o->next)
+        if (o != r && o->session && o->state != REQ_DONE && o->id < r->id && !strcmp(o->session, r->session))
+            return 1;
+    return 0;
+}
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* r's tokens become head (n_head: a session's context, or a template's
+ * tokens) followed by the prompt as a continuation. */
+static int take_tokens(eng *e, req *r, const int32_t *head, int n_head, int n_session, char *err, size_t errlen) {
+    int n = n_head + r->n_cont;
+    int limit = r->max_tokens ? r->max_tokens : e->max_ctx - n;
+    if (n >= e->max_ctx || limit > e->max_ctx - n) {
+        snprintf(err, errlen, "%s (%d) + prompt (%d) + max_tokens (%d) exceed the context (%d)",
+                 n_session ? "session context" : "template", n_head, r->n_cont, limit, e->max_ctx);
+        return CK_ETOOLONG;
+    }
+    int32_t *h = malloc((size_t)(n + limit) * sizeof *h);
+    samp_conf *tr = r->trace ? malloc((size_t)limit * sizeof *tr) : NULL;
+    if (!h || (r->trace && !tr)) {
+        free(h);
+        free(tr);
+        return CK_ENOMEM;
+    }
+    memcpy(h, head, (size_t)n_head * sizeof *h);
+    if (r->n_cont) memcpy(h + n_head, r->cont, (size_t)r->n_cont * sizeof *h);
+    free(r->hist);
+    r->hist = h;
+    if (r->trace) {
+        free(r->trace);
+        r->trace = tr;
+    }
+    r->n_prompt = r->n_hist = n;
+    r->limit = limit;
+    r->n_session = n_session;
+    if (n_session) r->n_keep = 0; /* a session's context is not a template */
+    r->n_bhash = 0;
+    r->commit = commit_blocks(e, r);
+    if (r->commit > e->pool.n_blocks) {
+        snprintf(err, errlen, "the request needs %d KV blocks hot; the pool has %d", r->commit, e->pool.n_blocks);
+        return CK_ENOSPACE;
+    }
+    return CK_OK;
+}
+
+/* Move r toward the queue: its session's context (host, else the cold
+ * store), then its prefix blocks (the cold copies of those the host lacks,
+ * for a request that names a session or a prefix: only those are written
+ * there). Returns 1 ready, 0 waiting for the cold store (r->pending
+ * answers), or a CK_E* error with err filled. */
+static int resolve(eng *e, req *r, char *err, size_t errlen) {
+    if (r->pending) return 0;
+    if (r->stage == RES_SESSION) {
+        if (session_busy(e, r)) return 0;
+        const int32_t *ctx;
+        int nc, rc;
+        if (sess_find(e->sess, r->session, &ctx, &nc)) {
+            if ((rc = take_tokens(e, r, ctx, nc, nc, err, errlen))) return rc;
+            e->st.sessions_resumed++;
+            r->stage = RES_PREFIX; /* the context began with the template, if any */
+        } else if (!r->fetched_session && e->c.cold) {
+            r->fetched_session = 1;
+            if (!sess_fetch(e->sess, r->session, &r->pending)) return 0;
+        }
+        if (r->stage == RES_SESSION) /* a new session, or one that is gone */
+            r->stage = r->tpl ? RES_TEMPLATE : RES_PREFIX;
+    }
+    if (r->stage == RES_TEMPLATE) {
+        const char *text;
+        size_t len;
+        int64_t now = (int64_t)now_ms();
+        if (!tpl_cache_find(e->tpl, r->tpl, now, &text, &len)) {
+            if (!r->fetched_tpl && e->c.cold) {
+                r->fetched_tpl = 1;
+                if (!tpl_cache_fetch(e->tpl, r->tpl, now, &r->pending)) return 0;
+            }
+            if (!r->fetched_tpl || !tpl_cache_find(e->tpl, r->tpl, now, &text, &len)) {
+                snprintf(err, errlen, "unknown template %s", r->tpl);
+                return CK_ENOTFOUND;
+            }
+        }
+        int n = 0, rc;
+        if ((rc = encode(e, text, len, 1, e->scratch, e->max_ctx, &n, "template", err, errlen)) ||
+            (rc = take_tokens(e, r, e->scratch, n, 0, err, errlen)))
+            return rc;
+        r->has_prefix = 1;
+        r->n_keep = n; /* a template's blocks stay pinned and persisted */
+        r->stage = RES_PREFIX;
+    }
+    int nb = e->pfx ? (r->n_prompt - 1) / e->bs : 0; /* the last prompt token is always computed */
+    if (nb <= 0) return 1;
+    const uint64_t *h = block_names(e, r, nb);
+    int k = 0;
+    while (k < nb && pfx_has(e->pfx, h[k])) k++;
+    if (k < nb && !r->fetched_prefix && e->c.cold && (r->session || r->keep_prefix || r->has_prefix)) {
+        r->fetched_prefix = 1;
+        for (int j = k; j < nb; j++)
+            if (pfx_fetch(e->pfx, h[j], j, &r->pending)) break;
+        if (r->pending) return 0;
+    }
+    r->pfx_blocks = k;
+    e->st.prefix_lookups += (uint64_t)nb;
+    return 1;
+}
+
 int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
@@ -482,29 +741,35 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
         snprintf(err, errlen, "NULL argument");
         return CK_EINVAL;
     }
-    if (e->waitq.n >= e->c.max_queue) {
+    if (e->waitq.n + e->n_resolving >= e->c.max_queue) {
         snprintf(err, errlen, "the waiting queue is full (%d)", e->c.max_queue);
         return CK_EBUSY;
     }
-    /* The prompt. */
+    if (q->session_id && (!q->session_id[0] || strlen(q->session_id) > SESS_ID_MAX)) {
+        snprintf(err, errlen, "a session id is 1 to %d bytes", SESS_ID_MAX);
+        return CK_EINVAL;
+    }
+    if (q->template_name && !tpl_name_ok(q->template_name)) {
+        snprintf(err, errlen, "a template name is 1 to %d bytes of A-Z a-z 0-9 . _ : -", TPL_NAME_MAX);
+        return CK_EINVAL;
+    }
+    if (q->save_template && (!q->template_name || !q->prompt || q->prefix)) {
+        snprintf(err, errlen, "saving a template takes a name and a prompt text (and no prefix)");
+        return CK_EINVAL;
+    }
+    int use_tpl = q->template_name && !q->save_template;
+    /* The prompt: [BOS prefix] prompt, in e->scratch. */
     int n = 0, rc;
+    if (q->prefix && (rc = encode(e, q->prefix, q->prefix_len, 1, e->scratch, e->max_ctx, &n, "prefix", err, errlen)))
+        return rc;
     if (q->prompt) {
-        rc = tok_encode(e->m->tok, q->prompt, q->prompt_len, 1, e->scratch, e->max_ctx, &n);
-        if (rc == CK_ETOOLONG) {
-            snprintf(err, errlen, "the prompt is %d tokens; the context holds %d", n, e->max_ctx);
+        int k = 0;
+        if ((rc = encode(e, q->prompt, q->prompt_len, n == 0, e->scratch + n, e->max_ctx - n, &k, "prompt", err, errlen)))
             return rc;
-        }
-        if (rc) {
-            snprintf(err, errlen, "cannot tokenize the prompt: %s", ck_strerror(rc));
-            return rc;
-        }
-    } else {
-        if (!q->tokens || q->n_tokens <= 0) {
-            snprintf(err, errlen, "no prompt");
-            return CK_EINVAL;
-        }
-        if (q->n_tokens >= e->max_ctx) {
-            snprintf(err, errlen, "the prompt is %d tokens; the context holds %d", q->n_tokens, e->max_ctx);
+        n += k;
+    } else if (q->tokens && q->n_tokens > 0) {
+        if (n + q->n_tokens >= e->max_ctx) {
+            snprintf(err, errlen, "the prompt is %d tokens; the context holds %d", n + q->n_tokens, e->max_ctx);
             return CK_ETOOLONG;
         }
         for (int i = 0; i < q->n_tokens; i++) {
@@ -513,8 +778,11 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
                 return CK_EINVAL;
             }
         }
-        memcpy(e->scratch, q->tokens, (size_t)q->n_tokens * sizeof *e->scratch);
-        n = q->n_tokens;
+        memcpy(e->scratch + n, q->tokens, (size_t)q->n_tokens * sizeof *e->scratch);
+        n += q->n_tokens;
+    } else if (!q->prefix) {
+        snprintf(err, errlen, "no prompt");
+        return CK_EINVAL;
     }
     if (n <= 0) {
         snprintf(err, errlen, "empty prompt");
@@ -573,6 +841,31 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
         if (!(r->stop[i] = strdup(q->stop[i]))) rc = CK_ENOMEM;
         r->n_stop = i + 1;
     }
+    r->max_tokens = q->max_tokens;
+    r->has_prefix = q->prefix != NULL;
+    r->prefill_only = q->prefill_only;
+    r->keep_prefix = q->keep_prefix;
+    if (!rc && e->pfx && !(r->bhash = malloc(((size_t)e->max_ctx / e->bs + 1) * sizeof *r->bhash))) rc = CK_ENOMEM;
+    if (!rc && q->session_id && !(r->session = strdup(q->session_id))) rc = CK_ENOMEM;
+    if (!rc && use_tpl && !(r->tpl = strdup(q->template_name))) rc = CK_ENOMEM;
+    if (!rc && (r->session || r->tpl)) {
+        /* The prompt as it follows a context or a template: no BOS. */
+        if (q->prompt) {
+            int k = 0;
+            if (!(r->cont = malloc((size_t)e->max_ctx * sizeof *r->cont)))
+                rc = CK_ENOMEM;
+            else
+                rc = encode(e, q->prompt, q->prompt_len, 0, r->cont, e->max_ctx, &k, "prompt", err, errlen);
+            r->n_cont = k;
+        } else if (q->tokens && q->n_tokens > 0) {
+            int skip = q->tokens[0] == tok_bos(e->m->tok);
+            r->n_cont = q->n_tokens - skip;
+            if (r->n_cont > 0 && (r->cont = malloc((size_t)r->n_cont * sizeof *r->cont)))
+                memcpy(r->cont, q->tokens + skip, (size_t)r->n_cont * sizeof *r->cont);
+            else if (r->n_cont > 0)
+                rc = CK_ENOMEM;
+        }
+    }
     r->commit = commit_blocks(e, r);
     if (!rc && r->commit > e->pool.n_blocks) {
         snprintf(err, errlen, "the request needs %d KV blocks hot; the pool has %d", r->commit,
@@ -580,11 +873,10 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
         rc = CK_ENOSPACE;
     }
     if (rc) {
-        free(r->hist);
         free(r->trace);
         free(r->text);
-        for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-        free(r);
+        r->text = NULL, r->trace = NULL;
+        free_loose(r);
         if (!err[0]) snprintf(err, errlen, "%s", ck_strerror(rc));
         return rc;
     }
@@ -599,8 +891,34 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
     r->se.priority = q->priority;
     r->se.arrival_ms = r->t_arrival;
     r->se.order = e->next_order++;
-    sched_push(&e->waitq, &r->se); /* cannot fail: checked above */
-    r->state = REQ_WAITING;
+    if (q->save_template) {
+        if ((rc = tpl_cache_save(e->tpl, q->template_name, q->prompt, q->prompt_len, (int64_t)now_ms(), wall_ms()))) {
+            snprintf(err, errlen, "cannot save template %s: %s", q->template_name, ck_strerror(rc));
+            free(r->trace);
+            free(r->text);
+            free_loose(r);
+            return rc;
+        }
+        r->keep_prefix = 1;
+    }
+    if (r->keep_prefix) r->n_keep = r->n_prompt;
+    r->stage = r->session ? RES_SESSION : r->tpl ? RES_TEMPLATE : RES_PREFIX;
+    rc = resolve(e, r, err, errlen);
+    if (rc < 0) {
+        free(r->trace);
+        free(r->text);
+        free_loose(r);
+        return rc;
+    }
+    if (rc) {
+        sched_push(&e->waitq, &r->se); /* cannot fail: checked above */
+        r->state = REQ_WAITING;
+    } else {
+        r->state = REQ_RESOLVING;
+        r->res_next = e->resolving;
+        e->resolving = r;
+        e->n_resolving++;
+    }
     r->next = e->all;
     if (e->all) e->all->prev = r;
     e->all = r;
@@ -608,6 +926,37 @@ int eng_submit(eng *e, const eng_request *q, uint64_t *id, char *err, size_t err
     e->st.submitted++;
     *id = r->id;
     return CK_OK;
+}
+
+/* A session turn whose later KV was computed with a reduced CONF-KV cache
+ * left those blocks unpublished (not exact). Recompute the conversation's
+ * KV once, with the full cache and at low priority, as a prefill of its own
+ * (the exact part comes from the prefix cache): the next turn then reuses
+ * all of it, and sees the same KV a fresh run on the conversation would. The
+ * next turn waits for it (session_busy). Best effort: skipped when it does
+ * not fit. */
+static void settle(eng *e, const req *r) {
+    if (!e->pfx || r->n_hist >= e->max_ctx) return;
+    eng_request q;
+    memset(&q, 0, sizeof q);
+    samp_params_default(&q.samp);
+    q.samp.temperature = 0;
+    q.tokens = r->hist;
+    q.n_tokens = r->n_hist;
+    q.max_tokens = 1;
+    q.prefill_only = 1;
+    q.policy = "full";
+    q.priority = r->se.priority - 1;
+    uint64_t id;
+    if (eng_submit(e, &q, &id, NULL, 0)) return;
+    req *s = e->all; /* eng_submit puts the newest first */
+    if (s->id != id || !(s->session = strdup(r->session))) {
+        if (s->id == id) finish_req(e, s, ENG_FINISH_CANCELLED); /* cannot happen but on ENOMEM */
+        return;
+    }
+    s->internal = 1;
+    e->st.submitted--;
+    e->st.session_settles++;
 }
 
 /* ============================================================ scheduling */
@@ -620,6 +969,7 @@ static void recompute_reset(eng *e, req *r) {
     memset(r->moved, 0, (size_t)r->seq.max_blocks);
     r->swapped = 0;
     r->prefill_done = 0;
+    r->exact = 0;
 }
 
 /* Running -> waiting: blocks to the warm tier, or reset for recomputation. */
@@ -690,7 +1040,7 @@ static int place(eng *e, req *r, int *n, int may_preempt) {
 
 /* Pool blocks a waiting request needs to run its next chunk of n tokens. */
 static int need_now(const eng *e, const req *w, int n) {
-    if (!w->started) return ceil_div(n, e->bs);
+    if (!w->started) return w->pfx_blocks + ceil_div(n, e->bs); /* cached blocks, then the chunk */
     if (!w->swapped) return kv_seq_blocks_needed(&w->seq, n);
     int f32, i8;
     kvpol_resume_blocks(w->pol, &w->seq, w->moved, &f32, &i8);
@@ -731,7 +1081,7 @@ static void admit(eng *e) {
             if (!v || !outranks(e, w, v) || !preempting_helps(e, w)) return;
             preempt(e, v);
         }
-        int pending = w->n_hist - (w->started ? w->seq.n_tokens : 0);
+        int pending = w->n_hist - (w->started ? w->seq.n_tokens : w->pfx_blocks * e->bs);
         int n = pending < e->left ? pending : e->left;
         int need = need_now(e, w, n);
         if (need > e->pool.n_free) room(e, NULL, need, 0);
@@ -779,6 +1129,10 @@ static void admit(eng *e) {
 static void expire(eng *e) {
     if (!e->n_deadlines) return;
     int64_t now = eng_now_ms();
+    for (req *r = e->resolving, *nx; r; r = nx) {
+        nx = r->res_next;
+        if (r->deadline_ms && now >= r->deadline_ms) finish_req(e, r, ENG_FINISH_EXPIRED);
+    }
     sched_queue *qs[2] = {&e->runq, &e->waitq};
     for (int k = 0; k < 2; k++) {
         for (int i = qs[k]->n - 1; i >= 0; i--) {
@@ -805,6 +1159,10 @@ static void on_logits(eng *e, req *r, float *logits) {
     int rc;
     if (!r->prefill_done) {
         r->prefill_done = 1;
+        /* Its prompt's blocks, for the next request that begins the same
+         * way: now, before the policy demotes any of them. */
+        publish(e, r, r->n_prompt, r->session ? PFX_PERSIST : 0);
+        if (r->n_keep) publish(e, r, r->n_keep, PFX_PIN | PFX_PERSIST);
         if ((rc = kvpol_after_prefill(r->pol, &r->seq))) {
             fail_req(e, r, rc);
             return;
@@ -812,12 +1170,17 @@ static void on_logits(eng *e, req *r, float *logits) {
         e->committed -= r->commit; /* the prompt is in: the steady commitment */
         r->commit = commit_blocks(e, r);
         e->committed += r->commit;
+        if (r->prefill_only) {
+            finish_req(e, r, GEN_FINISH_LENGTH);
+            return;
+        }
     }
     samp_conf conf;
     samp_confidence(logits, e->vocab, &conf, NULL);
     /* An uncertain step under a reduced cache runs again with recalled blocks. */
     if (!r->retrying && kvpol_retry(r->pol, &r->seq, &conf) > 0) {
         r->seq.n_tokens--; /* rewrite the last position's KV in the next step */
+        if (r->exact > r->seq.n_tokens) r->exact = r->seq.n_tokens;
         r->retrying = 1;
         return;
     }
@@ -836,6 +1199,8 @@ static void on_logits(eng *e, req *r, float *logits) {
     if (r->want_trace) r->trace[gen] = conf;
     /* KV accounting: what attention just read. */
     int hot = kv_seq_hot_tokens(&r->seq), hot8 = kv_seq_hot8_tokens(&r->seq);
+    e->st.hot_lookups += (uint64_t)r->seq.n_blocks;
+    e->st.hot_hits += (uint64_t)(r->seq.n_hot + r->seq.n_hot8);
     r->hot_steps += hot;
     r->full_steps += r->seq.n_tokens;
     double hb = (double)(hot - hot8) * ((double)e->block_bytes / e->bs) +
@@ -877,8 +1242,23 @@ static int iterate(eng *e) {
     if (ensure_pend(e, 2 * (e->runq.n + e->waitq.n) + 8)) return CK_ENOMEM;
     expire(e);
     if (e->c.cold) {
-        tier_poll(e->warm);
+        tier_poll(e->warm); /* one poll of the shared store answers every tier, prefix and session */
         if (e->warm8) tier_poll(e->warm8);
+    }
+    /* Requests whose cold-store answers are in join the queue. */
+    for (req *r = e->resolving, *nx; r; r = nx) {
+        nx = r->res_next;
+        char msg[160];
+        int rc = resolve(e, r, msg, sizeof msg);
+        if (rc == 0) continue;
+        if (rc < 0) {
+            fail_req_msg(e, r, rc, msg);
+            continue;
+        }
+        take_out(e, r);
+        sched_push(&e->waitq, &r->se);
+        r->state = REQ_WAITING;
+        if (r->deadline_ms) e->n_deadlines++; /* take_out counted it off */
     }
     e->left = e->c.max_batch_tokens;
     /* 1. Running sequences, best first: decode tokens, then prefill chunks. */
@@ -907,6 +1287,7 @@ static int iterate(eng *e) {
         kv_seq *s = &r->seq;
         e->views[ns] = (be_seq_view){.blocks = s->hot, .n_blocks = s->n_blocks,
                                      .blocks8 = s->n_hot8 ? s->hot8 : NULL, .mass = s->mass};
+        r->step_exact = s->n_hot == s->n_blocks && s->n_hot8 == 0 && r->exact == s->n_tokens;
         int ends = s->n_tokens + r->step_n == r->n_hist;
         for (int i = 0; i < r->step_n; i++, nt++) {
             e->tok[nt] = r->hist[s->n_tokens + i];
@@ -934,6 +1315,7 @@ static int iterate(eng *e) {
     for (int k = 0, row = 0; k < ns; k++) {
         req *r = e->batch[k];
         int ends = r->seq.n_tokens + r->step_n == r->n_hist;
+        if (r->step_exact) r->exact = r->seq.n_tokens + r->step_n;
         kv_seq_commit(&r->seq, r->step_n);
         r->step_n = 0;
         if (ends) on_logits(e, r, e->logits + (size_t)row++ * e->vocab);
@@ -962,7 +1344,7 @@ int eng_step(eng *e, eng_event *events, int max_events, int *n_events) {
     }
     deliver(e, events, max_events, n_events);
     if (e->pend_head < e->pend_n) return CK_OK; /* drain first */
-    if (e->runq.n == 0 && e->waitq.n == 0) return CK_OK;
+    if (e->runq.n == 0 && e->waitq.n == 0 && !e->n_resolving) return CK_OK;
     int rc = iterate(e);
     if (rc) {
         e->broken = rc == CK_ENOMEM ? 0 : rc;
@@ -974,6 +1356,12 @@ int eng_step(eng *e, eng_event *events, int max_events, int *n_events) {
 
 int eng_cancel(eng *e, uint64_t id) {
     if (!e) return CK_EINVAL;
+    for (req *r = e->resolving; r; r = r->res_next) {
+        if (r->id != id) continue;
+        if (ensure_pend(e, 1)) return CK_ENOMEM;
+        finish_req(e, r, ENG_FINISH_CANCELLED);
+        return CK_OK;
+    }
     sched_queue *qs[2] = {&e->runq, &e->waitq};
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < qs[k]->n; i++) {
@@ -988,7 +1376,19 @@ int eng_cancel(eng *e, uint64_t id) {
 }
 
 int eng_idle(const eng *e) {
-    return e->runq.n == 0 && e->waitq.n == 0 && e->pend_head == e->pend_n;
+    return e->runq.n == 0 && e->waitq.n == 0 && !e->n_resolving && e->pend_head == e->pend_n;
+}
+
+int eng_flush(eng *e, int timeout_ms) {
+    double end = now_ms() + timeout_ms;
+    for (;;) {
+        int left = (e->pfx ? pfx_in_flight(e->pfx) : 0) + sess_in_flight(e->sess) + tpl_cache_in_flight(e->tpl);
+        if (!left) return CK_OK;
+        if (now_ms() >= end || !e->c.cold) return CK_EBUSY;
+        cold_poll(e->c.cold);
+        struct timespec ms = {0, 500000};
+        nanosleep(&ms, NULL);
+    }
 }
 
 void eng_get_stats(const eng *e, eng_stats *s) {
@@ -1010,4 +1410,27 @@ void eng_get_stats(const eng *e, eng_stats *s) {
         s->cold_fetch_misses += tiers[i]->fetch_misses;
         s->integrity_failures += tiers[i]->integrity_failures;
     }
+    if (e->pfx) {
+        const pfx_stats *p = pfx_get_stats(e->pfx);
+        s->prefix_hits_warm = p->hits_warm;
+        s->prefix_hits_cold = p->hits_cold;
+        s->prefix_hits_template = p->hits_template;
+        s->prefix_promotions = p->promotions;
+        s->prefix_persisted = p->persisted;
+        s->prefix_integrity_failures = p->integrity_failures;
+        s->prefix_bytes = p->bytes;
+        s->prefix_pinned = p->pinned;
+        s->integrity_failures += p->integrity_failures;
+    }
+    const sess_stats *ss = sess_get_stats(e->sess);
+    s->sessions_fetched = ss->cold_hits;
+    s->session_misses = ss->misses;
+    s->session_integrity_failures = ss->integrity_failures;
+    s->integrity_failures += ss->integrity_failures;
+    s->resolving = e->n_resolving;
+    const tpl_cache_stats *ts = tpl_cache_get_stats(e->tpl);
+    s->template_fetches = ts->fetches;
+    s->template_misses = ts->fetch_misses;
+    s->template_saves = ts->saves;
+    s->integrity_failures += ts->integrity_failures;
 }

@@ -33,9 +33,22 @@
  *
  * Return codes: 0 success; CK_EINVAL bad argument; CK_ENOMEM; CK_EBUSY the
  * waiting queue is full (submit again later); CK_ENOTFOUND unknown id;
- * CK_ETOOLONG prompt + max_tokens past the context; CK_ENOSPACE (submit) the
+ * CK_ETOOLONG prompt + max_tokens past the context; CK_ENOTFOUND (ERROR
+ * event) an unknown template; CK_ENOSPACE (submit) the
  * request's policy needs more KV blocks than the whole hot pool has;
- * CK_EBACKEND the backend failed (the engine is unusable after that). */
+ * CK_EBACKEND the backend failed (the engine is unusable after that).
+ *
+ * Prefixes and sessions. Full KV blocks of prompts (and of session
+ * conversations) go to a prefix cache keyed by the tokens before and in them
+ * (prefix.h); a later request whose tokens begin the same way copies them
+ * instead of computing them. Only exact blocks go there: those computed
+ * while every earlier block was hot in f32, so a reduced CONF-KV cache never
+ * leaks into another request. A request with a session id continues its
+ * session (session.h): when the context is not in memory, the request waits
+ * (not in the queue) for the cold store's answer, and for the cold copies of
+ * its prefix blocks; a second turn of a session waits for the first to end.
+ * A finished turn (stop or length) saves the context and persists its
+ * blocks. */
 #ifndef CK_ENGINE_H
 #define CK_ENGINE_H
 #include <stddef.h>
@@ -46,6 +59,8 @@
 #include "model.h"
 #include "policy.h"
 #include "sampler.h"
+#include "session.h"
+#include "tmpl.h"
 
 typedef struct eng_config {
     const char *model_path;      /* GGUF or llama2.c checkpoint */
@@ -62,6 +77,11 @@ typedef struct eng_config {
     int aging_ms;                /* one priority level per aging_ms waited (1000) */
     kvpol_config policy;         /* default policy (kvpol_parse; default: conf) */
     cold_store *cold;            /* borrowed; NULL = no cold tier */
+    /* Prefix cache and sessions (prefix.h, session.h). */
+    size_t prefix_cache_bytes;   /* host slab for prefix blocks (0 = the hot budget) */
+    int prefix_cache_off;        /* no prefix cache: every prompt is computed */
+    int promote_hits;            /* hits that make a prefix block a template (0 = 4; -1 = never) */
+    int max_sessions;            /* session contexts kept in host memory (0 = 1024) */
 } eng_config;
 
 /* backend "auto", every core, block size 0, 64 MiB hot, warm 0, 64 running,
@@ -83,6 +103,22 @@ typedef struct eng_request {
     int priority;                /* higher runs first */
     int64_t deadline_ms;         /* on eng_now_ms()'s clock; 0 = none */
     uint64_t user_tag;           /* opaque, echoed in every event */
+    /* Prefixes and sessions. The tokens run are, in order: the session's
+     * context when session_id names one this engine or its cold store knows
+     * (then `prefix` is ignored: the context began with it); else BOS and
+     * `prefix` when given; then the prompt (without BOS when something came
+     * before it, with SentencePiece's leading space as always). Leading
+     * blocks found in the prefix cache are copied, not computed
+     * (eng_result.cached_tokens). */
+    const char *session_id;      /* NULL = none; at most SESS_ID_MAX bytes */
+    const char *prefix;          /* text (a template's), or NULL */
+    size_t prefix_len;
+    int keep_prefix;             /* pin the prompt's blocks and write them to the cold store */
+    const char *template_name;   /* a template's text is the prefix (tmpl.h; fetched from the
+                                    cold store when not known here; unknown: CK_ENOTFOUND) */
+    int save_template;           /* instead: the prompt text becomes template_name (saved here
+                                    and in the cold store) and runs as a kept prefix */
+    int prefill_only;            /* compute (or fetch) the prompt's KV, generate nothing */
 } eng_request;
 
 enum { ENG_EV_TOKEN = 1, ENG_EV_FINISHED = 2, ENG_EV_ERROR = 3 };
@@ -98,6 +134,7 @@ typedef struct eng_result {
     const samp_conf *trace;      /* (n_tokens) when want_trace, else NULL */
     int prompt_tokens;
     int cached_tokens;           /* prompt tokens whose KV was reused, not computed */
+    int session_tokens;          /* of prompt_tokens: the session's earlier context */
     double mean_entropy, mean_gap, mean_pmax;
     double queue_ms, ttft_ms, total_ms;
     double kv_retained_mean;     /* hot tokens / full tokens over its decode steps */
@@ -146,6 +183,22 @@ typedef struct eng_stats {
     uint64_t recomputes;         /* preemptions that fell back to recomputation */
     int running_peak;            /* most sequences running in one step */
     size_t hot_peak_bytes;       /* most hot KV bytes (f32 + int8) in one step */
+    /* Cache hits per tier, in blocks. hot: at every decode step, the blocks a
+     * sequence has written (lookups) and those attention read hot (hits).
+     * warm/cold/template: prompt blocks looked up in the prefix cache at
+     * admission (prefix_lookups) and found there, fetched from the cold
+     * store, or pinned as a template. */
+    uint64_t hot_lookups, hot_hits;
+    uint64_t prefix_lookups, prefix_hits_warm, prefix_hits_cold, prefix_hits_template;
+    uint64_t prefix_promotions, prefix_persisted, prefix_integrity_failures;
+    uint64_t cached_tokens;      /* prompt tokens copied instead of computed */
+    size_t prefix_bytes;         /* host prefix cache in use */
+    int prefix_pinned;           /* blocks pinned (templates) */
+    uint64_t sessions_saved, sessions_resumed, sessions_fetched, session_misses;
+    uint64_t session_integrity_failures;
+    uint64_t session_settles;    /* turns whose KV was recomputed with the full cache (engine.c) */
+    int resolving;               /* requests waiting on the cold store (session, prefix) */
+    uint64_t template_fetches, template_misses, template_saves;
 } eng_stats;
 
 typedef struct eng eng;
@@ -170,6 +223,10 @@ int eng_step(eng *e, eng_event *events, int max_events, int *n_events);
 int eng_cancel(eng *e, uint64_t id);
 /* Nothing running, waiting, or left to report. */
 int eng_idle(const eng *e);
+/* Wait until every cold-store write (sessions, prefix blocks) is answered,
+ * polling the store, at most timeout_ms. For a graceful shutdown: the store
+ * must still be serving. Returns 0, or CK_EBUSY with writes left. */
+int eng_flush(eng *e, int timeout_ms);
 void eng_get_stats(const eng *e, eng_stats *s);
 /* Milliseconds on the engine's monotonic clock (for deadlines). */
 int64_t eng_now_ms(void);

@@ -581,10 +581,11 @@ int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t) {
         n32 += s->hot8[j] == KV_NONE && s->hot[j] != KV_NONE;
     }
     if ((n8 && !p->warm) || (n32 && !f32t)) return CK_ENOSPACE;
-    const tier_stats *t8 = n8 ? tier_get_stats(p->warm) : NULL, *t32 = n32 ? tier_get_stats(f32t) : NULL;
-    if (t8 == t32 && t8 && t8->n_slots - t8->slots_used < n8 + n32) return CK_ENOSPACE;
-    if (t8 && t8->n_slots - t8->slots_used < n8) return CK_ENOSPACE;
-    if (t32 && t32->n_slots - t32->slots_used < n32) return CK_ENOSPACE;
+    /* Room: free slots, or ones the tier can spill to the cold store. */
+    const tier *t8 = n8 ? p->warm : NULL, *t32 = n32 ? f32t : NULL;
+    if (t8 == t32 && t8 && tier_room(t8) < n8 + n32) return CK_ENOSPACE;
+    if (t8 && tier_room(t8) < n8) return CK_ENOSPACE;
+    if (t32 && tier_room(t32) < n32) return CK_ENOSPACE;
     /* Blocks reserved but not yet written hold nothing: back to the pool. */
     for (int j = written; j < s->n_blocks; j++) {
         if (s->hot[j] == KV_NONE) continue;
@@ -627,32 +628,44 @@ int kvpol_resume_blocks(const kvpol *p, const kv_seq *s, const uint8_t *moved, i
 }
 
 int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t) {
-    int f32, i8, busy = 0;
     if (!f32t) f32t = p->warm;
-    kvpol_resume_blocks(p, s, moved, &f32, &i8);
-    for (int j = 0; j < s->n_blocks; j++) {
-        if (!moved[j] || s->tier[j] == KV_TIER_WARM) continue;
-        tier *t = moved[j] == MOVED_INT8 ? p->warm : f32t;
-        if (s->tier[j] != KV_TIER_COLD || tier_fetch(t, s, j)) return CK_ESTATE;
-        busy = 1; /* arrives warm during a later tier_poll */
-    }
-    if (busy) return CK_EBUSY;
-    if (p->pool->n_free < f32 || (i8 && (!p->pool8 || p->pool8->n_free < i8))) return CK_ENOSPACE;
+    /* Block by block, as each is warm and a pool block is free: a sequence
+     * longer than the warm tier comes back from the cold store a part at a
+     * time (waiting for all of it to be warm at once could never end). */
     uint64_t recalls = p->st.recalls, drops = p->st.drops;
-    int lost = 0;
-    for (int j = 0; j < s->n_blocks; j++) {
+    int busy = 0, lost_any = 0, rc = CK_OK;
+    for (int j = 0; j < s->n_blocks && !rc; j++) {
+        if (!moved[j]) continue;
+        tier *t = moved[j] == MOVED_INT8 ? p->warm : f32t;
+        if (s->tier[j] == KV_TIER_COLD) {
+            if (tier_fetch(t, s, j)) lost_any = 1, moved[j] = MOVED_NONE;
+            else busy = 1; /* arrives warm during a later tier_poll */
+            continue;
+        }
+        if (s->tier[j] != KV_TIER_WARM) {
+            lost_any = 1;
+            moved[j] = MOVED_NONE;
+            continue;
+        }
         if (moved[j] == MOVED_INT8) {
-            int rc = recall(p, s, j, 1);
-            if (rc) return rc;
-            lost |= s->tier[j] != KV_TIER_HOT;
-        } else if (moved[j] == MOVED_F32) {
+            if (!p->pool8 || !p->pool8->n_free) {
+                busy = 1;
+                continue;
+            }
+            rc = recall(p, s, j, 1);
+            lost_any |= !rc && s->tier[j] != KV_TIER_HOT;
+        } else {
+            if (!p->pool->n_free) {
+                busy = 1;
+                continue;
+            }
             int blk = kv_pool_alloc(p->pool, s->id, j);
             if (blk < 0) return blk;
             if (tier_take(f32t, s->slot[j], p->blockbuf) || p->b->ops->kv_write(p->b, blk, p->blockbuf)) {
                 kv_pool_release(p->pool, blk);
                 s->tier[j] = KV_TIER_DROPPED;
                 s->slot[j] = KV_NONE;
-                lost = 1;
+                lost_any = 1;
             } else {
                 s->hot[j] = blk;
                 s->n_hot++;
@@ -665,5 +678,7 @@ int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t) {
     /* Not the policy's doing: keep its statistics about its own decisions. */
     p->st.recalls = recalls;
     p->st.drops = drops;
-    return lost ? CK_ESTATE : CK_OK;
+    if (rc) return rc;
+    if (lost_any) return CK_ESTATE;
+    return busy ? CK_EBUSY : CK_OK;
 }

@@ -121,12 +121,14 @@ const kvpol_stats *kvpol_get_stats(const kvpol *p);
 int kvpol_preempt(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t);
 /* Pool blocks kvpol_resume will take: f32 and int8. */
 int kvpol_resume_blocks(const kvpol *p, const kv_seq *s, const uint8_t *moved, int *f32, int *i8);
-/* Recall every block kvpol_preempt moved, in the form it left in (f32t as
- * given to kvpol_preempt). Returns 0; CK_ENOSPACE when a pool lacks the
- * blocks (nothing moved, try again later); CK_EBUSY when some were spilled
- * to the cold store: their fetch is started, try again after tier_poll;
- * CK_ESTATE when one was lost (dropped by a tier): the sequence must be
- * reset and recomputed. The policy's statistics do not count these moves. */
+/* Recall the blocks kvpol_preempt moved, in the form they left in (f32t as
+ * given to kvpol_preempt), each as soon as it is warm and its pool has a
+ * free block: the rest stay recorded in `moved` for the next call. Returns
+ * 0 when all are back; CK_EBUSY when some are not yet (being fetched from
+ * the cold store, or no free pool block): call again later (after
+ * tier_poll); CK_ESTATE when one was lost (dropped by a tier): the sequence
+ * must be reset and recomputed. The policy's statistics do not count these
+ * moves. */
 int kvpol_resume(kvpol *p, kv_seq *s, uint8_t *moved, struct tier *f32t);
 
 #endif

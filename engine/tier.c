@@ -405,3 +405,11 @@ void tier_release_seq(tier *t, kv_seq *owner) {
 }
 
 const tier_stats *tier_get_stats(const tier *t) { return &t->st; }
+
+int tier_room(const tier *t) {
+    /* With a cold store every put past the free slots spills the LRU slot
+     * (possibly one put a moment ago), so a sequence larger than the whole
+     * tier still fits: through it, into the store. */
+    if (t->c.cold && t->st.n_slots > 0) return t->n_free + t->n_free_recs;
+    return t->n_free;
+}

@@ -89,5 +89,9 @@ void tier_poll(tier *t);
  * keys) and mark its entries empty. */
 void tier_release_seq(tier *t, kv_seq *owner);
 const tier_stats *tier_get_stats(const tier *t);
+/* Blocks tier_put can take now without dropping one: the free slots, plus,
+ * with a cold store attached, as many as it has cold records left (each put
+ * past the free slots spills the least recently used slot). */
+int tier_room(const tier *t);
 
 #endif

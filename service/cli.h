@@ -23,6 +23,7 @@ int cli_broker(int argc, char **argv);   /* cli_broker.c: embedded Kafka broker 
 int cli_submit(int argc, char **argv);   /* cli_submit.c: jobs to confkvd */
 int cli_batch(int argc, char **argv);    /* cli_batch.c: OpenAI Batch API files */
 int cli_loadgen(int argc, char **argv);  /* cli_loadgen.c: serve-bench load through Kafka */
+int cli_templates(int argc, char **argv); /* cli_templates.c: cache templates in Redis */
 
 /* Argument cursor: argv[i] is the next unread argument. */
 typedef struct cli_args {

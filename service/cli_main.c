@@ -21,6 +21,7 @@ static const struct {
     {"submit", cli_submit, "send jobs to confkvd through Kafka and print their results"},
     {"batch", cli_batch, "run an OpenAI Batch API file through confkvd (Kafka) or in-process"},
     {"loadgen", cli_loadgen, "send the serve bench's load to confkvd through Kafka; throughput, latency"},
+    {"templates", cli_templates, "cache templates (prompt prefixes in Redis): create, list, inspect, delete, prewarm"},
     {"version", cli_version, "print the version and the compiled-in backends"},
 };
 

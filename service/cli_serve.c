@@ -8,6 +8,11 @@
  * arrival. Each request has a prompt of exactly --prompt-tokens tokens (BOS,
  * then a slice of a built-in story text or random vocabulary pieces, chosen
  * from the seed) and generates exactly --gen-tokens tokens (EOS ignored).
+ * With --system-prompt-tokens S every prompt starts (after BOS) with the
+ * same S tokens, as jobs sharing a system prompt do; --prefix-cache says
+ * what the engine does with them: off (computes every prompt whole), on
+ * (automatic prefix caching) or template (as on, after the shared prefix was
+ * prewarmed as a pinned template before the first arrival).
  *
  * Times are taken when eng_step returns, as a client would see them:
  * TTFT = first token - arrival (queueing included), ITL = the gaps between a
@@ -47,6 +52,8 @@ static void help(void) {
            "  --gen-tokens G       tokens generated per request, EOS ignored (128)\n"
            "  --prompts text|random  prompt content: slices of a story text, or random pieces (text)\n"
            "  --policy SPEC        KV policy of every request (conf)\n"
+           "  --system-prompt-tokens S  a prefix of S tokens shared by every prompt, after BOS (0)\n"
+           "  --prefix-cache off|on|template  reuse of shared prefixes (on)\n"
            "  --max-running N      sequences at once (64)\n"
            "  --max-batch-tokens N tokens per step (512)\n"
            "  --seed S             arrivals and prompts (1)\n"
@@ -112,7 +119,8 @@ int cli_bench_serve(int argc, char **argv) {
     float budget_mb = 64, warm_mb = 0, rate = 10;
     int n_req = 100, P = 16, G = 128, json = 0, max_running = 64, max_batch = 512;
     uint64_t seed = 1;
-    const char *policy = "conf", *scenario = NULL, *prompts = "text";
+    const char *policy = "conf", *scenario = NULL, *prompts = "text", *pcache = "on";
+    int S = 0;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             help();
@@ -125,7 +133,8 @@ int cli_bench_serve(int argc, char **argv) {
             cli_int(&a, "--prompt-tokens", 1, 1 << 20, &P) || cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) ||
             cli_str(&a, "--policy", &policy) || cli_u64(&a, "--seed", &seed) ||
             cli_int(&a, "--max-running", 1, 1 << 16, &max_running) ||
-            cli_int(&a, "--max-batch-tokens", 1, 1 << 20, &max_batch) || cli_str(&a, "--prompts", &prompts))
+            cli_int(&a, "--max-batch-tokens", 1, 1 << 20, &max_batch) || cli_str(&a, "--prompts", &prompts) ||
+            cli_int(&a, "--system-prompt-tokens", 0, 1 << 20, &S) || cli_str(&a, "--prefix-cache", &pcache))
             continue;
         if (cli_flag(&a, "--json")) json = 1;
         else return cli_unknown(&a);
@@ -137,6 +146,11 @@ int cli_bench_serve(int argc, char **argv) {
     }
     if (strcmp(prompts, "text") && strcmp(prompts, "random")) {
         cli_error(&a, "--prompts must be text or random");
+        return 2;
+    }
+    int pc_off = !strcmp(pcache, "off"), pc_tpl = !strcmp(pcache, "template");
+    if (!pc_off && !pc_tpl && strcmp(pcache, "on")) {
+        cli_error(&a, "--prefix-cache must be off, on or template");
         return 2;
     }
     char err[512];
@@ -151,7 +165,8 @@ int cli_bench_serve(int argc, char **argv) {
     c.warm_budget_bytes = (size_t)((double)warm_mb * 1048576.0);
     c.max_running = max_running;
     c.max_batch_tokens = max_batch;
-    c.max_queue = n_req;
+    c.max_queue = n_req + 1;
+    c.prefix_cache_off = pc_off;
     if (kvpol_parse(policy, &c.policy, err, sizeof err)) {
         cli_error(&a, "--policy: %s", err);
         return 2;
@@ -162,8 +177,9 @@ int cli_bench_serve(int argc, char **argv) {
         return 1;
     }
     const model *m = eng_model(e);
-    if (P + G > m->cfg.seq_len) {
-        cli_error(&a, "prompt + gen tokens (%d) exceed the model's context %d", P + G, m->cfg.seq_len);
+    if (S + P + G > m->cfg.seq_len) {
+        cli_error(&a, "system prompt + prompt + gen tokens (%d) exceed the model's context %d", S + P + G,
+                  m->cfg.seq_len);
         eng_free(e);
         return 2;
     }
@@ -173,8 +189,10 @@ int cli_bench_serve(int argc, char **argv) {
     double *ttft = malloc((size_t)n_req * sizeof *ttft);
     double *itl = malloc((size_t)n_req * (size_t)G * sizeof *itl);
     int32_t *ids = malloc((size_t)n_req * (size_t)P * sizeof *ids);
+    int32_t *sys = malloc((size_t)(S + 1) * sizeof *sys);      /* BOS + the shared prefix */
+    int32_t *prompt = malloc((size_t)(S + P) * sizeof *prompt);
     eng_event *ev = malloc((size_t)n_ev * sizeof *ev);
-    if (!arr || !last || !ttft || !itl || !ids || !ev) {
+    if (!arr || !last || !ttft || !itl || !ids || !ev || !sys || !prompt) {
         cli_error(&a, "out of memory");
         goto out;
     }
@@ -183,6 +201,36 @@ int cli_bench_serve(int argc, char **argv) {
         cli_error(&a, "prompts: %s", ck_strerror(rc));
         goto out;
     }
+    /* The shared prefix: a slice of the story text no prompt starts with
+     * (another seed), the same for every request. */
+    if (S > 0 && (rc = make_prompts(m, 1, S + 1, !strcmp(prompts, "random"), seed ^ 0x5157u, sys))) {
+        cli_error(&a, "system prompt: %s", ck_strerror(rc));
+        goto out;
+    }
+    if (S > 0 && pc_tpl) { /* prewarm it as a template, before the clock starts */
+        eng_request q;
+        memset(&q, 0, sizeof q);
+        q.tokens = sys;
+        q.n_tokens = S + 1;
+        q.samp = sp;
+        q.max_tokens = 1;
+        q.prefill_only = 1;
+        q.keep_prefix = 1;
+        q.user_tag = UINT64_MAX;
+        uint64_t id;
+        int n = 0;
+        if ((rc = eng_submit(e, &q, &id, err, sizeof err))) {
+            cli_error(&a, "prewarm: %s", err);
+            goto out;
+        }
+        while (!eng_idle(e) && !(rc = eng_step(e, ev, n_ev, &n))) {}
+        if (rc) {
+            cli_error(&a, "prewarm: %s", ck_strerror(rc));
+            goto out;
+        }
+    }
+    eng_stats st0;
+    eng_get_stats(e, &st0);
     uint64_t rs = seed;
     for (int i = 0; i < n_req; i++) {
         arr[i] = rate > 0 ? (i ? arr[i - 1] : 0) - log(cli_rng_unit(&rs)) / rate : 0;
@@ -201,8 +249,11 @@ int cli_bench_serve(int argc, char **argv) {
         while (next < n_req && arr[next] <= now) {
             eng_request q;
             memset(&q, 0, sizeof q);
-            q.tokens = ids + (size_t)next * P;
-            q.n_tokens = P;
+            /* BOS, the shared prefix, the request's own tokens */
+            memcpy(prompt, sys, (size_t)(S > 0 ? S + 1 : 0) * sizeof *prompt);
+            memcpy(prompt + (S > 0 ? S + 1 : 0), ids + (size_t)next * P + (S > 0), (size_t)(P - (S > 0)) * sizeof *prompt);
+            q.tokens = prompt;
+            q.n_tokens = S + P;
             q.samp = sp;
             q.max_tokens = G;
             q.ignore_eos = 1;
@@ -264,6 +315,11 @@ int cli_bench_serve(int argc, char **argv) {
     double fwd_frac = st.step_ms_total > 0 ? st.forward_ms_total / st.step_ms_total : 0;
     double tok_frac = st.step_ms_total > 0 ? st.token_ms_total / st.step_ms_total : 0;
     double mean_batch = steps ? (double)batch_seqs / (double)steps : 0;
+    uint64_t lookups = st.prefix_lookups - st0.prefix_lookups,
+             hits = st.prefix_hits_warm + st.prefix_hits_cold + st.prefix_hits_template - st0.prefix_hits_warm -
+                    st0.prefix_hits_cold - st0.prefix_hits_template;
+    double hit_rate = lookups ? (double)hits / (double)lookups : 0;
+    uint64_t cached = st.cached_tokens - st0.cached_tokens;
     char pname[64];
     kvpol_name(&c.policy, pname, sizeof pname);
     if (json) {
@@ -276,7 +332,13 @@ int cli_bench_serve(int argc, char **argv) {
         jw_key(&w, "policy_kind"), jw_str(&w, pname);
         jw_key(&w, "requests"), jw_int(&w, n_req);
         jw_key(&w, "rate"), jw_num(&w, rate);
-        jw_key(&w, "prompt_tokens"), jw_int(&w, P);
+        jw_key(&w, "prompt_tokens"), jw_int(&w, S + P);
+        jw_key(&w, "system_prompt_tokens"), jw_int(&w, S);
+        jw_key(&w, "prefix_cache"), jw_str(&w, pcache);
+        jw_key(&w, "prefix_lookups"), jw_int(&w, (int64_t)lookups);
+        jw_key(&w, "prefix_hit_rate"), jw_num(&w, hit_rate);
+        jw_key(&w, "cached_tokens"), jw_int(&w, (int64_t)cached);
+        jw_key(&w, "prefill_tokens"), jw_int(&w, (int64_t)(st.tokens_prefilled - st0.tokens_prefilled));
         jw_key(&w, "gen_tokens"), jw_int(&w, G);
         jw_key(&w, "kv_budget_bytes"), jw_int(&w, (int64_t)c.kv_budget_bytes);
         jw_key(&w, "kv_hot_capacity_bytes"), jw_int(&w, (int64_t)st.hot_capacity_bytes);
@@ -318,6 +380,10 @@ int cli_bench_serve(int argc, char **argv) {
                "(%llu recomputed)\n",
                st.running_peak, mean_batch, st.hot_peak_bytes / 1048576.0, st.hot_capacity_bytes / 1048576.0,
                (unsigned long long)st.preemptions, (unsigned long long)st.recomputes);
+        if (S > 0)
+            printf("prefix cache %s: %.1f%% of %llu prompt blocks hit, %llu prompt tokens copied, %llu computed\n",
+                   pcache, 100 * hit_rate, (unsigned long long)lookups, (unsigned long long)cached,
+                   (unsigned long long)(st.tokens_prefilled - st0.tokens_prefilled));
         printf("step time: %.1f%% scheduling, %.1f%% forward, %.1f%% sampling and policy\n", 100 * sched_frac,
                100 * fwd_frac, 100 * tok_frac);
     }
@@ -328,6 +394,8 @@ out:
     free(ttft);
     free(itl);
     free(ids);
+    free(sys);
+    free(prompt);
     free(ev);
     eng_free(e);
     return exit_code;

@@ -60,6 +60,13 @@ static const struct key_def {
     {"redis_max_inflight_mb", T_INT, "64", 1, 1 << 16, F(redis_max_inflight_mb),
      "Redis bytes in flight at most (beyond: spills are dropped)"},
     {"redis_timeout_ms", T_INT, "2000", 10, 600000, F(redis_timeout_ms), "Redis connect and reply timeout"},
+    {"prefix_cache_mb", T_LONG, "0", 0, 1 << 20, F(prefix_cache_mb),
+     "host memory for prefix KV blocks (templates, sessions, shared prompts; 0 = the hot pool's size)"},
+    {"prefix_cache", T_BOOL, "true", 0, 1, F(prefix_cache), "reuse the KV of prompt prefixes seen before"},
+    {"max_sessions", T_INT, "1024", 1, 1 << 24, F(max_sessions), "session contexts kept in host memory"},
+    {"prewarm_top", T_INT, "8", 0, 4096, F(prewarm_top),
+     "at start-up, load the KV of the N most used templates (0 = none)"},
+    {"prewarm_wait", T_BOOL, "false", 0, 1, F(prewarm_wait), "/readyz fails until the start-up prewarm is done"},
     {"warm_budget_kb", T_LONG, "0", 0, 1L << 30, F(warm_budget_kb), "warm KV tier in KiB (0 = 4x the hot pool)"},
     {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit"},
 #undef F

@@ -53,6 +53,12 @@ typedef struct svc_config {
     const char *redis, *redis_prefix;
     int redis_ttl_s, redis_max_inflight_mb, redis_timeout_ms;
     long warm_budget_kb;      /* warm tier (0 = 4x the hot pool) */
+    /* prefix cache, sessions, templates (engine.h) */
+    long prefix_cache_mb;     /* 0 = the hot pool's size */
+    int prefix_cache;         /* 0 = off */
+    int max_sessions;
+    int prewarm_top;          /* templates prewarmed at start-up */
+    int prewarm_wait;         /* readiness waits for that prewarm */
     /* every key as set, defaults included (kafka.* keys among them) */
     svc_kv *kv;
     int n_kv, cap_kv;

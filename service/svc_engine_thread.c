@@ -22,6 +22,7 @@ struct svc_et {
     /* guarded by mu */
     svc_work *in_head, *in_tail, *out_head, *out_tail;
     int stop, loaded, load_failed, load_reported;
+    int flush_ms, flush_req, flushed;  /* svc_et_flush */
     char load_err[512];
     eng_stats stats;
     svc_hist batch;
@@ -120,6 +121,19 @@ static void start_work(svc_et *t, svc_work *w) {
     r.priority = j->priority;
     r.deadline_ms = w->deadline_eng_ms;
     r.user_tag = (uint64_t)(uintptr_t)w;
+    /* Sessions and templates: the engine prepends the context or the
+     * template (it drops the prompt's BOS then). A template being saved is
+     * the prompt's text itself. */
+    r.session_id = j->session_id;
+    r.template_name = j->template_name;
+    r.prefill_only = j->prefill_only;
+    if (j->save_template) {
+        r.save_template = 1;
+        r.tokens = NULL;
+        r.n_tokens = 0;
+        r.prompt = j->prompt;
+        r.prompt_len = j->prompt_len;
+    }
     uint64_t id;
     char err[256] = "";
     int rc = eng_submit(t->e, &r, &id, err, sizeof err);
@@ -206,7 +220,7 @@ static void *thread_main(void *arg) {
     eng_event *ev = malloc(MAX_EVENTS * sizeof *ev);
     for (;;) {
         pthread_mutex_lock(&t->mu);
-        while (!t->stop && !t->in_head && !t->pending && eng_idle(t->e)) {
+        while (!t->stop && !t->in_head && !t->pending && eng_idle(t->e) && !(t->flush_req && !t->flushed)) {
             if (!t->o.eng.cold) {
                 pthread_cond_wait(&t->cv, &t->mu);
                 continue;
@@ -228,8 +242,15 @@ static void *thread_main(void *arg) {
         }
         svc_work *in = t->in_head;
         t->in_head = t->in_tail = NULL;
-        int stop = t->stop;
+        int stop = t->stop, flush = t->flush_req && !t->flushed && eng_idle(t->e);
         pthread_mutex_unlock(&t->mu);
+        if (flush) { /* graceful shutdown: every session and template write lands first */
+            int frc = eng_flush(t->e, t->flush_ms);
+            if (frc) svc_log(SVC_LOG_WARN, "cold_flush_incomplete", "timeout_ms=%d", t->flush_ms);
+            pthread_mutex_lock(&t->mu);
+            t->flushed = 1;
+            pthread_mutex_unlock(&t->mu);
+        }
         if (stop) {
             /* Works not yet submitted go back to the loop's care untouched. */
             break;
@@ -275,7 +296,11 @@ static void *thread_main(void *arg) {
                 char msg[256];
                 snprintf(msg, sizeof msg, "engine: %s%s%s", ck_strerror(ev[i].error), ev[i].message ? ": " : "",
                          ev[i].message ? ev[i].message : "");
-                fail(t, w, ev[i].error == CK_ETOOLONG ? SVC_JERR_CONTEXT_EXCEEDED : SVC_JERR_ENGINE_ERROR, msg);
+                fail(t, w,
+                     ev[i].error == CK_ETOOLONG    ? SVC_JERR_CONTEXT_EXCEEDED
+                     : ev[i].error == CK_ENOTFOUND ? SVC_JERR_UNKNOWN_TEMPLATE
+                                                   : SVC_JERR_ENGINE_ERROR,
+                     msg);
             }
         }
         eng_stats s;
@@ -344,6 +369,22 @@ void svc_et_submit(svc_et *t, svc_work *w) {
     t->in_tail = w;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+}
+
+void svc_et_flush(svc_et *t, int timeout_ms) {
+    pthread_mutex_lock(&t->mu);
+    t->flush_ms = timeout_ms;
+    t->flush_req = 1;
+    if (!t->o.eng.cold || !t->loaded || t->load_failed) t->flushed = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+int svc_et_flushed(svc_et *t) {
+    pthread_mutex_lock(&t->mu);
+    int f = t->flushed;
+    pthread_mutex_unlock(&t->mu);
+    return f;
 }
 
 int svc_et_loaded(const svc_et *t) { return t && t->load_reported && t->loaded && !t->load_failed; }

@@ -34,6 +34,8 @@ typedef struct svc_work {
     int64_t deadline_eng_ms;     /* on eng_now_ms()'s clock, 0 = none */
     int64_t t_enqueue_ms;        /* eng_now_ms() when the message was consumed */
     void *ud;                    /* the loop's */
+    void (*own_done)(struct svc_work *w); /* the loop's: when set, its done_cb hands the work
+                                    here (the service's own works: template prewarms) */
     /* out (set by the engine thread) */
     int status;                  /* SVC_WORK_* */
     int err_code;                /* SVC_JERR_* when status is ERROR */
@@ -79,6 +81,12 @@ int svc_et_ctx(const svc_et *t);
 const char *svc_et_model_name(const svc_et *t);
 /* Snapshot of the engine's stats and batch-size histogram (0 when not loaded). */
 int svc_et_stats(svc_et *t, eng_stats *s, svc_hist *batch);
+/* Ask the engine thread to wait, once idle, until the cold store has
+ * answered every write (eng_flush, at most timeout_ms): for a graceful
+ * shutdown, while the loop still runs Redis. svc_et_flushed turns 1 when
+ * done (or at once when there is no cold store). */
+void svc_et_flush(svc_et *t, int timeout_ms);
+int svc_et_flushed(svc_et *t);
 /* Stop the thread (after its current step), join it, free the engine, close
  * the async handle (the loop must run once more for the close). */
 void svc_et_stop(svc_et *t);

@@ -10,6 +10,7 @@
 
 #define MAX_URL 1024
 #define MAX_REQUEST 16384
+#define MAX_BODY 8192
 #define MAX_CONNS 64
 #define CONN_TIMEOUT_MS 10000
 
@@ -22,7 +23,9 @@ typedef struct conn {
     struct conn *prev, *next;
     char url[MAX_URL + 1];
     size_t url_len, got;
-    int url_too_long, complete, replied, open_handles;
+    char body[MAX_BODY + 1];
+    size_t body_len;
+    int url_too_long, body_too_long, complete, replied, open_handles;
     char *out;
 } conn;
 
@@ -100,6 +103,18 @@ static int on_url(http_parser *p, const char *at, size_t len) {
     return 0;
 }
 
+static int on_body(http_parser *p, const char *at, size_t len) {
+    conn *c = p->data;
+    if (c->body_len + len > MAX_BODY) {
+        c->body_too_long = 1;
+        return 0;
+    }
+    memcpy(c->body + c->body_len, at, len);
+    c->body_len += len;
+    c->body[c->body_len] = 0;
+    return 0;
+}
+
 static int on_complete(http_parser *p) {
     conn *c = p->data;
     c->complete = 1;
@@ -108,15 +123,21 @@ static int on_complete(http_parser *p) {
 
 static void handle(conn *c) {
     if (c->url_too_long) return reply_text(c, 414, "URI too long\n");
+    if (c->body_too_long) return reply_text(c, 413, "body too large\n");
     const char *method = http_method_str((enum http_method)c->parser.method);
-    if (c->parser.method != HTTP_GET && c->parser.method != HTTP_HEAD) return reply_text(c, 405, "GET only\n");
+    if (c->parser.method != HTTP_GET && c->parser.method != HTTP_HEAD && c->parser.method != HTTP_POST)
+        return reply_text(c, 405, "GET, HEAD or POST only\n");
     /* the path without the query */
     char path[MAX_URL + 1];
     size_t n = strcspn(c->url, "?#");
     memcpy(path, c->url, n);
     path[n] = 0;
+    const char *query = c->url[n] == '?' ? c->url + n + 1 : "";
+    char qbuf[MAX_URL + 1];
+    snprintf(qbuf, sizeof qbuf, "%.*s", (int)strcspn(query, "#"), query);
+    svc_http_req q = {method, path, qbuf, c->body, c->body_len};
     svc_http_resp r = {404, "text/plain; charset=utf-8", NULL, 0};
-    c->srv->handler(c->srv->ud, method, path, &r);
+    c->srv->handler(c->srv->ud, &q, &r);
     if (!r.body) {
         const char *t = r.status == 404 ? "not found\n" : r.status == 200 ? "ok\n" : "unavailable\n";
         reply_text(c, r.status, t);
@@ -192,6 +213,7 @@ int svc_http_start(uv_loop_t *loop, const char *host, int port, svc_http_handler
     s->handler = h;
     s->ud = ud;
     s->settings.on_url = on_url;
+    s->settings.on_body = on_body;
     s->settings.on_message_complete = on_complete;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;

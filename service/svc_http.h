@@ -1,9 +1,9 @@
-/* svc_http.h - a tiny HTTP/1.1 server on libuv for /metrics, /healthz and
- * /readyz.
+/* svc_http.h - a tiny HTTP/1.1 server on libuv for /metrics, /healthz,
+ * /readyz and the few POSTs confkvd takes (/templates/prewarm).
  *
  * Requests are parsed by http-parser (Debian's libhttp-parser); one request
  * per connection (the reply says Connection: close). Limits: URL 1 KiB,
- * request 16 KiB, 64 connections at once, 10 s per connection; anything
+ * body 8 KiB, request 16 KiB, 64 connections at once, 10 s per connection; anything
  * over them is answered 400/414/503 or closed. The handler runs on the loop
  * and must not block.
  *
@@ -22,7 +22,17 @@ typedef struct svc_http_resp {
     size_t len;
 } svc_http_resp;
 
-typedef void (*svc_http_handler)(void *ud, const char *method, const char *path, svc_http_resp *r);
+/* A request: GET, HEAD or POST (others are answered 405 before the
+ * handler). Every string is NUL-terminated and valid during the call. */
+typedef struct svc_http_req {
+    const char *method;
+    const char *path;          /* without the query */
+    const char *query;         /* after '?', "" when none */
+    const char *body;          /* POST body (body_len bytes), "" when none */
+    size_t body_len;
+} svc_http_req;
+
+typedef void (*svc_http_handler)(void *ud, const svc_http_req *q, svc_http_resp *r);
 
 typedef struct svc_http svc_http;
 

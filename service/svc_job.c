@@ -11,6 +11,7 @@
 
 #include "ck_err.h"
 #include "policy.h"
+#include "tmpl.h"
 
 #define MAX_DEPTH 64
 
@@ -534,8 +535,13 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     }
     if ((rc = get_str(o, "session_id", SVC_JOB_STR_MAX, &job->session_id, e)) ||
         (rc = get_str(o, "template", SVC_JOB_STR_MAX, &job->template_name, e)) ||
-        (rc = get_str(o, "policy", SVC_JOB_STR_MAX, &job->policy, e)))
+        (rc = get_str(o, "policy", SVC_JOB_STR_MAX, &job->policy, e)) ||
+        (rc = get_bool(o, "save", &job->save_template, e)))
         return rc;
+    if (job->template_name && !tpl_name_ok(job->template_name))
+        return fail(e, SVC_JERR_INVALID_FIELD, "'template' is 1 to %d bytes of A-Z a-z 0-9 . _ : -", TPL_NAME_MAX);
+    if (job->save_template && (!job->template_name || !job->prompt))
+        return fail(e, SVC_JERR_INVALID_FIELD, "'save' takes a 'template' name and a text 'prompt' (its text)");
     if (job->policy) {
         kvpol_config pc;
         char perr[200];

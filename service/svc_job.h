@@ -19,7 +19,7 @@
  * Fields (OpenAI names where they exist): id, model, prompt | messages |
  * tokens, max_tokens (alias max_completion_tokens), temperature, top_p,
  * top_k, min_p, repetition_penalty, stop, seed, priority, deadline_ms,
- * ignore_eos, session_id, template, policy, return_confidence, metadata.
+ * ignore_eos, session_id, template, save, policy, return_confidence, metadata.
  * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
  * schemas/job.schema.json are the reference.
  *
@@ -48,7 +48,8 @@
     X(INVALID_POLICY, "invalid_policy", "the KV policy spec does not parse")            \
     X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")              \
     X(ENGINE_ERROR, "engine_error", "the engine failed on this job")                    \
-    X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")
+    X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")  \
+    X(UNKNOWN_TEMPLATE, "unknown_template", "the job names a template that does not exist")
 
 enum {
     SVC_JERR_NONE = 0,
@@ -95,6 +96,8 @@ typedef struct svc_job {
     char *policy;
     int return_confidence;
     char *session_id, *template_name;
+    int save_template;        /* `save`: the prompt text becomes template `template` */
+    int prefill_only;         /* not from messages: a prewarm the service makes itself */
     cJSON *metadata;          /* echoed back, any JSON value */
 } svc_job;
 

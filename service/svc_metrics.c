@@ -132,6 +132,41 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         one(f, "confkv_kv_integrity_failures_total", "counter",
             "Cold KV blocks refused on reload (checksum, model fingerprint or shape mismatch).",
             (double)e->integrity_failures);
+        /* Hit rates per tier (engine.h, eng_stats): hot = blocks a decode
+         * step found hot among those written; warm/cold/template = prompt
+         * blocks found in the prefix cache, fetched from Redis, or pinned. */
+        head(f, "confkv_cache_lookups_total", "counter", "KV block lookups, by tier.");
+        fprintf(f, "confkv_cache_lookups_total{tier=\"hot\"} %llu\nconfkv_cache_lookups_total{tier=\"prefix\"} %llu\n",
+                (unsigned long long)e->hot_lookups, (unsigned long long)e->prefix_lookups);
+        head(f, "confkv_cache_hits_total", "counter", "KV block lookups served, by tier.");
+        fprintf(f, "confkv_cache_hits_total{tier=\"hot\"} %llu\nconfkv_cache_hits_total{tier=\"warm\"} %llu\n"
+                   "confkv_cache_hits_total{tier=\"cold\"} %llu\nconfkv_cache_hits_total{tier=\"template\"} %llu\n",
+                (unsigned long long)e->hot_hits, (unsigned long long)e->prefix_hits_warm,
+                (unsigned long long)e->prefix_hits_cold, (unsigned long long)e->prefix_hits_template);
+        double pl = e->prefix_lookups ? (double)e->prefix_lookups : 1;
+        head(f, "confkv_cache_hit_ratio", "gauge", "Hits over lookups, by tier (prefix tiers over prefix lookups).");
+        fprintf(f, "confkv_cache_hit_ratio{tier=\"hot\"} %.6f\nconfkv_cache_hit_ratio{tier=\"warm\"} %.6f\n"
+                   "confkv_cache_hit_ratio{tier=\"cold\"} %.6f\nconfkv_cache_hit_ratio{tier=\"template\"} %.6f\n",
+                e->hot_lookups ? (double)e->hot_hits / (double)e->hot_lookups : 0, (double)e->prefix_hits_warm / pl,
+                (double)e->prefix_hits_cold / pl, (double)e->prefix_hits_template / pl);
+        one(f, "confkv_prefix_cache_bytes", "gauge", "Host memory holding prefix KV blocks.", (double)e->prefix_bytes);
+        one(f, "confkv_prefix_pinned_blocks", "gauge", "Prefix blocks pinned (templates).", e->prefix_pinned);
+        one(f, "confkv_prefix_promotions_total", "counter", "Prefix blocks promoted to templates by use.",
+            (double)e->prefix_promotions);
+        one(f, "confkv_prefix_persisted_total", "counter", "Prefix blocks written to the cold tier.",
+            (double)e->prefix_persisted);
+        head(f, "confkv_sessions_total", "counter", "Session events.");
+        fprintf(f, "confkv_sessions_total{event=\"saved\"} %llu\nconfkv_sessions_total{event=\"resumed\"} %llu\n"
+                   "confkv_sessions_total{event=\"fetched\"} %llu\nconfkv_sessions_total{event=\"missed\"} %llu\n",
+                (unsigned long long)e->sessions_saved, (unsigned long long)e->sessions_resumed,
+                (unsigned long long)e->sessions_fetched, (unsigned long long)e->session_misses);
+        head(f, "confkv_templates_total", "counter", "Template records, by event.");
+        fprintf(f, "confkv_templates_total{event=\"fetched\"} %llu\nconfkv_templates_total{event=\"missed\"} %llu\n"
+                   "confkv_templates_total{event=\"saved\"} %llu\n",
+                (unsigned long long)e->template_fetches, (unsigned long long)e->template_misses,
+                (unsigned long long)e->template_saves);
+        one(f, "confkv_cached_tokens_total", "counter", "Prompt tokens whose KV was copied, not computed.",
+            (double)e->cached_tokens);
         head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
         fprintf(f, "confkv_kv_blocks{tier=\"hot\",state=\"used\"} %d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
                 e->hot_blocks_used, e->hot_blocks);

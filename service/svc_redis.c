@@ -603,7 +603,8 @@ static void send_req(svc_redis *r, rreq *q) {
         argv[1] = q->key, lens[1] = q->key_len;
         argv[2] = q->val ? q->val : "", lens[2] = q->len;
         argc = 3;
-        if (r->c.ttl_s > 0) {
+        int keep = q->key_len >= r->prefix_len + 4 && !memcmp(q->key + r->prefix_len, "tpl:", 4);
+        if (r->c.ttl_s > 0 && !keep) {
             argv[3] = "EX", lens[3] = 2;
             argv[4] = r->ttl, lens[4] = strlen(r->ttl);
             argc = 5;
@@ -737,6 +738,33 @@ void svc_redis_get_stats(svc_redis *r, svc_redis_stats *s) {
     *s = r->st;
     pthread_mutex_unlock(&r->mu);
 }
+
+typedef struct cmd_ctx {
+    svc_redis_reply_cb cb;
+    void *ud;
+} cmd_ctx;
+
+static void cmd_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    cmd_ctx *x = priv;
+    x->cb(x->ud, reply);
+    free(x);
+}
+
+int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv, const size_t *lens) {
+    if (!r || !r->ac || r->state != ST_UP) return CK_ESTATE;
+    cmd_ctx *x = malloc(sizeof *x);
+    if (!x) return CK_ENOMEM;
+    x->cb = cb;
+    x->ud = ud;
+    if (redisAsyncCommandArgv(r->ac, cmd_cb, x, argc, argv, lens) != REDIS_OK) {
+        free(x);
+        return CK_ESTATE;
+    }
+    return CK_OK;
+}
+
+const char *svc_redis_prefix(const svc_redis *r) { return r->prefix; }
 
 void svc_redis_close(svc_redis *r) {
     if (!r) return;

@@ -28,7 +28,8 @@
  * and PING; it is up once PING answers. A lost connection, a failed connect
  * or handshake, or a reply timeout starts a reconnection after a backoff
  * that doubles from backoff_min_ms to backoff_max_ms (reset once up). Keys
- * are the prefix followed by the caller's key; SET carries EX ttl_s.
+ * are the prefix followed by the caller's key; SET carries EX ttl_s, except
+ * for template records ("tpl:..." keys, tmpl.h), which never expire.
  *
  * Threads: put/get/del/poll from one thread (the engine's); svc_redis_new,
  * svc_redis_close from the loop thread; svc_redis_get_stats from any. */
@@ -98,5 +99,16 @@ void svc_redis_get_stats(svc_redis *r, svc_redis_stats *s);
  * freed by the close callbacks, so run the loop afterwards. Safe on NULL.
  * cold_free() on the store does the same (so also on the loop thread only). */
 void svc_redis_close(svc_redis *r);
+
+/* Loop thread: one command of the service's own (template usage counts),
+ * on the same connection. The caller prefixes its keys (svc_redis_prefix).
+ * cb fires exactly once, on the loop: with the reply (borrowed for the call;
+ * the caller checks its type), or NULL when the command failed or the
+ * connection went away. Returns 0, or CK_ESTATE while Redis is down (then cb
+ * never fires), CK_ENOMEM. */
+struct redisReply;
+typedef void (*svc_redis_reply_cb)(void *ud, const struct redisReply *reply);
+int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv, const size_t *lens);
+const char *svc_redis_prefix(const svc_redis *r);
 
 #endif

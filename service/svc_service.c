@@ -19,6 +19,7 @@
 #include "svc_metrics.h"
 #include "svc_redis.h"
 #include "svc_result.h"
+#include "svc_templates.h"
 
 #define MAX_PRODUCE_ATTEMPTS 3
 
@@ -46,8 +47,10 @@ typedef struct svc_service {
     svc_et *et;
     svc_http *http;
     svc_redis *redis;            /* cold tier; NULL when not configured */
+    svc_tpl *tpl;                /* template usage and prewarm */
     uv_signal_t sigterm, sigint;
-    uv_timer_t metrics_timer, drain_timer;
+    uv_timer_t metrics_timer, drain_timer, tick_timer;
+    int flush_asked;             /* draining: the engine thread flushes cold writes */
     svc_metrics metrics;
     rec *recs;
     int inflight, paused, loaded, assigned_once, ready_written, draining, stopping, exit_code;
@@ -74,7 +77,16 @@ static void finish_service(svc_service *s);
 /* ------------------------------------------------------------------------ */
 /* readiness */
 
-static int is_ready(const svc_service *s) { return s->loaded && s->assigned_once && !s->draining; }
+static int prewarm_pending(const svc_service *s) {
+    if (!s->cfg->prewarm_wait || !s->tpl) return 0;
+    svc_tpl_stats ts;
+    svc_tpl_get_stats(s->tpl, &ts);
+    return !ts.startup_done;
+}
+
+static int is_ready(const svc_service *s) {
+    return s->loaded && s->assigned_once && !s->draining && !prewarm_pending(s);
+}
 
 static void write_ready_file(svc_service *s) {
     if (s->ready_written || !is_ready(s)) return;
@@ -202,6 +214,7 @@ static void count_result(svc_service *s, rec *r, const svc_work *w, int err_code
             (long long)r->tok.offset, w ? w->prompt_tokens : 0, w ? w->completion_tokens : 0, w ? w->total_ms : 0.0,
             st == SVC_ST_ERROR ? " code=" : "", st == SVC_ST_ERROR ? svc_job_error_code(err_code) : "");
     if (!w || w->status != SVC_WORK_OK) return;
+    if (r->job.template_name) svc_tpl_used(s->tpl, r->job.template_name);
     svc_metrics *m = &s->metrics;
     m->prompt_tokens += (uint64_t)w->prompt_tokens;
     m->completion_tokens += (uint64_t)w->completion_tokens;
@@ -240,6 +253,10 @@ static void send_result(rec *r, const svc_work *w, int err_code, const char *err
 
 static void et_done(void *ud, svc_work *w) {
     svc_service *s = ud;
+    if (w->own_done) { /* a prewarm */
+        w->own_done(w);
+        return;
+    }
     rec *r = (rec *)w;
     r->in_engine = 0;
     if (s->stopping) return; /* the record is freed with the rest */
@@ -447,8 +464,61 @@ static char *render(svc_service *s, int json, size_t *len) {
     return buf;
 }
 
-static void http_handler(void *ud, const char *method, const char *path, svc_http_resp *r) {
+/* POST /templates/prewarm, body {"names": ["a", ...]} or empty/{} for the
+ * most used. 202 started, 400 bad body, 409 a round runs, 503 no Redis. */
+static void http_prewarm(svc_service *s, const svc_http_req *q, svc_http_resp *r) {
+    r->content_type = "application/json";
+    const char *names[64];
+    int n = 0, bad = 0;
+    cJSON *body = q->body_len ? cJSON_ParseWithLength(q->body, q->body_len) : NULL;
+    if (q->body_len && !cJSON_IsObject(body)) bad = 1;
+    cJSON *arr = body ? cJSON_GetObjectItemCaseSensitive(body, "names") : NULL;
+    if (arr && (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) > 64)) bad = 1;
+    cJSON *it;
+    if (!bad && arr)
+        cJSON_ArrayForEach(it, arr) {
+            if (!cJSON_IsString(it) || !tpl_name_ok(it->valuestring)) bad = 1;
+            else names[n++] = it->valuestring;
+        }
+    int rc = bad ? CK_EINVAL : !s->loaded ? CK_ESTATE : svc_tpl_prewarm(s->tpl, names, n);
+    svc_tpl_stats ts;
+    svc_tpl_get_stats(s->tpl, &ts);
+    r->status = rc == CK_OK ? 202 : rc == CK_EINVAL ? 400 : rc == CK_EBUSY ? 409 : 503;
+    const char *why = rc == CK_OK ? "" : rc == CK_EINVAL ? "body must be {\"names\": [template names]}"
+                      : rc == CK_EBUSY                 ? "a prewarm round is running"
+                      : !s->loaded                     ? "the model is not loaded yet"
+                                                       : "Redis is not connected";
+    if (asprintf(&r->body, "{\"started\": %s, \"templates\": %d, \"error\": \"%s\"}\n", rc ? "false" : "true",
+                 rc ? 0 : n ? n : -1, why) < 0)
+        r->body = NULL;
+    r->len = r->body ? strlen(r->body) : 0;
+    cJSON_Delete(body);
+}
+
+static const char *prewarm_state(const svc_service *s) {
+    static const char *names[] = {"idle", "listing", "running", "done"};
+    if (!s->tpl) return "idle";
+    svc_tpl_stats ts;
+    svc_tpl_get_stats(s->tpl, &ts);
+    return names[ts.state & 3];
+}
+
+static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
     svc_service *s = ud;
+    const char *path = q->path;
+    if (!strcmp(path, "/templates/prewarm")) {
+        if (strcmp(q->method, "POST")) {
+            r->status = 405;
+            return;
+        }
+        return http_prewarm(s, q, r);
+    }
+    if (!strcmp(q->method, "POST")) {
+        r->status = path[0] && (!strcmp(path, "/metrics") || !strcmp(path, "/healthz") || !strcmp(path, "/readyz"))
+                        ? 405
+                        : 404;
+        return;
+    }
     if (!strcmp(path, "/metrics")) {
         r->body = render(s, 0, &r->len);
         r->status = r->body ? 200 : 503;
@@ -464,10 +534,10 @@ static void http_handler(void *ud, const char *method, const char *path, svc_htt
         if (s->redis) svc_redis_get_stats(s->redis, &rs);
         char *b = NULL;
         if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
-                         "\"redis\": \"%s\"}\n",
+                         "\"redis\": \"%s\", \"prewarm\": \"%s\"}\n",
                      ready ? "true" : "false", s->loaded ? "true" : "false",
                      s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
-                     !s->redis ? "off" : rs.up ? "up" : "down") < 0)
+                     !s->redis ? "off" : rs.up ? "up" : "down", prewarm_state(s)) < 0)
             b = NULL;
         r->status = ready ? 200 : 503;
         r->body = b;
@@ -501,8 +571,11 @@ static void finish_service(svc_service *s) {
     svc_log(SVC_LOG_INFO, "stopping", "unfinished=%d (left uncommitted: redelivered later)", left);
     uv_timer_stop(&s->metrics_timer);
     uv_timer_stop(&s->drain_timer);
+    uv_timer_stop(&s->tick_timer);
     uv_close((uv_handle_t *)&s->metrics_timer, close_cb_noop);
     uv_close((uv_handle_t *)&s->drain_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&s->tick_timer, close_cb_noop);
+    svc_tpl_close(s->tpl);
     uv_close((uv_handle_t *)&s->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&s->sigint, close_cb_noop);
     svc_http_close(s->http);
@@ -518,12 +591,28 @@ static void drain_cb(uv_timer_t *t) {
     svc_service *s = t->data;
     int outq = s->kafka ? svc_kafka_outq_len(s->kafka) : 0;
     if (s->inflight == 0 && outq == 0) {
+        /* Then the engine's cold writes (the sessions of the jobs just
+         * finished, templates): Redis I/O runs on this loop, so the engine
+         * thread waits for it while the loop keeps turning. */
+        if (s->et && s->redis && !s->flush_asked) {
+            s->flush_asked = 1;
+            double left = s->cfg->drain_timeout_s - (now_s() - s->t_drain);
+            svc_et_flush(s->et, left > 0.1 ? (int)(left * 1000) : 100);
+        }
+        if (s->et && s->redis && !svc_et_flushed(s->et) && now_s() - s->t_drain <= s->cfg->drain_timeout_s) return;
         svc_log(SVC_LOG_INFO, "drained", "seconds=%.2f", now_s() - s->t_drain);
         finish_service(s);
     } else if (now_s() - s->t_drain > s->cfg->drain_timeout_s) {
         svc_log(SVC_LOG_WARN, "drain_timeout", "inflight=%d producer_queue=%d", s->inflight, outq);
         finish_service(s);
     }
+}
+
+static void tick_cb(uv_timer_t *t) {
+    svc_service *s = t->data;
+    int before = is_ready(s);
+    svc_tpl_tick(s->tpl, s->loaded && !s->draining);
+    if (!before && is_ready(s)) write_ready_file(s);
 }
 
 static void signal_cb(uv_signal_t *h, int sig) {
@@ -618,6 +707,9 @@ int svc_service_run(svc_config *cfg) {
     if (cfg->kv_budget_mb) eo.eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
     if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
     if (cfg->warm_budget_kb) eo.eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
+    eo.eng.prefix_cache_bytes = (size_t)cfg->prefix_cache_mb << 20;
+    eo.eng.prefix_cache_off = !cfg->prefix_cache;
+    eo.eng.max_sessions = cfg->max_sessions;
     /* ---- cold tier: Redis (svc_redis.h), used by the engine thread's tiers */
     if (cfg->redis) {
         svc_redis_config rc_;
@@ -637,6 +729,10 @@ int svc_service_run(svc_config *cfg) {
         snprintf(err, sizeof err, "cannot start the engine thread");
         goto fail;
     }
+    if (svc_tpl_new(s->redis, s->et, cfg->prewarm_top, &s->tpl)) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
     uv_signal_init(&s->loop, &s->sigterm);
     uv_signal_init(&s->loop, &s->sigint);
     s->sigterm.data = s->sigint.data = s;
@@ -644,7 +740,9 @@ int svc_service_run(svc_config *cfg) {
     uv_signal_start(&s->sigint, signal_cb, SIGINT);
     uv_timer_init(&s->loop, &s->metrics_timer);
     uv_timer_init(&s->loop, &s->drain_timer);
-    s->metrics_timer.data = s->drain_timer.data = s;
+    uv_timer_init(&s->loop, &s->tick_timer);
+    s->metrics_timer.data = s->drain_timer.data = s->tick_timer.data = s;
+    uv_timer_start(&s->tick_timer, tick_cb, 100, 100);
     if (cfg->metrics_interval_s > 0) {
         uint64_t ms = (uint64_t)(cfg->metrics_interval_s * 1000);
         uv_timer_start(&s->metrics_timer, metrics_cb, ms, ms);
@@ -673,6 +771,7 @@ out:
     s->kafka = NULL;
     while (s->recs) rec_free(s, s->recs);
     svc_broker_stop(s->broker);
+    svc_tpl_free(s->tpl);
     if (uv_loop_close(&s->loop)) svc_log(SVC_LOG_WARN, "loop_not_closed", NULL);
     svc_log(SVC_LOG_INFO, "stopped", "exit_code=%d", rc);
     free(s);

@@ -33,6 +33,7 @@
 #include "ck_test.h"
 #include "cold.h"
 #include "coldfmt.h"
+#include "engine.h"
 #include "kv.h"
 #include "svc_log.h"
 #include "svc_redis.h"
@@ -653,6 +654,108 @@ static void test_kill9_and_reconnect(void) {
     h_stop(&h);
 }
 
+/* ------------------------------------------------------------------------ */
+/* the engine with Redis as its cold tier */
+
+#define N_REQ 100
+typedef struct outcome {
+    char text[4096];
+    int done, n_tok;
+} outcome;
+
+static eng *spill_engine(cold_store *cold, size_t hot, size_t warm) {
+    eng_config c;
+    eng_config_default(&c);
+    c.model_path = ck_test_model_path("stories260K.bin");
+    c.tokenizer_path = ck_test_model_path("tok512.bin");
+    c.backend = "cpu";
+    c.threads = 1;
+    c.kv_budget_bytes = hot;
+    c.warm_budget_bytes = warm;
+    c.cold = cold;
+    c.prefix_cache_off = 1; /* only the tiers at work here */
+    kvpol_parse("full", &c.policy, NULL, 0);
+    eng *e = NULL;
+    char err[256];
+    if (eng_new(&c, &e, err, sizeof err)) fprintf(stderr, "eng_new: %s\n", err);
+    return e;
+}
+
+/* Step until idle, or (steps > 0) for that many steps. */
+static int drive(eng *e, outcome *o, int steps) {
+    eng_event ev[256];
+    for (int it = 0; it < 2000000; it++) {
+        eng_stats st;
+        eng_get_stats(e, &st);
+        if (steps && it >= steps) return 0;
+        if (!steps && eng_idle(e)) return 0;
+        int n = 0;
+        if (eng_step(e, ev, 256, &n)) return -1;
+        if (!n && !st.running) sleep_ms(1); /* waiting on Redis */
+        for (int i = 0; i < n; i++) {
+            outcome *x = &o[ev[i].user_tag];
+            if (ev[i].type == ENG_EV_ERROR) return -1;
+            if (ev[i].type == ENG_EV_FINISHED) {
+                x->done = 1;
+                x->n_tok = ev[i].result->n_tokens;
+                snprintf(x->text, sizeof x->text, "%.*s", (int)ev[i].result->text_len, ev[i].result->text);
+            }
+        }
+    }
+    return -1;
+}
+
+/* 60 requests start; 40 of higher priority arrive and preempt them (policy
+ * full never preempts for memory: it admits only what fits whole). */
+static int spill_run(eng *e, outcome *o) {
+    static const char *prompts[] = {"Lily saw a cat", "Once upon a time", "Tom had a big red", "The sun was"};
+    memset(o, 0, N_REQ * sizeof *o);
+    for (int i = 0; i < N_REQ; i++) {
+        eng_request q;
+        memset(&q, 0, sizeof q);
+        samp_params_default(&q.samp);
+        q.samp.temperature = 0;
+        q.prompt = prompts[i % 4];
+        q.prompt_len = strlen(q.prompt);
+        q.max_tokens = 150 + i % 60;
+        q.ignore_eos = 1;
+        q.priority = i < 60 ? 0 : 5;
+        q.user_tag = (uint64_t)i;
+        uint64_t id;
+        if (eng_submit(e, &q, &id, NULL, 0)) return -1;
+        if (i == 59 && drive(e, o, 100)) return -1; /* the first wave is well under way */
+    }
+    return drive(e, o, 0);
+}
+
+static void test_engine_spills_to_redis(void) {
+    harness h;
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
+    CK_CHECK(!h_start(&h, url, NULL));
+    static outcome a[N_REQ], b[N_REQ];
+    /* 120 blocks hot (two longest sequences), 12 warm: preempted blocks spill */
+    eng *small = spill_engine(h.s, 120 * 5120, 12 * 5120), *big = spill_engine(NULL, 0, 0);
+    int up = wait_up(&h, 1, 5), ra = small && big && up ? spill_run(small, a) : -1,
+        rb = small && big && up ? spill_run(big, b) : -1;
+    eng_stats st = {0};
+    if (small) eng_get_stats(small, &st);
+    svc_redis_stats rs = stats(&h);
+    eng_free(small);
+    eng_free(big);
+    h_stop(&h);
+    CK_CHECK(up && !ra && !rb);
+    fprintf(stderr, "  %llu preemptions, %llu blocks spilled to Redis, %llu fetched back, %llu Redis GET hits\n",
+            (unsigned long long)st.preemptions, (unsigned long long)st.cold_spills,
+            (unsigned long long)st.cold_fetch_hits, (unsigned long long)rs.hits);
+    CK_CHECK(st.preemptions > 0 && st.cold_spills > 0 && st.cold_fetch_hits > 0 && rs.hits > 0);
+    CK_CHECK(st.integrity_failures == 0 && st.recomputes == 0);
+    for (int i = 0; i < N_REQ; i++) {
+        CK_CHECK(a[i].done && b[i].done);
+        CK_CHECK_MSG(a[i].n_tok == b[i].n_tok && !strcmp(a[i].text, b[i].text), "request %d differs", i);
+    }
+}
+
 int main(void) {
     CK_RUN(test_url);
     signal(SIGPIPE, SIG_IGN);
@@ -670,6 +773,7 @@ int main(void) {
     CK_RUN(test_burst);
     CK_RUN(test_inflight_bound);
     CK_RUN(test_tier_corruption);
+    CK_RUN(test_engine_spills_to_redis);
     CK_RUN(test_auth_db_unix);
     CK_RUN(test_stalled_server);
     CK_RUN(test_kill9_and_reconnect);

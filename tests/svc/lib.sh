@@ -63,3 +63,23 @@ wait_count() {
 }
 
 http_get() { curl -s -o "$2" -w '%{http_code}' "http://$HTTP$1" || true; }
+
+# A real redis-server on a free loopback port (skip the test when absent):
+# start_redis (again: same port, after a kill), rcli ARGS, metric NAME (from
+# confkvd's /metrics at $HTTP), info_stat KEY.
+need_redis() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { echo "redis-server missing: skip"; exit 77; }
+}
+REDIS_PORT=$(python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
+start_redis() {
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    --dir "$TMP" > "$TMP/redis.log" 2>&1 &
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
+  for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
+  fail "redis-server did not start"
+}
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+metric() { curl -s "http://$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+info_stat() { rcli INFO stats | tr -d '\r' | awk -F: -v k="$1" '$1 == k {print $2}'; }
+

@@ -1,0 +1,23 @@
+/* cli_http.h - a blocking HTTP/1.1 client for the CLI: one request on one
+ * connection (confkvd's HTTP server answers one request per connection), the
+ * reply parsed by http-parser (the library confkvd's server uses).
+ *
+ * This is CLI code: it blocks, for at most timeout_ms per connect, send and
+ * receive (never use it inside confkvd's loop). */
+#ifndef CK_CLI_HTTP_H
+#define CK_CLI_HTTP_H
+#include <stddef.h>
+
+/* POST body (len bytes, Content-Type ctype) to http://hostport/path.
+ * hostport: "host:port" or "[ipv6]:port". On success returns 0 with
+ * *status (the HTTP status, whatever it is) and *reply, a malloc'd,
+ * NUL-terminated copy of the body (*reply_len bytes, at most max_reply: a
+ * longer body is a failure); the caller frees *reply. Returns CK_EINVAL (bad
+ * hostport or path), CK_EIO (cannot connect, send or receive, or the
+ * connection closed early), CK_EFORMAT (not an HTTP reply), CK_ETOOLONG (a
+ * body over max_reply), CK_ENOMEM; err then says what and where. */
+int cli_http_post(const char *hostport, const char *path, const char *ctype, const char *body, size_t len,
+                  int timeout_ms, size_t max_reply, int *status, char **reply, size_t *reply_len, char *err,
+                  size_t errlen);
+
+#endif
