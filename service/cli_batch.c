@@ -296,7 +296,7 @@ int cli_batch(int argc, char **argv) {
         int n = 0;
         for (int i = 0; i < b.n; i++) {
             if (b.r[i].bad) continue;
-            if (svc_client_send(c, b.r[i].custom_id, b.r[i].job_json, strlen(b.r[i].job_json), err, sizeof err)) {
+            if (svc_client_send(c, b.r[i].custom_id, NULL, b.r[i].job_json, strlen(b.r[i].job_json), err, sizeof err)) {
                 cli_error(&a, "%s", err);
                 break;
             }

@@ -15,6 +15,7 @@ static void help(void) {
            "  --results-topic T   results topic for --wait (default confkv.results)\n"
            "  --file F            JSON lines, one job each (default -: stdin); a job without\n"
            "                      \"id\" gets one (submit-<pid>-<line>)\n"
+           "                      Kafka key: the job's session_id, else its id (one session, one partition)\n"
            "  --prompt TEXT       submit one job with this prompt instead of a file\n"
            "  --wait              print each job's result as a JSON line (in input order)\n"
            "  --timeout S         seconds to wait for the results (default 120)\n"
@@ -56,12 +57,13 @@ int cli_submit(int argc, char **argv) {
     }
     /* Read every job first: ids must be known before results are awaited. */
     int n = 0, cap = 0, rc = 1;
-    char **ids = NULL, **jobs = NULL;
+    char **ids = NULL, **jobs = NULL, **keys = NULL; /* keys[i]: session id or NULL (the id) */
     if (prompt) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "prompt", prompt);
         jobs = malloc(sizeof *jobs);
         ids = malloc(sizeof *ids);
+        keys = calloc(1, sizeof *keys);
         char id[64];
         snprintf(id, sizeof id, "submit-%d-1", (int)getpid());
         cJSON_AddStringToObject(j, "id", id);
@@ -104,9 +106,12 @@ int cli_submit(int argc, char **argv) {
                 cap = cap ? 2 * cap : 64;
                 jobs = realloc(jobs, (size_t)cap * sizeof *jobs);
                 ids = realloc(ids, (size_t)cap * sizeof *ids);
+                keys = realloc(keys, (size_t)cap * sizeof *keys);
             }
             jobs[n] = cJSON_PrintUnformatted(j);
             ids[n] = strdup(buf);
+            cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "session_id");
+            keys[n] = cJSON_IsString(sid) && *sid->valuestring ? strdup(sid->valuestring) : NULL;
             n++;
             cJSON_Delete(j);
         }
@@ -120,7 +125,7 @@ int cli_submit(int argc, char **argv) {
         goto out;
     }
     for (int i = 0; i < n; i++)
-        if (svc_client_send(c, ids[i], jobs[i], strlen(jobs[i]), err, sizeof err)) {
+        if (svc_client_send(c, ids[i], keys[i], jobs[i], strlen(jobs[i]), err, sizeof err)) {
             cli_error(&a, "%s", err);
             svc_client_free(c);
             goto out;
@@ -151,8 +156,10 @@ out:
     for (int i = 0; i < n; i++) {
         free(ids[i]);
         free(jobs[i]);
+        free(keys[i]);
     }
     free(ids);
     free(jobs);
+    free(keys);
     return rc;
 }

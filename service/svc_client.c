@@ -107,13 +107,15 @@ fail:
     return CK_EIO;
 }
 
-int svc_client_send(svc_client *c, const char *id, const char *json, size_t len, char *err, size_t errlen) {
+int svc_client_send(svc_client *c, const char *id, const char *key, const char *json, size_t len, char *err,
+                    size_t errlen) {
+    if (!key) key = id;
     rd_kafka_headers_t *h = rd_kafka_headers_new(2);
     rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
     rd_kafka_header_add(h, "kafka_correlationId", -1, id, -1);
     for (;;) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
-            c->prod, RD_KAFKA_V_TOPIC(c->jobs_topic), RD_KAFKA_V_KEY(id, strlen(id)),
+            c->prod, RD_KAFKA_V_TOPIC(c->jobs_topic), RD_KAFKA_V_KEY(key, strlen(key)),
             RD_KAFKA_V_VALUE((void *)json, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
             RD_KAFKA_V_END);
         if (!e) break;

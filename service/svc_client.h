@@ -15,8 +15,12 @@ typedef struct svc_client svc_client;
 /* Connect. results_topic may be NULL (produce only). */
 int svc_client_new(const char *brokers, const char *jobs_topic, const char *results_topic, svc_client **out,
                    char *err, size_t errlen);
-/* Queue one job (JSON text) with key = id. */
-int svc_client_send(svc_client *c, const char *id, const char *json, size_t len, char *err, size_t errlen);
+/* Queue one job (JSON text); kafka_correlationId = id. */
+/* key: the Kafka message key (NULL = the id); jobs of one session share
+ * their session id as key, so they land on one partition, hence one
+ * confkvd instance. */
+int svc_client_send(svc_client *c, const char *id, const char *key, const char *json, size_t len, char *err,
+                    size_t errlen);
 /* Wait until every queued job is acknowledged by the broker; returns the
  * number of jobs that failed to be delivered (or -1 on timeout). */
 int svc_client_flush(svc_client *c, double timeout_s);
