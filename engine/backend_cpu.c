@@ -12,8 +12,12 @@
  * V projections are fused into one matrix, and the gate and up projections
  * into another, so a layer runs four products instead of seven.
  *
- * Threads: OpenMP (the same pool OpenBLAS's OpenMP build uses). Attention
- * runs one (token, head) pair per work item. */
+ * Batched decode (up to CPU_GEMM_MAX_M tokens) skips sgemm for our own
+ * kernel (cpu_gemm.c): sgemm's packing of the weights is not repaid there.
+ *
+ * Threads: OpenMP (the same pool OpenBLAS's OpenMP build uses). Projections
+ * split the weight rows between threads; attention runs one token, all its
+ * heads, per work item. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,9 +31,16 @@
 
 #include "backend.h"
 #include "ck_err.h"
+#include "cpu_gemm.h"
 #include "kv.h"
 #include "kvq.h"
 #include "quant.h"
+
+/* Largest batch that goes to cpu_gemm.c rather than sgemm. On the stories15M
+ * shapes (dim 288) the kernel measured 1.3-2x sgemm up to 512 tokens, but it
+ * does not block K or M for the caches: the x rows of a batch (M * K floats)
+ * must stay in L2, which bigger models and batches would break. */
+#define CPU_GEMM_MAX_M 64
 
 typedef struct cpu_layer {
     float *attn_norm; /* (dim) */
@@ -62,10 +73,14 @@ typedef struct cpu_backend {
     float *h13;       /* (T, 2 * hidden_dim) */
     float *h;         /* (T, hidden_dim) */
     float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
-    float *scores;    /* (n_threads, max_ctx) attention scores, one row per thread */
+    float *scores;    /* (n_threads, scores_per_thread) per thread: attention scores
+                         (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
+    size_t scores_per_thread;
     int32_t *hot_list;/* (T, max_blocks) per sequence of the batch: its resident logical
                          blocks in order, so attention skips the others without looking */
     int32_t *n_list;  /* (T) entries in each list */
+    int32_t *seq_last;/* (T) token_split's scratch: each sequence's last token */
+    int *cut;         /* (n_threads + 1) token_split's cuts */
     int max_blocks;   /* max_ctx / block_size, rounded up */
     size_t bytes;     /* everything above */
 } cpu_backend;
@@ -99,23 +114,103 @@ static inline float row_dot(const float *restrict w, const float *restrict x, in
 #endif
 }
 
-/* y (M, N) = x (M, K) . w (N, K)^T + beta * y. This is where almost all the
- * time goes; one place to change the BLAS or write a kernel.
+/* Threads for an (M, N, K) product: one where waking the others costs more
+ * than it saves. */
+static int gemm_threads(int M, int N, int K, int threads) {
+    return (size_t)M * N * K >= (1u << 17) ? threads : 1;
+}
+
+/* The calling OpenMP thread's share [n0, n1) of N output columns:
+ * contiguous, whole tiles, so each thread streams its own weight rows once. */
+static void gemm_share(int N, int *n0, int *n1) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int per = (N + nt - 1) / nt;
+    per = (per + GEMM_TILE_N - 1) / GEMM_TILE_N * GEMM_TILE_N;
+    *n0 = t * per < N ? t * per : N;
+    *n1 = *n0 + per < N ? *n0 + per : N;
+}
+
+/* y (M, N) = x (M, K) . w (N, K)^T + beta * y, beta 0 or 1. This is where
+ * almost all the time goes; one place to change the BLAS or write a kernel.
  * One token (decode at batch 1) is a matrix-vector product bound by memory
  * bandwidth: our own kernel streams the rows, split across threads when the
- * matrix is big enough to pay for waking them. More tokens go to sgemm. */
+ * matrix is big enough to pay for waking them. A few dozen tokens (batched
+ * decode) go to cpu_gemm.c, which reads the weights where they lie; sgemm
+ * would first pack them, and at these sizes the packing costs about as much
+ * as it saves. Prefill-sized batches go to sgemm. */
 static void matmul(float *y, const float *x, const float *w, int M, int N, int K, float beta,
                    int threads) {
     if (M == 1) {
         int par = (size_t)N * K >= (1u << 16) ? threads : 1;
-#pragma omp parallel for num_threads(par) schedule(static)
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
         for (int n = 0; n < N; n++) {
             float d = row_dot(w + (size_t)n * K, x, K);
             y[n] = beta == 0.0f ? d : d + beta * y[n];
         }
         return;
     }
+    if (M <= CPU_GEMM_MAX_M && gemm_threads(M, N, K, threads) == 1) {
+        gemm_rows(y, N, x, w, M, K, 0, N, beta != 0.0f);
+        return;
+    }
+    if (M <= CPU_GEMM_MAX_M) {
+#pragma omp parallel num_threads(gemm_threads(M, N, K, threads))
+        {
+            int n0, n1;
+            gemm_share(N, &n0, &n1);
+            if (n0 < n1) gemm_rows(y, N, x, w, M, K, n0, n1, beta != 0.0f);
+        }
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
+}
+
+static inline float swiglu(float g, float u) { return g * (1.0f / (1.0f + expf(-g))) * u; }
+
+/* Columns [n0, n1) of h = SwiGLU of h13 (see ffn_up). */
+static void swiglu_rows(float *h, float *h13, const float *x, const float *w13, int M, int F, int K,
+                        int n0, int n1) {
+    if (n0 >= n1) return;
+    gemm_rows(h13, 2 * F, x, w13, M, K, n0, n1, 0);
+    gemm_rows(h13 + F, 2 * F, x, w13 + (size_t)F * K, M, K, n0, n1, 0);
+    for (int i = 0; i < M; i++) {
+        const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
+        float *o = h + (size_t)i * F;
+        for (int k = n0; k < n1; k++) o[k] = swiglu(g[k], u[k]);
+    }
+}
+
+/* h (M, F) = SwiGLU of h13 = x (M, K) . w13^T, w13 = (2F, K): gate rows, then
+ * up rows. For a few dozen tokens each thread computes the gate and the up
+ * columns of its own share of F and applies the SwiGLU to them at once, so
+ * the expf pass (a few percent of a batch-32 step on one thread) is split
+ * too, with no barrier in between. */
+static void ffn_up(float *h, float *h13, const float *x, const float *w13, int M, int F, int K,
+                   int threads) {
+    if (M == 1 || M > CPU_GEMM_MAX_M) {
+        matmul(h13, x, w13, M, 2 * F, K, 0.0f, threads);
+        if (M == 1) {
+            for (int k = 0; k < F; k++) h[k] = swiglu(h13[k], h13[F + k]);
+            return;
+        }
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int i = 0; i < M; i++) {
+            const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
+            float *o = h + (size_t)i * F;
+            for (int k = 0; k < F; k++) o[k] = swiglu(g[k], u[k]);
+        }
+        return;
+    }
+    if (gemm_threads(M, 2 * F, K, threads) == 1) {
+        swiglu_rows(h, h13, x, w13, M, F, K, 0, F);
+        return;
+    }
+#pragma omp parallel num_threads(gemm_threads(M, 2 * F, K, threads))
+    {
+        int n0, n1;
+        gemm_share(F, &n0, &n1);
+        swiglu_rows(h, h13, x, w13, M, F, K, n0, n1);
+    }
 }
 
 /* llama2.c's rmsnorm, operation for operation, so greedy output matches it. */
@@ -143,18 +238,16 @@ static void rope_rotate(float *v, const float *cs, int head_dim, int n_heads) {
 
 /* Where logical block j of a view lives: f32 pointer, or int8 block. */
 typedef struct blk_ref {
-    const float *f;          /* K of this layer and head (V at + block_size * kv_dim) */
-    const int8_t *q;         /* int8 K of this layer (V at + block_size * kv_dim) */
-    const uint16_t *ks, *vs; /* f16 scales: per channel (this head's), per token */
+    const float *f;          /* K rows of this layer, (block_size, kv_dim); V follows */
+    const int8_t *q;         /* int8 K rows of this layer, the same shape; V follows */
+    const uint16_t *ks, *vs; /* f16 scales: per channel (kv_dim), per token (block_size) */
 } blk_ref;
 
-static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int layer, int kv_head,
-                     blk_ref *r) {
-    const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
+static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int layer, blk_ref *r) {
+    const int bs = cb->base.opt.block_size, kvd = cb->kv_dim;
     int b = v->blocks[j];
     if (b >= 0) {
-        r->f = cb->kv + (size_t)b * cb->base.kv_block_floats + (size_t)layer * 2 * bs * kvd +
-               (size_t)kv_head * hd;
+        r->f = cb->kv + (size_t)b * cb->base.kv_block_floats + (size_t)layer * 2 * bs * kvd;
         r->q = NULL;
         return 1;
     }
@@ -163,81 +256,124 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
     const unsigned char *base = cb->kv8 + (size_t)b8 * cb->base.kv8_block_bytes +
                                 (size_t)layer * kvq_layer_bytes(&cb->shape);
     r->f = NULL;
-    r->q = (const int8_t *)base + (size_t)kv_head * hd;
+    r->q = (const int8_t *)base;
     const uint16_t *sc = (const uint16_t *)(base + 2 * (size_t)bs * kvd);
-    r->ks = sc + (size_t)kv_head * hd;
+    r->ks = sc;
     r->vs = sc + kvd;
     return 1;
 }
 
-/* One query head of one token over its sequence's hot blocks (f32 or int8).
- * Scores are kept in att[] in block order, so the two passes agree. */
-static void attend_one(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
-                       int kv_head, const be_seq_view *v, const int32_t *list, int n_list,
-                       float *att, float mass_scale) {
-    const int bs = cb->base.opt.block_size, hd = cb->base.m->cfg.head_dim, kvd = cb->kv_dim;
+/* Where a block's K and V rows of one layer lie (one contiguous span). */
+static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) {
+    *bytes = 2 * (size_t)bs * kvd * (r->f ? sizeof(float) : 1);
+    return r->f ? (const char *)r->f : (const char *)r->q;
+}
+
+/* Ask for part t of `parts` of a span before it is used. Blocks lie anywhere
+ * in the pool, so at each block the hardware prefetcher loses the stream and
+ * finds it again only after misses; attention asks for the next block's rows
+ * a slice per row of the current one (asked all at once, the requests filled
+ * the miss buffers and stalled as long as the misses would have). */
+static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) {
+    if (!p) return;
+    size_t per = (bytes / (size_t)parts + 63) & ~(size_t)63, o = per * (size_t)t;
+    size_t e = o + per < bytes ? o + per : bytes;
+    for (; o < e; o += 64) __builtin_prefetch(p + o);
+}
+
+/* One token over its sequence's hot blocks (f32 or int8), every query head
+ * at once. Why all heads together: a K or V row holds every kv head side by
+ * side, so walking whole rows in order streams memory the prefetcher can
+ * follow; one head per work item read 192-byte slices a row apart, and
+ * batch-32 decode spent a third of its time waiting for them.
+ * att: (n_heads, max_ctx) scores, each head's in block order so the two
+ * passes agree; qs: (q_dim) scratch for int8 blocks' scaled queries. */
+static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out,
+                         int pos, const be_seq_view *v, const int32_t *list, int n_list,
+                         float *restrict att, float *restrict qs, float mass_scale) {
+    const model_config *c = &cb->base.m->cfg;
+    const int bs = cb->base.opt.block_size, hd = c->head_dim, kvd = cb->kv_dim;
+    const int H = c->n_heads, gqa = c->n_heads / c->n_kv_heads, ctx = cb->max_ctx;
     const float scale = sqrtf((float)hd);
     int last = pos / bs;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
-    float qs[hd];
     int n = 0;
-    float mx = -INFINITY;
     blk_ref r;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
-        block_ref(cb, v, j, layer, kv_head, &r);
+        const char *pf = NULL; /* the next block's rows */
+        size_t pf_bytes = 0;
+        if (li + 1 < n_list && list[li + 1] <= last) {
+            block_ref(cb, v, list[li + 1], layer, &r);
+            pf = block_span(&r, bs, kvd, &pf_bytes);
+        }
+        block_ref(cb, v, j, layer, &r);
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         if (r.f) {
-            for (int t = 0; t < tn; t++) {
-                float s = row_dot(q, r.f + (size_t)t * kvd, hd) / scale;
-                att[n++] = s;
-                if (s > mx) mx = s;
+            for (int t = 0; t < tn; t++, n++) {
+                prefetch_part(pf, pf_bytes, t, tn);
+                const float *k = r.f + (size_t)t * kvd;
+                for (int h = 0; h < H; h++)
+                    att[(size_t)h * ctx + n] = row_dot(q + (size_t)h * hd, k + (size_t)(h / gqa) * hd, hd) / scale;
             }
         } else {
-            /* k = k8 * ks per channel: fold the scales into the query once. */
-            for (int i = 0; i < hd; i++) qs[i] = q[i] * quant_f16_to_f32(r.ks[i]);
-            for (int t = 0; t < tn; t++) {
+            /* k = k8 * ks per channel: fold the scales into the queries once. */
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < hd; i++)
+                    qs[h * hd + i] = q[h * hd + i] * quant_f16_to_f32(r.ks[(h / gqa) * hd + i]);
+            for (int t = 0; t < tn; t++, n++) {
+                prefetch_part(pf, pf_bytes, t, tn);
                 const int8_t *k8 = r.q + (size_t)t * kvd;
-                float s = 0.0f;
-                for (int i = 0; i < hd; i++) s += qs[i] * (float)k8[i];
-                s /= scale;
-                att[n++] = s;
-                if (s > mx) mx = s;
+                for (int h = 0; h < H; h++) {
+                    const float *qh = qs + h * hd;
+                    const int8_t *kh = k8 + (h / gqa) * hd;
+                    float s = 0.0f;
+                    for (int i = 0; i < hd; i++) s += qh[i] * (float)kh[i];
+                    att[(size_t)h * ctx + n] = s / scale;
+                }
             }
         }
     }
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        att[i] = expf(att[i] - mx);
-        sum += att[i];
+    for (int h = 0; h < H; h++) {
+        float *a = att + (size_t)h * ctx, mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < n; i++) mx = a[i] > mx ? a[i] : mx;
+        for (int i = 0; i < n; i++) {
+            a[i] = expf(a[i] - mx);
+            sum += a[i];
+        }
+        for (int i = 0; i < n; i++) a[i] /= sum;
     }
-    for (int i = 0; i < n; i++) att[i] /= sum;
-    /* Accumulate in a local row the compiler knows nothing else points to,
-     * so the loops below vectorise. */
-    float acc[hd];
-    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    memset(out, 0, (size_t)H * hd * sizeof *out);
     n = 0;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
-        block_ref(cb, v, j, layer, kv_head, &r);
+        block_ref(cb, v, j, layer, &r);
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         float m = 0.0f;
         if (r.f) {
             const float *val = r.f + (size_t)bs * kvd;
-            for (int t = 0; t < tn; t++) {
-                float a = att[n++];
-                const float *restrict vt = val + (size_t)t * kvd;
-                for (int i = 0; i < hd; i++) acc[i] += a * vt[i];
-                m += a;
+            for (int t = 0; t < tn; t++, n++) {
+                const float *vt = val + (size_t)t * kvd;
+                for (int h = 0; h < H; h++) {
+                    float a = att[(size_t)h * ctx + n];
+                    const float *restrict vh = vt + (size_t)(h / gqa) * hd;
+                    float *restrict o = out + (size_t)h * hd;
+                    for (int i = 0; i < hd; i++) o[i] += a * vh[i];
+                    m += a;
+                }
             }
         } else {
             const int8_t *v8 = r.q + (size_t)bs * kvd;
-            for (int t = 0; t < tn; t++) {
-                float a = att[n++];
-                float av = a * quant_f16_to_f32(r.vs[t]);
-                const int8_t *restrict vt = v8 + (size_t)t * kvd;
-                for (int i = 0; i < hd; i++) acc[i] += av * (float)vt[i];
-                m += a;
+            for (int t = 0; t < tn; t++, n++) {
+                const int8_t *vt = v8 + (size_t)t * kvd;
+                float vscale = quant_f16_to_f32(r.vs[t]);
+                for (int h = 0; h < H; h++) {
+                    float a = att[(size_t)h * ctx + n], av = a * vscale;
+                    const int8_t *restrict vh = vt + (h / gqa) * hd;
+                    float *restrict o = out + (size_t)h * hd;
+                    for (int i = 0; i < hd; i++) o[i] += av * (float)vh[i];
+                    m += a;
+                }
             }
         }
         if (v->mass) {
@@ -245,7 +381,6 @@ static void attend_one(const cpu_backend *cb, int layer, const float *q, float *
             v->mass[j] += m * mass_scale;
         }
     }
-    memcpy(out, acc, (size_t)hd * sizeof *out);
 }
 
 /* ------------------------------------------------------------ the forward */
@@ -274,14 +409,98 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
     return n_out == bt->n_out ? CK_OK : CK_EINVAL;
 }
 
+/* attend_token for token i of the batch, with scratch slot `slot`. */
+static void attend_batch_token(cpu_backend *cb, const be_batch *bt, int l, int i, int slot,
+                               float mass_scale) {
+    const model_config *c = &cb->base.m->cfg;
+    float *att = cb->scores + (size_t)slot * cb->scores_per_thread;
+    int q = bt->seq[i];
+    attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * cb->q_dim,
+                 bt->pos[i], &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q],
+                 att, att + (size_t)c->n_heads * cb->max_ctx, mass_scale);
+}
+
+/* One layer for tokens [i0, i1) of the batch (their rows of every activation
+ * buffer). threads: how many the products and attention may wake; 1 inside a
+ * token-split region, where the calling thread does it all with scratch slot
+ * `slot` of cb->scores. */
+static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, int i1, int threads,
+                          int slot, float mass_scale) {
+    const model_config *c = &cb->base.m->cfg;
+    const cpu_layer *w = &cb->layers[l];
+    const int D = c->dim, F = c->hidden_dim, hd = c->head_dim, M = i1 - i0;
+    const int QD = cb->q_dim, KVD = cb->kv_dim, QKV = cb->qkv_dim, bs = cb->base.opt.block_size;
+    float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
+    float *qkv = cb->qkv + (size_t)i0 * QKV, *att_out = cb->att_out + (size_t)i0 * QD;
+
+    for (int i = 0; i < M; i++)
+        rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
+    matmul(qkv, xb, w->wqkv, M, QKV, D, 0.0f, threads);
+    for (int i = i0; i < i1; i++) {
+        float *q = cb->qkv + (size_t)i * QKV;
+        const float *cs = cb->rope + (size_t)i * hd;
+        rope_rotate(q, cs, hd, c->n_heads);
+        rope_rotate(q + QD, cs, hd, c->n_kv_heads);
+        const be_seq_view *v = &bt->seqs[bt->seq[i]];
+        int p = bt->pos[i];
+        float *dst = cb->kv + (size_t)v->blocks[p / bs] * cb->base.kv_block_floats +
+                     (size_t)l * 2 * bs * KVD + (size_t)(p % bs) * KVD;
+        memcpy(dst, q + QD, (size_t)KVD * sizeof(float));
+        memcpy(dst + (size_t)bs * KVD, q + QD + KVD, (size_t)KVD * sizeof(float));
+    }
+    /* Parallel only when there is enough work to pay for waking threads: a
+     * tiny model at batch 1 runs faster on one. Inside a token-split region
+     * (threads == 1) no region at all: a nested one would still be set up. */
+    if (threads > 1 && (size_t)M * c->n_heads * 64 >= 4096) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, omp_get_thread_num(), mass_scale);
+    } else {
+        for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, slot, mass_scale);
+    }
+    matmul(x, att_out, w->wo, M, D, QD, 1.0f, threads);
+    for (int i = 0; i < M; i++)
+        rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
+    ffn_up(cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, w->w13, M, F, D, threads);
+    matmul(x, cb->h + (size_t)i0 * F, w->w2, M, D, F, 1.0f, threads);
+}
+
+/* Batched decode splits the batch by tokens rather than the weights by rows:
+ * each thread runs every layer for its own sequences, so a step waits for its
+ * threads twice (after the layers, after the classifier) instead of at every
+ * product and every attention, 5 times a layer (31 a step at 6 layers). On
+ * a loaded machine a thread that loses its core holds up every one of those
+ * waits. The price is that every thread streams all the weights, which at
+ * TOKEN_SPLIT_MIN tokens a thread the arithmetic still pays for.
+ * A sequence's tokens must stay on one thread (a token attends to the K and V
+ * that earlier tokens of its sequence write in the same layer), so the cuts
+ * fall only between sequences. Fills cut[0..parts] and returns parts, or 0
+ * when the batch is better split by rows (too small, too big, or no cut). */
+#define TOKEN_SPLIT_MIN 8
+static int token_split(const cpu_backend *cb, const be_batch *bt, int *cut) {
+    const int T = bt->n_tokens, nt = cb->n_threads;
+    if (nt < 2 || T < TOKEN_SPLIT_MIN * nt || T > CPU_GEMM_MAX_M * nt) return 0;
+    int32_t *last = cb->seq_last;
+    for (int q = 0; q < bt->n_seqs; q++) last[q] = -1;
+    for (int i = 0; i < T; i++) last[bt->seq[i]] = i;
+    int parts = 0, reach = -1;
+    cut[0] = 0;
+    for (int i = 0; i < T && parts + 1 < nt; i++) {
+        if (last[bt->seq[i]] > reach) reach = last[bt->seq[i]];
+        /* after token i no sequence continues: a cut may fall here */
+        if (reach == i && i + 1 >= (int)((int64_t)T * (parts + 1) / nt)) cut[++parts] = i + 1;
+    }
+    if (cut[parts] < T) cut[++parts] = T;
+    for (int p = 0; p < parts; p++)
+        if (cut[p + 1] - cut[p] > CPU_GEMM_MAX_M || cut[p + 1] - cut[p] < TOKEN_SPLIT_MIN / 2) return 0;
+    return parts >= 2 ? parts : 0;
+}
+
 static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
     cpu_backend *cb = (cpu_backend *)b;
     const model_config *c = &b->m->cfg;
     int rc = cpu_check_batch(cb, bt);
     if (rc) return rc;
-    const int T = bt->n_tokens, D = c->dim, F = c->hidden_dim, hd = c->head_dim;
-    const int QD = cb->q_dim, KVD = cb->kv_dim, QKV = cb->qkv_dim, bs = b->opt.block_size;
-    const int gqa = c->n_heads / c->n_kv_heads;
+    const int T = bt->n_tokens, D = c->dim, hd = c->head_dim;
     if (T == 0) return CK_OK;
 
     for (int i = 0; i < T; i++) {
@@ -303,47 +522,16 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
             if (v->blocks[j] >= 0 || (v->blocks8 && v->blocks8[j] >= 0)) list[n++] = j;
         cb->n_list[q] = n;
     }
-    /* Parallel regions only when there is enough work to pay for waking
-     * threads: a tiny model at batch 1 runs faster on one. */
-    const int par = (size_t)T * c->n_heads * 64 >= 4096 ? cb->n_threads : 1;
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const cpu_layer *w = &cb->layers[l];
-        for (int i = 0; i < T; i++)
-            rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
-        matmul(cb->qkv, cb->xb, w->wqkv, T, QKV, D, 0.0f, cb->n_threads);
-        for (int i = 0; i < T; i++) {
-            float *q = cb->qkv + (size_t)i * QKV;
-            const float *cs = cb->rope + (size_t)i * hd;
-            rope_rotate(q, cs, hd, c->n_heads);
-            rope_rotate(q + QD, cs, hd, c->n_kv_heads);
-            const be_seq_view *v = &bt->seqs[bt->seq[i]];
-            int p = bt->pos[i];
-            float *dst = cb->kv + (size_t)v->blocks[p / bs] * b->kv_block_floats +
-                         (size_t)l * 2 * bs * KVD + (size_t)(p % bs) * KVD;
-            memcpy(dst, q + QD, (size_t)KVD * sizeof(float));
-            memcpy(dst + (size_t)bs * KVD, q + QD + KVD, (size_t)KVD * sizeof(float));
+    int *cut = cb->cut, parts = token_split(cb, bt, cut);
+    if (parts) {
+#pragma omp parallel num_threads(parts)
+        {
+            int t = omp_get_thread_num();
+            for (int l = 0; l < c->n_layers; l++)
+                layer_forward(cb, bt, l, cut[t], cut[t + 1], 1, t, mass_scale);
         }
-#pragma omp parallel for num_threads(par) schedule(dynamic, 1)
-        for (int w_ = 0; w_ < T * c->n_heads; w_++) {
-            int i = w_ / c->n_heads, h = w_ % c->n_heads;
-            float *att = cb->scores + (size_t)omp_get_thread_num() * cb->max_ctx;
-            int q = bt->seq[i];
-            attend_one(cb, l, cb->qkv + (size_t)i * QKV + (size_t)h * hd,
-                       cb->att_out + (size_t)i * QD + (size_t)h * hd, bt->pos[i], h / gqa,
-                       &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q], att,
-                       mass_scale);
-        }
-        matmul(cb->x, cb->att_out, w->wo, T, D, QD, 1.0f, cb->n_threads);
-        for (int i = 0; i < T; i++)
-            rmsnorm(cb->xb + (size_t)i * D, cb->x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
-        matmul(cb->h13, cb->xb, w->w13, T, 2 * F, D, 0.0f, cb->n_threads);
-        for (int i = 0; i < T; i++) {
-            const float *g = cb->h13 + (size_t)i * 2 * F, *u = g + F;
-            float *o = cb->h + (size_t)i * F;
-            for (int k = 0; k < F; k++) o[k] = g[k] * (1.0f / (1.0f + expf(-g[k]))) * u[k];
-        }
-        matmul(cb->x, cb->h, w->w2, T, D, F, 1.0f, cb->n_threads);
+    } else {
+        for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, 0, T, cb->n_threads, 0, mass_scale);
     }
     /* Classifier only for the rows asked for (a prefill chunk needs one). */
     for (int i = 0; i < T; i++) {
@@ -434,6 +622,8 @@ static void cpu_destroy(backend *b) {
     free(cb->scores);
     free(cb->hot_list);
     free(cb->n_list);
+    free(cb->seq_last);
+    free(cb->cut);
     free(cb);
 }
 
@@ -490,6 +680,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     cb->kv_dim = c->n_kv_heads * c->head_dim;
     cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
     cb->max_ctx = b->opt.max_ctx;
+    cb->scores_per_thread = (size_t)c->n_heads * (size_t)cb->max_ctx + (size_t)cb->q_dim;
     b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
     cb->shape = (kvq_shape){c->n_layers, o->block_size, cb->kv_dim};
     b->kv8_block_bytes = kvq_block_bytes(&cb->shape);
@@ -535,11 +726,13 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
-        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * (size_t)cb->max_ctx)))
+        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
         goto fail;
     cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;
     if (!(cb->hot_list = malloc(T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
-        !(cb->n_list = malloc(T * sizeof *cb->n_list)))
+        !(cb->n_list = malloc(T * sizeof *cb->n_list)) ||
+        !(cb->seq_last = malloc(T * sizeof *cb->seq_last)) ||
+        !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)))
         goto fail;
     if (o->n_kv8_blocks > 0) {
         size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;
