@@ -13,6 +13,19 @@
  * produce call to the arrival of its result, both on this process's
  * monotonic clock.
  *
+ * Waiting. Between arrivals the thread sleeps in ppoll() on a pipe that
+ * librdkafka writes when a result lands in the consumer's queue
+ * (rd_kafka_queue_io_event_enable), with the time to the next arrival as a
+ * nanosecond timeout: a result is taken as soon as it arrives, a job is sent
+ * on time, and nothing spins (rd_kafka_consumer_poll's millisecond timeout
+ * would have to spin through the last millisecond before each arrival, on
+ * a machine that the engine under test shares). The results consumer asks for
+ * fetch.wait.max.ms = --fetch-wait-ms (1): a real broker answers a fetch as
+ * soon as data arrives whatever the wait, but librdkafka's mock broker (`confkv
+ * broker`) answers an empty fetch only when the wait has passed, so the wait
+ * is paid on every result (about 1.3 ms at 1 ms, 1.7 ms at 2 ms; 0 would
+ * make the client and the broker spin on empty fetches).
+ *
  * Output (--json: one object): requests, completed, failed, wall_s (first
  * produce to last result), requests_per_s, tokens_per_s (completion tokens
  * over wall_s), latency_{p50,p90,p99,mean}_ms, service_ttft_{p50,p99}_ms
@@ -22,8 +35,10 @@
  * latency - total_ms + ttft_ms), outside_{p50,p99}_ms (latency - total_ms:
  * Kafka both ways plus the service's own queues). */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <librdkafka/rdkafka.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +63,8 @@ static void help(void) {
            "  --model NAME         the job's `model` field (none)\n"
            "  --seed S             arrivals and prompts (1)\n"
            "  --timeout S          give up S seconds after the last job was sent (120)\n"
+           "  --fetch-wait-ms W    fetch.wait.max.ms of the results consumer (1; see the mock broker note\n"
+           "                       in docs/SERVICE.md)\n"
            "  --per-job FILE       also write one line per job: index sent_s recv_s total_ms ttft_ms back_ms\n"
            "                       (back_ms: the result's CreateTime to its arrival, ms resolution)\n"
            "  --json               one JSON object on stdout\n");
@@ -71,14 +88,16 @@ typedef struct lg_job {
     int completion_tokens, ok;
 } lg_job;
 
-static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers, char *err, size_t errlen) {
+static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers, const char *fetch_wait, char *err,
+                          size_t errlen) {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     const char *kv[][2] = {
         {"bootstrap.servers", brokers},
         {"client.id", "confkv-loadgen"},
         {type == RD_KAFKA_PRODUCER ? "client.id" : "group.id", "confkv-loadgen"}, /* assign() only: never joins */
-        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms", type == RD_KAFKA_PRODUCER ? "0" : "2"},
+        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms", type == RD_KAFKA_PRODUCER ? "0" : fetch_wait},
         {type == RD_KAFKA_PRODUCER ? "acks" : "enable.partition.eof", type == RD_KAFKA_PRODUCER ? "all" : "false"},
+        {"socket.nagle.disable", "true"}, /* no 40 ms delayed-ACK stalls on small requests */
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (rd_kafka_conf_set(c, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
@@ -181,7 +200,7 @@ static int take_result(const rd_kafka_message_t *m, const char *prefix, lg_job *
 int cli_loadgen(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "loadgen", 0};
     const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *model = NULL, *per_job = NULL;
-    int n = 100, P = 16, G = 128, V = 512, json = 0;
+    int n = 100, P = 16, G = 128, V = 512, json = 0, fetch_wait = 1;
     float rate = 10, timeout = 120;
     uint64_t seed = 1;
     while (a.i < a.argc && !a.bad) {
@@ -194,7 +213,7 @@ int cli_loadgen(int argc, char **argv) {
             cli_int(&a, "--requests", 1, 1 << 20, &n) || cli_float(&a, "--rate", 0, 1e6, &rate) ||
             cli_int(&a, "--prompt-tokens", 1, 1 << 16, &P) || cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) ||
             cli_int(&a, "--vocab", 4, 1 << 24, &V) || cli_u64(&a, "--seed", &seed) ||
-            cli_float(&a, "--timeout", 1, 86400, &timeout))
+            cli_float(&a, "--timeout", 1, 86400, &timeout) || cli_int(&a, "--fetch-wait-ms", 0, 10000, &fetch_wait))
             continue;
         if (cli_flag(&a, "--json")) json = 1;
         else return cli_unknown(&a);
@@ -204,9 +223,11 @@ int cli_loadgen(int argc, char **argv) {
         cli_error(&a, "--brokers is required");
         return 2;
     }
-    char err[512];
-    int rc = 1;
+    char err[512], fw[16];
+    snprintf(fw, sizeof fw, "%d", fetch_wait);
+    int rc = 1, wake[2] = {-1, -1};
     rd_kafka_t *prod = NULL, *cons = NULL;
+    rd_kafka_queue_t *cq = NULL;
     lg_job *jobs = calloc((size_t)n, sizeof *jobs);
     int32_t *ids = malloc((size_t)P * sizeof *ids);
     double *lat = malloc((size_t)n * sizeof *lat), *sttft = malloc((size_t)n * sizeof *sttft);
@@ -215,11 +236,17 @@ int cli_loadgen(int argc, char **argv) {
         cli_error(&a, "out of memory");
         goto out;
     }
-    if (!(prod = client(RD_KAFKA_PRODUCER, brokers, err, sizeof err)) ||
-        !(cons = client(RD_KAFKA_CONSUMER, brokers, err, sizeof err))) {
+    if (!(prod = client(RD_KAFKA_PRODUCER, brokers, fw, err, sizeof err)) ||
+        !(cons = client(RD_KAFKA_CONSUMER, brokers, fw, err, sizeof err))) {
         cli_error(&a, "%s", err);
         goto out;
     }
+    /* Results wake us through a pipe (see "Waiting" above). */
+    if (!(cq = rd_kafka_queue_get_consumer(cons)) || pipe2(wake, O_NONBLOCK | O_CLOEXEC)) {
+        cli_error(&a, "cannot set up the results queue");
+        goto out;
+    }
+    rd_kafka_queue_io_event_enable(cq, wake[1], "r", 1);
     if (assign_at_end(cons, rtopic, err, sizeof err)) {
         cli_error(&a, "%s", err);
         goto out;
@@ -297,10 +324,20 @@ int cli_loadgen(int argc, char **argv) {
             cli_error(&a, "timed out: %d of %d results", got, n);
             break;
         }
-        /* Block for a result until the next arrival is due (1 ms granularity). */
+        /* Sleep until a result arrives or the next arrival is due, then take
+         * every result queued. */
         double wait = next < n ? jobs[next].arrival - now : 0.1;
-        int ms = wait <= 0 ? 0 : wait > 0.1 ? 100 : (int)(wait * 1000);
-        for (rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, ms); m; m = rd_kafka_consumer_poll(cons, 0)) {
+        if (wait > 0.1) wait = 0.1;
+        if (wait > 0) {
+            struct pollfd pf = {wake[0], POLLIN, 0};
+            struct timespec ts = {0, (long)(wait * 1e9)};
+            if (ppoll(&pf, 1, &ts, NULL) > 0) {
+                char buf[64];
+                while (read(wake[0], buf, sizeof buf) > 0) {
+                }
+            }
+        }
+        for (rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 0); m; m = rd_kafka_consumer_poll(cons, 0)) {
             if (!m->err && take_result(m, prefix, jobs, n, cli_now() - t0)) {
                 got++;
                 t_last = cli_now() - t0;
@@ -385,6 +422,12 @@ int cli_loadgen(int argc, char **argv) {
     }
     rc = failed ? 1 : 0;
 out:
+    if (cq) {
+        rd_kafka_queue_io_event_enable(cq, -1, NULL, 0);
+        rd_kafka_queue_destroy(cq);
+    }
+    for (int i = 0; i < 2; i++)
+        if (wake[i] >= 0) close(wake[i]);
     if (prod) {
         rd_kafka_flush(prod, 5000);
         rd_kafka_destroy(prod);
