@@ -5,60 +5,58 @@
  * sequences, so every projection is one matrix-matrix product, and over the
  * paged KV cache, so attention walks each sequence's block table.
  *
- * Why f32 at load: the projections go to OpenBLAS's sgemm, by far the fastest
- * kernel on these CPUs for batches above one token, and it takes f32 only.
- * F16/BF16/Q8_0 weights are converted once when the backend is created; the
- * price is memory (4 bytes a weight) and, at batch 1, bandwidth. The Q, K and
- * V projections are fused into one matrix, and the gate and up projections
- * into another, so a layer runs four products instead of seven.
+ * Why f32 at load, packed: F16/BF16/Q8_0 weights are converted once when
+ * the backend is created, and every matrix is packed into cpu_gemm.c's
+ * panels, whose kernel runs every batch size from one token (memory bound)
+ * to a prefill chunk (compute bound), and measured faster than OpenBLAS's
+ * sgemm at all of them on these CPUs (sgemm packs the weights again at every
+ * call, and its Haswell kernels leave AVX-512 unused). The price is memory (4
+ * bytes a weight) and, at batch 1, bandwidth for quantized models. The Q, K
+ * and V projections are fused into one matrix, so a layer runs four products
+ * (QKV, output, gate and up with the SwiGLU, down) instead of seven.
  *
- * Batched decode (up to CPU_GEMM_MAX_M tokens) skips sgemm for our own
- * kernel (cpu_gemm.c): sgemm's packing of the weights is not repaid there.
- *
- * Threads: OpenMP (the same pool OpenBLAS's OpenMP build uses). Projections
- * split the weight rows between threads; attention runs one token, all its
- * heads, per work item. */
+ * Threads: OpenMP. Projections split the weight panels between threads;
+ * attention runs one token, all its heads, per work item; batched decode
+ * splits the batch by sequence instead (token_split). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
 #include "backend.h"
 #include "ck_err.h"
+#include "cpu_attn.h"
 #include "cpu_gemm.h"
 #include "kv.h"
 #include "kvq.h"
 #include "quant.h"
 
-/* Largest batch that goes to cpu_gemm.c rather than sgemm. On the stories15M
- * shapes (dim 288) the kernel measured 1.3-2x sgemm up to 512 tokens, but it
- * does not block K or M for the caches: the x rows of a batch (M * K floats)
- * must stay in L2, which bigger models and batches would break. */
-#define CPU_GEMM_MAX_M 64
+/* Most tokens a thread takes in a token-split step: its x rows of a layer
+ * must stay in L2 (cpu_gemm.c's GEMM_M_BLOCK). */
+#define TOKEN_SPLIT_MAX GEMM_M_BLOCK
 
 typedef struct cpu_layer {
     float *attn_norm; /* (dim) */
-    float *wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
-    float *wo;        /* (dim, q_dim) */
+    gemm_w wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    gemm_w wo;        /* (dim, q_dim) */
     float *ffn_norm;  /* (dim) */
-    float *w13;       /* (2 * hidden_dim, dim): gate rows, then up rows */
-    float *w2;        /* (dim, hidden_dim) */
+    gemm_w w1, w3;    /* (hidden_dim, dim): gate, up */
+    gemm_w w2;        /* (dim, hidden_dim) */
 } cpu_layer;
 
 typedef struct cpu_backend {
     backend base;
     int n_threads;
     int q_dim, kv_dim, qkv_dim, max_ctx;
-    /* weights, f32, owned */
-    float *emb;       /* (vocab, dim) */
+    /* weights, f32, owned; matrices packed (cpu_gemm.h) */
+    float *emb;       /* (vocab, dim) row-major; NULL when tied: rows come from wcls */
     float *out_norm;  /* (dim) */
-    float *wcls;      /* (vocab, dim); == emb when tied */
+    gemm_w wcls;      /* (vocab, dim) */
     cpu_layer *layers;/* (n_layers) */
     float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
     /* KV storage */
@@ -82,6 +80,12 @@ typedef struct cpu_backend {
     int32_t *seq_last;/* (T) token_split's scratch: each sequence's last token */
     int *cut;         /* (n_threads + 1) token_split's cuts */
     int max_blocks;   /* max_ctx / block_size, rounded up */
+    /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
+    attn_shape ashape;
+    int fast_attn;    /* attn_f32_supported(&ashape) */
+    const float **att_blk;
+    int *att_rows;
+    float *att_mass;
     size_t bytes;     /* everything above */
 } cpu_backend;
 
@@ -114,69 +118,64 @@ static inline float row_dot(const float *restrict w, const float *restrict x, in
 #endif
 }
 
+/* Work below which a parallel region costs more than it saves. With
+ * OMP_WAIT_POLICY=passive (confkv and confkvd set it) waking the other thread and
+ * waiting for it is a futex each way: about 25 us a region here, measured.
+ * So a region must carry about 100 us of work: 8M multiply-adds of a
+ * product (compute bound, about 90 G a second a core), 1M weights of a
+ * one-token product (memory bound), 2M multiply-adds of attention. Below
+ * the product threshold stories260K's full-KV batches of 7 woke the second
+ * thread 6 times a step and ran 35 % slower on two threads than on one. */
+#define PAR_MIN_MACS (1u << 23)
+#define PAR_MIN_WEIGHTS (1u << 20)
+#define PAR_MIN_ATT_MACS (1u << 21)
+
 /* Threads for an (M, N, K) product: one where waking the others costs more
- * than it saves. */
+ * than it saves (measured: +24 % tokens/s at batch 1 on the stories15M shape
+ * when only its classifier is split). */
 static int gemm_threads(int M, int N, int K, int threads) {
-    return (size_t)M * N * K >= (1u << 17) ? threads : 1;
+    if (M == 1) return (size_t)N * K >= PAR_MIN_WEIGHTS ? threads : 1;
+    return (size_t)M * N * K >= PAR_MIN_MACS ? threads : 1;
 }
 
-/* The calling OpenMP thread's share [n0, n1) of N output columns:
- * contiguous, whole tiles, so each thread streams its own weight rows once. */
-static void gemm_share(int N, int *n0, int *n1) {
+/* The calling OpenMP thread's share [p0, p1) of np panels: contiguous, so
+ * each thread streams its own part of the matrix once. */
+static void panel_share(int np, int *p0, int *p1) {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int per = (N + nt - 1) / nt;
-    per = (per + GEMM_TILE_N - 1) / GEMM_TILE_N * GEMM_TILE_N;
-    *n0 = t * per < N ? t * per : N;
-    *n1 = *n0 + per < N ? *n0 + per : N;
+    int per = (np + nt - 1) / nt;
+    *p0 = t * per < np ? t * per : np;
+    *p1 = *p0 + per < np ? *p0 + per : np;
 }
 
-/* y (M, N) = x (M, K) . w (N, K)^T + beta * y, beta 0 or 1. This is where
- * almost all the time goes; one place to change the BLAS or write a kernel.
- * One token (decode at batch 1) is a matrix-vector product bound by memory
- * bandwidth: our own kernel streams the rows, split across threads when the
- * matrix is big enough to pay for waking them. A few dozen tokens (batched
- * decode) go to cpu_gemm.c, which reads the weights where they lie; sgemm
- * would first pack them, and at these sizes the packing costs about as much
- * as it saves. Prefill-sized batches go to sgemm. */
-static void matmul(float *y, const float *x, const float *w, int M, int N, int K, float beta,
-                   int threads) {
-    if (M == 1) {
-        /* Waking the other threads (OMP_WAIT_POLICY=passive: a futex each
-         * way) costs more than a layer's matrix saves; only the classifier
-         * sized ones are split (measured: +24 % tokens/s at batch 1 on the
-         * stories15M shape). */
-        int par = (size_t)N * K >= (1u << 20) ? threads : 1;
-#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
-        for (int n = 0; n < N; n++) {
-            float d = row_dot(w + (size_t)n * K, x, K);
-            y[n] = beta == 0.0f ? d : d + beta * y[n];
-        }
+/* y (M, N) = x (M, K) . w^T (+ y when accumulate), w packed (N, K). This is
+ * where almost all the time goes; cpu_gemm.c has the kernel. Threads split
+ * the panels, so each reads its own share of the weights. */
+static void matmul(float *y, const float *x, const gemm_w *w, int M, int accumulate, int threads) {
+    const int np = gemm_n_panels(w);
+    int par = gemm_threads(M, w->n, w->k, threads);
+    if (par > np) par = np;
+    if (par <= 1) {
+        gemm_panels(y, w->n, x, w, M, 0, np, accumulate);
         return;
     }
-    if (M <= CPU_GEMM_MAX_M && gemm_threads(M, N, K, threads) == 1) {
-        gemm_rows(y, N, x, w, M, K, 0, N, beta != 0.0f);
-        return;
+#pragma omp parallel num_threads(par)
+    {
+        int p0, p1;
+        panel_share(np, &p0, &p1);
+        gemm_panels(y, w->n, x, w, M, p0, p1, accumulate);
     }
-    if (M <= CPU_GEMM_MAX_M) {
-#pragma omp parallel num_threads(gemm_threads(M, N, K, threads))
-        {
-            int n0, n1;
-            gemm_share(N, &n0, &n1);
-            if (n0 < n1) gemm_rows(y, N, x, w, M, K, n0, n1, beta != 0.0f);
-        }
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
 }
 
 static inline float swiglu(float g, float u) { return g * (1.0f / (1.0f + expf(-g))) * u; }
 
-/* Columns [n0, n1) of h = SwiGLU of h13 (see ffn_up). */
-static void swiglu_rows(float *h, float *h13, const float *x, const float *w13, int M, int F, int K,
-                        int n0, int n1) {
-    if (n0 >= n1) return;
-    gemm_rows(h13, 2 * F, x, w13, M, K, n0, n1, 0);
-    gemm_rows(h13 + F, 2 * F, x, w13 + (size_t)F * K, M, K, n0, n1, 0);
+/* Columns of panels [p0, p1) of h = SwiGLU (see ffn_up). */
+static void swiglu_panels(float *h, float *h13, const float *x, const gemm_w *w1, const gemm_w *w3,
+                          int M, int p0, int p1) {
+    if (p0 >= p1) return;
+    const int F = w1->n;
+    gemm_panels(h13, 2 * F, x, w1, M, p0, p1, 0);
+    gemm_panels(h13 + F, 2 * F, x, w3, M, p0, p1, 0);
+    int n0 = p0 * GEMM_PANEL, n1 = p1 * GEMM_PANEL < F ? p1 * GEMM_PANEL : F;
     for (int i = 0; i < M; i++) {
         const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
         float *o = h + (size_t)i * F;
@@ -184,36 +183,25 @@ static void swiglu_rows(float *h, float *h13, const float *x, const float *w13, 
     }
 }
 
-/* h (M, F) = SwiGLU of h13 = x (M, K) . w13^T, w13 = (2F, K): gate rows, then
- * up rows. For a few dozen tokens each thread computes the gate and the up
- * columns of its own share of F and applies the SwiGLU to them at once, so
- * the expf pass (a few percent of a batch-32 step on one thread) is split
- * too, with no barrier in between. */
-static void ffn_up(float *h, float *h13, const float *x, const float *w13, int M, int F, int K,
+/* h (M, F) = SwiGLU(x . w1^T, x . w3^T), h13 (M, 2F) the scratch for the gate
+ * then the up columns. Each thread computes the gate and the up columns of
+ * its own panels and applies the SwiGLU to them at once, so the expf pass
+ * (a few percent of a batch-32 step on one thread) is split too, with no
+ * barrier in between. */
+static void ffn_up(float *h, float *h13, const float *x, const gemm_w *w1, const gemm_w *w3, int M,
                    int threads) {
-    if (M == 1 || M > CPU_GEMM_MAX_M) {
-        matmul(h13, x, w13, M, 2 * F, K, 0.0f, threads);
-        if (M == 1) {
-            for (int k = 0; k < F; k++) h[k] = swiglu(h13[k], h13[F + k]);
-            return;
-        }
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int i = 0; i < M; i++) {
-            const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
-            float *o = h + (size_t)i * F;
-            for (int k = 0; k < F; k++) o[k] = swiglu(g[k], u[k]);
-        }
+    const int np = gemm_n_panels(w1);
+    int par = gemm_threads(M, 2 * w1->n, w1->k, threads);
+    if (par > np) par = np;
+    if (par <= 1) {
+        swiglu_panels(h, h13, x, w1, w3, M, 0, np);
         return;
     }
-    if (gemm_threads(M, 2 * F, K, threads) == 1) {
-        swiglu_rows(h, h13, x, w13, M, F, K, 0, F);
-        return;
-    }
-#pragma omp parallel num_threads(gemm_threads(M, 2 * F, K, threads))
+#pragma omp parallel num_threads(par)
     {
-        int n0, n1;
-        gemm_share(F, &n0, &n1);
-        swiglu_rows(h, h13, x, w13, M, F, K, n0, n1);
+        int p0, p1;
+        panel_share(np, &p0, &p1);
+        swiglu_panels(h, h13, x, w1, w3, M, p0, p1);
     }
 }
 
@@ -285,6 +273,33 @@ static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) 
     for (; o < e; o += 64) __builtin_prefetch(p + o);
 }
 
+/* attend_token by cpu_attn.c when every block it reads is f32. Returns 1
+ * when done, 0 when the general code must run. */
+static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
+                       const be_seq_view *v, const int32_t *list, int n_list, float *att,
+                       float mass_scale, int slot) {
+    const int bs = cb->base.opt.block_size;
+    const float **blk = cb->att_blk + (size_t)slot * cb->max_blocks;
+    int *rows = cb->att_rows + (size_t)slot * cb->max_blocks;
+    float *mass = cb->att_mass + (size_t)slot * cb->max_blocks;
+    int last = pos / bs, nb = 0;
+    if (last >= v->n_blocks) last = v->n_blocks - 1;
+    blk_ref r;
+    for (int li = 0; li < n_list && list[li] <= last; li++) {
+        int j = list[li];
+        if (!block_ref(cb, v, j, layer, &r) || !r.f) return 0;
+        blk[nb] = r.f;
+        rows[nb++] = j == pos / bs ? pos - j * bs + 1 : bs;
+    }
+    if (attn_f32(&cb->ashape, q, blk, rows, nb, att, (size_t)cb->max_ctx, out, mass)) return 0;
+    if (v->mass)
+        for (int li = 0; li < nb; li++) {
+#pragma omp atomic
+            v->mass[list[li]] += mass[li] * mass_scale;
+        }
+    return 1;
+}
+
 /* One token over its sequence's hot blocks (f32 or int8), every query head
  * at once. Why all heads together: a K or V row holds every kv head side by
  * side, so walking whole rows in order streams memory the prefetcher can
@@ -294,7 +309,7 @@ static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) 
  * passes agree; qs: (q_dim) scratch for int8 blocks' scaled queries. */
 static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out,
                          int pos, const be_seq_view *v, const int32_t *list, int n_list,
-                         float *restrict att, float *restrict qs, float mass_scale) {
+                         float *restrict att, float *restrict qs, float mass_scale, int slot) {
     const model_config *c = &cb->base.m->cfg;
     const int bs = cb->base.opt.block_size, hd = c->head_dim, kvd = cb->kv_dim;
     const int H = c->n_heads, gqa = c->n_heads / c->n_kv_heads, ctx = cb->max_ctx;
@@ -303,6 +318,8 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     int n = 0;
     blk_ref r;
+    if (cb->fast_attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot))
+        return;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
         const char *pf = NULL; /* the next block's rows */
@@ -421,7 +438,7 @@ static void attend_batch_token(cpu_backend *cb, const be_batch *bt, int l, int i
     int q = bt->seq[i];
     attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * cb->q_dim,
                  bt->pos[i], &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q],
-                 att, att + (size_t)c->n_heads * cb->max_ctx, mass_scale);
+                 att, att + (size_t)c->n_heads * cb->max_ctx, mass_scale, slot);
 }
 
 /* One layer for tokens [i0, i1) of the batch (their rows of every activation
@@ -439,7 +456,7 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
 
     for (int i = 0; i < M; i++)
         rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
-    matmul(qkv, xb, w->wqkv, M, QKV, D, 0.0f, threads);
+    matmul(qkv, xb, &w->wqkv, M, 0, threads);
     for (int i = i0; i < i1; i++) {
         float *q = cb->qkv + (size_t)i * QKV;
         const float *cs = cb->rope + (size_t)i * hd;
@@ -455,17 +472,19 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
     /* Parallel only when there is enough work to pay for waking threads: a
      * tiny model at batch 1 runs faster on one. Inside a token-split region
      * (threads == 1) no region at all: a nested one would still be set up. */
-    if (threads > 1 && (size_t)M * c->n_heads * 64 >= 4096) {
+    size_t att_macs = 0; /* QK and AV: 2 q_dim multiply-adds a position */
+    for (int i = i0; i < i1 && threads > 1; i++) att_macs += 2 * (size_t)QD * (size_t)(bt->pos[i] + 1);
+    if (threads > 1 && att_macs >= PAR_MIN_ATT_MACS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, omp_get_thread_num(), mass_scale);
     } else {
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, slot, mass_scale);
     }
-    matmul(x, att_out, w->wo, M, D, QD, 1.0f, threads);
+    matmul(x, att_out, &w->wo, M, 1, threads);
     for (int i = 0; i < M; i++)
         rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
-    ffn_up(cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, w->w13, M, F, D, threads);
-    matmul(x, cb->h + (size_t)i0 * F, w->w2, M, D, F, 1.0f, threads);
+    ffn_up(cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, &w->w1, &w->w3, M, threads);
+    matmul(x, cb->h + (size_t)i0 * F, &w->w2, M, 1, threads);
 }
 
 /* Batched decode splits the batch by tokens rather than the weights by rows:
@@ -482,7 +501,7 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
 #define TOKEN_SPLIT_MIN 8
 static int token_split(const cpu_backend *cb, const be_batch *bt, int *cut) {
     const int T = bt->n_tokens, nt = cb->n_threads;
-    if (nt < 2 || T < TOKEN_SPLIT_MIN * nt || T > CPU_GEMM_MAX_M * nt) return 0;
+    if (nt < 2 || T < TOKEN_SPLIT_MIN * nt || T > TOKEN_SPLIT_MAX * nt) return 0;
     int32_t *last = cb->seq_last;
     for (int q = 0; q < bt->n_seqs; q++) last[q] = -1;
     for (int i = 0; i < T; i++) last[bt->seq[i]] = i;
@@ -495,7 +514,7 @@ static int token_split(const cpu_backend *cb, const be_batch *bt, int *cut) {
     }
     if (cut[parts] < T) cut[++parts] = T;
     for (int p = 0; p < parts; p++)
-        if (cut[p + 1] - cut[p] > CPU_GEMM_MAX_M || cut[p + 1] - cut[p] < TOKEN_SPLIT_MIN / 2) return 0;
+        if (cut[p + 1] - cut[p] > TOKEN_SPLIT_MAX || cut[p + 1] - cut[p] < TOKEN_SPLIT_MIN / 2) return 0;
     return parts >= 2 ? parts : 0;
 }
 
@@ -508,7 +527,10 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
     if (T == 0) return CK_OK;
 
     for (int i = 0; i < T; i++) {
-        memcpy(cb->x + (size_t)i * D, cb->emb + (size_t)bt->token[i] * D, (size_t)D * sizeof(float));
+        if (cb->emb)
+            memcpy(cb->x + (size_t)i * D, cb->emb + (size_t)bt->token[i] * D, (size_t)D * sizeof(float));
+        else
+            gemm_row(&cb->wcls, bt->token[i], cb->x + (size_t)i * D);
         float *cs = cb->rope + (size_t)i * hd;
         for (int k = 0; k < hd / 2; k++) {
             float val = bt->pos[i] * cb->inv_freq[k];
@@ -542,7 +564,7 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         int r = bt->out_row[i];
         if (r >= 0) rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
     }
-    if (bt->n_out) matmul(logits, cb->xb, cb->wcls, bt->n_out, c->vocab_size, D, 0.0f, cb->n_threads);
+    if (bt->n_out) matmul(logits, cb->xb, &cb->wcls, bt->n_out, 0, cb->n_threads);
     return CK_OK;
 }
 
@@ -598,18 +620,19 @@ static size_t cpu_memory_bytes(const backend *b) { return ((const cpu_backend *)
 static void cpu_destroy(backend *b) {
     cpu_backend *cb = (cpu_backend *)b;
     if (!cb) return;
-    if (cb->wcls != cb->emb) free(cb->wcls);
+    free(cb->wcls.p);
     free(cb->emb);
     free(cb->out_norm);
     if (cb->layers) {
         for (int l = 0; l < b->m->cfg.n_layers; l++) {
             cpu_layer *w = &cb->layers[l];
             free(w->attn_norm);
-            free(w->wqkv);
-            free(w->wo);
+            free(w->wqkv.p);
+            free(w->wo.p);
             free(w->ffn_norm);
-            free(w->w13);
-            free(w->w2);
+            free(w->w1.p);
+            free(w->w3.p);
+            free(w->w2.p);
         }
     }
     free(cb->layers);
@@ -628,6 +651,9 @@ static void cpu_destroy(backend *b) {
     free(cb->n_list);
     free(cb->seq_last);
     free(cb->cut);
+    free(cb->att_blk);
+    free(cb->att_rows);
+    free(cb->att_mass);
     free(cb);
 }
 
@@ -655,6 +681,14 @@ static float *alloc_floats(cpu_backend *cb, size_t n) {
         cb->bytes += bytes;
     }
     return p;
+}
+
+/* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h). */
+static int pack(cpu_backend *cb, gemm_w *w, const float *src, int n, int k) {
+    float *p = alloc_floats(cb, gemm_packed_floats(n, k));
+    if (!p) return CK_ENOMEM;
+    gemm_pack(w, p, src, n, k);
+    return CK_OK;
 }
 
 /* Convert tensors into consecutive rows of one f32 matrix. */
@@ -692,34 +726,40 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     const size_t T = (size_t)o->max_batch_tokens;
     int rc = CK_ENOMEM;
 
-    if (!(cb->emb = alloc_floats(cb, V * D)) || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
-    if ((rc = to_f32(cb->emb, &m->tok_emb)) || (rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
-    if (m->tied) {
-        cb->wcls = cb->emb;
-    } else {
+    /* Each matrix goes to f32 rows in tmp (the largest one's size), then is
+     * packed into its own buffer. */
+    size_t tmp_n = V * D;
+    if ((size_t)cb->qkv_dim * D > tmp_n) tmp_n = (size_t)cb->qkv_dim * D;
+    if (F * D > tmp_n) tmp_n = F * D;
+    if ((size_t)cb->q_dim * D > tmp_n) tmp_n = (size_t)cb->q_dim * D;
+    float *tmp = malloc(tmp_n * sizeof *tmp);
+    if (!tmp || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
+    if ((rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
+    if (!m->tied) {
         rc = CK_ENOMEM;
-        if (!(cb->wcls = alloc_floats(cb, V * D))) goto fail;
-        if ((rc = to_f32(cb->wcls, &m->wcls))) goto fail;
+        if (!(cb->emb = alloc_floats(cb, V * D))) goto fail;
+        if ((rc = to_f32(cb->emb, &m->tok_emb))) goto fail;
     }
+    if ((rc = to_f32(tmp, &m->wcls)) || (rc = pack(cb, &cb->wcls, tmp, (int)V, (int)D))) goto fail;
     rc = CK_ENOMEM;
     if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
         cpu_layer *w = &cb->layers[l];
         rc = CK_ENOMEM;
-        if (!(w->attn_norm = alloc_floats(cb, D)) || !(w->ffn_norm = alloc_floats(cb, D)) ||
-            !(w->wqkv = alloc_floats(cb, (size_t)cb->qkv_dim * D)) ||
-            !(w->wo = alloc_floats(cb, D * (size_t)cb->q_dim)) ||
-            !(w->w13 = alloc_floats(cb, 2 * F * D)) || !(w->w2 = alloc_floats(cb, D * F)))
-            goto fail;
+        if (!(w->attn_norm = alloc_floats(cb, D)) || !(w->ffn_norm = alloc_floats(cb, D))) goto fail;
         if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm)) ||
-            (rc = to_f32(w->wqkv, &ml->wq)) ||
-            (rc = to_f32(w->wqkv + (size_t)cb->q_dim * D, &ml->wk)) ||
-            (rc = to_f32(w->wqkv + (size_t)(cb->q_dim + cb->kv_dim) * D, &ml->wv)) ||
-            (rc = to_f32(w->wo, &ml->wo)) || (rc = to_f32(w->w13, &ml->w1)) ||
-            (rc = to_f32(w->w13 + F * D, &ml->w3)) || (rc = to_f32(w->w2, &ml->w2)))
+            (rc = to_f32(tmp, &ml->wq)) || (rc = to_f32(tmp + (size_t)cb->q_dim * D, &ml->wk)) ||
+            (rc = to_f32(tmp + (size_t)(cb->q_dim + cb->kv_dim) * D, &ml->wv)) ||
+            (rc = pack(cb, &w->wqkv, tmp, cb->qkv_dim, (int)D)) ||
+            (rc = to_f32(tmp, &ml->wo)) || (rc = pack(cb, &w->wo, tmp, (int)D, cb->q_dim)) ||
+            (rc = to_f32(tmp, &ml->w1)) || (rc = pack(cb, &w->w1, tmp, (int)F, (int)D)) ||
+            (rc = to_f32(tmp, &ml->w3)) || (rc = pack(cb, &w->w3, tmp, (int)F, (int)D)) ||
+            (rc = to_f32(tmp, &ml->w2)) || (rc = pack(cb, &w->w2, tmp, (int)D, (int)F)))
             goto fail;
     }
+    free(tmp);
+    tmp = NULL;
     rc = CK_ENOMEM;
     if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
     for (int k = 0; k < c->head_dim / 2; k++)
@@ -738,15 +778,21 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->seq_last = malloc(T * sizeof *cb->seq_last)) ||
         !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)))
         goto fail;
+    cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
+    cb->fast_attn = attn_f32_supported(&cb->ashape);
+    const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
+    if (!(cb->att_blk = malloc(nb * sizeof *cb->att_blk)) || !(cb->att_rows = malloc(nb * sizeof *cb->att_rows)) ||
+        !(cb->att_mass = malloc(nb * sizeof *cb->att_mass)))
+        goto fail;
     if (o->n_kv8_blocks > 0) {
         size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;
         if (!(cb->kv8 = calloc(bytes, 1))) goto fail;
         cb->bytes += bytes;
     }
-    openblas_set_num_threads(cb->n_threads);
     *out = b;
     return CK_OK;
 fail:
+    free(tmp);
     snprintf(err, errlen, "cpu backend: %s while preparing weights and buffers", ck_strerror(rc));
     cpu_destroy(b);
     return rc;

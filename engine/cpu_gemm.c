@@ -1,154 +1,205 @@
-/* cpu_gemm.c - y = x . w^T for a few dozen token rows (cpu_gemm.h).
+/* cpu_gemm.c - matrix products on packed weights (cpu_gemm.h).
  *
- * Both operands are row-major along K, so each output is a dot product. A
- * tile computes 4 weight rows x 4 tokens: 16 independent vector accumulators
- * (enough to hide the FMA latency), fed by 8 loads per 16 FMAs; the 4 weight
- * rows (4 * K floats) stay in L1 while the tile walks every token. The 16
- * sums are reduced at the end with horizontal adds, 4 at a time, into 4
- * adjacent outputs of one token row.
+ * A tile is RM tokens by RP panels: RM * RP * PV vector accumulators, PV =
+ * GEMM_PANEL / vector width. Each step of k loads the RP * PV weight vectors
+ * once, then for every token broadcasts x[m][k] and adds it times them. The
+ * shapes, with AVX-512 (Zen 5 here: two full-width FMAs a cycle, four
+ * cycles of latency, so at least eight sums must be in flight):
+ *   batches: 8 tokens x 1 panel, 16 accumulators; 16 FMAs for 2 weight
+ *            loads and 8 broadcasts, so the FMA units set the pace;
+ *   one token (decode at batch 1, bound by memory): 1 token x 4 panels,
+ *            8 accumulators over four adjacent panels, one stream.
+ * With AVX2 and FMA the vectors are 8 wide and the tiles smaller (16
+ * registers); without either, plain C with the same order of sums.
  *
- * Vectors are 16 wide with AVX-512 (the Zen 5 cores this was tuned on have
- * full-width 512-bit FMAs, which OpenBLAS 0.3.21's Haswell kernels leave
- * unused), 8 wide with AVX2 and FMA, and plain C otherwise; the build's
- * -march decides. Rows should start 64-byte aligned (K a multiple of 16 with
- * an aligned base): with rows split across cache lines a test ran a
- * quarter slower. */
+ * Why the panel walks all its tokens before the next panel: the panel (K x
+ * 32 floats, 36 KB at K = 288) stays in L1 or L2 while every token tile
+ * reads it, so the weights come from memory once per call; the x rows (at
+ * most GEMM_M_BLOCK of them) stay in L2. */
 #include "cpu_gemm.h"
 
-#include <stddef.h>
+#include <string.h>
+
+#define P GEMM_PANEL
+
+size_t gemm_packed_floats(int n, int k) { return (size_t)((n + P - 1) / P) * P * (size_t)k; }
+
+void gemm_pack(gemm_w *w, float *dst, const float *src, int n, int k) {
+    int np = (n + P - 1) / P;
+    for (int p = 0; p < np; p++)
+        for (int kk = 0; kk < k; kk++) {
+            float *d = dst + ((size_t)p * k + kk) * P;
+            for (int c = 0; c < P; c++) {
+                int r = p * P + c;
+                d[c] = r < n ? src[(size_t)r * k + kk] : 0.0f;
+            }
+        }
+    w->p = dst;
+    w->n = n;
+    w->k = k;
+}
+
+void gemm_row(const gemm_w *w, int r, float *dst) {
+    const float *s = w->p + (size_t)(r / P) * w->k * P + r % P;
+    for (int kk = 0; kk < w->k; kk++) dst[kk] = s[(size_t)kk * P];
+}
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
-#define GEMM_SIMD 1
 typedef __m512 vec;
 #define VW 16
+#define TILE_M 8 /* tokens per batch tile */
+#define ONE_RP 4 /* panels per one-token tile */
 #define vzero() _mm512_setzero_ps()
 #define vload(p) _mm512_loadu_ps(p)
+#define vstore(p, v) _mm512_storeu_ps(p, v)
+#define vadd(a, b) _mm512_add_ps(a, b)
 #define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
-/* to 8 lanes: the two halves added */
-#define vhalf(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define GEMM_SIMD 1
+#define vset1(p) _mm512_set1_ps(*(p))
+#else
 typedef __m256 vec;
 #define VW 8
+#define TILE_M 3
+#define ONE_RP 2
 #define vzero() _mm256_setzero_ps()
 #define vload(p) _mm256_loadu_ps(p)
+#define vstore(p, v) _mm256_storeu_ps(p, v)
+#define vadd(a, b) _mm256_add_ps(a, b)
 #define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define vhalf(v) (v)
+#define vset1(p) _mm256_broadcast_ss(p)
 #endif
+#define PV (P / VW)
 
-#define TN GEMM_TILE_N /* weight rows per tile */
-#define TM 4           /* tokens per tile */
-
-#ifdef GEMM_SIMD
-/* [sum(a), sum(b), sum(c), sum(d)] of four vectors. */
-static inline __m128 hsum4(vec va, vec vb, vec vc, vec vd) {
-    __m256 a = vhalf(va), b = vhalf(vb), c = vhalf(vc), d = vhalf(vd);
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 abcd = _mm256_hadd_ps(ab, cd); /* low half: lanes 0-3, high half: lanes 4-7 */
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+/* Stores one token's accumulators of one panel: the first `valid` columns. */
+static inline __attribute__((always_inline)) void put(float *y, const vec *a, int valid,
+                                                      int accumulate) {
+    if (valid == P) {
+        for (int v = 0; v < PV; v++)
+            vstore(y + v * VW, accumulate ? vadd(vload(y + v * VW), a[v]) : a[v]);
+        return;
+    }
+    float t[P];
+    for (int v = 0; v < PV; v++) vstore(t + v * VW, a[v]);
+    for (int c = 0; c < valid; c++) y[c] = accumulate ? y[c] + t[c] : t[c];
 }
 
-/* One tile of rn <= TN weight rows (from n) by rm <= TM tokens (from m).
- * Always inlined with constant rn and rm, so the compiler unrolls the loops
- * and keeps acc[][] in registers. */
+/* rm tokens (x rows from x, y rows from y) by rp panels from wp; `valid`:
+ * columns of the last panel that exist (the others are padding). pf: a
+ * panel to ask for meanwhile (NULL for none), at the same k as this one, so
+ * it arrives a whole panel ahead. Always inlined with constant rm and rp,
+ * so acc[][] lives in registers. */
 static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x,
-                                                       const float *w, int K, int rn, int rm,
-                                                       int accumulate) {
-    vec acc[TN][TM];
-    for (int i = 0; i < TN; i++)
-        for (int j = 0; j < TM; j++) acc[i][j] = vzero();
-    int k = 0;
-    for (; k + VW <= K; k += VW) {
-        vec wv[TN], xv[TM];
-        /* Each vector is loaded once into a register: left alone, GCC folds
-         * one operand into every FMA as a memory operand, 20 loads instead
-         * of 8 per 16 FMAs, and the loads, not the FMAs, set the pace. */
-        for (int i = 0; i < rn; i++) {
-            wv[i] = vload(w + (size_t)i * K + k);
-            __asm__("" : "+x"(wv[i]));
+                                                       const float *wp, int K, int rm, int rp,
+                                                       int valid, int accumulate, const float *pf) {
+    vec acc[TILE_M][ONE_RP * PV];
+    for (int m = 0; m < rm; m++)
+        for (int j = 0; j < rp * PV; j++) acc[m][j] = vzero();
+    const size_t ps = (size_t)K * P; /* floats per panel */
+    for (int k = 0; k < K; k++) {
+        vec wv[ONE_RP * PV];
+        if (pf)
+            for (int c = 0; c < P; c += 64 / sizeof(float)) __builtin_prefetch(pf + (size_t)k * P + c);
+        for (int j = 0; j < rp * PV; j++) {
+            wv[j] = vload(wp + (size_t)(j / PV) * ps + (size_t)k * P + (j % PV) * VW);
+            /* Keep each weight vector in a register for all rm tokens: left
+             * alone, GCC folds the load into every FMA as a memory operand. */
+            if (rm > 1) __asm__("" : "+x"(wv[j]));
         }
-        for (int j = 0; j < rm; j++) {
-            xv[j] = vload(x + (size_t)j * K + k);
-            __asm__("" : "+x"(xv[j]));
+        for (int m = 0; m < rm; m++) {
+            vec xb = vset1(x + (size_t)m * K + k);
+            for (int j = 0; j < rp * PV; j++) acc[m][j] = vfma(xb, wv[j], acc[m][j]);
         }
-        for (int i = 0; i < rn; i++)
-            for (int j = 0; j < rm; j++) acc[i][j] = vfma(wv[i], xv[j], acc[i][j]);
     }
-    for (int j = 0; j < rm; j++) {
-        float s[4];
-        _mm_storeu_ps(s, hsum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
-        for (int i = 0; i < rn; i++) {
-            for (int kk = k; kk < K; kk++) s[i] += w[(size_t)i * K + kk] * x[(size_t)j * K + kk];
-            float *o = y + (size_t)j * ldy + i;
-            *o = accumulate ? *o + s[i] : s[i];
+    for (int m = 0; m < rm; m++)
+        for (int pp = 0; pp < rp; pp++)
+            put(y + (size_t)m * ldy + pp * P, &acc[m][pp * PV], pp == rp - 1 ? valid : P, accumulate);
+}
+
+/* Columns valid in panel p of w. */
+static inline int valid_cols(const gemm_w *w, int p) {
+    int v = w->n - p * P;
+    return v < P ? v : P;
+}
+
+/* One block of at most GEMM_M_BLOCK tokens against panels [p0, p1). */
+static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
+                  int accumulate) {
+    const int K = w->k;
+    const size_t ps = (size_t)K * P;
+    if (M == 1) {
+        int p = p0;
+        for (; p + ONE_RP <= p1; p += ONE_RP)
+            tile(y + p * P, ldy, x, w->p + p * ps, K, 1, ONE_RP, valid_cols(w, p + ONE_RP - 1),
+                 accumulate, NULL);
+        float *yp = y + p * P;
+        const float *wp = w->p + p * ps;
+        int valid = valid_cols(w, p1 - 1);
+        switch (p1 - p) {
+#if ONE_RP > 3
+        case 3: tile(yp, ldy, x, wp, K, 1, 3, valid, accumulate, NULL); break;
+#endif
+#if ONE_RP > 2
+        case 2: tile(yp, ldy, x, wp, K, 1, 2, valid, accumulate, NULL); break;
+#endif
+        case 1: tile(yp, ldy, x, wp, K, 1, 1, valid, accumulate, NULL); break;
+        default: break;
+        }
+        return;
+    }
+    for (int p = p0; p < p1; p++) {
+        const float *wp = w->p + p * ps;
+        /* The first token tile asks for the next panel: the weights stream
+         * from DRAM (both threads read all of them in a token-split step),
+         * and a tile consumes them faster than one core's misses return. */
+        const float *pf = p + 1 < p1 ? wp + ps : NULL;
+        const int valid = valid_cols(w, p);
+        float *yp = y + p * P;
+        int m = 0;
+        for (; m + TILE_M <= M; m += TILE_M)
+            tile(yp + (size_t)m * ldy, ldy, x + (size_t)m * K, wp, K, TILE_M, 1, valid, accumulate,
+                 m == 0 ? pf : NULL);
+        float *ym = yp + (size_t)m * ldy;
+        const float *xm = x + (size_t)m * K;
+        switch (M - m) {
+#if TILE_M > 7
+        case 7: tile(ym, ldy, xm, wp, K, 7, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 6: tile(ym, ldy, xm, wp, K, 6, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 5: tile(ym, ldy, xm, wp, K, 5, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 4: tile(ym, ldy, xm, wp, K, 4, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 3: tile(ym, ldy, xm, wp, K, 3, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+#endif
+        case 2: tile(ym, ldy, xm, wp, K, 2, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 1: tile(ym, ldy, xm, wp, K, 1, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        default: break;
         }
     }
 }
-#else
-static inline void tile(float *y, int ldy, const float *x, const float *w, int K, int rn, int rm,
-                        int accumulate) {
-    for (int j = 0; j < rm; j++)
-        for (int i = 0; i < rn; i++) {
-            const float *wr = w + (size_t)i * K, *xr = x + (size_t)j * K;
-            float s = 0.0f;
-            for (int k = 0; k < K; k++) s += wr[k] * xr[k];
-            float *o = y + (size_t)j * ldy + i;
-            *o = accumulate ? *o + s : s;
-        }
+
+#else /* plain C: the same sums in the same order */
+
+static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
+                  int accumulate) {
+    const int K = w->k;
+    for (int p = p0; p < p1; p++) {
+        const float *wp = w->p + (size_t)p * K * P;
+        for (int m = 0; m < M; m++)
+            for (int c = 0; c < P && p * P + c < w->n; c++) {
+                float s = 0.0f;
+                for (int k = 0; k < K; k++) s += x[(size_t)m * K + k] * wp[(size_t)k * P + c];
+                float *o = y + (size_t)m * ldy + p * P + c;
+                *o = accumulate ? *o + s : s;
+            }
+    }
 }
 #endif
 
-/* Ask for part t of `parts` of a span (64-byte lines) ahead of its use. */
-static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) {
-    size_t per = (bytes / (size_t)parts + 63) & ~(size_t)63, o = per * (size_t)t;
-    size_t e = o + per < bytes ? o + per : bytes;
-    for (; o < e; o += 64) __builtin_prefetch(p + o);
-}
-
-/* Every token against rn weight rows, in tiles of TM tokens; the last
- * M % TM tokens get a narrower tile of their own. Meanwhile the rows of a
- * tile further on (pf, pf_bytes; NULL for none) are asked for, a slice per
- * token tile: a big matrix (the classifier) streams from DRAM, and without
- * this its loads waited (one core on the classifier's shape: about 85
- * GFLOP/s without, 100 with). Asked all at once, the requests fill the miss
- * buffers and stall as long as the misses would have. */
-static inline __attribute__((always_inline)) void row_tile(float *y, int ldy, const float *x,
-                                                           const float *w, int M, int K, int rn,
-                                                           int accumulate, const char *pf,
-                                                           size_t pf_bytes) {
-    int m = 0, parts = M / TM > 0 ? M / TM : 1;
-    if (pf && M < TM) prefetch_part(pf, pf_bytes, 0, 1);
-    for (; m + TM <= M; m += TM) {
-        if (pf) prefetch_part(pf, pf_bytes, m / TM, parts);
-        tile(y + (size_t)m * ldy, ldy, x + (size_t)m * K, w, K, rn, TM, accumulate);
-    }
-    float *ym = y + (size_t)m * ldy;
-    const float *xm = x + (size_t)m * K;
-    switch (M - m) {
-    case 3: tile(ym, ldy, xm, w, K, rn, 3, accumulate); break;
-    case 2: tile(ym, ldy, xm, w, K, rn, 2, accumulate); break;
-    case 1: tile(ym, ldy, xm, w, K, rn, 1, accumulate); break;
-    default: break;
-    }
-}
-
-#define PFD 2 /* how many tiles ahead rows are asked for */
-
-void gemm_rows(float *y, int ldy, const float *x, const float *w, int M, int K, int n0, int n1,
-               int accumulate) {
-    const size_t tile_bytes = (size_t)TN * K * sizeof(float);
-    int n = n0;
-    for (; n + TN <= n1; n += TN) {
-        const char *pf = n + (PFD + 1) * TN <= n1 ? (const char *)(w + (size_t)(n + PFD * TN) * K) : NULL;
-        row_tile(y + n, ldy, x, w + (size_t)n * K, M, K, TN, accumulate, pf, tile_bytes);
-    }
-    const float *wn = w + (size_t)n * K;
-    switch (n1 - n) {
-    case 3: row_tile(y + n, ldy, x, wn, M, K, 3, accumulate, NULL, 0); break;
-    case 2: row_tile(y + n, ldy, x, wn, M, K, 2, accumulate, NULL, 0); break;
-    case 1: row_tile(y + n, ldy, x, wn, M, K, 1, accumulate, NULL, 0); break;
-    default: break;
+void gemm_panels(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
+                 int accumulate) {
+    if (p0 >= p1) return;
+    for (int m0 = 0; m0 < M; m0 += GEMM_M_BLOCK) {
+        int mb = M - m0 < GEMM_M_BLOCK ? M - m0 : GEMM_M_BLOCK;
+        block(y + (size_t)m0 * ldy, ldy, x + (size_t)m0 * w->k, w, mb, p0, p1, accumulate);
     }
 }

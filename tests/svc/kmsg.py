@@ -141,6 +141,11 @@ def write_jobs(d, n, max_tokens=8, greedy_prompt="Once upon a time"):
             if i % 5 == 0:
                 job["session_id"] = "session-%d" % (i % 7)
             if i == 0:
+                # The greedy reference job starts a fresh context: jobs 35
+                # and 70 share session-0 and may run first (keys are job ids,
+                # so they sit on other partitions), which made its prompt
+                # their conversation plus this text.
+                job.pop("session_id", None)
                 job.update(prompt=greedy_prompt, temperature=0, max_tokens=40)
             if i % 2 == 0:
                 f.write(jid + "\t" + json.dumps(job) + "\n")

@@ -1,0 +1,830 @@
+/* test_cpu_kernels.c - the CPU backend's kernels against plain references
+ * computed in double precision:
+ *   cpu_gemm.c: packed products (values, accumulate mode, a leading
+ *               dimension wider than N, bitwise batch and thread-split
+ *               invariance, the row gather);
+ *   cpu_attn.c: vectorized attention (outputs, probabilities, block mass,
+ *               refused shapes);
+ *   the whole CPU forward pass, on a model whose head size takes the
+ *   vectorized attention path, against a scalar Llama written here from
+ *   the llama2.c conventions (not from backend_cpu.c's code).
+ * Inputs come from a local xorshift generator with fixed seeds, so a
+ * failure is the same on every run. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "ck_test.h"
+#include "convert.h"
+#include "cpu_attn.h"
+#include "cpu_gemm.h"
+#include "kv.h"
+#include "model.h"
+#include "quant.h"
+
+/* ---------------------------------------------------------------- inputs */
+
+/* xorshift64*: its state is the caller's, so each case is reproducible. */
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+/* Uniform in [-a, a): 24 random bits, so 2u - 1 is exact in a float. */
+static float rng_unif(rng *r, float a) {
+    double u = (double)(rng_next(r) >> 40) / 16777216.0;
+    return (float)(2.0 * u - 1.0) * a;
+}
+
+static void fill(rng *r, float *x, size_t n, float a) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_unif(r, a);
+}
+
+/* 64-byte aligned floats, as the backend packs into; the size rounded up to
+ * a multiple of the alignment, which C11's aligned_alloc (and ASan) want. */
+static float *alloc_aligned(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+/* ------------------------------------------------------------ cpu_gemm.c */
+
+/* ref (M, N) = x . w^T in double, and mag (M, N) = |x| . |w|^T: the scale of
+ * the rounding error that a float sum of those products can make. */
+static void gemm_naive(double *ref, double *mag, const float *x, const float *w, int M, int N, int K) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)x[(size_t)m * K + k] * w[(size_t)n * K + k];
+                s += p;
+                a += fabs(p);
+            }
+            ref[(size_t)m * N + n] = s;
+            mag[(size_t)m * N + n] = a;
+        }
+}
+
+/* y (rows ldy apart) against old + scale * ref (old NULL: zero), each
+ * element within the rounding bound of a K-term float sum plus one add:
+ * (K + 2) units of float rounding (2^-24) times the magnitudes that went into
+ * it. Returns 0, or -1 after printing the first element out of bounds. */
+static int gemm_compare(const float *y, int ldy, const float *old, const double *ref, const double *mag,
+                        double scale, int M, int N, int K, const char *what) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)m * N + n;
+            double o = old ? old[i] : 0.0, want = o + scale * ref[i];
+            double tol = 1.01 * (K + 2) * 0x1p-24 * (scale * mag[i] + fabs(o)) + 1e-30, got = y[(size_t)m * ldy + n];
+            if (!(fabs(got - want) <= tol)) {
+                fprintf(stderr, "  gemm %s M %d N %d K %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)\n",
+                        what, M, N, K, m, n, got, want, tol);
+                return -1;
+            }
+        }
+    return 0;
+}
+
+/* Columns [N, ldy) of every row of y still hold the sentinel: they belong
+ * to whatever the caller keeps beside the product. */
+static int gemm_pad_intact(const float *y, int ldy, int M, int N, int K, float sentinel) {
+    for (int m = 0; m < M; m++)
+        for (int n = N; n < ldy; n++)
+            if (y[(size_t)m * ldy + n] != sentinel) {
+                fprintf(stderr, "  gemm M %d N %d K %d: padding y[%d][%d] overwritten with %g\n", M, N,
+                        K, m, n, y[(size_t)m * ldy + n]);
+                return -1;
+            }
+    return 0;
+}
+
+/* One shape: plain, accumulate, and both again with ldy = N + 3. */
+static int gemm_shape_ok(rng *r, int M, int N, int K) {
+    const int ldy = N + 3;
+    const float sentinel = -12345.5f;
+    float *w = malloc((size_t)N * K * sizeof(float)), *x = malloc((size_t)M * K * sizeof(float));
+    float *pk = alloc_aligned(gemm_packed_floats(N, K));
+    float *y = malloc((size_t)M * ldy * sizeof(float)), *old = malloc((size_t)M * N * sizeof(float));
+    double *ref = malloc((size_t)M * N * sizeof(double)), *mag = malloc((size_t)M * N * sizeof(double));
+    int rc = -1;
+    if (!w || !x || !pk || !y || !old || !ref || !mag) goto out;
+    fill(r, w, (size_t)N * K, 1.0f);
+    fill(r, x, (size_t)M * K, 1.0f);
+    fill(r, old, (size_t)M * N, 1.0f);
+    gemm_w pw;
+    gemm_pack(&pw, pk, w, N, K);
+    const int np = gemm_n_panels(&pw);
+    gemm_naive(ref, mag, x, w, M, N, K);
+
+    gemm_panels(y, N, x, &pw, M, 0, np, 0);
+    if (gemm_compare(y, N, NULL, ref, mag, 1.0, M, N, K, "plain")) goto out;
+    memcpy(y, old, (size_t)M * N * sizeof(float));
+    gemm_panels(y, N, x, &pw, M, 0, np, 1);
+    if (gemm_compare(y, N, old, ref, mag, 1.0, M, N, K, "accumulate")) goto out;
+
+    for (size_t i = 0; i < (size_t)M * ldy; i++) y[i] = sentinel;
+    gemm_panels(y, ldy, x, &pw, M, 0, np, 0);
+    if (gemm_compare(y, ldy, NULL, ref, mag, 1.0, M, N, K, "ldy") ||
+        gemm_pad_intact(y, ldy, M, N, K, sentinel))
+        goto out;
+    /* y held the product: adding it again doubles it exactly. */
+    gemm_panels(y, ldy, x, &pw, M, 0, np, 1);
+    if (gemm_compare(y, ldy, NULL, ref, mag, 2.0, M, N, K, "ldy accumulate") ||
+        gemm_pad_intact(y, ldy, M, N, K, sentinel))
+        goto out;
+    rc = 0;
+out:
+    free(w);
+    free(x);
+    free(pk);
+    free(y);
+    free(old);
+    free(ref);
+    free(mag);
+    return rc;
+}
+
+/* M covers one token, each remainder tile, whole tiles, and more than
+ * GEMM_M_BLOCK; N one column, partial, whole and several panels; K from one
+ * step to the stories15M width. */
+static void test_gemm_against_naive(void) {
+    static const int Ms[] = {1, 2, 3, 5, 7, 8, 9, 16, 17, 64, 65, 130};
+    static const int Ns[] = {1, 31, 32, 33, 100, 864};
+    static const int Ks[] = {1, 8, 37, 288};
+    rng r = {0x243F6A8885A308D3ULL};
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+        for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+            for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++)
+                CK_CHECK_MSG(gemm_shape_ok(&r, Ms[a], Ns[b], Ks[c]) == 0, "M %d N %d K %d", Ms[a],
+                             Ns[b], Ks[c]);
+}
+
+/* y (M, w->n) by two calls, panels [0, p) then [p, np), as two threads
+ * share a product. */
+static void gemm_split(float *y, const float *x, const gemm_w *w, int M, int p) {
+    gemm_panels(y, w->n, x, w, M, 0, p, 0);
+    gemm_panels(y, w->n, x, w, M, p, gemm_n_panels(w), 0);
+}
+
+/* cpu_gemm.h promises each output the same sums in the same order whatever
+ * M and the panel range: a token's logits must not depend on its batch. */
+static void test_gemm_batch_invariant(void) {
+    enum { N = 300, K = 288, MB = 70, MS = 13, S0 = 57 }; /* the M = 13 call: rows [S0, S0 + MS) */
+    rng r = {0x13198A2E03707344ULL};
+    float *w = malloc((size_t)N * K * sizeof(float)), *x = malloc((size_t)MB * K * sizeof(float));
+    float *pk = alloc_aligned(gemm_packed_floats(N, K));
+    float *y70 = malloc((size_t)MB * N * sizeof(float)), *y13 = malloc((size_t)MS * N * sizeof(float));
+    float *y1 = malloc(N * sizeof(float)), *ys = malloc((size_t)MB * N * sizeof(float));
+    CK_CHECK(w && x && pk && y70 && y13 && y1 && ys);
+    fill(&r, w, (size_t)N * K, 1.0f);
+    fill(&r, x, (size_t)MB * K, 1.0f);
+    gemm_w pw;
+    gemm_pack(&pw, pk, w, N, K);
+    const int np = gemm_n_panels(&pw);
+    const size_t row = N * sizeof(float);
+
+    /* Row S0 sits mid-tile in the M = 70 call and first in the M = 13 one;
+     * rows 64.. are the second GEMM_M_BLOCK block's remainder tile. */
+    gemm_panels(y70, N, x, &pw, MB, 0, np, 0);
+    gemm_panels(y13, N, x + (size_t)S0 * K, &pw, MS, 0, np, 0);
+    for (int m = 0; m < MB; m++) {
+        const float *xm = x + (size_t)m * K;
+        gemm_panels(y1, N, xm, &pw, 1, 0, np, 0);
+        CK_CHECK_MSG(!memcmp(y1, y70 + (size_t)m * N, row), "row %d: M = 1 differs from M = 70", m);
+        if (m >= S0)
+            CK_CHECK_MSG(!memcmp(y1, y13 + (size_t)(m - S0) * N, row), "row %d: M = 1 differs from M = 13",
+                         m);
+        for (int p = 1; p < np; p++) {
+            gemm_split(ys, xm, &pw, 1, p);
+            CK_CHECK_MSG(!memcmp(ys, y1, row), "row %d: M = 1 split at panel %d differs", m, p);
+        }
+    }
+    for (int p = 1; p < np; p++) {
+        gemm_split(ys, x, &pw, MB, p);
+        CK_CHECK_MSG(!memcmp(ys, y70, MB * row), "M = 70 split at panel %d differs", p);
+        gemm_split(ys, x + (size_t)S0 * K, &pw, MS, p);
+        CK_CHECK_MSG(!memcmp(ys, y13, MS * row), "M = 13 split at panel %d differs", p);
+    }
+    free(w);
+    free(x);
+    free(pk);
+    free(y70);
+    free(y13);
+    free(y1);
+    free(ys);
+}
+
+/* Every row of an (N, K) matrix comes back exactly from its packed form. */
+static int gemm_rows_ok(rng *r, int N, int K) {
+    float *w = malloc((size_t)N * K * sizeof(float)), *got = malloc((size_t)K * sizeof(float));
+    float *pk = alloc_aligned(gemm_packed_floats(N, K));
+    int rc = -1;
+    if (!w || !got || !pk) goto out;
+    fill(r, w, (size_t)N * K, 1.0f);
+    gemm_w pw;
+    gemm_pack(&pw, pk, w, N, K);
+    for (int n = 0; n < N; n++) {
+        gemm_row(&pw, n, got);
+        if (memcmp(got, w + (size_t)n * K, (size_t)K * sizeof(float))) {
+            fprintf(stderr, "  gemm_row N %d K %d: row %d differs\n", N, K, n);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(w);
+    free(got);
+    free(pk);
+    return rc;
+}
+
+static void test_gemm_row(void) {
+    static const int shapes[][2] = {{100, 37}, {33, 288}, {32, 8}, {1, 1}, {300, 64}};
+    rng r = {0xA4093822299F31D0ULL};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        CK_CHECK_MSG(gemm_rows_ok(&r, shapes[i][0], shapes[i][1]) == 0, "N %d K %d", shapes[i][0],
+                     shapes[i][1]);
+}
+
+/* ------------------------------------------------------------ cpu_attn.c */
+
+#define ATT_MAX_BLK 5
+
+/* One layer's KV blocks as the backend's pool holds them: block_size K rows
+ * of kv_dim floats, then block_size V rows. The blocks lie in reverse order
+ * with a block-sized gap before each, one float off 64-byte alignment, in
+ * one buffer that is otherwise NaN: rows past rows[] must not be read. */
+typedef struct att_blocks {
+    float *buf;
+    const float *blk[ATT_MAX_BLK];
+    int rows[ATT_MAX_BLK];
+    int n_blk, n; /* blocks, positions */
+} att_blocks;
+
+static int att_blocks_make(att_blocks *ab, rng *r, const attn_shape *s, int n_blk, int last_rows) {
+    const size_t kvd = (size_t)s->kv_dim, bs = (size_t)s->block_size, span = 2 * bs * kvd;
+    const size_t total = 2 * (size_t)n_blk * span + 1;
+    if (!(ab->buf = malloc(total * sizeof(float)))) return -1;
+    for (size_t i = 0; i < total; i++) ab->buf[i] = NAN;
+    ab->n_blk = n_blk;
+    ab->n = 0;
+    for (int b = 0; b < n_blk; b++) {
+        float *k = ab->buf + 1 + (size_t)(2 * (n_blk - 1 - b) + 1) * span;
+        ab->blk[b] = k;
+        ab->rows[b] = b == n_blk - 1 ? last_rows : (int)bs;
+        fill(r, k, (size_t)ab->rows[b] * kvd, 2.0f);
+        fill(r, k + bs * kvd, (size_t)ab->rows[b] * kvd, 2.0f);
+        ab->n += ab->rows[b];
+    }
+    return 0;
+}
+
+/* K row (v = 0) or V row (v = 1) of position j, counted over the blocks. */
+static const float *att_row(const att_blocks *ab, const attn_shape *s, int j, int v) {
+    int b = 0;
+    while (j >= ab->rows[b]) j -= ab->rows[b++];
+    return ab->blk[b] + ((size_t)v * s->block_size + (size_t)j) * s->kv_dim;
+}
+
+/* cpu_attn.h's attention from its definition, in double:
+ *   p[h][j] = softmax_j(q_h . k_j[h / gqa] / sqrt(head_dim)),
+ *   out_h = sum_j p[h][j] v_j[h / gqa], mass[b] = sum of p over heads and b's positions.
+ * p: (n_heads, n), out: (n_heads * head_dim), mass: (n_blk). */
+static void att_naive(const attn_shape *s, const float *q, const att_blocks *ab, double *p, double *out,
+                      double *mass) {
+    const int hd = s->head_dim, n = ab->n;
+    for (int b = 0; b < ab->n_blk; b++) mass[b] = 0;
+    for (int h = 0; h < s->n_heads; h++) {
+        const size_t off = (size_t)(h / s->gqa) * hd;
+        double *ph = p + (size_t)h * n, mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n; j++) {
+            const float *k = att_row(ab, s, j, 0) + off;
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)q[(size_t)h * hd + i] * k[i];
+            ph[j] = d / sqrt((double)hd);
+            mx = fmax(mx, ph[j]);
+        }
+        for (int j = 0; j < n; j++) sum += (ph[j] = exp(ph[j] - mx));
+        for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] = 0;
+        for (int j = 0, b = 0, t = 0; j < n; j++, t++) {
+            if (t == ab->rows[b]) b++, t = 0;
+            ph[j] /= sum;
+            mass[b] += ph[j];
+            const float *v = att_row(ab, s, j, 1) + off;
+            for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] += ph[j] * v[i];
+        }
+    }
+}
+
+/* attn_f32's results against att_naive's, bounds as the test states. */
+static int att_compare(const attn_shape *s, const att_blocks *ab, const float *att, size_t stride,
+                       const float *out, const float *mass, const double *p, const double *ro,
+                       const double *rm, const char *what) {
+    const int H = s->n_heads, hd = s->head_dim, n = ab->n;
+    double omax = 0;
+    for (int i = 0; i < H * hd; i++) omax = fmax(omax, fabs(ro[i]));
+    const double otol = fmax(1e-5 * omax, 1e-6);
+    for (int i = 0; i < H * hd; i++)
+        if (!(fabs(out[i] - ro[i]) <= otol)) {
+            fprintf(stderr, "  attn %s: out[%d] = %.9g, want %.9g (tol %.3g)\n", what, i, out[i], ro[i],
+                    otol);
+            return -1;
+        }
+    for (int h = 0; h < H; h++) {
+        double sum = 0;
+        for (int j = 0; j < n; j++) {
+            double a = att[(size_t)h * stride + j], want = p[(size_t)h * n + j];
+            sum += a;
+            if (!(fabs(a - want) <= 1e-6)) {
+                fprintf(stderr, "  attn %s: p[%d][%d] = %.9g, want %.9g\n", what, h, j, a, want);
+                return -1;
+            }
+        }
+        if (!(fabs(sum - 1.0) <= 1e-5)) {
+            fprintf(stderr, "  attn %s: head %d probabilities sum to %.9g\n", what, h, sum);
+            return -1;
+        }
+    }
+    for (int b = 0; b < ab->n_blk; b++)
+        if (!(fabs(mass[b] - rm[b]) <= 1e-5)) {
+            fprintf(stderr, "  attn %s: mass[%d] = %.9g, want %.9g\n", what, b, mass[b], rm[b]);
+            return -1;
+        }
+    return 0;
+}
+
+/* One shape, n_blk blocks, the last holding last_rows positions. */
+static int att_case_ok(rng *r, const attn_shape *s, int n_blk, int last_rows) {
+    const int H = s->n_heads, hd = s->head_dim;
+    char what[96];
+    snprintf(what, sizeof what, "heads %d dim %d gqa %d bs %d blocks %d last %d", H, hd, s->gqa,
+             s->block_size, n_blk, last_rows);
+    att_blocks ab = {0};
+    int rc = att_blocks_make(&ab, r, s, n_blk, last_rows);
+    const size_t stride = (size_t)ab.n + 5; /* wider than needed: rows are stride apart */
+    float *q = malloc((size_t)H * hd * sizeof(float)), *att = malloc((size_t)H * stride * sizeof(float));
+    float *out = malloc((size_t)H * hd * sizeof(float)), mass[ATT_MAX_BLK];
+    double *p = malloc((size_t)H * ab.n * sizeof(double)), *ro = malloc((size_t)H * hd * sizeof(double));
+    double rm[ATT_MAX_BLK];
+    if (rc || !q || !att || !out || !p || !ro) {
+        rc = -1;
+        goto out;
+    }
+    fill(r, q, (size_t)H * hd, 2.0f);
+    att_naive(s, q, &ab, p, ro, rm);
+    if ((rc = attn_f32(s, q, ab.blk, ab.rows, n_blk, att, stride, out, mass))) {
+        fprintf(stderr, "  attn %s: returned %d\n", what, rc);
+        goto out;
+    }
+    rc = att_compare(s, &ab, att, stride, out, mass, p, ro, rm, what);
+out:
+    free(ab.buf);
+    free(q);
+    free(att);
+    free(out);
+    free(p);
+    free(ro);
+    return rc;
+}
+
+/* attn_f32 refuses what it cannot do, writing nothing: the backend then
+ * runs its general code. Returns 0, or -1 after saying what it accepted. */
+static int att_refusals(void) {
+    rng r = {0x082EFA98EC4E6C89ULL};
+    float q[64], att[64], out[64], mass[2];
+    fill(&r, q, 64, 2.0f);
+    for (int i = 0; i < 64; i++) out[i] = -1.0f;
+    att_blocks ab = {0};
+
+    /* head size 8 (stories260K): not a multiple of 16 */
+    attn_shape s8 = {.n_heads = 2, .head_dim = 8, .kv_dim = 16, .block_size = 16, .gqa = 1};
+    if (att_blocks_make(&ab, &r, &s8, 1, 5)) return -1;
+    int rc8 = attn_f32(&s8, q, ab.blk, ab.rows, 1, att, 16, out, mass);
+    free(ab.buf);
+
+    /* att_stride below the positions to score */
+    attn_shape s = {.n_heads = 2, .head_dim = 16, .kv_dim = 32, .block_size = 16, .gqa = 1};
+    if (att_blocks_make(&ab, &r, &s, 2, 4)) return -1; /* 20 positions */
+    int rcs = attn_f32(&s, q, ab.blk, ab.rows, 2, att, 19, out, mass);
+    free(ab.buf);
+
+    int written = 0;
+    for (int i = 0; i < 64; i++) written += out[i] != -1.0f;
+    if (rc8 != -1 || rcs != -1 || written) {
+        fprintf(stderr, "  attn refusals: head_dim 8 returned %d, stride 19 < 20 returned %d, "
+                "%d outputs written\n", rc8, rcs, written);
+        return -1;
+    }
+    return 0;
+}
+
+static void test_attn_against_naive(void) {
+    static const int shapes[][3] = {{2, 16, 1}, {6, 48, 1}, {4, 64, 2}, {8, 128, 4}, {3, 32, 3}};
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+    CK_CHECK_MSG(att_refusals() == 0, "unsupported shape or stride accepted");
+    attn_shape s[N_SHAPES];
+    int n_ok = 0;
+    for (int i = 0; i < N_SHAPES; i++) {
+        s[i] = (attn_shape){.n_heads = shapes[i][0], .head_dim = shapes[i][1], .gqa = shapes[i][2],
+                            .kv_dim = shapes[i][0] / shapes[i][2] * shapes[i][1], .block_size = 16};
+        n_ok += attn_f32_supported(&s[i]);
+    }
+    if (!n_ok) {
+        fprintf(stderr, "  skipped: no AVX-512\n");
+        return;
+    }
+    CK_CHECK_MSG(n_ok == N_SHAPES, "only %d of %d shapes supported", n_ok, N_SHAPES);
+    rng r = {0x452821E638D01377ULL};
+    static const int block_sizes[] = {16, 8};
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int b = 0; b < 2; b++) {
+            s[i].block_size = block_sizes[b];
+            for (int nb = 1; nb <= ATT_MAX_BLK; nb++) {
+                /* The last block partial; one row and a full block at the ends. */
+                int bs = block_sizes[b];
+                int last = nb == 1 ? 1 : nb == ATT_MAX_BLK ? bs : 1 + (int)(rng_next(&r) % (uint64_t)bs);
+                CK_CHECK_MSG(att_case_ok(&r, &s[i], nb, last) == 0, "shape %d block size %d blocks %d",
+                             i, bs, nb);
+            }
+        }
+}
+
+/* ------------------------------------------- a scalar Llama, for reference */
+
+/* A layer's nine tensors as f32 rows, in model_layer_list's order. */
+enum { L_ATTN_NORM, L_WQ, L_WK, L_WV, L_WO, L_FFN_NORM, L_W1, L_W2, L_W3 };
+
+/* The weights as f32 rows (model.h's shapes), read through quant_to_f32 and
+ * nothing of the backend; activations and the KV cache in double. */
+typedef struct ref_model {
+    model_config c;
+    float *emb;        /* (vocab, dim) */
+    float *out_norm;   /* (dim) */
+    float *wcls;       /* (vocab, dim) */
+    float *(*l)[MODEL_LAYER_TENSORS]; /* (n_layers) */
+    double *kc, *vc;   /* (n_layers, seq_len, kv_dim) */
+    double *x, *xb, *q, *k, *v, *ao, *att, *h1, *h3; /* one token's activations */
+} ref_model;
+
+static float *ref_tensor(const model_tensor *t) {
+    float *f = malloc((size_t)t->n * sizeof(float));
+    if (f && quant_to_f32(t->type, t->data, f, t->n)) {
+        free(f);
+        f = NULL;
+    }
+    return f;
+}
+
+static void ref_free(ref_model *r) {
+    free(r->emb);
+    free(r->out_norm);
+    free(r->wcls);
+    for (int i = 0; r->l && i < r->c.n_layers; i++)
+        for (int j = 0; j < MODEL_LAYER_TENSORS; j++) free(r->l[i][j]);
+    free(r->l);
+    double *d[] = {r->kc, r->vc, r->x, r->xb, r->q, r->k, r->v, r->ao, r->att, r->h1, r->h3};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) free(d[i]);
+}
+
+static int ref_init(ref_model *r, const model *m) {
+    memset(r, 0, sizeof *r);
+    const model_config *c = &m->cfg;
+    r->c = *c;
+    const size_t D = (size_t)c->dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t cache = (size_t)c->n_layers * c->seq_len * kvd;
+    r->emb = ref_tensor(&m->tok_emb);
+    r->out_norm = ref_tensor(&m->out_norm);
+    r->wcls = ref_tensor(&m->wcls);
+    r->l = calloc((size_t)c->n_layers, sizeof *r->l);
+    int ok = r->emb && r->out_norm && r->wcls && r->l;
+    for (int i = 0; ok && i < c->n_layers; i++) {
+        const model_tensor *t[MODEL_LAYER_TENSORS];
+        model_layer_list(&m->layers[i], t);
+        for (int j = 0; j < MODEL_LAYER_TENSORS; j++) ok &= (r->l[i][j] = ref_tensor(t[j])) != NULL;
+    }
+    r->kc = malloc(cache * sizeof(double));
+    r->vc = malloc(cache * sizeof(double));
+    r->x = malloc(D * sizeof(double));
+    r->xb = malloc(D * sizeof(double));
+    r->q = malloc(D * sizeof(double));
+    r->k = malloc(kvd * sizeof(double));
+    r->v = malloc(kvd * sizeof(double));
+    r->ao = malloc(D * sizeof(double));
+    r->att = malloc((size_t)c->seq_len * sizeof(double));
+    r->h1 = malloc((size_t)c->hidden_dim * sizeof(double));
+    r->h3 = malloc((size_t)c->hidden_dim * sizeof(double));
+    ok = ok && r->kc && r->vc && r->x && r->xb && r->q && r->k && r->v && r->ao && r->att && r->h1 && r->h3;
+    if (!ok) ref_free(r);
+    return ok ? 0 : -1;
+}
+
+static void ref_rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double s = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = w[i] * (x[i] * s);
+}
+
+/* y (n) = w (n, k) . x (k) */
+static void ref_matvec(double *y, const float *w, const double *x, int n, int k) {
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < k; j++) s += (double)w[(size_t)i * k + j] * x[j];
+        y[i] = s;
+    }
+}
+
+/* Llama's RoPE as llama2.c's run.c and Meta's reference apply it to the
+ * GGUF/llama2.c weight order: in each head, the adjacent pair (i, i + 1)
+ * turns by the angle pos * theta^(-i / head_dim), i even. */
+static void ref_rope(double *v, int n_heads, int hd, int pos, double theta) {
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < hd; i += 2) {
+            double a = pos * pow(theta, -(double)i / hd), c = cos(a), s = sin(a);
+            double *p = v + (size_t)h * hd, v0 = p[i], v1 = p[i + 1];
+            p[i] = v0 * c - v1 * s;
+            p[i + 1] = v0 * s + v1 * c;
+        }
+}
+
+/* ao = attention of r->q over positions [0, pos] of layer l's cache; query
+ * head h reads KV head h / (n_heads / n_kv_heads). */
+static void ref_attention(ref_model *r, int l, int pos) {
+    const int hd = r->c.head_dim, gqa = r->c.n_heads / r->c.n_kv_heads;
+    const size_t kvd = (size_t)r->c.n_kv_heads * hd, lo = (size_t)l * r->c.seq_len * kvd;
+    for (int h = 0; h < r->c.n_heads; h++) {
+        const double *q = r->q + (size_t)h * hd;
+        const size_t off = lo + (size_t)(h / gqa) * hd;
+        double mx = -INFINITY, sum = 0, *o = r->ao + (size_t)h * hd;
+        for (int t = 0; t <= pos; t++) {
+            const double *k = r->kc + off + (size_t)t * kvd;
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += q[i] * k[i];
+            r->att[t] = d / sqrt((double)hd);
+            mx = fmax(mx, r->att[t]);
+        }
+        for (int t = 0; t <= pos; t++) sum += (r->att[t] = exp(r->att[t] - mx));
+        for (int i = 0; i < hd; i++) o[i] = 0;
+        for (int t = 0; t <= pos; t++) {
+            const double *v = r->vc + off + (size_t)t * kvd;
+            for (int i = 0; i < hd; i++) o[i] += r->att[t] / sum * v[i];
+        }
+    }
+}
+
+/* One layer for the token at pos, r->x the residual stream. */
+static void ref_layer(ref_model *r, int l, int pos) {
+    const model_config *c = &r->c;
+    float *const *w = r->l[l];
+    const int D = c->dim, F = c->hidden_dim, kvd = c->n_kv_heads * c->head_dim;
+    ref_rmsnorm(r->xb, r->x, w[L_ATTN_NORM], D, c->norm_eps);
+    ref_matvec(r->q, w[L_WQ], r->xb, c->n_heads * c->head_dim, D);
+    ref_matvec(r->k, w[L_WK], r->xb, kvd, D);
+    ref_matvec(r->v, w[L_WV], r->xb, kvd, D);
+    ref_rope(r->q, c->n_heads, c->head_dim, pos, c->rope_theta);
+    ref_rope(r->k, c->n_kv_heads, c->head_dim, pos, c->rope_theta);
+    const size_t at = ((size_t)l * c->seq_len + pos) * kvd;
+    memcpy(r->kc + at, r->k, (size_t)kvd * sizeof(double));
+    memcpy(r->vc + at, r->v, (size_t)kvd * sizeof(double));
+    ref_attention(r, l, pos);
+    ref_matvec(r->xb, w[L_WO], r->ao, D, c->n_heads * c->head_dim);
+    for (int i = 0; i < D; i++) r->x[i] += r->xb[i];
+    /* SwiGLU: w2 (silu(w1 x) * w3 x) */
+    ref_rmsnorm(r->xb, r->x, w[L_FFN_NORM], D, c->norm_eps);
+    ref_matvec(r->h1, w[L_W1], r->xb, F, D);
+    ref_matvec(r->h3, w[L_W3], r->xb, F, D);
+    for (int i = 0; i < F; i++) r->h1[i] = r->h1[i] / (1.0 + exp(-r->h1[i])) * r->h3[i];
+    ref_matvec(r->xb, w[L_W2], r->h1, D, F);
+    for (int i = 0; i < D; i++) r->x[i] += r->xb[i];
+}
+
+/* Logits (vocab) of token tok at pos; positions [0, pos) must have run. */
+static void ref_step(ref_model *r, int tok, int pos, double *logits) {
+    const int D = r->c.dim;
+    for (int i = 0; i < D; i++) r->x[i] = r->emb[(size_t)tok * D + i];
+    for (int l = 0; l < r->c.n_layers; l++) ref_layer(r, l, pos);
+    ref_rmsnorm(r->xb, r->x, r->out_norm, D, r->c.norm_eps);
+    ref_matvec(logits, r->wcls, r->xb, r->c.vocab_size, D);
+}
+
+/* ------------------------------------------------- the CPU forward pass */
+
+enum { NSEQ = 3, MAXLEN = 40, CHUNK = 7, N_KV = 16, BS = 16 };
+static const int lens[NSEQ] = {40, 11, 26};
+
+static int32_t seq_token(int s, int p, int V) { return (int32_t)((7 * s + 13 * p + 1) % V); }
+
+static size_t logit_off(int s, int p, int V) { return ((size_t)s * MAXLEN + p) * V; }
+
+/* Reference logits of every position of every sequence: (NSEQ, MAXLEN, V). */
+static void ref_all(ref_model *r, double *ref) {
+    const int V = r->c.vocab_size;
+    for (int s = 0; s < NSEQ; s++)
+        for (int p = 0; p < lens[s]; p++) ref_step(r, seq_token(s, p, V), p, ref + logit_off(s, p, V));
+}
+
+/* Worst over the sequences' positions of max |got - ref| / max |ref|. */
+static double worst_err(const float *got, const double *ref, int V, int only_seq) {
+    double worst = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        if (only_seq >= 0 && s != only_seq) continue;
+        for (int p = 0; p < lens[s]; p++) {
+            const float *g = got + logit_off(s, p, V);
+            const double *w = ref + logit_off(s, p, V);
+            double d = 0, m = 0;
+            for (int i = 0; i < V; i++) {
+                d = fmax(d, fabs(g[i] - w[i]));
+                m = fmax(m, fabs(w[i]));
+            }
+            double e = m > 0 ? d / m : d;
+            worst = e > worst || isnan(e) ? e : worst;
+        }
+    }
+    return worst;
+}
+
+/* (a) one token per forward call, each sequence in turn. */
+static int run_single(backend *b, kv_pool *pool, float *got) {
+    const int V = b->m->cfg.vocab_size;
+    for (int s = 0; s < NSEQ; s++) {
+        kv_seq q;
+        if (kv_seq_init(&q, s, b->m->cfg.seq_len, BS)) return -1;
+        int rc = 0;
+        for (int p = 0; p < lens[s] && !rc; p++) {
+            int32_t tok = seq_token(s, p, V), pos = p, six = 0, row = 0;
+            if ((rc = kv_seq_reserve(&q, pool, 1))) break;
+            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
+            be_batch bt = {1, &tok, &pos, &six, &row, 1, &v, 1};
+            rc = b->ops->forward(b, &bt, got + logit_off(s, p, V));
+            kv_seq_commit(&q, 1);
+        }
+        kv_seq_reset(&q, pool);
+        kv_seq_free(&q);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* One step of run_batched: up to CHUNK more tokens of every unfinished
+ * sequence, logits for all of them. */
+static int batched_step(backend *b, kv_pool *pool, kv_seq *q, float (*mass)[MAXLEN / BS + 1],
+                        int *done, float *logits, float *got) {
+    const int V = b->m->cfg.vocab_size;
+    int32_t tok[NSEQ * CHUNK], pos[NSEQ * CHUNK], six[NSEQ * CHUNK], row[NSEQ * CHUNK];
+    size_t where[NSEQ * CHUNK];
+    be_seq_view v[NSEQ];
+    int n = 0, chunk[NSEQ];
+    for (int s = 0; s < NSEQ; s++) {
+        chunk[s] = lens[s] - done[s] < CHUNK ? lens[s] - done[s] : CHUNK;
+        if (kv_seq_reserve(&q[s], pool, chunk[s])) return -1;
+        for (int i = 0; i < chunk[s]; i++, n++) {
+            int p = done[s] + i;
+            tok[n] = seq_token(s, p, V);
+            pos[n] = p;
+            six[n] = s;
+            row[n] = n;
+            where[n] = logit_off(s, p, V);
+        }
+        v[s] = (be_seq_view){.blocks = q[s].hot, .n_blocks = q[s].n_blocks, .mass = mass[s]};
+    }
+    if (!n) return 0;
+    be_batch bt = {n, tok, pos, six, row, NSEQ, v, n};
+    if (b->ops->forward(b, &bt, logits)) return -1;
+    for (int i = 0; i < n; i++) memcpy(got + where[i], logits + (size_t)i * V, (size_t)V * sizeof(float));
+    for (int s = 0; s < NSEQ; s++) {
+        kv_seq_commit(&q[s], chunk[s]);
+        done[s] += chunk[s];
+    }
+    return n;
+}
+
+/* (b) all sequences at once, prefill in chunks of CHUNK tokens: the steps
+ * mix sequences (some split between threads by token, some by panel). Each
+ * query token adds 1 to its sequence's block masses (averaged over layers
+ * and heads), so each sequence's masses must sum to its length. */
+static int run_batched(backend *b, kv_pool *pool, float *got) {
+    kv_seq q[NSEQ];
+    float mass[NSEQ][MAXLEN / BS + 1] = {{0}};
+    float *logits = malloc((size_t)NSEQ * CHUNK * b->m->cfg.vocab_size * sizeof(float));
+    int done[NSEQ] = {0}, rc = logits ? 0 : -1, n_init = 0;
+    for (; n_init < NSEQ && !rc; n_init++) rc = kv_seq_init(&q[n_init], n_init, b->m->cfg.seq_len, BS);
+    int n = 1;
+    while (!rc && n > 0)
+        if ((n = batched_step(b, pool, q, mass, done, logits, got)) < 0) rc = -1;
+    for (int s = 0; s < NSEQ && !rc; s++) {
+        double sum = 0;
+        for (int j = 0; j < MAXLEN / BS + 1; j++) sum += mass[s][j];
+        if (!(fabs(sum - lens[s]) <= 1e-4 * lens[s])) {
+            fprintf(stderr, "  batched: sequence %d block masses sum to %.7g, want %d\n", s, sum, lens[s]);
+            rc = -1;
+        }
+    }
+    for (int s = 0; s < n_init; s++) {
+        kv_seq_reset(&q[s], pool);
+        kv_seq_free(&q[s]);
+    }
+    free(logits);
+    return rc;
+}
+
+/* (c) sequence 0 in one prefill call, logits for every row, its blocks
+ * scattered through the pool out of order. */
+static int run_prefill(backend *b, float *got) {
+    const int V = b->m->cfg.vocab_size;
+    int32_t tok[MAXLEN], pos[MAXLEN], six[MAXLEN] = {0}, row[MAXLEN], blocks[] = {9, 2, 13};
+    for (int p = 0; p < lens[0]; p++) {
+        tok[p] = seq_token(0, p, V);
+        pos[p] = p;
+        row[p] = p;
+    }
+    be_seq_view v = {.blocks = blocks, .n_blocks = 3};
+    be_batch bt = {lens[0], tok, pos, six, row, 1, &v, lens[0]};
+    return b->ops->forward(b, &bt, got) ? -1 : 0;
+}
+
+/* The three runs of one backend against the reference, bound 1e-5. */
+static int forward_runs_ok(const model *m, const double *ref) {
+    const int V = m->cfg.vocab_size;
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = MAXLEN, .n_kv_blocks = N_KV, .block_size = BS, .n_threads = 2};
+    if (be_cpu_new(m, &o, &b, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    kv_pool pool;
+    float *got = calloc((size_t)NSEQ * MAXLEN * V, sizeof(float));
+    int rc = -1;
+    if (kv_pool_init(&pool, N_KV, BS)) goto out_b;
+    if (!got || run_single(b, &pool, got)) goto out;
+    double e1 = worst_err(got, ref, V, -1);
+    if (run_batched(b, &pool, got)) goto out;
+    double e2 = worst_err(got, ref, V, -1);
+    memset(got, 0, (size_t)MAXLEN * V * sizeof(float));
+    if (run_prefill(b, got)) goto out;
+    double e3 = worst_err(got, ref, V, 0);
+    fprintf(stderr, "  normalised logits error: single %.3g, batched %.3g, prefill %.3g (bound 1e-5)\n",
+            e1, e2, e3);
+    rc = e1 <= 1e-5 && e2 <= 1e-5 && e3 <= 1e-5 ? 0 : -1;
+out:
+    kv_pool_free(&pool);
+out_b:
+    free(got);
+    be_free(b);
+    return rc;
+}
+
+/* A model of head size 32 (the vectorized attention), GQA 2, an FFN width
+ * and a vocabulary that end in partial panels. */
+static int forward_check(const char *path) {
+    synth_params sp = {.dim = 64, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .hidden_dim = 100,
+                       .vocab_size = 400, .ctx = 64, .type = QUANT_F32, .seed = 7, .rope_theta = 10000.0f};
+    char err[256];
+    model *m = NULL;
+    ref_model r;
+    double *ref = NULL;
+    int rc = -1;
+    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    attn_shape as = {m->cfg.n_heads, m->cfg.head_dim, m->cfg.n_kv_heads * m->cfg.head_dim, BS,
+                     m->cfg.n_heads / m->cfg.n_kv_heads};
+    if (!attn_f32_supported(&as)) fprintf(stderr, "  (no AVX-512: the general attention runs)\n");
+    if (ref_init(&r, m)) goto out_m;
+    if ((ref = malloc((size_t)NSEQ * MAXLEN * m->cfg.vocab_size * sizeof(double)))) {
+        ref_all(&r, ref);
+        rc = forward_runs_ok(m, ref);
+    }
+    free(ref);
+    ref_free(&r);
+out_m:
+    model_free(m);
+    return rc;
+}
+
+static void test_forward_against_reference(void) {
+    char path[] = "/tmp/confkv-kernels-XXXXXX";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    close(fd);
+    int rc = forward_check(path);
+    unlink(path);
+    CK_CHECK_MSG(rc == 0, "see above");
+}
+
+int main(void) {
+    CK_RUN(test_gemm_against_naive);
+    CK_RUN(test_gemm_batch_invariant);
+    CK_RUN(test_gemm_row);
+    CK_RUN(test_attn_against_naive);
+    CK_RUN(test_forward_against_reference);
+    return ck_test_summary();
+}
