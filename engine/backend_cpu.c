@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -672,11 +673,22 @@ static const be_ops cpu_ops = {
 
 /* ----------------------------------------------------------- construction */
 
+/* Buffers at least this big go on 2 MiB pages where the kernel allows it. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
 static float *alloc_floats(cpu_backend *cb, size_t n) {
-    /* 64-byte aligned for the vector units; zeroed so unused KV is finite. */
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    /* 64-byte aligned for the vector units; zeroed so unused KV is finite.
+     * Big ones (weights, the KV pool) are 2 MiB aligned and asked for huge
+     * pages (transparent huge pages are often "madvise" only): a batch-32
+     * step reads KV blocks scattered over the pool and every weight panel,
+     * and with 4 KiB pages each 36 KB block took nine TLB entries. */
+    size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
+    size_t bytes = (n * sizeof(float) + align - 1) & ~(align - 1);
+    float *p = aligned_alloc(align, bytes ? bytes : 64);
     if (p) {
+#ifdef MADV_HUGEPAGE
+        if (align == HUGE_BYTES) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is harmless */
+#endif
         memset(p, 0, bytes);
         cb->bytes += bytes;
     }

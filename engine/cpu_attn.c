@@ -89,12 +89,14 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
         for (int ch = 0; ch < chunks; ch++) {
             const int t0 = ch * 16, c = tn - t0 < 16 ? tn - t0 : 16;
             for (int h = 0; h < H; h++) {
-                if (next) prefetch_part(next, span, ch * H + h, chunks * H);
                 const float *qh = q + (size_t)h * hd;
                 const float *k = blk[b] + (size_t)t0 * kvd + (size_t)(h / s->gqa) * hd;
                 __m512 qv[HV_MAX], p[16];
                 for (int j = 0; j < HV; j++) qv[j] = _mm512_loadu_ps(qh + 16 * j);
                 for (int t = 0; t < 16; t++) {
+                    /* a few lines at a time: asked in bursts, the requests
+                     * filled the miss buffers and the core waited on them */
+                    if (next && (t & 3) == 0) prefetch_part(next, span, (ch * H + h) * 4 + t / 4, chunks * H * 4);
                     __m512 a = _mm512_setzero_ps();
                     if (t < c)
                         for (int j = 0; j < HV; j++)
