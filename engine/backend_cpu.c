@@ -557,11 +557,14 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
     }
     int *cut = cb->cut, parts = token_split(cb, bt, cut);
     if (parts) {
+        /* Parts by thread number, striding by the team's size: the runtime
+         * may give fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC),
+         * and every part must still run. Part p uses scratch slot p. */
 #pragma omp parallel num_threads(parts)
         {
-            int t = omp_get_thread_num();
-            for (int l = 0; l < c->n_layers; l++)
-                layer_forward(cb, bt, l, cut[t], cut[t + 1], 1, t, mass_scale);
+            for (int p = omp_get_thread_num(); p < parts; p += omp_get_num_threads())
+                for (int l = 0; l < c->n_layers; l++)
+                    layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
         }
     } else {
         for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, 0, T, cb->n_threads, 0, mass_scale);
