@@ -33,6 +33,7 @@
 #include "ck_err.h"
 #include "cpu_attn.h"
 #include "cpu_gemm.h"
+#include "cpu_prefetch.h"
 #include "kv.h"
 #include "kvq.h"
 #include "quant.h"
@@ -261,18 +262,6 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
 static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) {
     *bytes = 2 * (size_t)bs * kvd * (r->f ? sizeof(float) : 1);
     return r->f ? (const char *)r->f : (const char *)r->q;
-}
-
-/* Ask for part t of `parts` of a span before it is used. Blocks lie anywhere
- * in the pool, so at each block the hardware prefetcher loses the stream and
- * finds it again only after misses; attention asks for the next block's rows
- * a slice per row of the current one (asked all at once, the requests filled
- * the miss buffers and stalled as long as the misses would have). */
-static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) {
-    if (!p) return;
-    size_t per = (bytes / (size_t)parts + 63) & ~(size_t)63, o = per * (size_t)t;
-    size_t e = o + per < bytes ? o + per : bytes;
-    for (; o < e; o += 64) __builtin_prefetch(p + o);
 }
 
 /* attend_token by cpu_attn.c when every block it reads is f32. Returns 1

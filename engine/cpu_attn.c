@@ -14,6 +14,7 @@
  * Measured on the stories15M shape at batch 32 (head size 48): the same
  * attention in about half the time of the general code. */
 #include "cpu_attn.h"
+#include "cpu_prefetch.h"
 
 #include <math.h>
 
@@ -65,13 +66,6 @@ static inline __m512 hsum16(const __m512 *v) {
                              _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     return _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Ask for part t of `parts` of a span ahead of its use (see backend_cpu.c). */
-static inline void prefetch_part(const char *p, size_t bytes, int t, int parts) {
-    size_t per = (bytes / (size_t)parts + 63) & ~(size_t)63, o = per * (size_t)t;
-    size_t e = o + per < bytes ? o + per : bytes;
-    for (; o < e; o += 64) __builtin_prefetch(p + o);
 }
 
 /* The scores pass, HV = head_dim / 16 a constant once inlined. */
