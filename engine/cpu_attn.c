@@ -15,6 +15,7 @@
  * attention in about half the time of the general code. */
 #include "cpu_attn.h"
 #include "cpu_prefetch.h"
+#include "cpu_vexp.h"
 
 #include <math.h>
 
@@ -28,26 +29,6 @@ int attn_f32_supported(const attn_shape *s) {
     return s->head_dim > 0 && s->head_dim % 16 == 0 && s->head_dim / 16 <= HV_MAX && s->gqa > 0 &&
            s->n_heads > 0 && s->n_heads % s->gqa == 0 && s->kv_dim == s->n_heads / s->gqa * s->head_dim &&
            s->block_size > 0;
-}
-
-/* e^x for x <= 0 (scores less their maximum): x = n ln2 + r, |r| <= ln2 / 2,
- * e^r by its Taylor polynomial to degree 7 (error below 1e-8 relative),
- * then scaled by 2^n. Below -87.3 the result underflows towards 0 as expf. */
-static inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 /* Lane i of the result = the sum of v[i]'s 16 lanes. Four levels: pairs of
@@ -118,7 +99,7 @@ static void softmax(float *att, size_t stride, int H, int n) {
         __m512 sum = _mm512_setzero_ps();
         for (int i = 0; i < n; i += 16) {
             __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-            __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), vmx));
+            __m512 e = vexp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), vmx));
             _mm512_mask_storeu_ps(a + i, m, e);
             sum = _mm512_mask_add_ps(sum, m, sum, e);
         }

@@ -87,20 +87,26 @@ static inline __attribute__((always_inline)) void put(float *y, const vec *a, in
 
 /* rm tokens (x rows from x, y rows from y) by rp panels from wp; `valid`:
  * columns of the last panel that exist (the others are padding). pf: a
- * panel to ask for meanwhile (NULL for none), at the same k as this one, so
- * it arrives a whole panel ahead. Always inlined with constant rm and rp,
- * so acc[][] lives in registers. */
+ * slice of memory to ask for meanwhile (NULL for none), evenly over the K
+ * steps: pf_step floats of it a step, in 1/65536 of a float (one or two
+ * lines a step). Always inlined with constant rm and rp, so acc[][] lives
+ * in registers. */
 static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x,
                                                        const float *wp, int K, int rm, int rp,
-                                                       int valid, int accumulate, const float *pf) {
+                                                       int valid, int accumulate, const float *pf,
+                                                       size_t pf_step) {
     vec acc[TILE_M][ONE_RP * PV];
     for (int m = 0; m < rm; m++)
         for (int j = 0; j < rp * PV; j++) acc[m][j] = vzero();
     const size_t ps = (size_t)K * P; /* floats per panel */
     for (int k = 0; k < K; k++) {
         vec wv[ONE_RP * PV];
-        if (pf)
-            for (int c = 0; c < P; c += 64 / sizeof(float)) __builtin_prefetch(pf + (size_t)k * P + c);
+        if (pf) {
+            /* pf_step: floats of the slice per step of k, in 1/65536 */
+            const float *a = pf + (((size_t)k * pf_step) >> 16);
+            __builtin_prefetch(a);
+            if (pf_step > ((size_t)16 << 16)) __builtin_prefetch(a + 16);
+        }
         for (int j = 0; j < rp * PV; j++) {
             wv[j] = vload(wp + (size_t)(j / PV) * ps + (size_t)k * P + (j % PV) * VW);
             /* Keep each weight vector in a register for all rm tokens: left
@@ -132,46 +138,53 @@ static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int
         int p = p0;
         for (; p + ONE_RP <= p1; p += ONE_RP)
             tile(y + p * P, ldy, x, w->p + p * ps, K, 1, ONE_RP, valid_cols(w, p + ONE_RP - 1),
-                 accumulate, NULL);
+                 accumulate, NULL, 0);
         float *yp = y + p * P;
         const float *wp = w->p + p * ps;
         int valid = valid_cols(w, p1 - 1);
         switch (p1 - p) {
 #if ONE_RP > 3
-        case 3: tile(yp, ldy, x, wp, K, 1, 3, valid, accumulate, NULL); break;
+        case 3: tile(yp, ldy, x, wp, K, 1, 3, valid, accumulate, NULL, 0); break;
 #endif
 #if ONE_RP > 2
-        case 2: tile(yp, ldy, x, wp, K, 1, 2, valid, accumulate, NULL); break;
+        case 2: tile(yp, ldy, x, wp, K, 1, 2, valid, accumulate, NULL, 0); break;
 #endif
-        case 1: tile(yp, ldy, x, wp, K, 1, 1, valid, accumulate, NULL); break;
+        case 1: tile(yp, ldy, x, wp, K, 1, 1, valid, accumulate, NULL, 0); break;
         default: break;
         }
         return;
     }
     for (int p = p0; p < p1; p++) {
         const float *wp = w->p + p * ps;
-        /* The first token tile asks for the next panel: the weights stream
-         * from DRAM (both threads read all of them in a token-split step),
-         * and a tile consumes them faster than one core's misses return. */
+        /* The weights stream from DRAM (both threads read all of them in a
+         * token-split step) and a tile consumes them faster than one core's
+         * misses return, so the panel's token tiles ask for the next panel
+         * meanwhile, each for its own slice. Asked for by the first tile
+         * alone, two lines every eight cycles, the requests outran the
+         * core's miss buffers and stalled the multiply-adds behind them;
+         * spread over every tile, batch-32 decode on the stories15M shape
+         * ran 12 % faster (docs/BENCHMARKS.md). */
         const float *pf = p + 1 < p1 ? wp + ps : NULL;
-        const int valid = valid_cols(w, p);
+        const int valid = valid_cols(w, p), nt = (M + TILE_M - 1) / TILE_M;
+        const size_t slice = (ps + (size_t)nt - 1) / (size_t)nt, step = (slice << 16) / (size_t)K;
         float *yp = y + p * P;
         int m = 0;
         for (; m + TILE_M <= M; m += TILE_M)
             tile(yp + (size_t)m * ldy, ldy, x + (size_t)m * K, wp, K, TILE_M, 1, valid, accumulate,
-                 m == 0 ? pf : NULL);
+                 pf ? pf + (size_t)(m / TILE_M) * slice : NULL, step);
         float *ym = yp + (size_t)m * ldy;
         const float *xm = x + (size_t)m * K;
+        const float *pfm = pf ? pf + (size_t)(m / TILE_M) * slice : NULL;
         switch (M - m) {
 #if TILE_M > 7
-        case 7: tile(ym, ldy, xm, wp, K, 7, 1, valid, accumulate, m == 0 ? pf : NULL); break;
-        case 6: tile(ym, ldy, xm, wp, K, 6, 1, valid, accumulate, m == 0 ? pf : NULL); break;
-        case 5: tile(ym, ldy, xm, wp, K, 5, 1, valid, accumulate, m == 0 ? pf : NULL); break;
-        case 4: tile(ym, ldy, xm, wp, K, 4, 1, valid, accumulate, m == 0 ? pf : NULL); break;
-        case 3: tile(ym, ldy, xm, wp, K, 3, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 7: tile(ym, ldy, xm, wp, K, 7, 1, valid, accumulate, pfm, step); break;
+        case 6: tile(ym, ldy, xm, wp, K, 6, 1, valid, accumulate, pfm, step); break;
+        case 5: tile(ym, ldy, xm, wp, K, 5, 1, valid, accumulate, pfm, step); break;
+        case 4: tile(ym, ldy, xm, wp, K, 4, 1, valid, accumulate, pfm, step); break;
+        case 3: tile(ym, ldy, xm, wp, K, 3, 1, valid, accumulate, pfm, step); break;
 #endif
-        case 2: tile(ym, ldy, xm, wp, K, 2, 1, valid, accumulate, m == 0 ? pf : NULL); break;
-        case 1: tile(ym, ldy, xm, wp, K, 1, 1, valid, accumulate, m == 0 ? pf : NULL); break;
+        case 2: tile(ym, ldy, xm, wp, K, 2, 1, valid, accumulate, pfm, step); break;
+        case 1: tile(ym, ldy, xm, wp, K, 1, 1, valid, accumulate, pfm, step); break;
         default: break;
         }
     }

@@ -143,6 +143,31 @@ static void test_confidence_ties_and_errors(void) {
     CK_CHECK(samp_argmax(x, 100) == CK_EINVAL);
 }
 
+/* samp_argmax against a scalar scan: every length around the vector width,
+ * the max in the tail, ties across lanes, NaN and -inf mixed in. */
+static void test_argmax_cases(void) {
+    static float x[200];
+    for (int n = 1; n <= 200; n++)
+        for (int it = 0; it < 40; it++) {
+            for (int i = 0; i < n; i++) {
+                double u = urand();
+                x[i] = u < 0.1 ? NAN : u < 0.2 ? -INFINITY : (float)(int)(4.0 * nrand()); /* many ties */
+            }
+            int want = CK_EINVAL;
+            for (int i = 0; i < n; i++)
+                if (x[i] > -INFINITY && (want < 0 || x[i] > x[want])) want = i;
+            CK_CHECK(samp_argmax(x, n) == want);
+        }
+    for (int i = 0; i < 200; i++) x[i] = 1.0f;
+    x[191] = 2.0f;
+    CK_CHECK(samp_argmax(x, 200) == 191); /* the max in the last lane of the last set */
+    x[191] = NAN;
+    CK_CHECK(samp_argmax(x, 200) == 0);
+    x[199] = 3.0f;
+    CK_CHECK(samp_argmax(x, 200) == 199); /* in the scalar tail */
+    CK_CHECK(samp_argmax(x, 0) == CK_EINVAL && samp_argmax(NULL, 5) == CK_EINVAL);
+}
+
 static void test_confidence_speed(void) {
     static float x[32000];
     for (int i = 0; i < 32000; i++) x[i] = (float)(3.0 * nrand());
@@ -569,6 +594,7 @@ int main(void) {
     CK_RUN(test_confidence_speed);
     CK_RUN(test_params);
     CK_RUN(test_greedy);
+    CK_RUN(test_argmax_cases);
     CK_RUN(test_determinism);
     CK_RUN(test_filters_equal_greedy);
     CK_RUN(test_statistics);
