@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -83,6 +84,10 @@ typedef struct cpu_backend {
     int32_t *n_list;  /* (T) entries in each list */
     int32_t *seq_last;/* (T) token_split's scratch: each sequence's last token */
     int *cut;         /* (n_threads + 1) token_split's cuts */
+    double *share;    /* (n_threads) the batch's share each part of a token split gets,
+                         learnt from how long the parts took (split_learn); sum 1 */
+    double *done_s;   /* (n_threads) when each part finished its layers, seconds
+                         after the split region began */
     int max_blocks;   /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;
@@ -518,16 +523,91 @@ static int token_split(const cpu_backend *cb, const be_batch *bt, int *cut) {
     for (int q = 0; q < bt->n_seqs; q++) last[q] = -1;
     for (int i = 0; i < T; i++) last[bt->seq[i]] = i;
     int parts = 0, reach = -1;
+    double upto = cb->share[0]; /* the batch's fraction before the next cut */
     cut[0] = 0;
     for (int i = 0; i < T && parts + 1 < nt; i++) {
         if (last[bt->seq[i]] > reach) reach = last[bt->seq[i]];
         /* after token i no sequence continues: a cut may fall here */
-        if (reach == i && i + 1 >= (int)((int64_t)T * (parts + 1) / nt)) cut[++parts] = i + 1;
+        if (reach == i && i + 1 >= (int)(T * upto + 0.5)) {
+            cut[++parts] = i + 1;
+            upto += cb->share[parts];
+        }
     }
     if (cut[parts] < T) cut[++parts] = T;
     for (int p = 0; p < parts; p++)
         if (cut[p + 1] - cut[p] > TOKEN_SPLIT_MAX || cut[p + 1] - cut[p] < min / 2) return 0;
     return parts >= 2 ? parts : 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* After a split of some work into `parts` parts [cut[p], cut[p + 1]) (tokens,
+ * or the classifier's panels), one per thread, each done done_s[p] seconds
+ * after the split began: moves each thread's share towards what would have
+ * made them finish together, taking work per second as its speed. Why learn it: the two halves of a
+ * batch-32 step of equal work finished 10-15 % apart, run after run (a
+ * thread woken late, a core that a neighbour shares), and the step waits
+ * for the later one. Damped (a quarter of the way each step) against one
+ * slow step, and bounded so no part falls below half an even share. Output
+ * is the same whatever the cut: a token's computation does not depend on
+ * which thread runs it or with which others. */
+static void split_learn(cpu_backend *cb, const int *cut, int parts) {
+    double *speed = cb->done_s, sum = 0.0; /* work a second, in place */
+    for (int p = 0; p < parts; p++)
+        if (!(cb->done_s[p] > 0.0)) return; /* clock trouble: keep the shares */
+    for (int p = 0; p < parts; p++) {
+        speed[p] = (double)(cut[p + 1] - cut[p]) / cb->done_s[p];
+        sum += speed[p];
+    }
+    const double lo = 0.5 / parts, hi = 1.5 / parts;
+    double tot = 0.0;
+    for (int p = 0; p < parts; p++) {
+        double sh = 0.75 * cb->share[p] + 0.25 * speed[p] / sum;
+        cb->share[p] = sh < lo ? lo : sh > hi ? hi : sh;
+        tot += cb->share[p];
+    }
+    for (int p = 0; p < parts; p++) cb->share[p] /= tot;
+}
+
+/* logits (n_out, vocab) = xb . wcls^T, the biggest product of a step (a
+ * third of a batch-32 step on the stories15M shape). With every thread at
+ * work its panels are cut by the learnt shares, and the cut's timing teaches
+ * them in turn: measured here, one core's half took 1.4x the other's. */
+static void classify(cpu_backend *cb, float *logits, int n_out) {
+    const gemm_w *w = &cb->wcls;
+    const int np = gemm_n_panels(w), nt = cb->n_threads;
+    if (nt < 2 || np < 4 * nt || gemm_threads(n_out, w->n, w->k, nt) < nt) {
+        matmul(logits, cb->xb, w, n_out, 0, nt);
+        return;
+    }
+    int *cut = cb->cut;
+    double upto = 0.0;
+    cut[0] = 0;
+    for (int p = 0; p < nt; p++) {
+        upto += cb->share[p];
+        int c = p + 1 == nt ? np : (int)(np * upto + 0.5);
+        cut[p + 1] = c < cut[p] + 1 ? cut[p] + 1 : c > np - (nt - 1 - p) ? np - (nt - 1 - p) : c;
+    }
+    const double t0 = now_s();
+    int team = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        if (t == 0) team = n;
+        if (n == nt) {
+            gemm_panels(logits, w->n, cb->xb, w, n_out, cut[t], cut[t + 1], 0);
+            cb->done_s[t] = now_s() - t0;
+        } else { /* fewer threads than asked: even shares */
+            int p0, p1;
+            panel_share(np, &p0, &p1);
+            gemm_panels(logits, w->n, cb->xb, w, n_out, p0, p1, 0);
+        }
+    }
+    if (team == nt) split_learn(cb, cut, nt);
 }
 
 static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
@@ -565,12 +645,18 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         /* Parts by thread number, striding by the team's size: the runtime
          * may give fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC),
          * and every part must still run. Part p uses scratch slot p. */
+        const double t0 = now_s();
+        int team = 0;
 #pragma omp parallel num_threads(parts)
         {
-            for (int p = omp_get_thread_num(); p < parts; p += omp_get_num_threads())
+            if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+            for (int p = omp_get_thread_num(); p < parts; p += omp_get_num_threads()) {
                 for (int l = 0; l < c->n_layers; l++)
                     layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
+                cb->done_s[p] = now_s() - t0;
+            }
         }
+        if (team == parts && parts == cb->n_threads) split_learn(cb, cut, parts);
     } else {
         for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, 0, T, cb->n_threads, 0, mass_scale);
     }
@@ -579,7 +665,7 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         int r = bt->out_row[i];
         if (r >= 0) rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
     }
-    if (bt->n_out) matmul(logits, cb->xb, &cb->wcls, bt->n_out, 0, cb->n_threads);
+    if (bt->n_out) classify(cb, logits, bt->n_out);
     return CK_OK;
 }
 
@@ -666,6 +752,8 @@ static void cpu_destroy(backend *b) {
     free(cb->n_list);
     free(cb->seq_last);
     free(cb->cut);
+    free(cb->share);
+    free(cb->done_s);
     free(cb->att_blk);
     free(cb->att_rows);
     free(cb->att_mass);
@@ -807,8 +895,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     if (!(cb->hot_list = malloc(T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
         !(cb->n_list = malloc(T * sizeof *cb->n_list)) ||
         !(cb->seq_last = malloc(T * sizeof *cb->seq_last)) ||
-        !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)))
+        !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)) ||
+        !(cb->share = malloc((size_t)cb->n_threads * sizeof *cb->share)) ||
+        !(cb->done_s = malloc((size_t)cb->n_threads * sizeof *cb->done_s)))
         goto fail;
+    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
     cb->fast_attn = attn_f32_supported(&cb->ashape);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;

@@ -139,6 +139,7 @@ struct eng {
     req **cand;              /* (max_running) the running set, best first */
     float *logits;           /* (max_running, vocab) */
     samp_conf *conf;         /* (max_running) each logits row's confidence */
+    int32_t *amax;           /* (max_running) each row's argmax, -1 when its confidence failed */
     int32_t *scratch;        /* (max_ctx) prompt ids at submit */
     int left;                /* tokens still free in the step */
     uint64_t stamp;          /* step counter */
@@ -567,11 +568,12 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->cand = malloc(R * sizeof *e->cand);
     e->logits = malloc(R * (size_t)e->vocab * sizeof *e->logits);
     e->conf = malloc(R * sizeof *e->conf);
+    e->amax = malloc(R * sizeof *e->amax);
     e->scratch = malloc((size_t)e->max_ctx * sizeof *e->scratch);
     e->blockbuf = malloc(e->block_bytes);
     rc = CK_ENOMEM;
     if (!e->tok || !e->pos || !e->seqix || !e->out_row || !e->views || !e->batch || !e->cand ||
-        !e->logits || !e->conf || !e->scratch || !e->blockbuf || ensure_pend(e, 2 * c.max_running + 64))
+        !e->logits || !e->conf || !e->amax || !e->scratch || !e->blockbuf || ensure_pend(e, 2 * c.max_running + 64))
         goto fail;
     e->st.hot_blocks = (int)n_blocks;
     e->st.hot_capacity_bytes = n_blocks * e->block_bytes;
@@ -612,6 +614,7 @@ void eng_free(eng *e) {
     free(e->cand);
     free(e->logits);
     free(e->conf);
+    free(e->amax);
     free(e->scratch);
     free(e->pend);
     free(e);
@@ -1163,7 +1166,9 @@ static void emit_token(eng *e, req *r, int32_t token, const samp_conf *conf, siz
 }
 
 /* The logits of r's last pending token: the next token, as gen_run does. */
-static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf) {
+/* amax: the row's argmax from its confidence pass (-1: none), the token of
+ * a plain greedy request without a second pass over the logits. */
+static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf, int32_t amax) {
     int rc;
     if (!r->prefill_done) {
         r->prefill_done = 1;
@@ -1192,7 +1197,7 @@ static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf) 
         return;
     }
     r->retrying = 0;
-    int32_t next = samp_sample(r->sm, logits, r->hist, r->n_hist);
+    int32_t next = amax >= 0 && samp_plain_greedy(r->sm) ? amax : samp_sample(r->sm, logits, r->hist, r->n_hist);
     if (next < 0) {
         fail_req(e, r, next);
         return;
@@ -1326,7 +1331,10 @@ static int iterate(eng *e) {
     const int conf_threads =
         e->b->opt.n_threads > 1 && (size_t)n_out * (size_t)e->vocab >= CONF_PAR_MIN ? e->b->opt.n_threads : 1;
 #pragma omp parallel for num_threads(conf_threads) schedule(static) if (conf_threads > 1)
-    for (int i = 0; i < n_out; i++) samp_confidence(e->logits + (size_t)i * e->vocab, e->vocab, &e->conf[i], NULL);
+    for (int i = 0; i < n_out; i++) {
+        int am;
+        e->amax[i] = samp_confidence(e->logits + (size_t)i * e->vocab, e->vocab, &e->conf[i], &am) ? -1 : am;
+    }
     for (int k = 0, row = 0; k < ns; k++) {
         req *r = e->batch[k];
         int ends = r->seq.n_tokens + r->step_n == r->n_hist;
@@ -1334,7 +1342,7 @@ static int iterate(eng *e) {
         kv_seq_commit(&r->seq, r->step_n);
         r->step_n = 0;
         if (ends) {
-            on_logits(e, r, e->logits + (size_t)row * e->vocab, &e->conf[row]);
+            on_logits(e, r, e->logits + (size_t)row * e->vocab, &e->conf[row], e->amax[row]);
             row++;
         }
     }

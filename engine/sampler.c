@@ -200,16 +200,19 @@ int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax) {
     if (!logits || !out || n < 2) return CK_EINVAL;
     conf_lanes L;
     int lanes = n >= 2 * SC_LANES ? SC_LANES : 1;
+    /* Lanes start empty (max -inf): the first logit a lane sees takes its
+     * max with S = U = 0, as seeding it would, and a NaN there is skipped
+     * like any other NaN instead of pinning the lane. */
     for (int j = 0; j < lanes; j++) {
-        L.m[j] = logits[j];
+        L.m[j] = -INFINITY;
         L.s[j] = 0.0f;
         L.u[j] = 0.0f;
         L.t2[j] = -INFINITY;
         L.idx[j] = j;
     }
-    int i = lanes;
+    int i = 0;
     if (lanes == SC_LANES) {
-        int end = lanes + (n - lanes) / SC_LANES * SC_LANES;
+        int end = n / SC_LANES * SC_LANES;
 #if defined(__GNUC__)
         enum { NV = SC_LANES / SV_VL };
         sv_f m[NV], s[NV], u[NV], t2[NV];
@@ -525,12 +528,21 @@ static int draw_cands(sampler *s, const samp_cand *c, int n, double sum) {
     return c[n - 1].id; /* r fell past the total by rounding */
 }
 
+/* 1 / temperature; INFINITY means greedy (0, or so small its inverse overflows) */
+static float inv_temperature(const samp_params *p) {
+    return p->temperature > 0.0f ? 1.0f / p->temperature : INFINITY;
+}
+
+int samp_plain_greedy(const sampler *s) {
+    return s && !(inv_temperature(&s->p) < INFINITY) && (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0);
+}
+
 int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history) {
     if (!s || !logits || n_history < 0 || (!history && n_history > 0)) return CK_EINVAL;
     int rc = apply_penalty(s, logits, history, n_history);
     if (rc != 0) return rc;
     const samp_params *p = &s->p;
-    float inv_t = p->temperature > 0.0f ? 1.0f / p->temperature : INFINITY;
+    float inv_t = inv_temperature(p);
     if (!(inv_t < INFINITY)) return samp_argmax(logits, s->n); /* greedy */
 
     samp_cand *c = s->cand;

@@ -42,9 +42,10 @@ typedef struct samp_conf {
  * terms, so a peaked distribution loses no precision, where m + log S - T/S
  * would cancel). Lanes are vectors (GCC/Clang vector extensions, AVX-512,
  * AVX or SSE width) with a polynomial exp; relative error about 1e-6.
- * *argmax (if not NULL) gets the index of the largest logit, the lowest on
- * ties. Pure: no allocation, no state, thread-safe. Returns 0; CK_EINVAL when
- * n < 2, a pointer is NULL or no logit is finite. */
+ * NaN logits are skipped. *argmax (if not NULL) gets the index of the
+ * largest logit, the lowest on ties: samp_argmax's answer. Pure: no
+ * allocation, no state, thread-safe. Returns 0; CK_EINVAL when n < 2, a
+ * pointer is NULL, or the largest logit is not finite (all -inf, or +inf). */
 int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax);
 
 /* Index of the largest logit, the lowest on ties; CK_EINVAL when n < 1 or no
@@ -63,6 +64,12 @@ int samp_new(int vocab_size, const samp_params *p, sampler **out);
 void samp_free(sampler *s);
 /* Restart the RNG as if the sampler had been created with this seed. */
 void samp_reset(sampler *s, uint64_t seed);
+
+/* 1 when samp_sample's pick is the argmax of the logits as they are:
+ * greedy (temperature 0) with no repetition penalty. The engine then takes
+ * the argmax that samp_confidence found in its pass instead of reading the
+ * logits again. */
+int samp_plain_greedy(const sampler *s);
 
 /* Pick the next token. logits (vocab_size floats) may be modified in place
  * (the penalty is applied there). history: the sequence's tokens so far,

@@ -12,6 +12,7 @@
  * failure is the same on every run. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -820,11 +821,77 @@ static void test_forward_against_reference(void) {
     CK_CHECK_MSG(rc == 0, "see above");
 }
 
+/* The learnt splits (backend_cpu.c split_learn) move the cut between the
+ * threads from call to call: the tokens of a token split, the classifier's
+ * panels. Logits must not move with them: a 2-thread backend called again
+ * and again (cuts wherever the timing puts them) against a 1-thread one,
+ * bit for bit. The vocabulary is big enough for the classifier to be split
+ * (about 8M multiply-adds a call), the batch for the layers to be split by
+ * token. */
+static int split_runs_same(const char *path) {
+    synth_params sp = {.dim = 64, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .hidden_dim = 96,
+                       .vocab_size = 8200, .ctx = 64, .type = QUANT_F32, .seed = 11, .rope_theta = 10000.0f};
+    enum { NT = 16, RUNS = 30 };
+    char err[256];
+    model *m = NULL;
+    backend *b[2] = {NULL, NULL};
+    float *out[2] = {NULL, NULL};
+    int rc = -1;
+    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    const size_t n = (size_t)NT * m->cfg.vocab_size;
+    for (int k = 0; k < 2; k++) {
+        be_options o = {.max_batch_tokens = NT, .n_kv_blocks = NT, .block_size = 4, .n_threads = k + 1};
+        if (be_cpu_new(m, &o, &b[k], err, sizeof err) || !(out[k] = malloc(n * sizeof(float)))) {
+            fprintf(stderr, "  %s\n", err);
+            goto out;
+        }
+    }
+    /* 16 sequences of one token each, at position 0: block j for sequence j */
+    int32_t tok[NT], pos[NT] = {0}, six[NT], row[NT], blk[NT];
+    be_seq_view v[NT];
+    for (int i = 0; i < NT; i++) {
+        tok[i] = (37 * i + 5) % m->cfg.vocab_size;
+        six[i] = row[i] = blk[i] = i;
+        v[i] = (be_seq_view){.blocks = &blk[i], .n_blocks = 1};
+    }
+    be_batch bt = {NT, tok, pos, six, row, NT, v, NT};
+    if (b[0]->ops->forward(b[0], &bt, out[0])) goto out;
+    for (int r = 0; r < RUNS; r++) {
+        if (b[1]->ops->forward(b[1], &bt, out[1])) goto out;
+        if (memcmp(out[0], out[1], n * sizeof(float))) {
+            fprintf(stderr, "  run %d: 2-thread logits differ from 1-thread\n", r);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        be_free(b[k]);
+    }
+    model_free(m);
+    return rc;
+}
+
+static void test_learnt_split_same_logits(void) {
+    char path[] = "/tmp/confkv-split-XXXXXX";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    close(fd);
+    int rc = split_runs_same(path);
+    unlink(path);
+    CK_CHECK_MSG(rc == 0, "see above");
+}
+
 int main(void) {
     CK_RUN(test_gemm_against_naive);
     CK_RUN(test_gemm_batch_invariant);
     CK_RUN(test_gemm_row);
     CK_RUN(test_attn_against_naive);
     CK_RUN(test_forward_against_reference);
+    CK_RUN(test_learnt_split_same_logits);
     return ck_test_summary();
 }

@@ -165,6 +165,18 @@ static void test_argmax_cases(void) {
     CK_CHECK(samp_argmax(x, 200) == 0);
     x[199] = 3.0f;
     CK_CHECK(samp_argmax(x, 200) == 199); /* in the scalar tail */
+    /* samp_confidence's argmax is the same, NaN in a lane's first slot included */
+    for (int n = 2; n <= 200; n++)
+        for (int it = 0; it < 20; it++) {
+            for (int i = 0; i < n; i++) {
+                double u = urand();
+                x[i] = (i < 40 && u < 0.3) || u < 0.05 ? NAN : u < 0.1 ? -INFINITY : (float)(int)(4.0 * nrand());
+            }
+            samp_conf cf;
+            int am = -7, want = samp_argmax(x, n);
+            int rc = samp_confidence(x, n, &cf, &am);
+            CK_CHECK(want < 0 ? rc == CK_EINVAL : rc == 0 && am == want);
+        }
     CK_CHECK(samp_argmax(x, 0) == CK_EINVAL && samp_argmax(NULL, 5) == CK_EINVAL);
 }
 
