@@ -88,6 +88,9 @@ typedef struct cpu_backend {
                          learnt from how long the parts took (split_learn); sum 1 */
     double *done_s;   /* (n_threads) when each part finished its layers, seconds
                          after the split region began */
+    double *cls_s;    /* (n_threads) each thread's seconds on its classifier panels */
+    int *pcut;        /* (n_threads + 1) the classifier's panel cuts */
+    float *xo;        /* (T, dim) the normed final states of the rows asked for */
     int max_blocks;   /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;
@@ -546,8 +549,8 @@ static double now_s(void) {
 }
 
 /* After a split of some work into `parts` parts [cut[p], cut[p + 1]) (tokens,
- * or the classifier's panels), one per thread, each done done_s[p] seconds
- * after the split began: moves each thread's share towards what would have
+ * or the classifier's panels), one per thread, part p done done[p] seconds
+ * after it could begin (the array is overwritten): moves each thread's share towards what would have
  * made them finish together, taking work per second as its speed. Why learn it: the two halves of a
  * batch-32 step of equal work finished 10-15 % apart, run after run (a
  * thread woken late, a core that a neighbour shares), and the step waits
@@ -555,12 +558,12 @@ static double now_s(void) {
  * slow step, and bounded so no part falls below half an even share. Output
  * is the same whatever the cut: a token's computation does not depend on
  * which thread runs it or with which others. */
-static void split_learn(cpu_backend *cb, const int *cut, int parts) {
-    double *speed = cb->done_s, sum = 0.0; /* work a second, in place */
+static void split_learn(cpu_backend *cb, const int *cut, int parts, double *done) {
+    double *speed = done, sum = 0.0; /* work a second, in place */
     for (int p = 0; p < parts; p++)
-        if (!(cb->done_s[p] > 0.0)) return; /* clock trouble: keep the shares */
+        if (!(done[p] > 0.0)) return; /* clock trouble: keep the shares */
     for (int p = 0; p < parts; p++) {
-        speed[p] = (double)(cut[p + 1] - cut[p]) / cb->done_s[p];
+        speed[p] = (double)(cut[p + 1] - cut[p]) / done[p];
         sum += speed[p];
     }
     const double lo = 0.5 / parts, hi = 1.5 / parts;
@@ -573,18 +576,21 @@ static void split_learn(cpu_backend *cb, const int *cut, int parts) {
     for (int p = 0; p < parts; p++) cb->share[p] /= tot;
 }
 
-/* logits (n_out, vocab) = xb . wcls^T, the biggest product of a step (a
- * third of a batch-32 step on the stories15M shape). With every thread at
- * work its panels are cut by the learnt shares, and the cut's timing teaches
- * them in turn: measured here, one core's half took 1.4x the other's. */
-static void classify(cpu_backend *cb, float *logits, int n_out) {
+/* The classifier, logits (n_out, vocab) = xo . wcls^T, is the biggest product
+ * of a step (a third of a batch-32 step on the stories15M shape). With every
+ * thread at work its panels are cut by the learnt shares, and the cut's
+ * timing teaches them in turn: measured here, one core's half took 1.4x the
+ * other's. classify_splits: whether it is cut that way for n_out rows. */
+static int classify_splits(const cpu_backend *cb, int n_out) {
     const gemm_w *w = &cb->wcls;
-    const int np = gemm_n_panels(w), nt = cb->n_threads;
-    if (nt < 2 || np < 4 * nt || gemm_threads(n_out, w->n, w->k, nt) < nt) {
-        matmul(logits, cb->xb, w, n_out, 0, nt);
-        return;
-    }
-    int *cut = cb->cut;
+    const int nt = cb->n_threads;
+    return nt >= 2 && gemm_n_panels(w) >= 4 * nt && gemm_threads(n_out, w->n, w->k, nt) >= nt;
+}
+
+/* pcut[0..n_threads] from the shares, at least one panel a thread. */
+static void classify_cuts(cpu_backend *cb) {
+    const int np = gemm_n_panels(&cb->wcls), nt = cb->n_threads;
+    int *cut = cb->pcut;
     double upto = 0.0;
     cut[0] = 0;
     for (int p = 0; p < nt; p++) {
@@ -592,22 +598,48 @@ static void classify(cpu_backend *cb, float *logits, int n_out) {
         int c = p + 1 == nt ? np : (int)(np * upto + 0.5);
         cut[p + 1] = c < cut[p] + 1 ? cut[p] + 1 : c > np - (nt - 1 - p) ? np - (nt - 1 - p) : c;
     }
+}
+
+/* Thread t's panels, [pcut[t], pcut[t + 1]), timed into cls_s[t]. */
+static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
     const double t0 = now_s();
+    gemm_panels(logits, cb->wcls.n, cb->xo, &cb->wcls, n_out, cb->pcut[t], cb->pcut[t + 1], 0);
+    cb->cls_s[t] = now_s() - t0;
+}
+
+/* The classifier in a region of its own (when the layers ran without a
+ * token split). */
+static void classify(cpu_backend *cb, float *logits, int n_out) {
+    const int nt = cb->n_threads;
+    if (!classify_splits(cb, n_out)) {
+        matmul(logits, cb->xo, &cb->wcls, n_out, 0, nt);
+        return;
+    }
+    classify_cuts(cb);
     int team = 0;
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), n = omp_get_num_threads();
         if (t == 0) team = n;
         if (n == nt) {
-            gemm_panels(logits, w->n, cb->xb, w, n_out, cut[t], cut[t + 1], 0);
-            cb->done_s[t] = now_s() - t0;
+            classify_part(cb, logits, n_out, t);
         } else { /* fewer threads than asked: even shares */
             int p0, p1;
-            panel_share(np, &p0, &p1);
-            gemm_panels(logits, w->n, cb->xb, w, n_out, p0, p1, 0);
+            panel_share(gemm_n_panels(&cb->wcls), &p0, &p1);
+            gemm_panels(logits, cb->wcls.n, cb->xo, &cb->wcls, n_out, p0, p1, 0);
         }
     }
-    if (team == nt) split_learn(cb, cut, nt);
+    if (team == nt) split_learn(cb, cb->pcut, nt, cb->cls_s);
+}
+
+/* The final norm of tokens [i0, i1) that have an output row, into xo. */
+static void out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1) {
+    const model_config *c = &cb->base.m->cfg;
+    const int D = c->dim;
+    for (int i = i0; i < i1; i++) {
+        int r = bt->out_row[i];
+        if (r >= 0) rmsnorm(cb->xo + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
+    }
 }
 
 static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
@@ -640,32 +672,44 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
             if (v->blocks[j] >= 0 || (v->blocks8 && v->blocks8[j] >= 0)) list[n++] = j;
         cb->n_list[q] = n;
     }
+    /* The classifier runs only for the rows asked for (a prefill chunk needs
+     * one). */
     int *cut = cb->cut, parts = token_split(cb, bt, cut);
-    if (parts) {
-        /* Parts by thread number, striding by the team's size: the runtime
-         * may give fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC),
-         * and every part must still run. Part p uses scratch slot p. */
-        const double t0 = now_s();
-        int team = 0;
-#pragma omp parallel num_threads(parts)
-        {
-            if (omp_get_thread_num() == 0) team = omp_get_num_threads();
-            for (int p = omp_get_thread_num(); p < parts; p += omp_get_num_threads()) {
-                for (int l = 0; l < c->n_layers; l++)
-                    layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
-                cb->done_s[p] = now_s() - t0;
-            }
-        }
-        if (team == parts && parts == cb->n_threads) split_learn(cb, cut, parts);
-    } else {
+    if (!parts) {
         for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, 0, T, cb->n_threads, 0, mass_scale);
+        out_norm(cb, bt, 0, T);
+        if (bt->n_out) classify(cb, logits, bt->n_out);
+        return CK_OK;
     }
-    /* Classifier only for the rows asked for (a prefill chunk needs one). */
-    for (int i = 0; i < T; i++) {
-        int r = bt->out_row[i];
-        if (r >= 0) rmsnorm(cb->xb + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
+    /* Parts by thread number, striding by the team's size: the runtime may
+     * give fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC), and
+     * every part must still run. Part p uses scratch slot p. With a thread a
+     * part, the classifier follows in the same region after a barrier: one
+     * wake of the other threads a step instead of two (each 50-130 us on this
+     * host's vCPUs, measured). */
+    const int fuse = parts == cb->n_threads && bt->n_out && classify_splits(cb, bt->n_out);
+    if (fuse) classify_cuts(cb);
+    const double t0 = now_s();
+    int team = 0;
+#pragma omp parallel num_threads(parts)
+    {
+        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        if (tid == 0) team = nth;
+        for (int p = tid; p < parts; p += nth) {
+            for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
+            out_norm(cb, bt, cut[p], cut[p + 1]);
+            cb->done_s[p] = now_s() - t0;
+        }
+        if (fuse && nth == parts) {
+#pragma omp barrier
+            classify_part(cb, logits, bt->n_out, tid);
+        }
     }
-    if (bt->n_out) classify(cb, logits, bt->n_out);
+    if (team == parts && parts == cb->n_threads) split_learn(cb, cut, parts, cb->done_s);
+    if (fuse && team == parts)
+        split_learn(cb, cb->pcut, parts, cb->cls_s);
+    else if (bt->n_out)
+        classify(cb, logits, bt->n_out);
     return CK_OK;
 }
 
@@ -742,6 +786,7 @@ static void cpu_destroy(backend *b) {
     free(cb->kv8);
     free(cb->x);
     free(cb->xb);
+    free(cb->xo);
     free(cb->qkv);
     free(cb->att_out);
     free(cb->h13);
@@ -754,6 +799,8 @@ static void cpu_destroy(backend *b) {
     free(cb->cut);
     free(cb->share);
     free(cb->done_s);
+    free(cb->cls_s);
+    free(cb->pcut);
     free(cb->att_blk);
     free(cb->att_rows);
     free(cb->att_mass);
@@ -885,6 +932,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cb->inv_freq[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)c->head_dim);
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
+        !(cb->xo = alloc_floats(cb, T * D)) ||
         !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
@@ -897,7 +945,9 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->seq_last = malloc(T * sizeof *cb->seq_last)) ||
         !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)) ||
         !(cb->share = malloc((size_t)cb->n_threads * sizeof *cb->share)) ||
-        !(cb->done_s = malloc((size_t)cb->n_threads * sizeof *cb->done_s)))
+        !(cb->done_s = malloc((size_t)cb->n_threads * sizeof *cb->done_s)) ||
+        !(cb->cls_s = malloc((size_t)cb->n_threads * sizeof *cb->cls_s)) ||
+        !(cb->pcut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->pcut)))
         goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
