@@ -811,14 +811,19 @@ out_m:
     return rc;
 }
 
-static void test_forward_against_reference(void) {
+/* fn(path) on a fresh temporary file, removed afterwards; fn's result, or -1. */
+static int on_temp_file(int (*fn)(const char *)) {
     char path[] = "/tmp/confkv-kernels-XXXXXX";
     int fd = mkstemp(path);
-    CK_CHECK(fd >= 0);
+    if (fd < 0) return -1;
     close(fd);
-    int rc = forward_check(path);
+    int rc = fn(path);
     unlink(path);
-    CK_CHECK_MSG(rc == 0, "see above");
+    return rc;
+}
+
+static void test_forward_against_reference(void) {
+    CK_CHECK_MSG(on_temp_file(forward_check) == 0, "see above");
 }
 
 /* The learnt splits (backend_cpu.c split_learn) move the cut between the
@@ -877,13 +882,7 @@ out:
 }
 
 static void test_learnt_split_same_logits(void) {
-    char path[] = "/tmp/confkv-split-XXXXXX";
-    int fd = mkstemp(path);
-    CK_CHECK(fd >= 0);
-    close(fd);
-    int rc = split_runs_same(path);
-    unlink(path);
-    CK_CHECK_MSG(rc == 0, "see above");
+    CK_CHECK_MSG(on_temp_file(split_runs_same) == 0, "see above");
 }
 
 int main(void) {
