@@ -201,7 +201,8 @@ static void swiglu_panels(float *h, float *h13, const float *x, const gemm_w *w1
         for (int k = n0; k < n1; k += 16) {
             __mmask16 m = n1 - k >= 16 ? 0xFFFF : (__mmask16)((1u << (n1 - k)) - 1);
             __m512 gv = _mm512_maskz_loadu_ps(m, g + k), uv = _mm512_maskz_loadu_ps(m, u + k);
-            __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, vexp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+            __m512 e = vexp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+            __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, e));
             _mm512_mask_storeu_ps(o + k, m, _mm512_mul_ps(_mm512_mul_ps(gv, sg), uv));
         }
 #else
@@ -550,9 +551,9 @@ static double now_s(void) {
 
 /* After a split of some work into `parts` parts [cut[p], cut[p + 1]) (tokens,
  * or the classifier's panels), one per thread, part p done done[p] seconds
- * after it could begin (the array is overwritten): moves each thread's share towards what would have
- * made them finish together, taking work per second as its speed. Why learn it: the two halves of a
- * batch-32 step of equal work finished 10-15 % apart, run after run (a
+ * after it could begin (the array is overwritten): moves each thread's share
+ * towards what would have made them finish together, taking work per second
+ * as its speed. Why learn it: the two halves of a batch-32 step of equal work finished 10-15 % apart, run after run (a
  * thread woken late, a core that a neighbour shares), and the step waits
  * for the later one. Damped (a quarter of the way each step) against one
  * slow step, and bounded so no part falls below half an even share. Output
@@ -673,7 +674,7 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         cb->n_list[q] = n;
     }
     /* The classifier runs only for the rows asked for (a prefill chunk needs
-     * one). */
+     * one): out_norm puts them in xo. */
     int *cut = cb->cut, parts = token_split(cb, bt, cut);
     if (!parts) {
         for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, 0, T, cb->n_threads, 0, mass_scale);
@@ -696,7 +697,8 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         if (tid == 0) team = nth;
         for (int p = tid; p < parts; p += nth) {
-            for (int l = 0; l < c->n_layers; l++) layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
+            for (int l = 0; l < c->n_layers; l++)
+                layer_forward(cb, bt, l, cut[p], cut[p + 1], 1, p, mass_scale);
             out_norm(cb, bt, cut[p], cut[p + 1]);
             cb->done_s[p] = now_s() - t0;
         }

@@ -1197,7 +1197,8 @@ static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf, 
         return;
     }
     r->retrying = 0;
-    int32_t next = amax >= 0 && samp_plain_greedy(r->sm) ? amax : samp_sample(r->sm, logits, r->hist, r->n_hist);
+    int32_t next =
+        amax >= 0 && samp_plain_greedy(r->sm) ? amax : samp_sample(r->sm, logits, r->hist, r->n_hist);
     if (next < 0) {
         fail_req(e, r, next);
         return;

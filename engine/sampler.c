@@ -534,7 +534,8 @@ static float inv_temperature(const samp_params *p) {
 }
 
 int samp_plain_greedy(const sampler *s) {
-    return s && !(inv_temperature(&s->p) < INFINITY) && (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0);
+    return s && !(inv_temperature(&s->p) < INFINITY) &&
+           (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0);
 }
 
 int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history) {
