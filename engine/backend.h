@@ -48,9 +48,34 @@ typedef struct be_options {
     int n_kv_blocks;        /* hot KV pool size in blocks */
     int block_size;         /* tokens per block */
     int n_threads;          /* CPU threads (0 = all cores) */
-    int max_ctx;            /* longest sequence (<= model seq_len; 0 = seq_len) */
+    int max_ctx;            /* longest sequence (<= model seq_len; 0 = be_default_ctx) */
     int n_kv8_blocks;       /* int8 KV pool size in blocks (0 = none) */
 } be_options;
+
+/* The context a backend is sized for when be_options.max_ctx is 0: the
+ * model's, but at most BE_DEFAULT_MAX_CTX tokens. Why a cap: a file's header
+ * may claim any context up to model.c's limit (2^20) whatever its weights
+ * hold, and the attention scratch is n_heads x max_ctx floats a thread: 4
+ * GiB a thread for 1024 heads at 2^20. A longer context must be asked for
+ * (eng_config.max_context, the `max_context` key, --max-context). */
+#define BE_DEFAULT_MAX_CTX 8192
+static inline int be_default_ctx(const model *m) {
+    return m->cfg.seq_len < BE_DEFAULT_MAX_CTX ? m->cfg.seq_len : BE_DEFAULT_MAX_CTX;
+}
+
+/* What a backend will hold, in bytes, known before anything is allocated
+ * (docs/ARCHITECTURE.md, Memory plan). */
+typedef struct be_memory {
+    int max_ctx;               /* the context it is sized for (0 in options resolved) */
+    int n_threads;             /* threads the scratch is for (0 in options resolved) */
+    size_t weights;            /* its copy of every weight (CPU: f32, packed) */
+    size_t kv;                 /* hot KV pool: n_kv_blocks f32 blocks */
+    size_t kv8;                /* int8 pool: n_kv8_blocks blocks */
+    size_t activations;        /* batch buffers: max_batch_tokens rows, block lists */
+    size_t scratch_per_thread; /* attention scores (n_heads, max_ctx), block pointers */
+    size_t scratch;            /* every thread's */
+    size_t total;              /* the sum of the five above */
+} be_memory;
 
 typedef struct backend backend;
 
@@ -87,6 +112,13 @@ struct backend {
  * load (see backend_cpu.c for why). Returns 0 or CK_E* with err filled. The
  * model must outlive the backend. */
 int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
+
+/* The CPU backend's plan for (m, o): the bytes be_cpu_new allocates (and
+ * memory_bytes then reports), computed without allocating. A transient f32
+ * copy of the largest matrix during the load comes on top. Returns 0,
+ * CK_EINVAL for options be_cpu_new refuses, CK_ERANGE when a size overflows
+ * size_t. The CUDA backend holds about as much, in device memory. */
+int be_cpu_plan(const model *m, const be_options *o, be_memory *p);
 
 /* Create a backend by name: "cpu", "cuda" (when compiled in), or "auto"
  * (cuda when a device is present, else cpu). */

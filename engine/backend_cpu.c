@@ -1,7 +1,9 @@
 /* backend_cpu.c - the CPU backend: the reference forward pass (backend.h).
  *
  * Llama as llama2.c's run.c computes it (RMSNorm, RoPE on adjacent pairs,
- * grouped-query attention, SwiGLU), but over a batch of many tokens from many
+ * grouped-query attention, SwiGLU), plus what arch.h's other rows add (q/k/v
+ * biases, qwen3's q/k head norms, NEOX RoPE, RoPE frequencies with
+ * rope_freqs and linear/YaRN scaling folded in at creation), but over a batch of many tokens from many
  * sequences, so every projection is one matrix-matrix product, and over the
  * paged KV cache, so attention walks each sequence's block table.
  *
@@ -47,6 +49,9 @@
 typedef struct cpu_layer {
     float *attn_norm; /* (dim) */
     gemm_w wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    float *bqkv;      /* (qkv_dim) q, k, v biases (0 where the file has none); NULL: no bias */
+    float *q_norm;    /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
+    float *k_norm;    /* (head_dim) the same for each k head */
     gemm_w wo;        /* (dim, q_dim) */
     float *ffn_norm;  /* (dim) */
     gemm_w w1, w3;    /* (hidden_dim, dim): gate, up */
@@ -63,7 +68,10 @@ typedef struct cpu_backend {
     gemm_w wcls;      /* (vocab, dim) */
     cpu_layer *layers;/* (n_layers) */
     size_t layer_bytes; /* every layer's packed matrices */
-    float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
+    float *inv_freq;  /* (head_dim / 2) RoPE frequencies of the pairs (model_rope_freqs:
+                         rope_freqs factors and linear/YaRN scaling folded in) */
+    float rope_mscale;/* cos and sin are scaled by it (YaRN; 1 otherwise) */
+    int rope_neox;    /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
     /* KV storage */
     float *kv;        /* (n_kv_blocks, kv_block_floats) */
     unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout */
@@ -243,6 +251,8 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) 
     for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
 }
 
+/* RoPE on n_heads heads of v; cs (head_dim) holds cos, sin of each pair.
+ * The adjacent pairs (2i, 2i + 1) of GGUF's llama weights: */
 static void rope_rotate(float *v, const float *cs, int head_dim, int n_heads) {
     for (int h = 0; h < n_heads; h++) {
         float *p = v + h * head_dim;
@@ -255,6 +265,19 @@ static void rope_rotate(float *v, const float *cs, int head_dim, int n_heads) {
     }
 }
 
+/* NEOX (qwen2, qwen3): pair i is (i, i + head_dim / 2). */
+static void rope_rotate_neox(float *v, const float *cs, int head_dim, int n_heads) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = v + h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float fcr = cs[2 * i], fci = cs[2 * i + 1];
+            float v0 = p[i], v1 = p[i + half];
+            p[i] = v0 * fcr - v1 * fci;
+            p[i + half] = v0 * fci + v1 * fcr;
+        }
+    }
+}
 
 /* Where logical block j of a view lives: f32 pointer, or int8 block. */
 typedef struct blk_ref {
@@ -476,8 +499,21 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
     for (int i = i0; i < i1; i++) {
         float *q = cb->qkv + (size_t)i * QKV;
         const float *cs = cb->rope + (size_t)i * hd;
-        rope_rotate(q, cs, hd, c->n_heads);
-        rope_rotate(q + QD, cs, hd, c->n_kv_heads);
+        if (w->bqkv)
+            for (int j = 0; j < QKV; j++) q[j] += w->bqkv[j];
+        if (w->q_norm) /* qwen3: each head normed on its own, before RoPE */
+            for (int h = 0; h < c->n_heads; h++)
+                rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, w->q_norm, hd, c->norm_eps);
+        if (w->k_norm)
+            for (int h = 0; h < c->n_kv_heads; h++)
+                rmsnorm(q + QD + (size_t)h * hd, q + QD + (size_t)h * hd, w->k_norm, hd, c->norm_eps);
+        if (cb->rope_neox) {
+            rope_rotate_neox(q, cs, hd, c->n_heads);
+            rope_rotate_neox(q + QD, cs, hd, c->n_kv_heads);
+        } else {
+            rope_rotate(q, cs, hd, c->n_heads);
+            rope_rotate(q + QD, cs, hd, c->n_kv_heads);
+        }
         const be_seq_view *v = &bt->seqs[bt->seq[i]];
         int p = bt->pos[i];
         float *dst = cb->kv + (size_t)v->blocks[p / bs] * cb->base.kv_block_floats +
@@ -657,10 +693,11 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         else
             gemm_row(&cb->wcls, bt->token[i], cb->x + (size_t)i * D);
         float *cs = cb->rope + (size_t)i * hd;
+        const float ms = cb->rope_mscale; /* exactly 1 unless YaRN or attn_factor: x * 1 is x */
         for (int k = 0; k < hd / 2; k++) {
             float val = bt->pos[i] * cb->inv_freq[k];
-            cs[2 * k] = cosf(val);
-            cs[2 * k + 1] = sinf(val);
+            cs[2 * k] = cosf(val) * ms;
+            cs[2 * k + 1] = sinf(val) * ms;
         }
     }
     const float mass_scale = 1.0f / (float)(c->n_layers * c->n_heads);
@@ -774,6 +811,9 @@ static void cpu_destroy(backend *b) {
         for (int l = 0; l < b->m->cfg.n_layers; l++) {
             cpu_layer *w = &cb->layers[l];
             free(w->attn_norm);
+            free(w->bqkv);
+            free(w->q_norm);
+            free(w->k_norm);
             free(w->wqkv.p);
             free(w->wo.p);
             free(w->ffn_norm);
@@ -827,6 +867,13 @@ static const be_ops cpu_ops = {
 /* Buffers at least this big go on 2 MiB pages where the kernel allows it. */
 #define HUGE_BYTES ((size_t)2 << 20)
 
+/* Bytes alloc_floats takes for n floats (be_cpu_plan counts with it too). */
+static size_t floats_bytes(size_t n) {
+    size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
+    size_t bytes = (n * sizeof(float) + align - 1) & ~(align - 1);
+    return bytes ? bytes : 64;
+}
+
 static float *alloc_floats(cpu_backend *cb, size_t n) {
     /* 64-byte aligned for the vector units; zeroed so unused KV is finite.
      * Big ones (weights, the KV pool) are 2 MiB aligned and asked for huge
@@ -834,8 +881,8 @@ static float *alloc_floats(cpu_backend *cb, size_t n) {
      * step reads KV blocks scattered over the pool and every weight panel,
      * and with 4 KiB pages each 36 KB block took nine TLB entries. */
     size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
-    size_t bytes = (n * sizeof(float) + align - 1) & ~(align - 1);
-    float *p = aligned_alloc(align, bytes ? bytes : 64);
+    size_t bytes = floats_bytes(n);
+    float *p = aligned_alloc(align, bytes);
     if (p) {
 #ifdef MADV_HUGEPAGE
         if (align == HUGE_BYTES) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is harmless */
@@ -843,6 +890,13 @@ static float *alloc_floats(cpu_backend *cb, size_t n) {
         memset(p, 0, bytes);
         cb->bytes += bytes;
     }
+    return p;
+}
+
+/* malloc, counted in cb->bytes (bookkeeping arrays; not zeroed). */
+static void *alloc_bytes(cpu_backend *cb, size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (p) cb->bytes += n;
     return p;
 }
 
@@ -859,13 +913,106 @@ static int to_f32(float *dst, const model_tensor *t) {
     return quant_to_f32(t->type, t->data, dst, t->n);
 }
 
+/* Size arithmetic that reports overflow instead of wrapping: a plan of
+ * absurd options must fail, not come out small. */
+typedef struct plan_acc {
+    int over;
+} plan_acc;
+
+static size_t pmul(plan_acc *a, size_t x, size_t y) {
+    size_t r;
+    if (__builtin_mul_overflow(x, y, &r)) a->over = 1;
+    return r;
+}
+
+static size_t padd(plan_acc *a, size_t x, size_t y) {
+    size_t r;
+    if (__builtin_add_overflow(x, y, &r)) a->over = 1;
+    return r;
+}
+
+/* floats_bytes of x * y floats. */
+static size_t pfloats(plan_acc *a, size_t x, size_t y) {
+    size_t n = pmul(a, x, y);
+    return n > SIZE_MAX / 8 ? (a->over = 1, 0) : floats_bytes(n);
+}
+
+static int cpu_options_ok(const model_config *c, const be_options *o) {
+    return o->max_batch_tokens > 0 && o->n_kv_blocks > 0 && o->block_size > 0 && o->n_kv8_blocks >= 0 &&
+           o->max_ctx >= 0 && o->max_ctx <= c->seq_len;
+}
+
+/* Mirrors be_cpu_new allocation by allocation (a test holds the two equal). */
+int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
+    memset(p, 0, sizeof *p);
+    const model_config *c = &m->cfg;
+    if (!cpu_options_ok(c, o)) return CK_EINVAL;
+    plan_acc a = {0};
+    const int nt = o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
+    const int ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m);
+    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;
+    const int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    const int qkv_dim = q_dim + 2 * kv_dim;
+    const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
+    p->max_ctx = ctx;
+    p->n_threads = nt;
+    /* weights: out_norm, the embedding when untied, the classifier, the layers, RoPE */
+    size_t w = floats_bytes(D);
+    if (!m->tied) w = padd(&a, w, pfloats(&a, V, D));
+    w = padd(&a, w, floats_bytes(gemm_packed_floats(c->vocab_size, c->dim)));
+    size_t layer = 2 * floats_bytes(D);
+    layer += floats_bytes(gemm_packed_floats(qkv_dim, c->dim));
+    layer += floats_bytes(gemm_packed_floats(c->dim, q_dim));
+    layer += 2 * floats_bytes(gemm_packed_floats(c->hidden_dim, c->dim));
+    layer += floats_bytes(gemm_packed_floats(c->dim, c->hidden_dim));
+    w = padd(&a, w, pmul(&a, L, layer));
+    for (int l = 0; l < c->n_layers; l++) { /* the optional ones, where present */
+        const model_layer *ml = &m->layers[l];
+        if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
+        if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
+        if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
+    }
+    p->weights = padd(&a, w, floats_bytes(hd / 2));
+    /* KV pools */
+    const size_t kv_block_floats = pmul(&a, pmul(&a, L * 2, (size_t)o->block_size), (size_t)kv_dim);
+    p->kv = pfloats(&a, (size_t)o->n_kv_blocks, kv_block_floats);
+    kvq_shape shape = {c->n_layers, o->block_size, kv_dim};
+    p->kv8 = o->n_kv8_blocks > 0 ? pmul(&a, (size_t)o->n_kv8_blocks, kvq_block_bytes(&shape)) : 0;
+    /* batch buffers: x, xb, xo; qkv; att_out; h13; h; rope; hot_list, n_list, seq_last */
+    size_t act = 3 * pfloats(&a, T, D);
+    act = padd(&a, act, pfloats(&a, T, (size_t)qkv_dim));
+    act = padd(&a, act, pfloats(&a, T, (size_t)q_dim));
+    act = padd(&a, act, pfloats(&a, T, 2 * F));
+    act = padd(&a, act, pfloats(&a, T, F));
+    act = padd(&a, act, pfloats(&a, T, hd));
+    act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
+    p->activations = padd(&a, act, 2 * T * sizeof(int32_t));
+    /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
+     * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut) */
+    const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
+    const size_t per_blk = sizeof(const float *) + sizeof(int) + sizeof(float);
+    p->scratch_per_thread = padd(&a, pmul(&a, scores, sizeof(float)), pmul(&a, max_blocks, per_blk));
+    size_t sc = pfloats(&a, (size_t)nt, scores);
+    sc = padd(&a, sc, pmul(&a, pmul(&a, (size_t)nt, max_blocks), per_blk));
+    sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
+    p->scratch = sc;
+    size_t t = padd(&a, p->weights, p->kv);
+    t = padd(&a, t, p->kv8);
+    t = padd(&a, t, p->activations);
+    p->total = padd(&a, t, p->scratch);
+    return a.over ? CK_ERANGE : CK_OK;
+}
+
 int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     *out = NULL;
     const model_config *c = &m->cfg;
-    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 || o->n_kv8_blocks < 0 ||
-        o->max_ctx < 0 || o->max_ctx > c->seq_len) {
-        snprintf(err, errlen, "cpu backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
-                 o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx);
+    be_memory plan;
+    int prc = be_cpu_plan(m, o, &plan);
+    if (prc) {
+        snprintf(err, errlen, "cpu backend: invalid options (batch %d, blocks %d, block size %d, ctx %d%s)",
+                 o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx,
+                 prc == CK_ERANGE ? ": sizes overflow" : "");
         return CK_EINVAL;
     }
     cpu_backend *cb = calloc(1, sizeof *cb);
@@ -874,8 +1021,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     b->ops = &cpu_ops;
     b->m = m;
     b->opt = *o;
-    if (!b->opt.max_ctx) b->opt.max_ctx = c->seq_len;
-    cb->n_threads = o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
+    b->opt.max_ctx = plan.max_ctx;
+    cb->n_threads = plan.n_threads;
     b->opt.n_threads = cb->n_threads;
     cb->q_dim = c->n_heads * c->head_dim;
     cb->kv_dim = c->n_kv_heads * c->head_dim;
@@ -911,6 +1058,16 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cpu_layer *w = &cb->layers[l];
         rc = CK_ENOMEM;
         if (!(w->attn_norm = alloc_floats(cb, D)) || !(w->ffn_norm = alloc_floats(cb, D))) goto fail;
+        if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim))) goto fail;
+        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
+            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)c->head_dim))))
+            goto fail;
+        if ((ml->bq.n && (rc = to_f32(w->bqkv, &ml->bq))) ||
+            (ml->bk.n && (rc = to_f32(w->bqkv + cb->q_dim, &ml->bk))) ||
+            (ml->bv.n && (rc = to_f32(w->bqkv + cb->q_dim + cb->kv_dim, &ml->bv))) ||
+            (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
+            (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
+            goto fail;
         if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm)) ||
             (rc = to_f32(tmp, &ml->wq)) || (rc = to_f32(tmp + (size_t)cb->q_dim * D, &ml->wk)) ||
             (rc = to_f32(tmp + (size_t)(cb->q_dim + cb->kv_dim) * D, &ml->wv)) ||
@@ -930,8 +1087,9 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     }
     rc = CK_ENOMEM;
     if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
-    for (int k = 0; k < c->head_dim / 2; k++)
-        cb->inv_freq[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)c->head_dim);
+    if ((rc = model_rope_freqs(m, cb->inv_freq, &cb->rope_mscale))) goto fail;
+    rc = CK_ENOMEM;
+    cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
         !(cb->xo = alloc_floats(cb, T * D)) ||
@@ -942,21 +1100,22 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
         goto fail;
     cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;
-    if (!(cb->hot_list = malloc(T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
-        !(cb->n_list = malloc(T * sizeof *cb->n_list)) ||
-        !(cb->seq_last = malloc(T * sizeof *cb->seq_last)) ||
-        !(cb->cut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->cut)) ||
-        !(cb->share = malloc((size_t)cb->n_threads * sizeof *cb->share)) ||
-        !(cb->done_s = malloc((size_t)cb->n_threads * sizeof *cb->done_s)) ||
-        !(cb->cls_s = malloc((size_t)cb->n_threads * sizeof *cb->cls_s)) ||
-        !(cb->pcut = malloc(((size_t)cb->n_threads + 1) * sizeof *cb->pcut)))
+    if (!(cb->hot_list = alloc_bytes(cb, T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
+        !(cb->n_list = alloc_bytes(cb, T * sizeof *cb->n_list)) ||
+        !(cb->seq_last = alloc_bytes(cb, T * sizeof *cb->seq_last)) ||
+        !(cb->cut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->cut)) ||
+        !(cb->share = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->share)) ||
+        !(cb->done_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->done_s)) ||
+        !(cb->cls_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->cls_s)) ||
+        !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)))
         goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
     cb->fast_attn = attn_f32_supported(&cb->ashape);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
-    if (!(cb->att_blk = malloc(nb * sizeof *cb->att_blk)) || !(cb->att_rows = malloc(nb * sizeof *cb->att_rows)) ||
-        !(cb->att_mass = malloc(nb * sizeof *cb->att_mass)))
+    if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
+        !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||
+        !(cb->att_mass = alloc_bytes(cb, nb * sizeof *cb->att_mass)))
         goto fail;
     if (o->n_kv8_blocks > 0) {
         size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;

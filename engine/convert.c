@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "ck_err.h"
 #include "gguf.h"
 #include "quant.h"
@@ -72,21 +73,48 @@ static int file_type_of(int type) {
 
 static int write_hparams(gguf_writer *w, const model_config *c, const char *name, int type,
                          int stop_on_bos) {
+    const arch_info *a = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
+    if (!a) return CK_EINVAL;
+    char k[128];
     int rc = 0;
-    rc |= gguf_writer_set_str(w, "general.architecture", "llama");
+#define KEY(suffix) arch_key(k, sizeof k, a, suffix)
+    rc |= gguf_writer_set_str(w, "general.architecture", a->name);
     rc |= gguf_writer_set_str(w, "general.name", name);
     rc |= gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(type));
-    rc |= gguf_writer_set_u32(w, "llama.context_length", (uint32_t)c->seq_len);
-    rc |= gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)c->dim);
-    rc |= gguf_writer_set_u32(w, "llama.block_count", (uint32_t)c->n_layers);
-    rc |= gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    rc |= gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    rc |= gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
-    rc |= gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    rc |= gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
-    rc |= gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_theta);
-    rc |= gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_CONTEXT_LENGTH), (uint32_t)c->seq_len);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EMBEDDING_LENGTH), (uint32_t)c->dim);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_BLOCK_COUNT), (uint32_t)c->n_layers);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_FEED_FORWARD_LENGTH), (uint32_t)c->hidden_dim);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_ROPE_DIMS), (uint32_t)c->head_dim);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_HEAD_COUNT), (uint32_t)c->n_heads);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_HEAD_COUNT_KV), (uint32_t)c->n_kv_heads);
+    if (c->head_dim * c->n_heads != c->dim) {
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_KEY_LENGTH), (uint32_t)c->head_dim);
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_VALUE_LENGTH), (uint32_t)c->head_dim);
+    }
+    rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_RMS_EPS), c->norm_eps);
+    rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_FREQ_BASE), c->rope_theta);
+    if (c->rope_scaling != ARCH_SCALING_NONE) {
+        rc |= gguf_writer_set_str(w, KEY(ARCH_KEY_ROPE_SCALING_TYPE), arch_scaling_name(c->rope_scaling));
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_SCALING_FACTOR), c->rope_factor);
+        if (c->rope_orig_ctx)
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_ROPE_SCALING_ORIG_CTX), (uint32_t)c->rope_orig_ctx);
+    }
+    if (c->rope_attn_factor != 0 && c->rope_attn_factor != 1)
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_SCALING_ATTN_FACTOR), c->rope_attn_factor);
+    if (c->rope_scaling == ARCH_SCALING_YARN) {
+        /* written when not llama.cpp's default, so its llama loader (which
+         * reads none of them) and ours agree on files with the defaults */
+        if (c->yarn_ext_factor != 0 && c->yarn_ext_factor != 1)
+            rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_EXT_FACTOR), c->yarn_ext_factor);
+        if (c->yarn_beta_fast != 0 && c->yarn_beta_fast != ARCH_DEFAULT_BETA_FAST)
+            rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_BETA_FAST), c->yarn_beta_fast);
+        if (c->yarn_beta_slow != 0 && c->yarn_beta_slow != ARCH_DEFAULT_BETA_SLOW)
+            rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_BETA_SLOW), c->yarn_beta_slow);
+    }
+    rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     rc |= gguf_writer_set_bool(w, "confkv.stop_on_bos", stop_on_bos);
+#undef KEY
     return rc ? CK_ENOMEM : CK_OK;
 }
 
@@ -154,7 +182,22 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, t[i].n);
             if ((rc = add_tensor(w, &bb, name, t[i].t, t[i].cols, t[i].rows, t[i].ty))) goto out;
         }
+        /* the optional ones, in f32 as llama.cpp's converters write them */
+        struct { int at; const model_tensor *t; uint64_t cols; } x[] = {
+            {ARCH_T_ATTN_Q_B, &ly->bq, Q},       {ARCH_T_ATTN_K_B, &ly->bk, KV},
+            {ARCH_T_ATTN_V_B, &ly->bv, KV},      {ARCH_T_ATTN_Q_NORM, &ly->q_norm, (uint64_t)c->head_dim},
+            {ARCH_T_ATTN_K_NORM, &ly->k_norm, (uint64_t)c->head_dim},
+        };
+        for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+            if (!x[i].t->n) continue;
+            char name[96];
+            arch_tensor_file_name(name, sizeof name, x[i].at, l);
+            if ((rc = add_tensor(w, &bb, name, x[i].t, x[i].cols, 1, QUANT_F32))) goto out;
+        }
     }
+    if (m->rope_freqs.n &&
+        (rc = add_tensor(w, &bb, "rope_freqs.weight", &m->rope_freqs, m->rope_freqs.n, 1, QUANT_F32)))
+        goto out;
     if ((rc = add_tensor(w, &bb, "output_norm.weight", &m->out_norm, D, 1, QUANT_F32))) goto out;
     if (!m->tied && (rc = add_tensor(w, &bb, "output.weight", &m->wcls, D, V, type))) goto out;
     rc = gguf_writer_write(w, path, err, errlen);
@@ -252,50 +295,148 @@ out:
     return rc;
 }
 
+/* Copies every tokenizer.* key of the GGUF at path into w, and sets *n_vocab
+ * to its tokenizer.ggml.tokens count. */
+static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err, size_t errlen) {
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, err, errlen);
+    if (rc) return rc;
+    int et;
+    uint64_t n = 0;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL) || et != GGUF_TYPE_STRING || n < 3 ||
+        n > (1u << 22)) {
+        snprintf(err, errlen, "synth: %s: tokenizer.ggml.tokens missing, not strings, or not 3..%d of them",
+                 path, 1 << 22);
+        gguf_close(f);
+        return CK_EFORMAT;
+    }
+    *n_vocab = (int)n;
+    const char **ss = NULL;
+    size_t *lens = NULL;
+    char *str = NULL;
+    for (int i = 0; i < gguf_n_kv(f) && !rc; i++) {
+        const char *key = gguf_key_at(f, i);
+        if (strncmp(key, "tokenizer.", 10)) continue;
+        int type = gguf_kv_type(f, i);
+        if (type == GGUF_TYPE_STRING) {
+            const char *s;
+            size_t len;
+            if ((rc = gguf_get_str(f, key, &s, &len))) break;
+            if (memchr(s, 0, len) || !(str = malloc(len + 1))) {
+                rc = str ? CK_EFORMAT : CK_ENOMEM;
+                break;
+            }
+            memcpy(str, s, len);
+            str[len] = 0;
+            rc = gguf_writer_set_str(w, key, str);
+            free(str);
+            str = NULL;
+        } else if (type == GGUF_TYPE_ARRAY) {
+            const void *data;
+            if ((rc = gguf_get_arr(f, key, &et, &n, &data))) break;
+            if (et != GGUF_TYPE_STRING) {
+                rc = gguf_writer_set_arr(w, key, et, data, n);
+                continue;
+            }
+            const size_t cnt = (size_t)(n ? n : 1);
+            if (!(ss = malloc(cnt * sizeof *ss)) || !(lens = malloc(cnt * sizeof *lens))) {
+                rc = CK_ENOMEM;
+                break;
+            }
+            for (uint64_t j = 0; j < n && !rc; j++) rc = gguf_get_arr_str(f, key, j, &ss[j], &lens[j]);
+            if (!rc) rc = gguf_writer_set_arr_str(w, key, ss, lens, n);
+            free(ss);
+            free(lens);
+            ss = NULL;
+            lens = NULL;
+        } else {
+            const void *v;
+            if (!(rc = gguf_get_val(f, key, &type, &v))) rc = gguf_writer_set_val(w, key, type, v);
+        }
+    }
+    free(ss);
+    free(lens);
+    if (rc) snprintf(err, errlen, "synth: copying the tokenizer keys of %s: %s", path, ck_strerror(rc));
+    gguf_close(f);
+    return rc;
+}
+
 int convert_synth(const synth_params *p, const char *path, char *err, size_t errlen) {
     model_config c = {.dim = p->dim, .hidden_dim = p->hidden_dim, .n_layers = p->n_layers,
                       .n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads ? p->n_kv_heads : p->n_heads,
                       .vocab_size = p->vocab_size, .seq_len = p->ctx, .norm_eps = 1e-5f,
-                      .rope_theta = p->rope_theta > 0 ? p->rope_theta : 10000.0f};
-    char why[200];
-    if (model_config_check(&c, why, sizeof why)) {
-        snprintf(err, errlen, "synth: %s", why);
+                      .rope_theta = p->rope_theta > 0 ? p->rope_theta : 10000.0f,
+                      .head_dim = p->head_dim, .arch = p->arch ? p->arch : ARCH_LLAMA,
+                      .rope_scaling = p->rope_scaling, .rope_factor = p->rope_factor,
+                      .rope_orig_ctx = p->rope_orig_ctx, .rope_attn_factor = p->rope_attn_factor,
+                      .yarn_ext_factor = p->yarn_ext_factor, .yarn_beta_fast = p->yarn_beta_fast,
+                      .yarn_beta_slow = p->yarn_beta_slow};
+    const arch_info *a = arch_by_id(c.arch);
+    if (!a) {
+        snprintf(err, errlen, "synth: unknown architecture id %d (%s)", p->arch, arch_names());
         return CK_EINVAL;
     }
-    if (c.vocab_size < 259 + 95) {
-        snprintf(err, errlen, "synth: vocab %d is too small (at least 354: controls, bytes, characters)",
-                 c.vocab_size);
+    if (c.rope_scaling < ARCH_SCALING_NONE || c.rope_scaling > ARCH_SCALING_YARN ||
+        (c.rope_scaling != ARCH_SCALING_NONE && !(c.rope_factor > 0))) {
+        snprintf(err, errlen, "synth: rope scaling %s needs a factor > 0", arch_scaling_name(c.rope_scaling));
         return CK_EINVAL;
     }
-    if (c.vocab_size > 259 + 95 + 1 + 27 * 27 + 27 * 27 * 27 + 27 * 27 * 27 * 27) {
-        snprintf(err, errlen, "synth: vocab %d is larger than the n-gram vocabulary can fill",
-                 c.vocab_size);
+    if (p->rope_freqs && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO) {
+        snprintf(err, errlen, "synth: architecture %s has no rope_freqs.weight", a->name);
         return CK_EINVAL;
     }
-    if (!quant_type_name(p->type)) {
-        snprintf(err, errlen, "synth: unsupported type");
-        return CK_EUNSUPPORTED;
-    }
-    c.head_dim = c.dim / c.n_heads;
     gguf_writer *w = NULL;
     bufs bb = {0};
     float *tmp = NULL;
     uint64_t s = p->seed;
     int rc = gguf_writer_new(&w);
     if (rc) goto out;
-    char name[64];
-    snprintf(name, sizeof name, "synth-d%d-l%d-h%d-kv%d-f%d-v%d", c.dim, c.n_layers, c.n_heads,
-             c.n_kv_heads, c.hidden_dim, c.vocab_size);
-    if ((rc = write_hparams(w, &c, name, p->type, 0)) || (rc = synth_vocab(w, c.vocab_size))) goto out;
+    if (p->vocab_from && (rc = copy_vocab(w, p->vocab_from, &c.vocab_size, err, errlen))) goto done;
+    char why[200];
+    if (model_config_check(&c, why, sizeof why)) {
+        snprintf(err, errlen, "synth: %s", why);
+        rc = CK_EINVAL;
+        goto done;
+    }
+    if (!p->vocab_from && c.vocab_size < 259 + 95) {
+        snprintf(err, errlen, "synth: vocab %d is too small (at least 354: controls, bytes, characters)",
+                 c.vocab_size);
+        rc = CK_EINVAL;
+        goto done;
+    }
+    if (!p->vocab_from && c.vocab_size > 259 + 95 + 1 + 27 * 27 + 27 * 27 * 27 + 27 * 27 * 27 * 27) {
+        snprintf(err, errlen, "synth: vocab %d is larger than the n-gram vocabulary can fill",
+                 c.vocab_size);
+        rc = CK_EINVAL;
+        goto done;
+    }
+    if (!quant_type_name(p->type)) {
+        snprintf(err, errlen, "synth: unsupported type");
+        rc = CK_EUNSUPPORTED;
+        goto done;
+    }
+    if (!c.head_dim) c.head_dim = c.dim / c.n_heads;
+    char name[96];
+    snprintf(name, sizeof name, "synth-%s-d%d-l%d-h%d-kv%d-hd%d-f%d-v%d", a->name, c.dim, c.n_layers,
+             c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim, c.vocab_size);
+    if ((rc = write_hparams(w, &c, name, p->type, 0)) ||
+        (!p->vocab_from && (rc = synth_vocab(w, c.vocab_size))))
+        goto out;
     uint64_t D = (uint64_t)c.dim, F = (uint64_t)c.hidden_dim, V = (uint64_t)c.vocab_size;
-    uint64_t Q = (uint64_t)c.n_heads * (uint64_t)c.head_dim;
-    uint64_t KV = (uint64_t)c.n_kv_heads * (uint64_t)c.head_dim;
+    uint64_t HD = (uint64_t)c.head_dim;
+    uint64_t Q = (uint64_t)c.n_heads * HD;
+    uint64_t KV = (uint64_t)c.n_kv_heads * HD;
     uint64_t biggest = V * D > F * D ? V * D : F * D;
+    if (Q * D > biggest) biggest = Q * D; /* attn_q, attn_output: more than V * D for a small vocab */
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
     fill_uniform(tmp, V * D, 1.0f, &s);
     if ((rc = add_f32(w, &bb, "token_embd.weight", tmp, D, V, p->type))) goto out;
+    if (p->rope_freqs) {
+        arch_llama3_freq_factors(c.head_dim, c.rope_theta, 8.0f, 1.0f, 4.0f, 8192, tmp);
+        if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, HD / 2, 1, QUANT_F32))) goto out;
+    }
     for (int l = 0; l < c.n_layers; l++) {
         struct { const char *n; uint64_t cols, rows; } t[] = {
             {"attn_norm", D, 1}, {"attn_q", D, Q},      {"attn_k", D, KV},
@@ -313,11 +454,29 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : p->type)))
                 goto out;
         }
+        /* qwen2's biases (as big as the projections' outputs: Qwen2.5's are
+         * large); qwen3's head norms around 1, unequal so a mix-up shows */
+        struct { int at; uint64_t n; float a, base; } x[] = {
+            {ARCH_T_ATTN_Q_B, Q, 1.0f, 0}, {ARCH_T_ATTN_K_B, KV, 1.0f, 0}, {ARCH_T_ATTN_V_B, KV, 1.0f, 0},
+            {ARCH_T_ATTN_Q_NORM, HD, 0.5f, 1}, {ARCH_T_ATTN_K_NORM, HD, 0.5f, 1},
+        };
+        for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+            int want = c.arch == ARCH_QWEN2 ? x[i].at <= ARCH_T_ATTN_V_B
+                                            : a->need[x[i].at] == ARCH_REQUIRED;
+            if (!want) continue;
+            char tn[96];
+            arch_tensor_file_name(tn, sizeof tn, x[i].at, l);
+            fill_uniform(tmp, x[i].n, x[i].a, &s);
+            for (uint64_t k = 0; k < x[i].n; k++) tmp[k] += x[i].base;
+            if ((rc = add_f32(w, &bb, tn, tmp, x[i].n, 1, QUANT_F32))) goto out;
+        }
     }
     for (uint64_t k = 0; k < D; k++) tmp[k] = 1.0f;
     if ((rc = add_f32(w, &bb, "output_norm.weight", tmp, D, 1, QUANT_F32))) goto out;
-    fill_uniform(tmp, V * D, sqrtf(3.0f / (float)D) * 4.0f, &s);
-    if ((rc = add_f32(w, &bb, "output.weight", tmp, D, V, p->type))) goto out;
+    if (!p->tied) {
+        fill_uniform(tmp, V * D, sqrtf(3.0f / (float)D) * 4.0f, &s);
+        if ((rc = add_f32(w, &bb, "output.weight", tmp, D, V, p->type))) goto out;
+    }
     rc = gguf_writer_write(w, path, err, errlen);
     if (rc) goto done;
 out:

@@ -1,8 +1,10 @@
 /* convert.h - write models as GGUF: conversion of a loaded model, and
  * synthetic random-weight models of any shape.
  *
- * The GGUF written is what llama.cpp-style readers expect for architecture
- * "llama": the llama.* hyperparameters, token_embd / blk.N.* / output_norm /
+ * The GGUF written is what llama.cpp-style readers expect for the
+ * architecture of the model (arch.h: llama, qwen2, qwen3): the <arch>.*
+ * hyperparameters (RoPE scaling keys when scaled, key_length/value_length
+ * when head_dim is not dim / n_heads), token_embd / blk.N.* / output_norm /
  * output tensors with ne[0] = input features, norms in f32, and the
  * tokenizer inside (tokenizer.ggml.model "llama", pieces with U+2581 for the
  * space, scores, token types, BOS/EOS/UNK ids). */
@@ -19,16 +21,33 @@
  * Returns 0 or CK_E* with err filled. */
 int convert_write_gguf(const model *m, int type, const char *path, char *err, size_t errlen);
 
+/* Zero means "the default" in every field but dim..ctx, so a caller may
+ * set only the shape. */
 typedef struct synth_params {
     int dim, n_layers, n_heads, n_kv_heads, hidden_dim, vocab_size, ctx;
     int type;       /* QUANT_* of the weight matrices */
     uint64_t seed;
-    float rope_theta;
+    float rope_theta;   /* 0: 10000 */
+    int arch;           /* ARCH_* (arch.h), 0: llama. qwen2 adds random q/k/v biases,
+                           qwen3 random q/k head norms */
+    int head_dim;       /* 0: dim / n_heads; else written as key_length/value_length */
+    int tied;           /* no output.weight: the classifier is the embedding */
+    int rope_scaling;   /* ARCH_SCALING_*; NONE writes no scaling keys */
+    float rope_factor;  /* rope.scaling.factor (with LINEAR or YARN) */
+    int rope_orig_ctx;  /* rope.scaling.original_context_length; 0: not written */
+    /* rope.scaling.attn_factor and YaRN's keys; 0: not written (the reader's
+     * default: 1, yarn 1 / 32 / 1) */
+    float rope_attn_factor, yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
+    int rope_freqs;     /* write rope_freqs.weight: Llama 3.1's factors from the llama3
+                           formula (factor 8, low 1, high 4, original context 8192) */
+    const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied, and whose token
+                               count is the vocabulary (vocab_size ignored); NULL: synthetic */
 } synth_params;
 
-/* A random-weight Llama of the given shape, its vocabulary made of the
- * control pieces, 256 byte pieces (so any text round-trips), printable
- * characters, then letter n-grams up to vocab_size. Returns 0 or CK_E*. */
+/* A random-weight model of the given shape and architecture, its vocabulary
+ * copied from vocab_from, or made of the control pieces, 256 byte pieces (so
+ * any text round-trips), printable characters, then letter n-grams up to
+ * vocab_size. Returns 0 or CK_E* with err filled. */
 int convert_synth(const synth_params *p, const char *path, char *err, size_t errlen);
 
 #endif

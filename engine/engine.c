@@ -33,6 +33,7 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "kv.h"
+#include "kvq.h"
 #include "prefix.h"
 #include "scheduler.h"
 #include "textbuf.h"
@@ -127,8 +128,9 @@ struct eng {
     backend *b;
     kv_pool pool, pool8;
     tier *warm, *warm8;      /* f32 tier; int8 tier (made when a request needs it) */
-    int bs, max_ctx, vocab;
+    int bs, max_ctx, vocab;  /* max_ctx: the planned context (eng_fit_context), <= seq_len */
     size_t block_bytes;      /* one f32 block */
+    eng_memory mem;          /* the plan eng_new followed */
     sched_queue waitq, runq;
     int committed;           /* sum of the running requests' commitments */
     req *all;
@@ -465,6 +467,176 @@ static void fail_req_msg(eng *e, req *r, int error, const char *msg) {
     fail_req(e, r, error);
 }
 
+/* ========================================================= memory plan */
+
+/* Defaults filled in, as eng_new uses the config. */
+static int config_resolve(eng_config *c, char *err, size_t errlen) {
+    if (!c->backend) c->backend = "auto";
+    if (!c->kv_budget_bytes) c->kv_budget_bytes = (size_t)64 << 20;
+    if (c->max_running <= 0) c->max_running = 64;
+    if (c->max_batch_tokens <= 0) c->max_batch_tokens = 512;
+    if (c->max_queue <= 0) c->max_queue = 4096;
+    if (c->aging_ms < 0 || c->block_size < 0 || c->threads < 0 || c->max_context < 0) {
+        snprintf(err, errlen, "negative aging_ms, block_size, threads or max_context");
+        return CK_EINVAL;
+    }
+    if (c->max_memory_mb > SIZE_MAX >> 20) {
+        snprintf(err, errlen, "max_memory_mb %zu is out of range", c->max_memory_mb);
+        return CK_EINVAL;
+    }
+    /* Every running sequence must be able to put its decode token in a step. */
+    if (c->max_running > c->max_batch_tokens) c->max_running = c->max_batch_tokens;
+    return CK_OK;
+}
+
+static void human(size_t b, char *out, size_t n) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    if (u == 0) snprintf(out, n, "%zu B", b);
+    else snprintf(out, n, v >= 100 ? "%.0f %s" : "%.1f %s", v, unit[u]);
+}
+
+int eng_memory_describe(const eng_memory *p, char *buf, size_t len) {
+    char t[16], w[16], kv[16], kv8[16], wa[16], pf[16], act[16], h[16], sc[16], spt[16], f[16];
+    human(p->total, t, sizeof t);
+    human(p->be.weights, w, sizeof w);
+    human(p->be.kv, kv, sizeof kv);
+    human(p->be.kv8, kv8, sizeof kv8);
+    human(p->warm, wa, sizeof wa);
+    human(p->prefix, pf, sizeof pf);
+    human(p->be.activations, act, sizeof act);
+    human(p->host, h, sizeof h);
+    human(p->be.scratch, sc, sizeof sc);
+    human(p->be.scratch_per_thread, spt, sizeof spt);
+    human(p->file_bytes, f, sizeof f);
+    return snprintf(buf, len,
+                    "planned %s at context %d (weights %s, KV %s, int8 KV %s, warm %s, prefix %s, "
+                    "batch %s, engine %s, scratch %s = %d x %s; file %s mapped)",
+                    t, p->max_ctx, w, kv, kv8, wa, pf, act, h, sc, p->be.n_threads, spt, f);
+}
+
+int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size,
+                    eng_plan_cb plan, void *ud, eng_memory *p, char *err, size_t errlen) {
+    const int seq = m->cfg.seq_len, bs = block_size > 0 ? block_size : 1;
+    int ctx = max_context > 0 ? (max_context < seq ? max_context : seq) : be_default_ctx(m);
+    int rc = plan(ud, ctx, p);
+    if (rc) {
+        snprintf(err, errlen, "planning memory for context %d: %s", ctx, ck_strerror(rc));
+        return rc;
+    }
+    p->limit_mb = max_memory_mb;
+    if (!max_memory_mb || max_memory_mb > SIZE_MAX >> 20) return CK_OK;
+    const size_t limit = max_memory_mb << 20;
+    if (p->total <= limit) return CK_OK;
+    if (max_context <= 0 && ctx > bs) {
+        /* The default yields: the largest whole number of blocks below it
+         * that fits (every size grows with the context, so bisect). */
+        int lo = 1, hi = (ctx - 1) / bs, found = 0;
+        eng_memory q, best;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (!plan(ud, mid * bs, &q) && q.total <= limit) {
+                best = q;
+                found = 1;
+                lo = mid + 1;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        if (found) {
+            *p = best;
+            p->limit_mb = max_memory_mb;
+            return CK_OK;
+        }
+        if ((rc = plan(ud, bs, p))) return rc; /* the least it could plan, for the message */
+        p->limit_mb = max_memory_mb;
+    }
+    char d[400];
+    eng_memory_describe(p, d, sizeof d);
+    snprintf(err, errlen, "%s exceeds max_memory_mb=%zu%s", d, max_memory_mb,
+             max_context > 0 ? " (lower max_context)" : "");
+    return CK_ENOSPACE;
+}
+
+/* What eng_new builds for one context: its backend options, then tiers. */
+typedef struct eng_plan_ud {
+    const eng_config *c;
+    const model *m;
+    int bs;
+    size_t n_blocks, block_bytes;
+} eng_plan_ud;
+
+static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
+    const eng_plan_ud *u = ud_;
+    const eng_config *c = u->c;
+    const model_config *mc = &u->m->cfg;
+    memset(p, 0, sizeof *p);
+    be_options bo = {.max_batch_tokens = c->max_batch_tokens, .n_kv_blocks = (int)u->n_blocks,
+                     .block_size = u->bs, .n_threads = c->threads, .max_ctx = ctx,
+                     .n_kv8_blocks = (int)u->n_blocks};
+    int rc = be_cpu_plan(u->m, &bo, &p->be);
+    if (rc) return rc;
+    /* tier.c and prefix.c: a slab of whole slots, at least one, capped */
+    kvq_shape shape = {mc->n_layers, u->bs, mc->n_kv_heads * mc->head_dim};
+    size_t warm_budget = c->warm_budget_bytes ? c->warm_budget_bytes : 4 * u->n_blocks * u->block_bytes;
+    size_t slot = kvq_f32_bytes(&shape), n = warm_budget / slot;
+    n = n > (1u << 30) ? 1u << 30 : n ? n : 1;
+    p->warm = n * slot;
+    if (c->policy.cache_compression) {
+        slot = kvq_block_bytes(&shape);
+        n = warm_budget / slot;
+        n = n > (1u << 30) ? 1u << 30 : n ? n : 1;
+        p->warm += n * slot;
+    }
+    if (!c->prefix_cache_off) {
+        size_t budget = c->prefix_cache_bytes ? c->prefix_cache_bytes : u->n_blocks * u->block_bytes;
+        n = budget / u->block_bytes;
+        n = n > (1u << 24) ? 1u << 24 : n ? n : 1;
+        p->prefix = n * u->block_bytes;
+    }
+    /* eng_new's buffers: logits, the step arrays, the prompt scratch, a block,
+     * and the two pools' bookkeeping (three int32 a block each) */
+    const size_t R = (size_t)c->max_running, T = (size_t)c->max_batch_tokens;
+    p->host = R * (size_t)mc->vocab_size * sizeof(float) + 4 * T * sizeof(int32_t) +
+              (size_t)ctx * sizeof(int32_t) + u->block_bytes + 2 * 3 * u->n_blocks * sizeof(int32_t);
+    p->total = p->be.total + p->warm + p->prefix + p->host;
+    p->max_ctx = ctx;
+    p->file_bytes = model_file_bytes(u->m);
+    return CK_OK;
+}
+
+/* The plan, and the pool geometry eng_new builds with. */
+static int plan_config(const eng_config *c, const model *m, eng_memory *p, eng_plan_ud *u, char *err,
+                       size_t errlen) {
+    const model_config *mc = &m->cfg;
+    u->c = c;
+    u->m = m;
+    u->bs = c->block_size > 0 ? c->block_size : kv_default_block_size(mc->seq_len);
+    u->block_bytes = (size_t)mc->n_layers * 2 * (size_t)u->bs * (size_t)(mc->n_kv_heads * mc->head_dim) *
+                     sizeof(float);
+    u->n_blocks = c->kv_budget_bytes / u->block_bytes;
+    if (u->n_blocks < 1 || u->n_blocks > (1u << 30)) {
+        snprintf(err, errlen, "a KV budget of %zu bytes holds %zu blocks of %zu bytes", c->kv_budget_bytes,
+                 u->n_blocks, u->block_bytes);
+        return CK_EINVAL;
+    }
+    return eng_fit_context(m, c->max_context, c->max_memory_mb, u->bs, eng_plan_at, u, p, err, errlen);
+}
+
+int eng_memory_plan(const eng_config *cfg, const model *m, eng_memory *p, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    eng_config c = *cfg;
+    int rc = config_resolve(&c, err, errlen);
+    if (rc) return rc;
+    eng_plan_ud u;
+    return plan_config(&c, m, p, &u, err, errlen);
+}
+
+const eng_memory *eng_get_memory(const eng *e) { return &e->mem; }
+int eng_max_context(const eng *e) { return e->max_ctx; }
+
 /* ============================================================= eng_new */
 
 int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
@@ -475,38 +647,26 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
         return CK_EINVAL;
     }
     eng_config c = *cfg;
-    if (!c.backend) c.backend = "auto";
-    if (!c.kv_budget_bytes) c.kv_budget_bytes = (size_t)64 << 20;
-    if (c.max_running <= 0) c.max_running = 64;
-    if (c.max_batch_tokens <= 0) c.max_batch_tokens = 512;
-    if (c.max_queue <= 0) c.max_queue = 4096;
-    if (c.aging_ms < 0 || c.block_size < 0 || c.threads < 0) {
-        snprintf(err, errlen, "negative aging_ms, block_size or threads");
-        return CK_EINVAL;
-    }
-    /* Every running sequence must be able to put its decode token in a step. */
-    if (c.max_running > c.max_batch_tokens) c.max_running = c.max_batch_tokens;
+    int rc = config_resolve(&c, err, errlen);
+    if (rc) return rc;
     eng *e = calloc(1, sizeof *e);
     if (!e) return CK_ENOMEM;
     e->c = c;
     e->c.model_path = e->c.tokenizer_path = NULL; /* borrowed only for the load */
     e->next_id = 1;
-    int rc = model_load(cfg->model_path, cfg->tokenizer_path, &e->m, err, errlen);
+    rc = model_load(cfg->model_path, cfg->tokenizer_path, &e->m, err, errlen);
     if (rc) goto fail;
     const model_config *mc = &e->m->cfg;
-    e->max_ctx = mc->seq_len;
+    /* Plan first: a load past max_memory_mb stops here, before the backend
+     * allocates anything (the model is only mapped so far). */
+    eng_plan_ud pu;
+    if ((rc = plan_config(&c, e->m, &e->mem, &pu, err, errlen))) goto fail;
+    e->max_ctx = e->mem.max_ctx;
     e->vocab = mc->vocab_size;
-    e->bs = c.block_size > 0 ? c.block_size : kv_default_block_size(mc->seq_len);
+    e->bs = pu.bs;
     e->c.block_size = e->bs;
-    size_t block_floats = (size_t)mc->n_layers * 2 * (size_t)e->bs * (size_t)(mc->n_kv_heads * mc->head_dim);
-    e->block_bytes = block_floats * sizeof(float);
-    size_t n_blocks = c.kv_budget_bytes / e->block_bytes;
-    if (n_blocks < 1 || n_blocks > (1u << 30)) {
-        snprintf(err, errlen, "a KV budget of %zu bytes holds %zu blocks of %zu bytes", c.kv_budget_bytes,
-                 n_blocks, e->block_bytes);
-        rc = CK_EINVAL;
-        goto fail;
-    }
+    e->block_bytes = pu.block_bytes;
+    size_t n_blocks = pu.n_blocks;
     be_options bo = {.max_batch_tokens = c.max_batch_tokens,
                      .n_kv_blocks = (int)n_blocks,
                      .block_size = e->bs,
@@ -1224,7 +1384,7 @@ static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf, 
         return;
     }
     const tokenizer *tk = e->m->tok;
-    if (!r->ignore_eos && (next == tok_eos(tk) || (e->m->stop_on_bos && next == tok_bos(tk)))) {
+    if (!r->ignore_eos && (tok_is_eog(tk, next) || (e->m->stop_on_bos && next == tok_bos(tk)))) {
         finish_req(e, r, GEN_FINISH_STOP);
         return;
     }

@@ -54,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "cold.h"
 #include "gen.h"
 #include "model.h"
@@ -82,6 +83,11 @@ typedef struct eng_config {
     int prefix_cache_off;        /* no prefix cache: every prompt is computed */
     int promote_hits;            /* hits that make a prefix block a template (0 = 4; -1 = never) */
     int max_sessions;            /* session contexts kept in host memory (0 = 1024) */
+    /* Memory bounds (docs/ARCHITECTURE.md, Memory plan). */
+    int max_context;             /* tokens a sequence may hold, at most the model's (0 = the
+                                    model's, at most BE_DEFAULT_MAX_CTX, less where
+                                    max_memory_mb needs it) */
+    size_t max_memory_mb;        /* refuse a load whose plan exceeds this (0 = no limit) */
 } eng_config;
 
 /* backend "auto", every core, block size 0, 64 MiB hot, warm 0, 64 running,
@@ -201,9 +207,47 @@ typedef struct eng_stats {
     uint64_t template_fetches, template_misses, template_saves;
 } eng_stats;
 
+/* The memory a load will hold, computed before anything large is allocated
+ * (the model file is only mapped by then). */
+typedef struct eng_memory {
+    be_memory be;                /* the backend's: weights, hot and int8 KV, batch, scratch */
+    size_t warm;                 /* warm tier slab(s) */
+    size_t prefix;               /* prefix cache slab (0 when off) */
+    size_t host;                 /* the engine's own step buffers (logits of max_running rows, ...) */
+    size_t total;                /* be.total + warm + prefix + host */
+    size_t file_bytes;           /* the model file, mapped read-only (page cache: not in total) */
+    int max_ctx;                 /* the context everything is sized for */
+    size_t limit_mb;             /* max_memory_mb it was planned against (0 = none) */
+} eng_memory;
+
+/* Sizes of one candidate context `ctx` for eng_fit_context: fill p (at least
+ * total and max_ctx), return 0 or CK_E*. */
+typedef int (*eng_plan_cb)(void *ud, int ctx, eng_memory *p);
+
+/* The context rule, once for every loader (the engine, the CLI's backend):
+ * max_context > 0 is taken as asked (capped at the model's context) and
+ * refused when its plan exceeds max_memory_mb; 0 means be_default_ctx,
+ * lowered to the largest multiple of block_size that fits max_memory_mb.
+ * Refusal: CK_ENOSPACE with err naming the planned sizes (eng_memory_describe).
+ * On success *p is the plan at the chosen context. */
+int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size,
+                    eng_plan_cb plan, void *ud, eng_memory *p, char *err, size_t errlen);
+/* The plan eng_new would follow for config c and the loaded model m: the
+ * context by eng_fit_context, then every pool's size. Returns as it. */
+int eng_memory_plan(const eng_config *c, const model *m, eng_memory *p, char *err, size_t errlen);
+/* One line for a person: "planned 8.6 GiB at context 1048576 (weights ...,
+ * KV ..., ..., scratch 8.0 GiB = 2 x 4.0 GiB)". Returns snprintf's count. */
+int eng_memory_describe(const eng_memory *p, char *buf, size_t len);
+
 typedef struct eng eng;
 
+/* Loads the model, plans (eng_memory_plan: a plan past max_memory_mb is
+ * refused before the backend allocates), then builds everything. */
 int eng_new(const eng_config *c, eng **out, char *err, size_t errlen);
+/* The plan the engine was built by, and its context (what a request may
+ * hold: prompt + completion < it). */
+const eng_memory *eng_get_memory(const eng *e);
+int eng_max_context(const eng *e);
 void eng_free(eng *e);
 const model *eng_model(const eng *e);
 /* Queue a request. Everything it points to is copied. On success *id is

@@ -197,6 +197,9 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
             samp_confidence(g->logits, c->vocab_size, &conf, &amax);
             r->retries++;
         }
+        if (p->on_logits &&
+            (rc = p->on_logits(p->on_logits_ud, r->n_tokens, g->logits, c->vocab_size)))
+            break;
         int32_t next;
         if (p->force) {
             next = p->force[r->n_tokens];
@@ -226,7 +229,7 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
         if (full > r->full_peak_tokens) r->full_peak_tokens = full;
         if (g->pol && (rc = kvpol_after_step(g->pol, &g->seq, &conf))) break;
 
-        if (!p->force && !p->ignore_eos && (next == tok_eos(g->m->tok) ||
+        if (!p->force && !p->ignore_eos && (tok_is_eog(g->m->tok, next) ||
                           (g->m->stop_on_bos && next == tok_bos(g->m->tok)))) {
             r->finish = GEN_FINISH_STOP;
             break;

@@ -34,6 +34,12 @@ typedef struct gen_params {
      * of sampling, and report each step's log-probability of the forced token. */
     const int32_t *force;
     int n_force;
+    /* Logits tap (optional): called once a step with the logits the sampler
+     * is about to see (step 0 = after the prompt, step i = after completion
+     * token i-1), borrowed for the call. A nonzero return ends the run with
+     * that code. For `confkv generate --dump-logits`. */
+    int (*on_logits)(void *ud, int step, const float *logits, int n_vocab);
+    void *on_logits_ud;
 } gen_params;
 
 void gen_params_default(gen_params *p);

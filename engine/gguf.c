@@ -73,44 +73,61 @@ static uint32_t rd_u32(const uint8_t *p) {
 }
 
 /* ------------------------------------------------------------------------
- * a small name -> index hash table (open addressing, linear probing)
+ * a name -> index table: the names sorted, found by binary search
+ *
+ * Not a hash: the names come from the file, and a file can choose names
+ * that all collide in any fixed hash (80,000 such keys made the old FNV
+ * table take 18 s). Sorting is O(n log n) comparisons whatever the names,
+ * each comparison at most the shorter name's length, so building costs
+ * O(file size * log n) and a lookup O(name length * log n). Duplicates end
+ * up next to each other, which is how they are found.
  * ------------------------------------------------------------------------ */
 
+typedef struct gguf_name_ent {
+    const char *name; /* NUL-terminated, in gguf_file.strs */
+    uint32_t i;       /* index of the key or tensor */
+} gguf_name_ent;
+
 typedef struct gguf_index {
-    uint32_t *slots; /* index + 1; 0 is empty */
-    size_t mask;     /* capacity - 1, capacity a power of two */
+    gguf_name_ent *ent; /* (n) sorted by name (strcmp), then by i */
+    size_t n;
 } gguf_index;
 
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
+static int ent_cmp(const void *a, const void *b) {
+    const gguf_name_ent *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    return x->i < y->i ? -1 : x->i > y->i;
 }
 
-/* Room for n names at a load factor of at most one half. */
-static int index_init(gguf_index *ix, size_t n) {
-    size_t cap = 8;
-    while (cap < 2 * n)
-        cap *= 2;
-    ix->slots = calloc(cap, sizeof *ix->slots);
-    if (!ix->slots)
-        return CK_ENOMEM;
-    ix->mask = cap - 1;
-    return 0;
+/* Sort ix->ent (filled by the caller). Returns the position of the first
+ * entry whose name equals its predecessor's (the later of two duplicates:
+ * ties sort by index), or -1 when all names differ. */
+static long index_sort(gguf_index *ix) {
+    if (ix->n > 1)
+        qsort(ix->ent, ix->n, sizeof *ix->ent, ent_cmp);
+    for (size_t k = 1; k < ix->n; k++)
+        if (strcmp(ix->ent[k - 1].name, ix->ent[k].name) == 0)
+            return (long)k;
+    return -1;
 }
 
-/* Slot where `name` is, or the empty slot where it would go;
- * name_of(ctx, i) gives the name of entry i. A file whose names all
- * collide makes this O(n) per lookup: slow, never unsafe. */
-#define INDEX_PROBE(ix, name, name_of, ctx, slot_out)                         \
-    do {                                                                      \
-        size_t s_ = (size_t)hash_str(name) & (ix)->mask;                      \
-        while ((ix)->slots[s_] &&                                             \
-               strcmp(name_of(ctx, (ix)->slots[s_] - 1), name) != 0)          \
-            s_ = (s_ + 1) & (ix)->mask;                                       \
-        (slot_out) = s_;                                                      \
-    } while (0)
+/* Index of the entry called `name`, or -1. */
+static long index_find(const gguf_index *ix, const char *name) {
+    size_t lo = 0, hi = ix->n; /* the answer is in [lo, hi) */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, ix->ent[mid].name);
+        if (c == 0)
+            return (long)ix->ent[mid].i;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return -1;
+}
 
 /* ------------------------------------------------------------------------
  * the reader
@@ -415,16 +432,9 @@ static int parse_tensor_infos(gguf_parser *ps, gguf_file *f) {
     return 0;
 }
 
-static const char *kv_name_of(const gguf_file *f, uint32_t i) {
-    return f->kv[i].key;
-}
-
-static const char *tensor_name_of(const gguf_file *f, uint32_t i) {
-    return f->tensors[i].name;
-}
-
 /* Copy keys and names into one NUL-terminated block and index them,
- * refusing duplicates. */
+ * refusing duplicates (as llama.cpp's reader does: a second value for a key
+ * or a second tensor of a name has no meaning). */
 static int build_names(gguf_parser *ps, gguf_file *f) {
     size_t total = 1;
     for (int i = 0; i < f->n_kv; i++)
@@ -433,8 +443,11 @@ static int build_names(gguf_parser *ps, gguf_file *f) {
         total += f->name_lens[i] + 1;
     /* total <= file size + counts: no overflow */
     f->strs = malloc(total);
-    if (!f->strs || index_init(&f->kv_index, (size_t)f->n_kv) < 0 ||
-        index_init(&f->tensor_index, (size_t)f->n_tensors) < 0)
+    /* +1: malloc(0) may return NULL */
+    f->kv_index.ent = malloc(((size_t)f->n_kv + 1) * sizeof *f->kv_index.ent);
+    f->tensor_index.ent =
+        malloc(((size_t)f->n_tensors + 1) * sizeof *f->tensor_index.ent);
+    if (!f->strs || !f->kv_index.ent || !f->tensor_index.ent)
         return fail(ps, CK_ENOMEM, "out of memory");
     char *s = f->strs;
     for (int i = 0; i < f->n_kv; i++) {
@@ -443,12 +456,15 @@ static int build_names(gguf_parser *ps, gguf_file *f) {
         s[kv->key_len] = 0;
         kv->key = s;
         s += kv->key_len + 1;
-        size_t slot;
-        INDEX_PROBE(&f->kv_index, kv->key, kv_name_of, f, slot);
-        if (f->kv_index.slots[slot])
-            return fail(ps, CK_EFORMAT, "duplicate key '%.*s' (kv %d)",
-                        NAME_ARGS(ps, kv->key_off, kv->key_len), i);
-        f->kv_index.slots[slot] = (uint32_t)i + 1;
+        f->kv_index.ent[i] = (gguf_name_ent){kv->key, (uint32_t)i};
+    }
+    f->kv_index.n = (size_t)f->n_kv;
+    long d = index_sort(&f->kv_index);
+    if (d >= 0) {
+        const gguf_kv *kv = &f->kv[f->kv_index.ent[d].i];
+        return fail(ps, CK_EFORMAT, "duplicate key '%.*s' (kv %u and %u)",
+                    NAME_ARGS(ps, kv->key_off, kv->key_len),
+                    f->kv_index.ent[d - 1].i, f->kv_index.ent[d].i);
     }
     for (int i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -456,24 +472,25 @@ static int build_names(gguf_parser *ps, gguf_file *f) {
         s[f->name_lens[i]] = 0;
         t->name = s;
         s += f->name_lens[i] + 1;
-        size_t slot;
-        INDEX_PROBE(&f->tensor_index, t->name, tensor_name_of, f, slot);
-        if (f->tensor_index.slots[slot])
-            return fail(ps, CK_EFORMAT, "duplicate tensor name '%.*s' (tensor %d)",
-                        NAME_ARGS(ps, f->name_offs[i], f->name_lens[i]), i);
-        f->tensor_index.slots[slot] = (uint32_t)i + 1;
+        f->tensor_index.ent[i] = (gguf_name_ent){t->name, (uint32_t)i};
+    }
+    f->tensor_index.n = (size_t)f->n_tensors;
+    d = index_sort(&f->tensor_index);
+    if (d >= 0) {
+        uint32_t i = f->tensor_index.ent[d].i;
+        return fail(ps, CK_EFORMAT,
+                    "duplicate tensor name '%.*s' (tensors %u and %u)",
+                    NAME_ARGS(ps, f->name_offs[i], f->name_lens[i]),
+                    f->tensor_index.ent[d - 1].i, i);
     }
     return 0;
 }
 
 static int kv_lookup(const gguf_file *f, const char *key) {
-    size_t slot;
-    INDEX_PROBE(&f->kv_index, key, kv_name_of, f, slot);
-    return f->kv_index.slots[slot] ? (int)f->kv_index.slots[slot] - 1
-                                   : CK_ENOTFOUND;
+    long i = index_find(&f->kv_index, key);
+    return i >= 0 ? (int)i : CK_ENOTFOUND;
 }
 
-/* general.alignment: an unsigned integer, a power of two. */
 static int read_alignment(gguf_parser *ps, gguf_file *f) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     int i = kv_lookup(f, "general.alignment");
@@ -513,8 +530,14 @@ static int check_data(gguf_parser *ps, gguf_file *f) {
         return fail(ps, CK_EFORMAT, "alignment %llu overflows the data offset",
                     (unsigned long long)a);
     f->data_off = (pos + a - 1) / a * a;
-    if (f->n_tensors == 0)
+    /* A file without tensors (llama.cpp's vocabulary-only files) may end
+     * before the padding: its empty data section sits at the end of the
+     * file, never past it. */
+    if (f->n_tensors == 0) {
+        if (f->data_off > ps->size)
+            f->data_off = ps->size;
         return 0;
+    }
     uint64_t room = f->data_off <= ps->size ? ps->size - f->data_off : 0;
     if (f->data_off > ps->size)
         return fail(ps, CK_EFORMAT,
@@ -582,8 +605,8 @@ void gguf_close(gguf_file *f) {
     free(f->name_offs);
     free(f->name_lens);
     free(f->strs);
-    free(f->kv_index.slots);
-    free(f->tensor_index.slots);
+    free(f->kv_index.ent);
+    free(f->tensor_index.ent);
     free(f);
 }
 
@@ -889,10 +912,8 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *f, int i) {
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     if (!f || !name)
         return NULL;
-    size_t slot;
-    INDEX_PROBE(&f->tensor_index, name, tensor_name_of, f, slot);
-    uint32_t s = f->tensor_index.slots[slot];
-    return s ? &f->tensors[s - 1] : NULL;
+    long i = index_find(&f->tensor_index, name);
+    return i >= 0 ? &f->tensors[i] : NULL;
 }
 
 /* ------------------------------------------------------------------------

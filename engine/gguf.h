@@ -56,6 +56,10 @@
  * Strings are returned as stored; the reader does not check that they are
  * valid UTF-8.
  *
+ * Work: keys and tensor names are indexed by sorting them (no hash a file
+ * could make collide), so gguf_open costs O(file size * log n) whatever the
+ * names; the duplicate refused is named in err with both indices.
+ *
  * Lifetimes: a gguf_file owns the read-only mapping of the file. Every
  * pointer it hands out (tensor infos, names, keys, string values, array and
  * tensor data) points into it or into its tables and stays valid until
@@ -135,7 +139,8 @@ uint64_t gguf_file_size(const gguf_file *f);
 
 /* Key/value getters. Each returns 0 and fills its outputs; CK_ENOTFOUND if
  * the key is absent; CK_EFORMAT if the value has another type; CK_EINVAL for
- * NULL arguments. Outputs are untouched on error. Key lookups are O(1). */
+ * NULL arguments. Outputs are untouched on error. Key lookups are a binary
+ * search over the sorted keys: O(log n) string comparisons. */
 
 /* Any integer type (not bool). A uint64 above INT64_MAX gives CK_ERANGE. */
 int gguf_get_int(const gguf_file *f, const char *key, int64_t *out);
@@ -164,7 +169,8 @@ int gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
                      const char **s, size_t *len);
 
 /* Tensors, in file order. gguf_tensor_at returns NULL for i out of range;
- * gguf_find_tensor is O(1) (hash table) and returns NULL if absent. */
+ * gguf_find_tensor is a binary search over the sorted names (O(log n)) and
+ * returns NULL if absent. */
 int gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);

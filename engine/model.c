@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "ck_err.h"
 #include "gguf.h"
 #include "quant.h"
@@ -48,7 +49,7 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
             return CK_EFORMAT;
         }
     }
-    if (c->dim % c->n_heads) {
+    if (!c->head_dim && c->dim % c->n_heads) {
         seterr(err, errlen, "dim %d is not a multiple of n_heads %d", c->dim, c->n_heads);
         return CK_EFORMAT;
     }
@@ -57,8 +58,13 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
                c->n_kv_heads);
         return CK_EFORMAT;
     }
-    if ((c->dim / c->n_heads) % 2) {
-        seterr(err, errlen, "head_dim %d is odd (RoPE rotates pairs)", c->dim / c->n_heads);
+    const int hd = c->head_dim ? c->head_dim : c->dim / c->n_heads;
+    if (hd % 2) {
+        seterr(err, errlen, "head_dim %d is odd (RoPE rotates pairs)", hd);
+        return CK_EFORMAT;
+    }
+    if (hd < 2 || hd > MODEL_MAX_HEAD_DIM) {
+        seterr(err, errlen, "head_dim %d is outside 2..%d", hd, MODEL_MAX_HEAD_DIM);
         return CK_EFORMAT;
     }
     if (c->vocab_size < 3) {
@@ -134,6 +140,8 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
     c->seq_len = h[6];
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    c->arch = ARCH_LLAMA;
+    c->rope_style = ARCH_ROPE_NORMAL;
     char why[200];
     if (model_config_check(c, why, sizeof why)) {
         seterr(err, errlen, "%s: not a valid llama2.c checkpoint: %s", path, why);
@@ -253,72 +261,140 @@ static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne
 }
 
 static int gguf_tokenizer(model *m, gguf_file *f, const char *path, char *err, size_t errlen) {
+    char why[256] = "";
+    int rc = tok_from_gguf(f, &m->tok, why, sizeof why);
+    if (rc) {
+        seterr(err, errlen, "%s: %s", path, why);
+        return rc;
+    }
+    if (tok_vocab_size(m->tok) != m->cfg.vocab_size) {
+        seterr(err, errlen, "%s: %d tokenizer tokens but the embedding has %d rows", path,
+               tok_vocab_size(m->tok), m->cfg.vocab_size);
+        return CK_EFORMAT;
+    }
+    return CK_OK;
+}
+
+/* "<arch>.<suffix>" as an int (gguf_int_key's rules). */
+static int arch_int(gguf_file *f, const arch_info *a, const char *suffix, int required, int dflt,
+                    int *out, const char *path, char *err, size_t errlen) {
+    char key[128];
+    return gguf_int_key(f, arch_key(key, sizeof key, a, suffix), required, dflt, out, path, err, errlen);
+}
+
+/* "<arch>.<suffix>" as a finite float, dflt when absent. */
+static int arch_float(gguf_file *f, const arch_info *a, const char *suffix, float dflt, float *out,
+                      const char *path, char *err, size_t errlen) {
+    char key[128];
+    double d;
+    int rc = gguf_get_float(f, arch_key(key, sizeof key, a, suffix), &d);
+    if (rc == CK_ENOTFOUND) {
+        *out = dflt;
+        return CK_OK;
+    }
+    if (rc || !(d > -1e30 && d < 1e30)) {
+        seterr(err, errlen, "%s: metadata '%s' is not a finite number", path, key);
+        return CK_EFORMAT;
+    }
+    *out = (float)d;
+    return CK_OK;
+}
+
+/* RoPE scaling keys, as llama.cpp's llama_model::load_hparams and
+ * llama_context read them: the type defaults to "linear", whose factor
+ * defaults to 0 (no scaling); "none" ignores the factor; YaRN's mix is 1
+ * unless the file says otherwise. A type the engine does not compute
+ * (longrope, llama3 spelled as a type, ...) is refused by name. */
+static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                     size_t errlen) {
+    char key[128];
     const char *s;
     size_t len;
-    if (gguf_get_str(f, "tokenizer.ggml.model", &s, &len) || len != 5 || memcmp(s, "llama", 5)) {
-        seterr(err, errlen, "%s: tokenizer.ggml.model must be \"llama\" (SentencePiece BPE)", path);
+    int rc, type = ARCH_SCALING_LINEAR;
+    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_TYPE);
+    if ((rc = gguf_get_str(f, key, &s, &len)) == CK_OK) {
+        if ((type = arch_scaling_from_name(s, len)) < 0) {
+            seterr(err, errlen, "%s: %s \"%.*s\" is not computed by the engine (none, linear, yarn)",
+                   path, key, (int)(len < 40 ? len : 40), s);
+            return CK_EUNSUPPORTED;
+        }
+    } else if (rc != CK_ENOTFOUND) {
+        seterr(err, errlen, "%s: metadata '%s' is not a string", path, key);
+        return CK_EFORMAT;
+    }
+    float factor = 0, lm = 0;
+    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
+    if ((rc = arch_float(f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR
+                                                           : ARCH_KEY_ROPE_SCALE_LINEAR,
+                         0, &factor, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path, err,
+                       errlen)))
+        return rc;
+    if (factor == 0) factor = 1; /* llama.cpp: factor 0 means no scaling */
+    if (type == ARCH_SCALING_NONE) factor = 1;
+    if (!(factor > 0 && factor < 1e6) || !(c->rope_attn_factor > 0 && c->rope_attn_factor < 1e6)) {
+        seterr(err, errlen, "%s: rope scaling factor %g or attn_factor %g out of range", path, factor,
+               c->rope_attn_factor);
+        return CK_EFORMAT;
+    }
+    if (lm != 0) {
+        seterr(err, errlen, "%s: %s.%s = %g is not computed by the engine", path, a->name,
+               ARCH_KEY_YARN_LOG_MUL, lm);
         return CK_EUNSUPPORTED;
     }
-    int et;
-    uint64_t n;
-    const void *data;
-    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, &data) || et != GGUF_TYPE_STRING) {
-        seterr(err, errlen, "%s: tokenizer.ggml.tokens missing or not a string array", path);
+    if (type == ARCH_SCALING_LINEAR && factor == 1) type = ARCH_SCALING_NONE;
+    c->rope_scaling = type;
+    c->rope_factor = factor;
+    c->yarn_ext_factor = 0;
+    c->yarn_beta_fast = ARCH_DEFAULT_BETA_FAST;
+    c->yarn_beta_slow = ARCH_DEFAULT_BETA_SLOW;
+    if (type == ARCH_SCALING_YARN &&
+        ((rc = arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
+         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast, path,
+                          err, errlen)) ||
+         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow, path,
+                          err, errlen))))
+        return rc;
+    if (type == ARCH_SCALING_YARN && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0)) {
+        seterr(err, errlen, "%s: yarn beta_fast %g / beta_slow %g must be positive", path, c->yarn_beta_fast,
+               c->yarn_beta_slow);
         return CK_EFORMAT;
     }
-    if (n != (uint64_t)m->cfg.vocab_size) {
-        seterr(err, errlen, "%s: %llu tokenizer tokens but the embedding has %d rows", path,
-               (unsigned long long)n, m->cfg.vocab_size);
-        return CK_EFORMAT;
-    }
-    int V = m->cfg.vocab_size, rc = CK_ENOMEM;
-    const char **pieces = calloc((size_t)V, sizeof *pieces);
-    size_t *lens = calloc((size_t)V, sizeof *lens);
-    float *scores = NULL;
-    int32_t *types = NULL;
-    if (!pieces || !lens) goto out;
-    for (int i = 0; i < V; i++) {
-        if (gguf_get_arr_str(f, "tokenizer.ggml.tokens", (uint64_t)i, &pieces[i], &lens[i])) {
-            rc = CK_EFORMAT;
-            seterr(err, errlen, "%s: tokenizer token %d unreadable", path, i);
-            goto out;
+    return CK_OK;
+}
+
+/* Every tensor of the file must be one the table knows and the
+ * architecture has: a tensor the engine would not compute is refused, not
+ * skipped. */
+static int gguf_known_tensors(gguf_file *f, const arch_info *a, int n_layers, const char *path, char *err,
+                              size_t errlen) {
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const char *name = gguf_tensor_at(f, i)->name;
+        int t, layer;
+        if (arch_parse_tensor(name, n_layers, &t, &layer) || a->need[t] == ARCH_NO) {
+            seterr(err, errlen, "%s: tensor '%.80s' is not one the engine computes for architecture %s",
+                   path, name, a->name);
+            return CK_EUNSUPPORTED;
         }
     }
-    if (!gguf_get_arr(f, "tokenizer.ggml.scores", &et, &n, &data)) {
-        if (et != GGUF_TYPE_FLOAT32 || n != (uint64_t)V) {
-            rc = CK_EFORMAT;
-            seterr(err, errlen, "%s: tokenizer.ggml.scores must be %d float32", path, V);
-            goto out;
-        }
-        if (!(scores = malloc((size_t)V * sizeof *scores))) goto out;
-        memcpy(scores, data, (size_t)V * sizeof *scores); /* may be unaligned in the file */
+    return CK_OK;
+}
+
+/* Table tensor t (of layer l) into *dst with shape (ne0, ne1): required
+ * ones must be there; optional ones absent leave *dst empty. */
+static int arch_weight(gguf_file *f, const arch_info *a, int t, int l, uint64_t ne0, uint64_t ne1,
+                       model_tensor *dst, const char *path, char *err, size_t errlen) {
+    memset(dst, 0, sizeof *dst);
+    if (a->need[t] == ARCH_NO) return CK_OK;
+    char name[96];
+    arch_tensor_file_name(name, sizeof name, t, l);
+    int rc = gguf_weight(f, name, ne0, ne1, a->need[t] == ARCH_OPTIONAL, dst, path, err, errlen);
+    if (rc == CK_ENOTFOUND) {
+        memset(dst, 0, sizeof *dst);
+        return CK_OK;
     }
-    if (!gguf_get_arr(f, "tokenizer.ggml.token_type", &et, &n, &data)) {
-        if ((et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32) || n != (uint64_t)V) {
-            rc = CK_EFORMAT;
-            seterr(err, errlen, "%s: tokenizer.ggml.token_type must be %d int32", path, V);
-            goto out;
-        }
-        if (!(types = malloc((size_t)V * sizeof *types))) goto out;
-        memcpy(types, data, (size_t)V * sizeof *types);
-    }
-    int bos = 1, eos = 2, unk = 0;
-    if ((rc = gguf_int_key(f, "tokenizer.ggml.bos_token_id", 0, 1, &bos, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "tokenizer.ggml.eos_token_id", 0, 2, &eos, path, err, errlen)))
-        goto out;
-    int64_t u;
-    if (!gguf_get_int(f, "tokenizer.ggml.unknown_token_id", &u)) unk = (int)(u >= 0 && u < V ? u : 0);
-    if (bos >= V || eos >= V) {
-        rc = CK_EFORMAT;
-        seterr(err, errlen, "%s: BOS %d or EOS %d outside the vocabulary", path, bos, eos);
-        goto out;
-    }
-    rc = tok_from_arrays(V, pieces, lens, scores, types, bos, eos, unk, &m->tok, err, errlen);
-out:
-    free(pieces);
-    free(lens);
-    free(scores);
-    free(types);
     return rc;
 }
 
@@ -329,22 +405,43 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     m->gguf_ = f;
     const char *s;
     size_t len;
-    if (gguf_get_str(f, "general.architecture", &s, &len) || len != 5 || memcmp(s, "llama", 5)) {
-        seterr(err, errlen, "%s: general.architecture must be \"llama\"", path);
+    if (gguf_get_str(f, "general.architecture", &s, &len)) {
+        seterr(err, errlen, "%s: general.architecture is missing or not a string", path);
+        return CK_EFORMAT;
+    }
+    const arch_info *a = arch_find(s, len);
+    if (!a) {
+        seterr(err, errlen, "%s: general.architecture \"%.*s\" is not one the engine computes (%s)", path,
+               (int)(len < 40 ? len : 40), s, arch_names());
         return CK_EUNSUPPORTED;
     }
     model_config *c = &m->cfg;
-    if ((rc = gguf_int_key(f, "llama.context_length", 1, 0, &c->seq_len, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "llama.embedding_length", 1, 0, &c->dim, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "llama.block_count", 1, 0, &c->n_layers, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "llama.feed_forward_length", 1, 0, &c->hidden_dim, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "llama.attention.head_count", 1, 0, &c->n_heads, path, err, errlen)) ||
-        (rc = gguf_int_key(f, "llama.attention.head_count_kv", 0, c->n_heads, &c->n_kv_heads, path,
-                           err, errlen)))
+    c->arch = a->id;
+    c->rope_style = a->rope;
+    if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, 1, 0, &c->hidden_dim, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)))
         return rc;
-    double d;
-    c->norm_eps = gguf_get_float(f, "llama.attention.layer_norm_rms_epsilon", &d) ? 1e-5f : (float)d;
-    c->rope_theta = gguf_get_float(f, "llama.rope.freq_base", &d) ? 10000.0f : (float)d;
+    /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
+    int kl = 0, vl = 0, rd = 0;
+    if ((rc = arch_int(f, a, ARCH_KEY_KEY_LENGTH, 0, 0, &kl, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_VALUE_LENGTH, 0, kl, &vl, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, 0, &rd, path, err, errlen)))
+        return rc;
+    if (kl != vl) {
+        seterr(err, errlen, "%s: %s.%s %d differs from key_length %d: not computed by the engine", path,
+               a->name, ARCH_KEY_VALUE_LENGTH, vl, kl);
+        return CK_EUNSUPPORTED;
+    }
+    c->head_dim = kl;
+    if ((rc = arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path, err,
+                         errlen)) ||
+        (rc = gguf_rope(f, a, c, path, err, errlen)))
+        return rc;
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > MODEL_MAX_VOCAB) {
         seterr(err, errlen, "%s: token_embd.weight missing or not a 2-D tensor of at most %d rows",
@@ -357,37 +454,54 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         seterr(err, errlen, "%s: %s", path, why);
         return CK_EFORMAT;
     }
-    c->head_dim = c->dim / c->n_heads;
+    if (!c->head_dim) c->head_dim = c->dim / c->n_heads;
+    if (rd && rd != c->head_dim) {
+        seterr(err, errlen, "%s: %s.%s %d != head_dim %d (partial RoPE): not computed by the engine", path,
+               a->name, ARCH_KEY_ROPE_DIMS, rd, c->head_dim);
+        return CK_EUNSUPPORTED;
+    }
+    if ((rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen))) return rc;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
-    uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
-    uint64_t KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
-    if ((rc = gguf_weight(f, "token_embd.weight", D, V, 0, &m->tok_emb, path, err, errlen)) ||
-        (rc = gguf_weight(f, "output_norm.weight", D, 0, 0, &m->out_norm, path, err, errlen)))
+    uint64_t HD = (uint64_t)c->head_dim;
+    uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
+    if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, &m->tok_emb, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_OUTPUT_NORM, -1, D, 0, &m->out_norm, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, &m->wcls, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, &m->rope_freqs, path, err, errlen)))
         return rc;
-    rc = gguf_weight(f, "output.weight", D, V, 1, &m->wcls, path, err, errlen);
-    if (rc == CK_ENOTFOUND) {
+    if (!m->wcls.data) { /* no output.weight: the classifier is the embedding */
         m->tied = 1;
         m->wcls = m->tok_emb;
-    } else if (rc) {
-        return rc;
+    }
+    /* Tie the count to the file before it sizes an allocation: each layer
+     * is nine tensors, and the file lists them all. */
+    if ((uint64_t)c->n_layers * MODEL_LAYER_TENSORS > (uint64_t)gguf_n_tensors(f)) {
+        seterr(err, errlen, "%s: block_count %d needs %d tensors, the file has %d", path, c->n_layers,
+               c->n_layers * MODEL_LAYER_TENSORS, gguf_n_tensors(f));
+        return CK_EFORMAT;
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
-        struct { const char *n; uint64_t ne0, ne1; model_tensor *t; } w[] = {
-            {"attn_norm", D, 0, &ly->attn_norm}, {"attn_q", D, Q, &ly->wq},
-            {"attn_k", D, KV, &ly->wk},           {"attn_v", D, KV, &ly->wv},
-            {"attn_output", Q, D, &ly->wo},       {"ffn_norm", D, 0, &ly->ffn_norm},
-            {"ffn_gate", D, F, &ly->w1},          {"ffn_down", F, D, &ly->w2},
-            {"ffn_up", D, F, &ly->w3},
+        struct { int t; uint64_t ne0, ne1; model_tensor *dst; } w[] = {
+            {ARCH_T_ATTN_NORM, D, 0, &ly->attn_norm}, {ARCH_T_ATTN_Q, D, Q, &ly->wq},
+            {ARCH_T_ATTN_K, D, KV, &ly->wk},          {ARCH_T_ATTN_V, D, KV, &ly->wv},
+            {ARCH_T_ATTN_OUT, Q, D, &ly->wo},         {ARCH_T_FFN_NORM, D, 0, &ly->ffn_norm},
+            {ARCH_T_FFN_GATE, D, F, &ly->w1},         {ARCH_T_FFN_DOWN, F, D, &ly->w2},
+            {ARCH_T_FFN_UP, D, F, &ly->w3},           {ARCH_T_ATTN_Q_B, Q, 0, &ly->bq},
+            {ARCH_T_ATTN_K_B, KV, 0, &ly->bk},        {ARCH_T_ATTN_V_B, KV, 0, &ly->bv},
+            {ARCH_T_ATTN_Q_NORM, HD, 0, &ly->q_norm}, {ARCH_T_ATTN_K_NORM, HD, 0, &ly->k_norm},
         };
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-            char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, w[i].n);
-            if ((rc = gguf_weight(f, name, w[i].ne0, w[i].ne1, 0, w[i].t, path, err, errlen)))
-                return rc;
-        }
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if ((rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].dst, path, err, errlen))) return rc;
+        m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
+        m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
+    }
+    float freq[MODEL_MAX_HEAD_DIM / 2], mscale;
+    if (model_rope_freqs(m, freq, &mscale)) {
+        seterr(err, errlen, "%s: rope_freqs.weight holds a value that is not a positive finite number", path);
+        return CK_EFORMAT;
     }
     if ((rc = gguf_tokenizer(m, f, path, err, errlen))) return rc;
     int b = 0;
@@ -431,7 +545,12 @@ static void fingerprint(model *m) {
         const model_tensor *t[MODEL_LAYER_TENSORS];
         model_layer_list(&m->layers[l], t);
         for (int i = 0; i < MODEL_LAYER_TENSORS; i++) h = tensor_hash(h, t[i]);
+        const model_tensor *x[MODEL_LAYER_EXTRAS];
+        model_layer_extras(&m->layers[l], x);
+        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++)
+            if (x[i]->n) h = tensor_hash(h, x[i]);
     }
+    if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
 }
 
@@ -487,9 +606,16 @@ uint64_t model_weight_bytes(const model *m) {
         const model_tensor *t[MODEL_LAYER_TENSORS];
         model_layer_list(&m->layers[l], t);
         for (int i = 0; i < MODEL_LAYER_TENSORS; i++) b += tensor_bytes(t[i]);
+        const model_tensor *x[MODEL_LAYER_EXTRAS];
+        model_layer_extras(&m->layers[l], x);
+        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) b += tensor_bytes(x[i]);
     }
     /* The embedding is a gather of one row per token, not a full read. */
     return b + tensor_bytes(&m->tok_emb) / (uint64_t)m->cfg.vocab_size;
+}
+
+size_t model_file_bytes(const model *m) {
+    return m->format == MODEL_FMT_GGUF ? (size_t)gguf_file_size(m->gguf_) : m->map_len_;
 }
 
 uint64_t model_n_params(const model *m) {
@@ -498,6 +624,31 @@ uint64_t model_n_params(const model *m) {
         const model_tensor *t[MODEL_LAYER_TENSORS];
         model_layer_list(&m->layers[l], t);
         for (int i = 0; i < MODEL_LAYER_TENSORS; i++) n += t[i]->n;
+        const model_tensor *x[MODEL_LAYER_EXTRAS];
+        model_layer_extras(&m->layers[l], x);
+        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) n += x[i]->n;
     }
-    return n;
+    return n + m->rope_freqs.n;
+}
+
+int model_rope_freqs(const model *m, float *freq, float *mscale) {
+    const model_config *c = &m->cfg;
+    float ff[MODEL_MAX_HEAD_DIM / 2];
+    const int half = c->head_dim / 2;
+    if (m->rope_freqs.n) {
+        if (m->rope_freqs.n != (uint64_t)half) return CK_EINVAL;
+        int rc = quant_to_f32(m->rope_freqs.type, m->rope_freqs.data, ff, m->rope_freqs.n);
+        if (rc) return rc;
+        for (int i = 0; i < half; i++)
+            if (!(ff[i] > 0 && ff[i] < 1e30f)) return CK_EFORMAT; /* divisors of the angle */
+    }
+    arch_rope_params p = {
+        .n_dims = c->head_dim, .freq_base = c->rope_theta, .scaling = c->rope_scaling,
+        .factor = c->rope_factor > 0 ? c->rope_factor : 1.0f,
+        .orig_ctx = c->rope_orig_ctx ? c->rope_orig_ctx : c->seq_len,
+        .attn_factor = c->rope_attn_factor > 0 ? c->rope_attn_factor : 1.0f, .ext_factor = c->yarn_ext_factor,
+        .beta_fast = c->yarn_beta_fast, .beta_slow = c->yarn_beta_slow,
+    };
+    arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
+    return CK_OK;
 }

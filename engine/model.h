@@ -1,7 +1,9 @@
 /* model.h - a Llama-family model: hyperparameters, typed weight views, tokenizer.
  *
  * Two file formats load into the same struct:
- *  - GGUF v2/v3, architecture "llama" (gguf.h describes the container);
+ *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3;
+ *    gguf.h describes the container), read through that table: what a file
+ *    asks for that the engine does not compute is refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
  *    with its separate tokenizer file.
  * The format is detected from the first four bytes ("GGUF").
@@ -19,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "tokenizer.h"
 
 typedef struct model_config {
@@ -27,11 +30,20 @@ typedef struct model_config {
     int n_layers;    /* transformer blocks */
     int n_heads;     /* query heads */
     int n_kv_heads;  /* key/value heads; n_heads % n_kv_heads == 0 (GQA) */
-    int head_dim;    /* dim / n_heads */
+    int head_dim;    /* values per q/k/v head: attention.key_length, else dim / n_heads */
     int vocab_size;  /* rows of the embedding and the classifier */
     int seq_len;     /* context length the model was trained for */
-    float norm_eps;  /* RMSNorm epsilon */
-    float rope_theta;/* RoPE base; rotation of adjacent pairs (i, i+1) */
+    float norm_eps;  /* RMSNorm epsilon (also of the qwen3 q/k head norms) */
+    float rope_theta;/* RoPE base */
+    /* Architecture (arch.h); all zero means plain llama, adjacent-pair RoPE,
+     * no scaling (llama2.c checkpoints, and configs built by hand). */
+    int arch;        /* ARCH_*; 0 is read as ARCH_LLAMA */
+    int rope_style;  /* ARCH_ROPE_NORMAL (pairs (2i, 2i+1)) or ARCH_ROPE_NEOX (i, i+hd/2) */
+    int rope_scaling;/* ARCH_SCALING_* */
+    float rope_factor;     /* rope.scaling.factor (0 or 1: none) */
+    float rope_attn_factor;/* rope.scaling.attn_factor (0: 1) */
+    int rope_orig_ctx;     /* YaRN's original context length */
+    float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's mix and range */
 } model_config;
 
 /* A typed view of one weight tensor: n elements of `type` (quant.h) at data. */
@@ -51,6 +63,12 @@ typedef struct model_layer {
     model_tensor w1;        /* gate: (hidden_dim, dim) */
     model_tensor w2;        /* down: (dim, hidden_dim) */
     model_tensor w3;        /* up:   (hidden_dim, dim) */
+    /* Optional (n == 0, data NULL when the file has none; arch.h says who has them): */
+    model_tensor bq;        /* (n_heads * head_dim) added to q */
+    model_tensor bk;        /* (n_kv_heads * head_dim) added to k */
+    model_tensor bv;        /* (n_kv_heads * head_dim) added to v */
+    model_tensor q_norm;    /* (head_dim) RMSNorm weight of every q head, before RoPE */
+    model_tensor k_norm;    /* (head_dim) RMSNorm weight of every k head, before RoPE */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -59,6 +77,15 @@ static inline void model_layer_list(const model_layer *l, const model_tensor *t[
     t[0] = &l->attn_norm; t[1] = &l->wq; t[2] = &l->wk; t[3] = &l->wv; t[4] = &l->wo;
     t[5] = &l->ffn_norm; t[6] = &l->w1; t[7] = &l->w2; t[8] = &l->w3;
 }
+
+/* The optional tensors of a layer (each may have n == 0). */
+#define MODEL_LAYER_EXTRAS 5
+static inline void model_layer_extras(const model_layer *l, const model_tensor *t[MODEL_LAYER_EXTRAS]) {
+    t[0] = &l->bq; t[1] = &l->bk; t[2] = &l->bv; t[3] = &l->q_norm; t[4] = &l->k_norm;
+}
+
+/* Largest head_dim (attention.key_length) a model may have. */
+#define MODEL_MAX_HEAD_DIM 512
 
 enum { MODEL_FMT_LLAMA2C = 1, MODEL_FMT_GGUF = 2 };
 
@@ -69,6 +96,9 @@ typedef struct model {
     model_tensor tok_emb;    /* (vocab_size, dim) */
     model_tensor out_norm;   /* (dim) */
     model_tensor wcls;       /* (vocab_size, dim); == tok_emb when tied */
+    model_tensor rope_freqs; /* (head_dim / 2) RoPE frequency divisors; n == 0 when absent */
+    int has_bias;            /* some layer has a q, k or v bias */
+    int has_qk_norm;         /* the layers have q/k head norms */
     model_layer *layers;     /* (n_layers) */
     tokenizer *tok;          /* owned */
     char name[64];           /* general.name, or the file's base name */
@@ -90,11 +120,20 @@ void model_free(model *m);
 /* Weight bytes one forward step reads when every weight is read once in its
  * stored type (the numerator of a bandwidth roofline). */
 uint64_t model_weight_bytes(const model *m);
+/* Bytes of the model file (mapped read-only while the model lives). */
+size_t model_file_bytes(const model *m);
 /* Parameter count (elements of every weight tensor). */
 uint64_t model_n_params(const model *m);
 
+/* RoPE's per-pair frequencies (head_dim / 2 floats) and magnitude scale for
+ * m, from its config and rope_freqs (arch_rope_freqs). Backends call it once
+ * at creation. Returns 0, or CK_E* when rope_freqs cannot be read. */
+int model_rope_freqs(const model *m, float *freq, float *mscale);
+
 /* Validate a config: positive sizes, divisibility, limits that keep every
- * size computation inside int and size_t. Fills err on failure. */
+ * size computation inside int and size_t. head_dim 0 means dim / n_heads
+ * (which must then divide); any other head_dim is taken as given (it must
+ * be even, at most MODEL_MAX_HEAD_DIM). Fills err on failure. */
 int model_config_check(const model_config *c, char *err, size_t errlen);
 
 #endif

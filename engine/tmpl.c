@@ -44,15 +44,18 @@ static int line(const char **p, const char *e, const char *key, char *val, size_
     if ((size_t)(e - s) < k + 2 || memcmp(s, key, k) || s[k] != ' ') return CK_EFORMAT;
     s += k + 1;
     const char *nl = memchr(s, '\n', (size_t)(e - s));
-    if (!nl || nl == s || (size_t)(nl - s) >= cap) return CK_EFORMAT;
+    /* A NUL would cut the value short and let "5\0junk" pass as 5. */
+    if (!nl || nl == s || (size_t)(nl - s) >= cap || memchr(s, 0, (size_t)(nl - s))) return CK_EFORMAT;
     memcpy(val, s, (size_t)(nl - s));
     val[nl - s] = 0;
     *p = nl + 1;
     return CK_OK;
 }
 
+/* Decimal without leading zeros, or hex of fixed width: one spelling per
+ * number, so a record has exactly one encoding (tpl_encode's). */
 static int parse_u64(const char *s, int base, uint64_t max, uint64_t *out) {
-    if (!*s) return CK_EFORMAT;
+    if (!*s || (base == 10 && s[0] == '0' && s[1])) return CK_EFORMAT;
     uint64_t v = 0;
     for (; *s; s++) {
         int d = *s >= '0' && *s <= '9' ? *s - '0' : base == 16 && *s >= 'a' && *s <= 'f' ? *s - 'a' + 10 : -1;

@@ -58,6 +58,8 @@ typedef struct cu_layer {
     float *attn_norm; /* (dim) */
     float *ffn_norm;  /* (dim) */
     void *wqkv;       /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    float *bqkv;      /* (qkv_dim) q, k, v biases (0 where absent); NULL: none */
+    float *q_norm, *k_norm; /* (head_dim) qwen3's head norms; NULL: none */
     void *wo;         /* (dim, q_dim) */
     void *w13;        /* (2 * hidden_dim, dim): gate rows, then up rows */
     void *w2;         /* (dim, hidden_dim) */
@@ -78,7 +80,8 @@ typedef struct cuda_backend {
     void *wcls;       /* (vocab, dim); == emb when tied */
     float *out_norm;  /* (dim) */
     cu_layer *layers; /* (n_layers), host array of device pointers */
-    float *inv_freq;  /* (head_dim / 2) RoPE frequencies */
+    float *inv_freq;  /* (head_dim / 2) RoPE frequencies (model_rope_freqs) */
+    float rope_mscale;/* cos and sin are scaled by it */
     /* KV storage (device) */
     float *kv;        /* (n_kv_blocks, kv_block_floats) */
     unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout; or NULL */
@@ -296,7 +299,10 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
         const cu_layer *w = &cb->layers[l];
         CU_RT(ck_cuda_rmsnorm(norm_in, f16, cb->x, NULL, w->attn_norm, T, D, c->norm_eps, st));
         CU_BLAS(cu_matmul(cb, cb->qkv, norm_in, w->wqkv, T, QKV, D, 0.0f));
-        CU_RT(ck_cuda_rope(cb->qkv, QKV, d_pos, cb->inv_freq, T, c->n_heads, c->n_kv_heads, hd, st));
+        CU_RT(ck_cuda_qkv_prep(cb->qkv, QKV, w->bqkv, QKV, w->q_norm, w->k_norm, c->norm_eps, T, c->n_heads,
+                               c->n_kv_heads, hd, st));
+        CU_RT(ck_cuda_rope(cb->qkv, QKV, d_pos, cb->inv_freq, T, c->n_heads, c->n_kv_heads, hd,
+                           c->rope_style == ARCH_ROPE_NEOX, cb->rope_mscale, st));
         CU_RT(ck_cuda_kv_write(cb->kv, b->kv_block_floats, l, bs, KVD, cb->qkv, QKV, QD, d_pos,
                                d_cseq, d_seq_off, d_blocks, T, st));
         at.layer = l;
@@ -430,6 +436,9 @@ static void cu_destroy(backend *b) {
             cu_free_dev(w->attn_norm);
             cu_free_dev(w->ffn_norm);
             cu_free_dev(w->wqkv);
+            cu_free_dev(w->bqkv);
+            cu_free_dev(w->q_norm);
+            cu_free_dev(w->k_norm);
             cu_free_dev(w->wo);
             cu_free_dev(w->w13);
             cu_free_dev(w->w2);
@@ -610,6 +619,24 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
         UP(w->w13, cb->wf16, &ml->w1, F * D, "ffn_gate");
         UP((char *)w->w13 + F * D * ws, cb->wf16, &ml->w3, F * D, "ffn_up");
         UP(w->w2, cb->wf16, &ml->w2, D * F, "ffn_down");
+        if (ml->bq.n || ml->bk.n || ml->bv.n) {
+            ALLOC(w->bqkv, QKV * 4, "allocating layer biases");
+            if ((e = cudaMemset(w->bqkv, 0, QKV * 4)) != cudaSuccess) {
+                rc = cu_seterr(err, errlen, CK_EBACKEND, "clearing layer biases", cudaGetErrorString(e));
+                goto out;
+            }
+            if (ml->bq.n) UP(w->bqkv, 0, &ml->bq, QD, "attn_q.bias");
+            if (ml->bk.n) UP(w->bqkv + QD, 0, &ml->bk, KVD, "attn_k.bias");
+            if (ml->bv.n) UP(w->bqkv + QD + KVD, 0, &ml->bv, KVD, "attn_v.bias");
+        }
+        if (ml->q_norm.n) {
+            ALLOC(w->q_norm, (size_t)c->head_dim * 4, "allocating layer norms");
+            UP(w->q_norm, 0, &ml->q_norm, (size_t)c->head_dim, "attn_q_norm");
+        }
+        if (ml->k_norm.n) {
+            ALLOC(w->k_norm, (size_t)c->head_dim * 4, "allocating layer norms");
+            UP(w->k_norm, 0, &ml->k_norm, (size_t)c->head_dim, "attn_k_norm");
+        }
     }
 #undef UP
 #undef ALLOC
@@ -632,8 +659,10 @@ static int cu_init_buffers(cuda_backend *cb, char *err, size_t errlen) {
 
     float *inv = (float *)malloc((size_t)(hd / 2 ? hd / 2 : 1) * sizeof(float));
     if (!inv) return cu_seterr(err, errlen, CK_ENOMEM, "RoPE table", "out of host memory");
-    for (int k = 0; k < hd / 2; k++)
-        inv[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)hd);
+    if (model_rope_freqs(b->m, inv, &cb->rope_mscale)) {
+        free(inv);
+        return cu_seterr(err, errlen, CK_EFORMAT, "RoPE table", "rope_freqs.weight unreadable");
+    }
     cudaError_t e = cu_malloc(cb, (void **)&cb->inv_freq, (size_t)(hd / 2) * sizeof(float));
     if (e == cudaSuccess)
         e = cudaMemcpy(cb->inv_freq, inv, (size_t)(hd / 2) * sizeof(float), cudaMemcpyHostToDevice);
@@ -716,7 +745,7 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
                  c->head_dim, c->n_heads, CK_CUDA_MAX_HEAD_DIM);
         return cu_seterr(err, errlen, CK_EUNSUPPORTED, "model", why);
     }
-    const int max_ctx = o->max_ctx ? o->max_ctx : c->seq_len;
+    const int max_ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m); /* as the CPU backend */
     const long long tbl_cap = (long long)max_ctx / o->block_size + 1;
     /* The int32 batch arrays and offsets must stay inside int. */
     if ((long long)o->max_batch_tokens * (tbl_cap + 5) > 0x3fffffffLL)

@@ -93,11 +93,20 @@ cudaError_t ck_cuda_embed(float *x, const void *emb, int emb_f16, const int32_t 
 cudaError_t ck_cuda_rmsnorm(void *out, int out_f16, const float *x, const int32_t *src,
                             const float *w, int n_rows, int dim, float eps, cudaStream_t st);
 
-/* ck_cuda_rope.cu: rotate adjacent pairs of the first n_heads + n_kv_heads
+/* ck_cuda_rope.cu: rotate the pairs of the first n_heads + n_kv_heads
  * heads of each row of qkv (T, qkv_stride) (the Q heads, then the K heads)
- * by pos[i] * inv_freq[k]. */
+ * by pos[i] * inv_freq[k], cos and sin times mscale; pair k is (2k, 2k + 1),
+ * or (k, k + head_dim / 2) when neox. */
 cudaError_t ck_cuda_rope(float *qkv, int qkv_stride, const int32_t *pos, const float *inv_freq,
-                         int T, int n_heads, int n_kv_heads, int head_dim, cudaStream_t st);
+                         int T, int n_heads, int n_kv_heads, int head_dim, int neox, float mscale,
+                         cudaStream_t st);
+
+/* ck_cuda_rope.cu: before RoPE, each row of qkv (T, qkv_stride) += bias
+ * (qkv_dim; NULL: none), then each Q head RMSNormed with q_norm and each K
+ * head with k_norm (head_dim each; NULL: not normed), eps as the model's. */
+cudaError_t ck_cuda_qkv_prep(float *qkv, int qkv_stride, const float *bias, int qkv_dim,
+                             const float *q_norm, const float *k_norm, float eps, int T, int n_heads,
+                             int n_kv_heads, int head_dim, cudaStream_t st);
 
 /* ck_cuda_swiglu.cu: out[i][k] = silu(h13[i][k]) * h13[i][F + k], out (T, F)
  * floats or halves. */

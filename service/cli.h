@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "engine.h"
 #include "kv.h"
 #include "model.h"
 #include "sampler.h"
@@ -24,6 +25,7 @@ int cli_submit(int argc, char **argv);   /* cli_submit.c: jobs to confkvd */
 int cli_batch(int argc, char **argv);    /* cli_batch.c: OpenAI Batch API files */
 int cli_loadgen(int argc, char **argv);  /* cli_loadgen.c: serve-bench load through Kafka */
 int cli_templates(int argc, char **argv); /* cli_templates.c: cache templates in Redis */
+int cli_tokenize(int argc, char **argv);  /* cli_tokenize.c: text to token ids */
 
 /* Argument cursor: argv[i] is the next unread argument. */
 typedef struct cli_args {
@@ -53,6 +55,7 @@ typedef struct cli_engine {
     backend *b;
     kv_pool pool;
     kv_pool pool8;  /* int8 hot blocks (cache_compression); empty unless asked for */
+    eng_memory mem; /* the memory plan it was built by (be, max_ctx; no tiers) */
 } cli_engine;
 
 typedef struct cli_engine_opts {
@@ -64,14 +67,20 @@ typedef struct cli_engine_opts {
     int max_batch_tokens;
     int kv_blocks;         /* 0 = enough for max_seqs full contexts */
     int max_seqs;
-    int max_ctx;           /* 0 = model's */
+    int max_ctx;           /* --max-context; 0 = the rule of eng_fit_context */
     int kv8_blocks;        /* int8 block pool (conf-int8); 0 = none, -1 = as many as f32 */
+    int max_memory_mb;     /* --max-memory-mb: refuse a plan past it (0 = no limit) */
+    int verbose;           /* --verbose: the memory plan on stderr */
 } cli_engine_opts;
 
 void cli_engine_opts_default(cli_engine_opts *o);
 /* Parse the engine flags shared by subcommands (--model, --tokenizer,
- * --backend, --threads, --block-size). Returns 1 if argv[i] was one. */
+ * --backend, --threads, --block-size, --max-context, --max-memory-mb,
+ * --verbose). Returns 1 if argv[i] was one. */
 int cli_engine_flag(cli_args *a, cli_engine_opts *o);
+/* Load the model, plan its memory (eng_fit_context: refused past
+ * --max-memory-mb), then create the backend and pools. 0, or the exit code
+ * after an error message. */
 int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e);
 void cli_engine_close(cli_engine *e);
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "ck_err.h"
 #include "cli.h"
 #include "svc_client.h"
 #include "svc_engine_thread.h"
@@ -59,6 +60,10 @@ static void parse_line(breq *q, const char *line, size_t len, int lineno) {
     if (!cJSON_IsObject(j) || !cJSON_IsObject(body)) {
         snprintf(msg, sizeof msg, "line %d: not a Batch API request object with a \"body\"", lineno);
         q->bad = strdup(msg);
+    } else if (svc_json_has_nonfinite(body)) {
+        /* Re-printed, an infinity would become null and the field vanish. */
+        snprintf(msg, sizeof msg, "line %d: invalid_field: a number in the body is not finite", lineno);
+        q->bad = strdup(msg);
     } else if (cJSON_IsString(url) && strcmp(url->valuestring, "/v1/chat/completions") &&
                strcmp(url->valuestring, "/v1/completions")) {
         snprintf(msg, sizeof msg, "url %.100s is not supported (use /v1/chat/completions or /v1/completions)",
@@ -67,12 +72,56 @@ static void parse_line(breq *q, const char *line, size_t len, int lineno) {
     } else {
         q->chat = !cJSON_IsString(url) || !strcmp(url->valuestring, "/v1/chat/completions");
         cJSON *job = cJSON_Duplicate(body, 1);
-        cJSON_DeleteItemFromObjectCaseSensitive(job, "id");
+        /* Every "id" goes (JSON allows a key twice, and the job decoder
+         * reads the first): the job's id is the custom_id, or its result
+         * would come back under another id and never be matched. */
+        while (cJSON_GetObjectItemCaseSensitive(job, "id")) cJSON_DeleteItemFromObjectCaseSensitive(job, "id");
         cJSON_AddStringToObject(job, "id", q->custom_id);
         q->job_json = cJSON_PrintUnformatted(job);
         cJSON_Delete(job);
     }
     cJSON_Delete(j);
+}
+
+/* Read a Batch API file: one request a line (a trailing \r is dropped,
+ * empty lines are skipped), each parsed by parse_line into b->r, in order.
+ * Returns 0, or CK_ENOMEM (b then holds the lines read so far; free it
+ * with batch_clear). tests/fuzz/fuzz_batch.c calls this on any bytes. */
+static int batch_read(FILE *f, batch *b) {
+    int cap = 0, lineno = 0, rc = CK_OK;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (b->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            breq *r = realloc(b->r, (size_t)cap * sizeof *r);
+            if (!r) {
+                rc = CK_ENOMEM;
+                break;
+            }
+            b->r = r;
+        }
+        memset(&b->r[b->n], 0, sizeof b->r[b->n]);
+        parse_line(&b->r[b->n++], line, (size_t)len, lineno);
+    }
+    free(line);
+    return rc;
+}
+
+static void batch_clear(batch *b) {
+    for (int i = 0; i < b->n; i++) {
+        free(b->r[i].custom_id);
+        free(b->r[i].job_json);
+        free(b->r[i].bad);
+        cJSON_Delete(b->r[i].result);
+    }
+    free(b->r);
+    b->r = NULL;
+    b->n = 0;
 }
 
 static void write_line(FILE *out, const breq *q, int idx, const char *model) {
@@ -263,25 +312,13 @@ int cli_batch(int argc, char **argv) {
         return 1;
     }
     batch b = {0};
-    int cap = 0, lineno = 0, rc = 1;
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &lcap, f)) > 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (!len) continue;
-        if (b.n == cap) {
-            cap = cap ? 2 * cap : 64;
-            breq *r = realloc(b.r, (size_t)cap * sizeof *r);
-            if (!r) break;
-            b.r = r;
-        }
-        memset(&b.r[b.n], 0, sizeof b.r[b.n]);
-        parse_line(&b.r[b.n++], line, (size_t)len, lineno);
-    }
-    free(line);
+    int rc = 1;
+    int rd = batch_read(f, &b);
     if (f != stdin) fclose(f);
+    if (rd) {
+        cli_error(&a, "%s: out of memory reading the requests", in);
+        goto out;
+    }
     if (local_mode) {
         if (run_local(&b, &eo, &a)) goto out;
     } else {
@@ -331,12 +368,6 @@ int cli_batch(int argc, char **argv) {
     fprintf(stderr, "confkv batch: %d requests, %d answered\n", b.n, done);
     rc = 0;
 out:
-    for (int i = 0; i < b.n; i++) {
-        free(b.r[i].custom_id);
-        free(b.r[i].job_json);
-        free(b.r[i].bad);
-        cJSON_Delete(b.r[i].result);
-    }
-    free(b.r);
+    batch_clear(&b);
     return rc;
 }

@@ -81,6 +81,7 @@ static double measure_sgemm(int threads) {
 static void help(void) {
     printf("usage: confkv bench --model M [--tokenizer T] [--batch B] [--prompt-tokens P]\n"
            "                    [--gen-tokens N] [--threads T] [--backend B] [--json] [--no-roofline]\n"
+           "                    [--max-context N] [--max-memory-mb MB] [--verbose]   (memory plan)\n"
            "                    [--peak-bw GB/s] [--peak-tflops T]   (a device's datasheet limits,\n"
            "                     instead of measuring this CPU: e.g. H200 4800 GB/s)\n"
            "       confkv bench --scenario serve ...   (confkv bench --scenario serve --help)\n\n"

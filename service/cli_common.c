@@ -115,7 +115,37 @@ void cli_engine_opts_default(cli_engine_opts *o) {
 int cli_engine_flag(cli_args *a, cli_engine_opts *o) {
     return cli_str(a, "--model", &o->model_path) || cli_str(a, "--tokenizer", &o->tokenizer_path) ||
            cli_str(a, "--backend", &o->backend) || cli_int(a, "--threads", 0, 1024, &o->threads) ||
-           cli_int(a, "--block-size", 1, 4096, &o->block_size);
+           cli_int(a, "--block-size", 1, 4096, &o->block_size) ||
+           cli_int(a, "--max-context", 1, 1 << 20, &o->max_ctx) ||
+           cli_int(a, "--max-memory-mb", 0, 1 << 30, &o->max_memory_mb) ||
+           (cli_flag(a, "--verbose") && (o->verbose = 1));
+}
+
+/* The backend cli_engine_open builds for one context (eng_fit_context). */
+typedef struct cli_plan_ud {
+    const model *m;
+    const cli_engine_opts *o;
+    be_options bo;
+} cli_plan_ud;
+
+static int cli_plan_at(void *ud_, int ctx, eng_memory *p) {
+    cli_plan_ud *u = ud_;
+    const cli_engine_opts *o = u->o;
+    int bs = o->block_size > 0 ? o->block_size : kv_default_block_size(u->m->cfg.seq_len);
+    long long per_seq = (ctx + bs - 1) / bs, n = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs;
+    if (n > (1 << 30)) return CK_ERANGE;
+    u->bo = (be_options){.max_batch_tokens = o->max_batch_tokens,
+                         .n_kv_blocks = (int)n,
+                         .block_size = bs,
+                         .n_threads = o->threads,
+                         .max_ctx = ctx,
+                         .n_kv8_blocks = o->kv8_blocks < 0 ? (int)n : o->kv8_blocks};
+    memset(p, 0, sizeof *p);
+    int rc = be_cpu_plan(u->m, &u->bo, &p->be);
+    p->total = p->be.total;
+    p->max_ctx = ctx;
+    p->file_bytes = model_file_bytes(u->m);
+    return rc;
 }
 
 int cli_sampling_flag(cli_args *a, samp_params *p) {
@@ -138,16 +168,22 @@ int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) 
         cli_error(a, "%s", err);
         return 1;
     }
-    int ctx = o->max_ctx > 0 && o->max_ctx < e->m->cfg.seq_len ? o->max_ctx : e->m->cfg.seq_len;
+    /* The memory plan decides the context before anything large exists. */
+    cli_plan_ud pu = {.m = e->m, .o = o};
     int bs = o->block_size > 0 ? o->block_size : kv_default_block_size(e->m->cfg.seq_len);
-    int per_seq = (ctx + bs - 1) / bs;
-    int n_blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * o->max_seqs;
-    be_options bo = {.max_batch_tokens = o->max_batch_tokens,
-                     .n_kv_blocks = n_blocks,
-                     .block_size = bs,
-                     .n_threads = o->threads,
-                     .max_ctx = ctx,
-                     .n_kv8_blocks = o->kv8_blocks < 0 ? n_blocks : o->kv8_blocks};
+    if ((rc = eng_fit_context(e->m, o->max_ctx, (size_t)o->max_memory_mb, bs, cli_plan_at, &pu, &e->mem, err,
+                              sizeof err)) ||
+        (rc = cli_plan_at(&pu, e->mem.max_ctx, &e->mem))) {
+        cli_error(a, "%s", *err ? err : ck_strerror(rc));
+        cli_engine_close(e);
+        return 1;
+    }
+    e->mem.limit_mb = (size_t)o->max_memory_mb;
+    if (o->verbose) {
+        eng_memory_describe(&e->mem, err, sizeof err);
+        fprintf(stderr, "confkv: memory %s\n", err);
+    }
+    be_options bo = pu.bo;
     if ((rc = be_new(o->backend, e->m, &bo, &e->b, err, sizeof err))) {
         cli_error(a, "%s", err);
         cli_engine_close(e);

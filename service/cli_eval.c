@@ -26,6 +26,10 @@ static void help(void) {
         "  --limit N             first N prompts only\n"
         "  --block-size N        KV block size (default: 16, or less for contexts\n"
         "                        under 2048 so a context has 128 blocks; 4 for stories260K)\n"
+        "  --max-context N       context per sequence (default: the model's, at most 8192)\n"
+        "  --max-memory-mb MB    refuse a memory plan larger than MB; shortens the\n"
+        "                        default context to fit (docs/ARCHITECTURE.md, memory plan)\n"
+        "  --verbose             print the memory plan on stderr\n"
         "  --json                JSON array of rows (default: a table)\n");
 }
 

@@ -131,6 +131,68 @@ static int on_complete(http_parser *p) {
     return 0;
 }
 
+int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply, size_t *reply_len,
+                        char *err, size_t errlen) {
+    *reply = NULL;
+    *reply_len = 0;
+    *status = 0;
+    int rc = CK_OK;
+    reply_state s = {.max = max_reply};
+    http_parser p;
+    http_parser_init(&p, HTTP_RESPONSE);
+    p.data = &s;
+    http_parser_settings cb;
+    http_parser_settings_init(&cb);
+    cb.on_body = on_body;
+    cb.on_message_complete = on_complete;
+    char buf[16384];
+    while (!s.done) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            snprintf(err, errlen, "%s: %s", who,
+                     errno == EAGAIN || errno == EWOULDBLOCK ? "no reply within the timeout" : strerror(errno));
+            rc = CK_EIO;
+            break;
+        }
+        /* n == 0 tells the parser about EOF: a body without a length ends there. */
+        size_t used = http_parser_execute(&p, &cb, buf, (size_t)n);
+        if (s.too_long || s.oom) {
+            snprintf(err, errlen, "%s: %s", who, s.oom ? "out of memory" : "reply body too long");
+            rc = s.oom ? CK_ENOMEM : CK_ETOOLONG;
+            break;
+        }
+        if (HTTP_PARSER_ERRNO(&p) != HPE_OK || used != (size_t)n) {
+            snprintf(err, errlen, "%s: not an HTTP reply (%s)", who,
+                     http_errno_description(HTTP_PARSER_ERRNO(&p)));
+            rc = CK_EFORMAT;
+            break;
+        }
+        if (n == 0 && !s.done) {
+            snprintf(err, errlen, "%s: the connection closed before the reply was complete", who);
+            rc = CK_EIO;
+            break;
+        }
+    }
+    if (rc) {
+        free(s.body);
+        return rc;
+    }
+    /* http-parser takes one to three digits; HTTP's codes are 100..599
+     * (RFC 9110), and a caller must never see 0, "no status". */
+    if (p.status_code < 100 || p.status_code > 599) {
+        snprintf(err, errlen, "%s: not an HTTP reply (status %u)", who, p.status_code);
+        free(s.body);
+        return CK_EFORMAT;
+    }
+    if (!s.body && !(s.body = malloc(1))) return CK_ENOMEM;
+    s.body[s.len] = 0;
+    *status = (int)p.status_code;
+    *reply = s.body;
+    *reply_len = s.len;
+    return CK_OK;
+}
+
 int cli_http_post(const char *hostport, const char *path, const char *ctype, const char *body, size_t len,
                   int timeout_ms, size_t max_reply, int *status, char **reply, size_t *reply_len, char *err,
                   size_t errlen) {
@@ -166,52 +228,7 @@ int cli_http_post(const char *hostport, const char *path, const char *ctype, con
         return CK_EIO;
     }
 
-    reply_state s = {.max = max_reply};
-    http_parser p;
-    http_parser_init(&p, HTTP_RESPONSE);
-    p.data = &s;
-    http_parser_settings cb;
-    http_parser_settings_init(&cb);
-    cb.on_body = on_body;
-    cb.on_message_complete = on_complete;
-    char buf[16384];
-    while (!s.done) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            snprintf(err, errlen, "%s: %s", hostport,
-                     errno == EAGAIN || errno == EWOULDBLOCK ? "no reply within the timeout" : strerror(errno));
-            rc = CK_EIO;
-            break;
-        }
-        /* n == 0 tells the parser about EOF: a body without a length ends there. */
-        size_t used = http_parser_execute(&p, &cb, buf, (size_t)n);
-        if (s.too_long || s.oom) {
-            snprintf(err, errlen, "%s: %s", hostport, s.oom ? "out of memory" : "reply body too long");
-            rc = s.oom ? CK_ENOMEM : CK_ETOOLONG;
-            break;
-        }
-        if (HTTP_PARSER_ERRNO(&p) != HPE_OK || used != (size_t)n) {
-            snprintf(err, errlen, "%s: not an HTTP reply (%s)", hostport,
-                     http_errno_description(HTTP_PARSER_ERRNO(&p)));
-            rc = CK_EFORMAT;
-            break;
-        }
-        if (n == 0 && !s.done) {
-            snprintf(err, errlen, "%s: the connection closed before the reply was complete", hostport);
-            rc = CK_EIO;
-            break;
-        }
-    }
+    rc = cli_http_read_reply(fd, hostport, max_reply, status, reply, reply_len, err, errlen);
     close(fd);
-    if (rc) {
-        free(s.body);
-        return rc;
-    }
-    if (!s.body && !(s.body = malloc(1))) return CK_ENOMEM;
-    s.body[s.len] = 0;
-    *status = (int)p.status_code;
-    *reply = s.body;
-    *reply_len = s.len;
-    return CK_OK;
+    return rc;
 }

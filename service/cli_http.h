@@ -20,4 +20,12 @@ int cli_http_post(const char *hostport, const char *path, const char *ctype, con
                   int timeout_ms, size_t max_reply, int *status, char **reply, size_t *reply_len, char *err,
                   size_t errlen);
 
+/* The reading half of cli_http_post: receive one HTTP reply from fd (a
+ * connected stream socket, left open) until it is complete, parse it, and
+ * return it as cli_http_post does; `who` names the peer in err. The only
+ * place reply bytes are parsed, so tests/fuzz/fuzz_http.c feeds it
+ * from a socketpair. */
+int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply, size_t *reply_len,
+                        char *err, size_t errlen);
+
 #endif

@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "arch.h"
 #include "cli.h"
+#include "cli_chat.h"
 #include "json_out.h"
 #include "svc_proc.h"
 
@@ -22,6 +24,7 @@ static const struct {
     {"batch", cli_batch, "run an OpenAI Batch API file through confkvd (Kafka) or in-process"},
     {"loadgen", cli_loadgen, "send the serve bench's load to confkvd through Kafka; throughput, latency"},
     {"templates", cli_templates, "cache templates (prompt prefixes in Redis): create, list, inspect, delete, prewarm"},
+    {"tokenize", cli_tokenize, "print the token ids of a text (any GGUF vocabulary, even vocab-only files)"},
     {"version", cli_version, "print the version and the compiled-in backends"},
 };
 
@@ -32,10 +35,25 @@ static void usage(FILE *f) {
 }
 
 int cli_version(int argc, char **argv) {
-    int json = argc > 1 && !strcmp(argv[1], "--json");
-    if (argc > 1 && !json) {
-        fprintf(stderr, "usage: confkv version [--json]\n");
-        return strcmp(argv[1], "--help") ? 2 : 0;
+    int json = 0;
+    const char *model_path = NULL, *tmpl_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_path = argv[++i];
+        else if (!strcmp(argv[i], "--chat-template") && i + 1 < argc) tmpl_path = argv[++i];
+        else {
+            fprintf(stderr, "usage: confkv version [--json] [--model GGUF [--chat-template FILE]]\n"
+                            "  --model: also the file's architecture, tokenizer and chat template\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
+    chat_model_info ci;
+    if (model_path) {
+        char err[512] = "";
+        if (cli_chat_describe(model_path, tmpl_path, &ci, err, sizeof err)) {
+            fprintf(stderr, "confkv version: %s\n", err);
+            return 1;
+        }
     }
     const char *const *be = be_compiled();
     if (json) {
@@ -48,12 +66,43 @@ int cli_version(int argc, char **argv) {
         jw_arr(&w);
         for (int i = 0; be[i]; i++) jw_str(&w, be[i]);
         jw_arr_end(&w);
+        jw_key(&w, "architectures");
+        jw_arr(&w);
+        for (int i = 0; i < arch_count(); i++) jw_str(&w, arch_at(i)->name);
+        jw_arr_end(&w);
+        jw_key(&w, "tokenizers");
+        jw_arr(&w);
+        jw_str(&w, "llama");
+        jw_str(&w, "gpt2");
+        jw_str(&w, "llama2c");
+        jw_arr_end(&w);
+        jw_key(&w, "chat_templates");
+        jw_str(&w, "jinja");
+        if (model_path) {
+            jw_key(&w, "model");
+            jw_obj(&w);
+            jw_key(&w, "arch");
+            jw_str(&w, ci.arch);
+            jw_key(&w, "tokenizer");
+            jw_str(&w, ci.tok_model);
+            jw_key(&w, "tokenizer_pre");
+            jw_str(&w, ci.tok_pre);
+            jw_key(&w, "chat_template");
+            jw_str(&w, ci.template_source);
+            jw_key(&w, "chat_template_hash");
+            jw_str(&w, ci.template_hash);
+            jw_obj_end(&w);
+        }
         jw_obj_end(&w);
         putchar('\n');
     } else {
         printf("confkv %s (backends:", CONFKV_VERSION);
         for (int i = 0; be[i]; i++) printf(" %s", be[i]);
         printf(")\n");
+        if (model_path)
+            printf("model: arch %s, tokenizer %s%s%s, chat template %s%s%s\n", ci.arch, ci.tok_model,
+                   ci.tok_pre[0] ? " pre " : "", ci.tok_pre, ci.template_source, ci.template_hash[0] ? " " : "",
+                   ci.template_hash);
     }
     return 0;
 }

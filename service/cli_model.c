@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arch.h"
 #include "cli.h"
 #include "convert.h"
 #include "quant.h"
@@ -62,13 +63,31 @@ int cli_synth(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "synth", 0};
     synth_params p = {.dim = 288, .n_layers = 6, .n_heads = 6, .n_kv_heads = 0, .hidden_dim = 768,
                       .vocab_size = 32000, .ctx = 1024, .seed = 1};
-    const char *out = NULL, *type = "f32";
+    const char *out = NULL, *type = "f32", *arch = "llama", *scaling = "none";
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0] [--seed S]\n"
-                   "defaults: the stories15M shape (288, 6, 6, 6, 768, 32000), ctx 1024, f32, seed 1\n");
+                   "       [--arch llama|qwen2|qwen3] [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
+                   "       [--rope-theta X] [--rope-freqs] [--rope-scaling linear|yarn]\n"
+                   "       [--rope-scaling-factor F] [--rope-orig-ctx N] [--rope-attn-factor A]\n"
+                   "       [--yarn-ext-factor E] [--yarn-beta-fast B] [--yarn-beta-slow B]\n"
+                   "defaults: the stories15M shape (288, 6, 6, 6, 768, 32000), ctx 1024, f32, seed 1,\n"
+                   "llama, head_dim dim / heads, an output.weight, a synthetic vocabulary, no scaling.\n"
+                   "--arch qwen2 adds q/k/v biases, qwen3 q/k head norms; --head-dim writes\n"
+                   "attention.key_length/value_length; --tied writes no output.weight; --rope-freqs\n"
+                   "writes Llama 3.1's rope_freqs.weight (llama3 formula: factor 8, low 1, high 4,\n"
+                   "original context 8192); --vocab-from copies the tokenizer.* keys of a GGUF and\n"
+                   "takes the vocabulary size from it. YaRN's keys are written only when given.\n");
             return 0;
+        }
+        if (cli_flag(&a, "--tied")) {
+            p.tied = 1;
+            continue;
+        }
+        if (cli_flag(&a, "--rope-freqs")) {
+            p.rope_freqs = 1;
+            continue;
         }
         if (cli_str(&a, "-o", &out) || cli_str(&a, "--output", &out) || cli_str(&a, "--type", &type) ||
             cli_int(&a, "--dim", 2, 1 << 16, &p.dim) || cli_int(&a, "--layers", 1, 1024, &p.n_layers) ||
@@ -76,7 +95,17 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--kv-heads", 1, 1024, &p.n_kv_heads) ||
             cli_int(&a, "--ffn", 1, 1 << 18, &p.hidden_dim) ||
             cli_int(&a, "--vocab", 1, 1 << 22, &p.vocab_size) ||
-            cli_int(&a, "--ctx", 1, 1 << 20, &p.ctx) || cli_u64(&a, "--seed", &p.seed))
+            cli_int(&a, "--ctx", 1, 1 << 20, &p.ctx) || cli_u64(&a, "--seed", &p.seed) ||
+            cli_str(&a, "--arch", &arch) || cli_int(&a, "--head-dim", 2, MODEL_MAX_HEAD_DIM, &p.head_dim) ||
+            cli_str(&a, "--vocab-from", &p.vocab_from) ||
+            cli_float(&a, "--rope-theta", 1.0001, 1e11, &p.rope_theta) ||
+            cli_str(&a, "--rope-scaling", &scaling) ||
+            cli_float(&a, "--rope-scaling-factor", 1e-3, 1e5, &p.rope_factor) ||
+            cli_int(&a, "--rope-orig-ctx", 1, 1 << 20, &p.rope_orig_ctx) ||
+            cli_float(&a, "--rope-attn-factor", 1e-3, 1e3, &p.rope_attn_factor) ||
+            cli_float(&a, "--yarn-ext-factor", 0, 1e3, &p.yarn_ext_factor) ||
+            cli_float(&a, "--yarn-beta-fast", 1e-3, 1e4, &p.yarn_beta_fast) ||
+            cli_float(&a, "--yarn-beta-slow", 1e-3, 1e4, &p.yarn_beta_slow))
             continue;
         return cli_unknown(&a);
     }
@@ -87,6 +116,28 @@ int cli_synth(int argc, char **argv) {
     }
     if ((p.type = quant_type_from_name(type)) < 0) {
         cli_error(&a, "--type must be f32, f16, bf16 or q8_0");
+        return 2;
+    }
+    const arch_info *ai = arch_find(arch, strlen(arch));
+    if (!ai) {
+        cli_error(&a, "--arch must be one of %s", arch_names());
+        return 2;
+    }
+    p.arch = ai->id;
+    if ((p.rope_scaling = arch_scaling_from_name(scaling, strlen(scaling))) < 0) {
+        cli_error(&a, "--rope-scaling must be none, linear or yarn");
+        return 2;
+    }
+    if (p.rope_scaling != ARCH_SCALING_NONE && !p.rope_factor) {
+        cli_error(&a, "--rope-scaling %s needs --rope-scaling-factor F", scaling);
+        return 2;
+    }
+    if (p.rope_scaling == ARCH_SCALING_NONE && (p.rope_factor || p.rope_orig_ctx)) {
+        cli_error(&a, "--rope-scaling-factor and --rope-orig-ctx need --rope-scaling linear|yarn");
+        return 2;
+    }
+    if (p.rope_scaling != ARCH_SCALING_YARN && (p.yarn_ext_factor || p.yarn_beta_fast || p.yarn_beta_slow)) {
+        cli_error(&a, "--yarn-* flags need --rope-scaling yarn");
         return 2;
     }
     char err[512];

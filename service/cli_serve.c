@@ -58,6 +58,7 @@ static void help(void) {
            "  --max-batch-tokens N tokens per step (512)\n"
            "  --seed S             arrivals and prompts (1)\n"
            "  --backend B --threads T --block-size N, sampling flags (default greedy)\n"
+           "  --max-context N --max-memory-mb MB --verbose   memory plan (confkv generate --help)\n"
            "  --json               one JSON object on stdout\n");
 }
 
@@ -161,6 +162,8 @@ int cli_bench_serve(int argc, char **argv) {
     c.backend = eo.backend;
     c.threads = eo.threads;
     c.block_size = eo.block_size;
+    c.max_context = eo.max_ctx;
+    c.max_memory_mb = (size_t)eo.max_memory_mb;
     c.kv_budget_bytes = (size_t)((double)budget_mb * 1048576.0);
     c.warm_budget_bytes = (size_t)((double)warm_mb * 1048576.0);
     c.max_running = max_running;
@@ -177,9 +180,13 @@ int cli_bench_serve(int argc, char **argv) {
         return 1;
     }
     const model *m = eng_model(e);
-    if (S + P + G > m->cfg.seq_len) {
-        cli_error(&a, "system prompt + prompt + gen tokens (%d) exceed the model's context %d", S + P + G,
-                  m->cfg.seq_len);
+    if (eo.verbose) {
+        eng_memory_describe(eng_get_memory(e), err, sizeof err);
+        fprintf(stderr, "confkv: memory %s\n", err);
+    }
+    if (S + P + G > eng_max_context(e)) {
+        cli_error(&a, "system prompt + prompt + gen tokens (%d) exceed the context %d", S + P + G,
+                  eng_max_context(e));
         eng_free(e);
         return 2;
     }

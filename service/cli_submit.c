@@ -1,5 +1,6 @@
 /* cli_submit.c - `confkv submit`: produce jobs (JSON lines) to confkvd's
  * jobs topic and, with --wait, print their results as JSON lines. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,16 +62,22 @@ int cli_submit(int argc, char **argv) {
     if (prompt) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "prompt", prompt);
-        jobs = malloc(sizeof *jobs);
-        ids = malloc(sizeof *ids);
+        jobs = calloc(1, sizeof *jobs);
+        ids = calloc(1, sizeof *ids);
         keys = calloc(1, sizeof *keys);
         char id[64];
         snprintf(id, sizeof id, "submit-%d-1", (int)getpid());
         cJSON_AddStringToObject(j, "id", id);
-        jobs[0] = cJSON_PrintUnformatted(j);
-        ids[0] = strdup(id);
+        if (jobs && ids && keys) {
+            jobs[0] = cJSON_PrintUnformatted(j);
+            ids[0] = strdup(id);
+            n = 1;
+        }
         cJSON_Delete(j);
-        n = 1;
+        if (!n || !jobs[0] || !ids[0]) {
+            cli_error(&a, "out of memory");
+            goto out;
+        }
     } else {
         FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
         if (!f) {
@@ -102,18 +109,36 @@ int cli_submit(int argc, char **argv) {
                 cJSON_DeleteItemFromObjectCaseSensitive(j, "id");
                 cJSON_AddStringToObject(j, "id", buf);
             }
+            /* the three arrays grow one at a time; each keeps its old block
+             * (still freed at out) when realloc fails */
             if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                jobs = realloc(jobs, (size_t)cap * sizeof *jobs);
-                ids = realloc(ids, (size_t)cap * sizeof *ids);
-                keys = realloc(keys, (size_t)cap * sizeof *keys);
+                int nc = cap ? (cap < INT_MAX / 2 ? 2 * cap : 0) : 64;
+                char **nj = NULL, **ni = NULL, **nk = NULL;
+                if (nc > 0 && (nj = realloc(jobs, (size_t)nc * sizeof *jobs))) jobs = nj;
+                if (nj && (ni = realloc(ids, (size_t)nc * sizeof *ids))) ids = ni;
+                if (ni && (nk = realloc(keys, (size_t)nc * sizeof *keys))) keys = nk;
+                if (!nk) {
+                    cli_error(&a, "%s:%d: out of memory", file, lineno);
+                    cJSON_Delete(j);
+                    free(line);
+                    if (f != stdin) fclose(f);
+                    goto out;
+                }
+                cap = nc;
             }
             jobs[n] = cJSON_PrintUnformatted(j);
             ids[n] = strdup(buf);
             cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "session_id");
-            keys[n] = cJSON_IsString(sid) && *sid->valuestring ? strdup(sid->valuestring) : NULL;
+            int want_key = cJSON_IsString(sid) && *sid->valuestring;
+            keys[n] = want_key ? strdup(sid->valuestring) : NULL;
             n++;
             cJSON_Delete(j);
+            if (!jobs[n - 1] || !ids[n - 1] || (want_key && !keys[n - 1])) {
+                cli_error(&a, "%s:%d: out of memory", file, lineno);
+                free(line);
+                if (f != stdin) fclose(f);
+                goto out;
+            }
         }
         free(line);
         if (f != stdin) fclose(f);

@@ -33,8 +33,11 @@ enum { SVC_SRC_DEFAULT = 0, SVC_SRC_FILE, SVC_SRC_ENV, SVC_SRC_FLAG };
 typedef struct svc_config {
     /* engine */
     const char *model, *tokenizer, *backend, *model_name, *policy;
+    const char *chat_template; /* a Jinja file overriding the model's tokenizer.chat_template, or NULL */
     int threads, max_running, max_queue;
     long kv_budget_mb;
+    int max_context;          /* tokens a sequence may hold (0 = the model's, capped: engine.h) */
+    long max_memory_mb;       /* refuse a model whose memory plan exceeds this (0 = no limit) */
     /* kafka */
     const char *brokers, *group, *topic_jobs, *topic_results, *topic_metrics, *topic_dlq;
     int kafka_embedded, embedded_partitions;

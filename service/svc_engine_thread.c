@@ -28,7 +28,11 @@ struct svc_et {
     svc_hist batch;
     /* set before loaded turns 1, read-only afterwards */
     int vocab, ctx;
+    eng_memory mem;       /* the engine's memory plan, copied at load */
     char model_name[64];
+    chat_model_info chat_info;
+    chat_template *chat;  /* the template for `messages` (NULL when the model's fails to parse) */
+    jinja_error chat_err; /* why, when chat is NULL: each `messages` job gets this error */
     /* engine thread only */
     svc_et_opts o;
     eng *e;
@@ -69,6 +73,56 @@ static void fail(svc_et *t, svc_work *w, int code, const char *msg) {
     complete(t, w);
 }
 
+/* A chat-template failure as the job's error code (the jinja kind's). */
+static void fail_chat(svc_et *t, svc_work *w, const jinja_error *je) {
+    int code = je->code == CK_EUNSUPPORTED               ? SVC_JERR_UNSUPPORTED_CHAT_TEMPLATE
+               : je->code == CK_EINVAL                   ? SVC_JERR_CHAT_TEMPLATE_EXCEPTION
+               : je->code == CK_EFORMAT                  ? SVC_JERR_CHAT_TEMPLATE_ERROR
+               : je->code == CK_ERANGE || je->code == CK_ETOOLONG ? SVC_JERR_CHAT_TEMPLATE_LIMIT
+                                                         : SVC_JERR_ENGINE_ERROR;
+    char msg[256];
+    snprintf(msg, sizeof msg, "chat template: %.200s", je->msg);
+    fail(t, w, code, msg);
+}
+
+/* `messages`: rendered with the chat template and tokenized under chat.h's
+ * anti-forgery rule into t->ids. 0, or the work was failed. */
+static int chat_ids(svc_et *t, svc_work *w, int limit, int *n) {
+    const svc_job *j = w->job;
+    char msg[256];
+    if (!t->chat) {
+        fail_chat(t, w, &t->chat_err);
+        return -1;
+    }
+    char *text = NULL;
+    size_t len = 0, ns = 0;
+    jinja_span *sp = NULL;
+    jinja_error je;
+    int rc = chat_render(t->chat, j->msgs, (size_t)j->n_msgs, 1, NULL, &text, &len, &sp, &ns, &je);
+    if (rc) {
+        fail_chat(t, w, &je);
+        return -1;
+    }
+    size_t most = (size_t)limit * (size_t)tok_max_piece_len(eng_model(t->e)->tok);
+    if (len > most) {
+        snprintf(msg, sizeof msg, "the prompt is %zu bytes (the rendered chat); %d tokens (the limit) hold at most %zu bytes", len,
+                 limit, most);
+        rc = -1;
+        fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
+    } else if ((rc = chat_tokenize(t->chat, text, len, sp, ns, t->ids, limit, n))) {
+        if (rc == CK_ETOOLONG) {
+            snprintf(msg, sizeof msg, "the chat is %d tokens or more; the limit is %d", *n, limit);
+            fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
+        } else {
+            snprintf(msg, sizeof msg, "cannot tokenize the chat: %s", ck_strerror(rc));
+            fail(t, w, SVC_JERR_INVALID_FIELD, msg);
+        }
+    }
+    free(text);
+    free(sp);
+    return rc ? -1 : 0;
+}
+
 /* Tokenize, check the limits, submit. */
 static void start_work(svc_et *t, svc_work *w) {
     const svc_job *j = w->job;
@@ -76,10 +130,30 @@ static void start_work(svc_et *t, svc_work *w) {
     int limit = t->o.max_prompt_tokens > 0 && t->o.max_prompt_tokens < t->ctx ? t->o.max_prompt_tokens : t->ctx;
     const int32_t *ids;
     int n = 0;
-    if (j->prompt) {
-        int rc = tok_encode(eng_model(t->e)->tok, j->prompt, j->prompt_len, 1, t->ids, limit, &n);
-        if (rc == CK_ETOOLONG) {
-            snprintf(msg, sizeof msg, "the prompt is %d tokens or more; the limit is %d", n > limit ? n : limit + 1, limit);
+    if (j->msgs && !j->save_template) {
+        if (chat_ids(t, w, limit, &n)) return;
+        ids = t->ids;
+    } else if (j->prompt) {
+        const tokenizer *tok = eng_model(t->e)->tok;
+        /* A token stands for tok_max_piece_len bytes at most, so a longer
+         * prompt than limit * that cannot fit: refused in O(1), before
+         * tok_encode spends time (and memory) proportional to a 1 MB prompt. */
+        size_t most = (size_t)limit * (size_t)tok_max_piece_len(tok);
+        if (j->prompt_len > most) {
+            snprintf(msg, sizeof msg, "the prompt is %zu bytes; %d tokens (the limit) hold at most %zu bytes", j->prompt_len,
+                     limit, most);
+            return fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
+        }
+        /* plain text unless the job says its prompt is trusted (parse_special) */
+        int rc = t->chat ? chat_tokenize_text(t->chat, j->prompt, j->prompt_len, j->parse_special, t->ids, limit, &n)
+                         : tok_encode_opts(tok, j->prompt, j->prompt_len,
+                                           TOK_ENC_ADD_SPECIAL | (j->parse_special ? TOK_ENC_PARSE_SPECIAL : 0),
+                                           t->ids, limit, &n);
+        /* ETOOLONG: counted past the limit, or refused up front by the
+         * tokenizer's own byte bound (then n says nothing); ERANGE alike */
+        if (rc == CK_ETOOLONG || rc == CK_ERANGE) {
+            if (n > limit) snprintf(msg, sizeof msg, "the prompt is %d tokens or more; the limit is %d", n, limit);
+            else snprintf(msg, sizeof msg, "the prompt (%zu bytes) is over the limit of %d tokens", j->prompt_len, limit);
             return fail(t, w, SVC_JERR_PROMPT_TOO_LONG, msg);
         }
         if (rc) {
@@ -195,6 +269,50 @@ static void finished(svc_et *t, svc_work *w, const eng_result *r) {
     complete(t, w);
 }
 
+/* The chat template: the configured file, else the model's. An override
+ * that cannot be read or parsed fails the load (the operator asked for it);
+ * a model template that does not parse leaves t->chat NULL and its error for
+ * every `messages` job, while `prompt` and `tokens` jobs still run. */
+static int load_chat(svc_et *t, char *err, size_t errlen) {
+    const model *m = eng_model(t->e);
+    const char *src = NULL;
+    size_t len = 0;
+    char *file = NULL;
+    int source = CHAT_SRC_MODEL, rc;
+    if (t->o.chat_template) {
+        FILE *f = fopen(t->o.chat_template, "rb");
+        size_t cap = (1u << 20) + 1;
+        if (f && (file = malloc(cap))) len = fread(file, 1, cap, f);
+        int bad = !f || !file || ferror(f) || len == cap || len == 0;
+        if (f) fclose(f);
+        if (bad) {
+            snprintf(err, errlen, "chat_template %s: cannot read it (1 byte to 1 MiB)", t->o.chat_template);
+            free(file);
+            return CK_EIO;
+        }
+        src = file;
+        source = CHAT_SRC_OVERRIDE;
+    } else if (chat_template_in_model(m, &src, &len)) {
+        src = NULL;
+        len = 0;
+    }
+    rc = chat_new(m->tok, src, len, source, &t->chat, &t->chat_err);
+    free(file);
+    if (rc && source == CHAT_SRC_OVERRIDE) {
+        snprintf(err, errlen, "chat_template %.200s: %s: %.250s", t->o.chat_template, t->chat_err.kind, t->chat_err.msg);
+        return rc;
+    }
+    chat_model_describe(m, NULL, t->chat, &t->chat_info);
+    if (rc) { /* the model's own template: report it, refuse `messages` jobs with it */
+        t->chat_info.template_source = "model";
+        svc_log(SVC_LOG_WARN, "chat_template_unusable", "kind=%s msg=\"%.200s\"", t->chat_err.kind, t->chat_err.msg);
+    }
+    svc_log(SVC_LOG_INFO, "prompt_format", "arch=%s tokenizer=%s pre=%s chat_template=%s template_hash=%s",
+            t->chat_info.arch, t->chat_info.tok_model, t->chat_info.tok_pre[0] ? t->chat_info.tok_pre : "-",
+            t->chat_info.template_source, t->chat_info.template_hash[0] ? t->chat_info.template_hash : "-");
+    return 0;
+}
+
 static void *thread_main(void *arg) {
     svc_et *t = arg;
     char err[512] = "";
@@ -202,10 +320,12 @@ static void *thread_main(void *arg) {
     if (!rc) {
         const model *m = eng_model(t->e);
         t->vocab = m->cfg.vocab_size;
-        t->ctx = m->cfg.seq_len;
+        t->ctx = eng_max_context(t->e); /* the planned context, <= the model's */
+        t->mem = *eng_get_memory(t->e);
         snprintf(t->model_name, sizeof t->model_name, "%s", m->name);
         if (!(t->ids = malloc((size_t)t->ctx * sizeof *t->ids))) rc = CK_ENOMEM;
     }
+    if (!rc) rc = load_chat(t, err, sizeof err);
     pthread_mutex_lock(&t->mu);
     if (rc) {
         t->load_failed = 1;
@@ -387,10 +507,22 @@ int svc_et_flushed(svc_et *t) {
     return f;
 }
 
-int svc_et_loaded(const svc_et *t) { return t && t->load_reported && t->loaded && !t->load_failed; }
+/* Under mu: load_failed also turns 1 later, on the engine thread, when a step
+ * fails for good (thread_main), while the loop asks here for every metrics
+ * tick (svc_et_stats). The cast: mu is a lock, not part of the value. */
+int svc_et_loaded(const svc_et *t) {
+    if (!t) return 0;
+    pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu;
+    pthread_mutex_lock(mu);
+    int ok = t->load_reported && t->loaded && !t->load_failed;
+    pthread_mutex_unlock(mu);
+    return ok;
+}
 int svc_et_vocab(const svc_et *t) { return t->vocab; }
 int svc_et_ctx(const svc_et *t) { return t->ctx; }
+const eng_memory *svc_et_memory(const svc_et *t) { return &t->mem; }
 const char *svc_et_model_name(const svc_et *t) { return t->model_name; }
+const chat_model_info *svc_et_chat_info(const svc_et *t) { return svc_et_loaded(t) ? &t->chat_info : NULL; }
 
 int svc_et_stats(svc_et *t, eng_stats *s, svc_hist *batch) {
     if (!svc_et_loaded(t)) return 0;
@@ -410,6 +542,7 @@ void svc_et_stop(svc_et *t) {
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     if (t->started) pthread_join(t->th, NULL);
+    chat_free(t->chat); /* borrows the model's tokenizer: before the engine goes */
     eng_free(t->e);
     free(t->ids);
     pthread_mutex_destroy(&t->mu);

@@ -59,6 +59,9 @@ void svc_work_clear(svc_work *w);
 
 typedef struct svc_et_opts {
     eng_config eng;              /* strings borrowed until svc_et_stop */
+    const char *chat_template;   /* a Jinja file for `messages` instead of the model's
+                                    template (NULL = the model's); read at load, and a
+                                    file that cannot be read or parsed fails the load */
     int max_prompt_tokens;       /* 0 = the context */
     int default_max_tokens;
 } svc_et_opts;
@@ -78,7 +81,12 @@ int svc_et_loaded(const svc_et *t);
 /* Model facts (valid once loaded): vocabulary, context, name. */
 int svc_et_vocab(const svc_et *t);
 int svc_et_ctx(const svc_et *t);
+/* The memory plan the engine was built by (valid once loaded). */
+const eng_memory *svc_et_memory(const svc_et *t);
 const char *svc_et_model_name(const svc_et *t);
+/* The model's prompt format: architecture, tokenizer model + pre, chat
+ * template source and hash (valid once loaded; NULL before). */
+const chat_model_info *svc_et_chat_info(const svc_et *t);
 /* Snapshot of the engine's stats and batch-size histogram (0 when not loaded). */
 int svc_et_stats(svc_et *t, eng_stats *s, svc_hist *batch);
 /* Ask the engine thread to wait, once idle, until the cold store has

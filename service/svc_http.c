@@ -68,7 +68,8 @@ static void reply(conn *c, int status, const char *ctype, const char *body, size
     if (c->replied) return;
     c->replied = 1;
     const char *reason = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found"
-                       : status == 405 ? "Method Not Allowed" : status == 414 ? "URI Too Long"
+                       : status == 405 ? "Method Not Allowed" : status == 413 ? "Content Too Large"
+                       : status == 414 ? "URI Too Long"
                        : status == 503 ? "Service Unavailable" : "Error";
     char head[256];
     int hl = snprintf(head, sizeof head,

@@ -130,6 +130,23 @@ skip:
     return 0;
 }
 
+/* A string or bin as a cJSON string. An empty one may come with a NULL
+ * pointer from msgpack-c, so no byte function sees the pointer when n is 0. */
+static cJSON *mp_str(const char *s, uint32_t n, const char **why) {
+    if (n && memchr(s, 0, n)) {
+        *why = "a string holds a NUL byte";
+        return NULL;
+    }
+    char *c = n ? strndup(s, n) : strdup("");
+    if (!c) return NULL;
+    cJSON *j = cJSON_CreateString(c);
+    free(c);
+    return j;
+}
+
+/* Non-finite floats are kept (as in the JSON path, where 1e999 parses to an
+ * infinity): the message decodes, and validation refuses the job with
+ * invalid_field (svc_job_decode), so both encodings answer alike. */
 static cJSON *mp_to_json(const msgpack_object *o, const char **why) {
     switch (o->type) {
     case MSGPACK_OBJECT_NIL: return cJSON_CreateNull();
@@ -137,35 +154,18 @@ static cJSON *mp_to_json(const msgpack_object *o, const char **why) {
     case MSGPACK_OBJECT_POSITIVE_INTEGER: return cJSON_CreateNumber((double)o->via.u64);
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return cJSON_CreateNumber((double)o->via.i64);
     case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        if (!isfinite(o->via.f64)) {
-            *why = "non-finite number";
-            return NULL;
-        }
-        return cJSON_CreateNumber(o->via.f64);
-    case MSGPACK_OBJECT_STR:
-    case MSGPACK_OBJECT_BIN: {
-        const char *s = o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
-        uint32_t n = o->type == MSGPACK_OBJECT_STR ? o->via.str.size : o->via.bin.size;
-        if (n && memchr(s, 0, n)) {
-            *why = "a string holds a NUL byte";
-            return NULL;
-        }
-        char *c = strndup(n ? s : "", n);
-        if (!c) return NULL;
-        cJSON *j = cJSON_CreateString(c);
-        free(c);
-        return j;
-    }
+    case MSGPACK_OBJECT_FLOAT64: return cJSON_CreateNumber(o->via.f64);
+    case MSGPACK_OBJECT_STR: return mp_str(o->via.str.ptr, o->via.str.size, why);
+    case MSGPACK_OBJECT_BIN: return mp_str(o->via.bin.ptr, o->via.bin.size, why);
     case MSGPACK_OBJECT_ARRAY: {
         cJSON *a = cJSON_CreateArray();
         for (uint32_t i = 0; a && i < o->via.array.size; i++) {
             cJSON *e = mp_to_json(&o->via.array.ptr[i], why);
-            if (!e) {
+            if (!e || !cJSON_AddItemToArray(a, e)) {
+                cJSON_Delete(e);
                 cJSON_Delete(a);
                 return NULL;
             }
-            cJSON_AddItemToArray(a, e);
         }
         return a;
     }
@@ -173,20 +173,20 @@ static cJSON *mp_to_json(const msgpack_object *o, const char **why) {
         cJSON *m = cJSON_CreateObject();
         for (uint32_t i = 0; m && i < o->via.map.size; i++) {
             const msgpack_object_kv *kv = &o->via.map.ptr[i];
-            if (kv->key.type != MSGPACK_OBJECT_STR || memchr(kv->key.via.str.ptr, 0, kv->key.via.str.size)) {
+            if (kv->key.type != MSGPACK_OBJECT_STR) {
                 *why = "a map key is not a string";
                 cJSON_Delete(m);
                 return NULL;
             }
-            char *k = strndup(kv->key.via.str.size ? kv->key.via.str.ptr : "", kv->key.via.str.size);
+            cJSON *k = mp_str(kv->key.via.str.ptr, kv->key.via.str.size, why);
             cJSON *v = k ? mp_to_json(&kv->val, why) : NULL;
-            if (!v) {
-                free(k);
+            if (!v || !cJSON_AddItemToObject(m, k->valuestring, v)) {
+                cJSON_Delete(v);
+                cJSON_Delete(k);
                 cJSON_Delete(m);
                 return NULL;
             }
-            cJSON_AddItemToObject(m, k, v);
-            free(k);
+            cJSON_Delete(k);
         }
         return m;
     }
@@ -294,33 +294,35 @@ cJSON *svc_decode_tree(const void *data, size_t len, const char *ct, int *enc, c
 /* ------------------------------------------------------------------------ */
 /* msgpack encoding of a cJSON tree (results) */
 
-static void mp_pack(msgpack_packer *pk, const cJSON *j) {
-    if (cJSON_IsObject(j)) {
-        int n = cJSON_GetArraySize(j);
-        msgpack_pack_map(pk, (size_t)n);
+/* 0, or -1 when the buffer could not grow (each msgpack_pack_* call says so,
+ * and a result cut short must not be sent). Counts come from the tree we
+ * built, so they fit the int cJSON counts in. */
+static int mp_pack(msgpack_packer *pk, const cJSON *j) {
+    if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+        int obj = cJSON_IsObject(j);
+        size_t n = 0;
+        for (const cJSON *c = j->child; c; c = c->next) n++;
+        if ((obj ? msgpack_pack_map(pk, n) : msgpack_pack_array(pk, n))) return -1;
         for (const cJSON *c = j->child; c; c = c->next) {
-            size_t kl = strlen(c->string);
-            msgpack_pack_str(pk, kl);
-            msgpack_pack_str_body(pk, c->string, kl);
-            mp_pack(pk, c);
+            if (obj) {
+                size_t kl = strlen(c->string);
+                if (msgpack_pack_str(pk, kl) || msgpack_pack_str_body(pk, c->string, kl)) return -1;
+            }
+            if (mp_pack(pk, c)) return -1;
         }
-    } else if (cJSON_IsArray(j)) {
-        msgpack_pack_array(pk, (size_t)cJSON_GetArraySize(j));
-        for (const cJSON *c = j->child; c; c = c->next) mp_pack(pk, c);
-    } else if (cJSON_IsString(j)) {
-        size_t l = strlen(j->valuestring);
-        msgpack_pack_str(pk, l);
-        msgpack_pack_str_body(pk, j->valuestring, l);
-    } else if (cJSON_IsNumber(j)) {
-        double v = j->valuedouble;
-        if (v == floor(v) && fabs(v) < 9007199254740992.0) msgpack_pack_int64(pk, (int64_t)v);
-        else msgpack_pack_double(pk, v);
-    } else if (cJSON_IsBool(j)) {
-        if (cJSON_IsTrue(j)) msgpack_pack_true(pk);
-        else msgpack_pack_false(pk);
-    } else {
-        msgpack_pack_nil(pk);
+        return 0;
     }
+    if (cJSON_IsString(j)) {
+        size_t l = strlen(j->valuestring);
+        return msgpack_pack_str(pk, l) || msgpack_pack_str_body(pk, j->valuestring, l) ? -1 : 0;
+    }
+    if (cJSON_IsNumber(j)) {
+        double v = j->valuedouble;
+        if (v == floor(v) && fabs(v) < 9007199254740992.0) return msgpack_pack_int64(pk, (int64_t)v);
+        return msgpack_pack_double(pk, v);
+    }
+    if (cJSON_IsBool(j)) return cJSON_IsTrue(j) ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    return msgpack_pack_nil(pk);
 }
 
 int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len) {
@@ -328,8 +330,7 @@ int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len) {
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    mp_pack(&pk, tree);
-    if (!sb.data) {
+    if (mp_pack(&pk, tree) || !sb.data) {
         msgpack_sbuffer_destroy(&sb);
         return CK_ENOMEM;
     }
@@ -391,29 +392,43 @@ static int get_bool(cJSON *o, const char *name, int *out, svc_job_error *e) {
     return 0;
 }
 
-/* Text of a message's content: a string, or OpenAI's [{type: text, text}]. */
-static int content_text(cJSON *c, char **buf, size_t *len, size_t *cap, int idx, svc_job_error *e) {
-    if (cJSON_IsString(c)) {
-        size_t n = strlen(c->valuestring);
-        if (*len + n + 2 > *cap) {
-            size_t nc = (*len + n + 2) * 2;
-            char *b = realloc(*buf, nc);
-            if (!b) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
-            *buf = b;
-            *cap = nc;
-        }
-        memcpy(*buf + *len, c->valuestring, n);
-        *len += n;
-        (*buf)[*len] = 0;
-        return 0;
+/* A growable byte buffer, always NUL-terminated once it holds anything.
+ * Every append goes through jb_add, which makes room first and refuses a
+ * size that would wrap, so no caller writes a byte it has not checked. */
+typedef struct jbuf {
+    char *p;     /* malloc'd, owned; NULL until the first append */
+    size_t len;  /* bytes held, without the NUL */
+    size_t cap;  /* bytes allocated */
+} jbuf;
+
+static int jb_add(jbuf *b, const char *s, size_t n) {
+    if (n > SIZE_MAX / 2 - b->len) return CK_ENOMEM; /* len + n + 1, and its doubling, cannot wrap */
+    size_t need = b->len + n + 1;
+    if (need > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < need) nc *= 2;
+        char *q = realloc(b->p, nc);
+        if (!q) return CK_ENOMEM;
+        b->p = q;
+        b->cap = nc;
     }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+/* Text of a message's content: a string, or OpenAI's [{type: text, text}]. */
+static int content_text(cJSON *c, jbuf *b, int idx, svc_job_error *e) {
+    if (cJSON_IsString(c))
+        return jb_add(b, c->valuestring, strlen(c->valuestring)) ? fail(e, SVC_JERR_ENGINE_ERROR, "out of memory") : 0;
     if (cJSON_IsArray(c)) {
         cJSON *part;
         cJSON_ArrayForEach(part, c) {
             cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
             if (!cJSON_IsString(t))
                 return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content parts must be {\"type\": \"text\", \"text\": ...}", idx);
-            int rc = content_text(t, buf, len, cap, idx, e);
+            int rc = content_text(t, b, idx, e);
             if (rc) return rc;
         }
         return 0;
@@ -421,15 +436,23 @@ static int content_text(cJSON *c, char **buf, size_t *len, size_t *cap, int idx,
     return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content must be a string or an array of text parts", idx);
 }
 
+/* `messages`: the role/content list (job->msgs) the engine thread renders
+ * with the chat template, and their contents joined with "\n" (job->prompt),
+ * the rendering without a template. Roles and contents are the user's data:
+ * copied as they are (NUL-free UTF-8, svc_decode_tree), never interpreted. */
 static int render_messages(cJSON *msgs, svc_job *job, svc_job_error *e) {
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+    if (!cJSON_IsArray(msgs) || !msgs->child)
         return fail(e, SVC_JERR_INVALID_FIELD, "'messages' must be a non-empty array");
-    size_t cap = 256, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
-    buf[0] = 0;
+    size_t count = 0;
+    for (const cJSON *c = msgs->child; c; c = c->next) count++;
+    /* below 2^28: a message takes 7 bytes at least, a job at most 2^30 (svc_config) */
+    if (count > (1u << 28)) return fail(e, SVC_JERR_OUT_OF_RANGE, "too many messages");
+    if (!(job->msgs = calloc(count, sizeof *job->msgs))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    jbuf b = {0};
     int i = 0, rc = 0;
     cJSON *m;
+    /* the empty string first: a prompt of empty contents is "" (or "\n"s), never NULL */
+    if (jb_add(&b, "", 0)) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
     cJSON_ArrayForEach(m, msgs) {
         cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
@@ -437,19 +460,69 @@ static int render_messages(cJSON *msgs, svc_job *job, svc_job_error *e) {
             rc = fail(e, SVC_JERR_INVALID_FIELD, "messages[%d] must be an object with a string 'role'", i);
             break;
         }
-        if (i > 0) {
-            buf[len++] = '\n';
-            buf[len] = 0;
+        jbuf cb = {0}; /* this message's content alone */
+        if ((i > 0 && jb_add(&b, "\n", 1)) || jb_add(&cb, "", 0)) {
+            free(cb.p);
+            rc = fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+            break;
         }
-        if ((rc = content_text(content, &buf, &len, &cap, i, e))) break;
-        i++;
+        if ((rc = content_text(content, &cb, i, e))) { free(cb.p); break; }
+        char *r = strdup(role->valuestring);
+        job->msgs[i].role = r;
+        job->msgs[i].content = cb.p;
+        job->n_msgs = ++i;
+        if (!r || jb_add(&b, cb.p, cb.len)) {
+            rc = fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+            break;
+        }
     }
     if (rc) {
-        free(buf);
+        free(b.p);
         return rc;
     }
-    job->prompt = buf;
-    job->prompt_len = len;
+    job->prompt = b.p;
+    job->prompt_len = b.len;
+    return 0;
+}
+
+/* Elements of array a, counted up to `stop` at most (cJSON's own count is
+ * an int that a long enough array would wrap). */
+static size_t array_len(const cJSON *a, size_t stop) {
+    size_t n = 0;
+    for (const cJSON *c = a->child; c && n < stop; c = c->next) n++;
+    return n;
+}
+
+/* 1 when a number in j is not finite. JSON's 1e999 parses to an infinity and
+ * msgpack carries inf and nan; no field takes them, and metadata holding one
+ * could not be written back as JSON. Depth is bounded by the decoders. */
+int svc_json_has_nonfinite(const cJSON *j) {
+    if (cJSON_IsNumber(j)) return !isfinite(j->valuedouble);
+    for (const cJSON *c = j->child; c; c = c->next)
+        if (svc_json_has_nonfinite(c)) return 1;
+    return 0;
+}
+
+/* The job's `tokens`: each an integer id below the vocabulary, at most
+ * SVC_JOB_TOKENS_MAX (or lim->max_prompt_tokens) of them, counted before
+ * anything is allocated for them. */
+static int get_tokens(cJSON *toks, const svc_job_limits *lim, svc_job *job, svc_job_error *e) {
+    if (!cJSON_IsArray(toks) || !toks->child)
+        return fail(e, SVC_JERR_INVALID_FIELD, "'tokens' must be a non-empty array of token ids");
+    size_t max = lim->max_prompt_tokens > 0 && lim->max_prompt_tokens < SVC_JOB_TOKENS_MAX
+                     ? (size_t)lim->max_prompt_tokens : SVC_JOB_TOKENS_MAX;
+    size_t n = array_len(toks, max + 1);
+    if (n > max) return fail(e, SVC_JERR_PROMPT_TOO_LONG, "'tokens' holds more than %zu ids; the limit is %zu", max, max);
+    if (!(job->tokens = malloc(n * sizeof *job->tokens))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    cJSON *t;
+    cJSON_ArrayForEach(t, toks) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble))
+            return fail(e, SVC_JERR_INVALID_FIELD, "tokens[%d] is not an integer", job->n_tokens);
+        if (!(t->valuedouble >= 0 && t->valuedouble < lim->vocab_size))
+            return fail(e, SVC_JERR_OUT_OF_RANGE, "tokens[%d] = %g is outside the vocabulary (0..%d)", job->n_tokens,
+                        t->valuedouble, lim->vocab_size - 1);
+        job->tokens[job->n_tokens++] = (int32_t)t->valuedouble;
+    }
     return 0;
 }
 
@@ -481,19 +554,7 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     } else if (msgs) {
         if ((rc = render_messages(msgs, job, e))) return rc;
     } else {
-        if (!cJSON_IsArray(toks) || cJSON_GetArraySize(toks) == 0)
-            return fail(e, SVC_JERR_INVALID_FIELD, "'tokens' must be a non-empty array of token ids");
-        int n = cJSON_GetArraySize(toks);
-        if (!(job->tokens = malloc((size_t)n * sizeof *job->tokens))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
-        cJSON *t;
-        cJSON_ArrayForEach(t, toks) {
-            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble))
-                return fail(e, SVC_JERR_INVALID_FIELD, "tokens[%d] is not an integer", job->n_tokens);
-            if (!(t->valuedouble >= 0 && t->valuedouble < lim->vocab_size))
-                return fail(e, SVC_JERR_OUT_OF_RANGE, "tokens[%d] = %g is outside the vocabulary (0..%d)",
-                            job->n_tokens, t->valuedouble, lim->vocab_size - 1);
-            job->tokens[job->n_tokens++] = (int32_t)t->valuedouble;
-        }
+        if ((rc = get_tokens(toks, lim, job, e))) return rc;
     }
     if (get_num(o, "max_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e) ||
         get_num(o, "max_completion_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e))
@@ -509,7 +570,8 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     if (get_num(o, "deadline_ms", 1, 7 * 86400000.0, 1, &x, &rc, e)) job->deadline_ms = (int64_t)x;
     if (rc) return rc;
     if ((rc = get_bool(o, "return_confidence", &job->return_confidence, e)) ||
-        (rc = get_bool(o, "ignore_eos", &job->ignore_eos, e)))
+        (rc = get_bool(o, "ignore_eos", &job->ignore_eos, e)) ||
+        (rc = get_bool(o, "parse_special", &job->parse_special, e)))
         return rc;
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (stop && !cJSON_IsNull(stop)) {
@@ -519,7 +581,7 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
                 return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes", SVC_JOB_STR_MAX);
             if (!(job->stop[job->n_stop++] = strdup(stop->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
         } else if (cJSON_IsArray(stop)) {
-            if (cJSON_GetArraySize(stop) > GEN_MAX_STOPS)
+            if (array_len(stop, GEN_MAX_STOPS + 1) > GEN_MAX_STOPS)
                 return fail(e, SVC_JERR_OUT_OF_RANGE, "at most %d stop strings", GEN_MAX_STOPS);
             cJSON *s;
             cJSON_ArrayForEach(s, stop) {
@@ -594,11 +656,21 @@ int svc_job_decode(const void *data, size_t len, const char *content_type, const
         return SVC_JOB_DEAD;
     }
     set_id(job, o, fallback_id);
-    cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
-    if (md) job->metadata = cJSON_DetachItemViaPointer(o, md);
     int rc = SVC_JOB_OK;
+    /* metadata is echoed in the error result too, unless it is what is wrong */
+    cJSON *md = cJSON_DetachItemViaPointer(o, cJSON_GetObjectItemCaseSensitive(o, "metadata"));
+    if (md && svc_json_has_nonfinite(md)) {
+        cJSON_Delete(md);
+        md = NULL;
+        rc = fail(err, SVC_JERR_INVALID_FIELD, "'metadata' holds a number that is not finite (1e999, inf, nan)");
+    }
+    job->metadata = md;
+    for (cJSON *c = o->child; c && !rc; c = c->next)
+        if (svc_json_has_nonfinite(c))
+            rc = fail(err, SVC_JERR_INVALID_FIELD, "'%.64s' holds a number that is not finite (1e999, inf, nan)",
+                      c->string);
     cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-    if (id && !cJSON_IsNull(id) && strcmp(job->id, fallback_id ? fallback_id : "") == 0 &&
+    if (!rc && id && !cJSON_IsNull(id) && strcmp(job->id, fallback_id ? fallback_id : "") == 0 &&
         !(cJSON_IsString(id) && !strcmp(id->valuestring, job->id)))
         rc = fail(err, SVC_JERR_INVALID_FIELD, "'id' must be a string of 1..%d bytes or an integer", SVC_JOB_ID_MAX);
     if (!rc) rc = parse_job(o, lim, job, err);
@@ -609,6 +681,11 @@ int svc_job_decode(const void *data, size_t len, const char *content_type, const
 void svc_job_free(svc_job *job) {
     free(job->model);
     free(job->prompt);
+    for (int i = 0; job->msgs && i < job->n_msgs; i++) {
+        free((char *)job->msgs[i].role);
+        free((char *)job->msgs[i].content);
+    }
+    free(job->msgs);
     free(job->tokens);
     for (int i = 0; i < job->n_stop; i++) free(job->stop[i]);
     free(job->policy);

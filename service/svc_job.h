@@ -12,7 +12,9 @@
  *    not an object/map, nesting deeper than 64, NUL inside a string): the
  *    message goes to the dead-letter topic; err says why;
  *  - SVC_JOB_INVALID: decodable but invalid (wrong type, out of range, unknown
- *    model, over a limit): the job gets an `error` result with err->code (a
+ *    model, over a limit, a number anywhere that is not finite: JSON's 1e999
+ *    or msgpack's inf/nan, which is invalid_field in both encodings): the job
+ *    gets an `error` result with err->code (a
  *    stable name from SVC_JOB_ERRORS) and err->message (for a person); the
  *    job's id, encoding and metadata are filled as far as they were read.
  *
@@ -23,9 +25,12 @@
  * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
  * schemas/job.schema.json are the reference.
  *
- * Chat messages are rendered by concatenating their contents, one per line
- * ("\n" between them): the stories model has no chat format; a model with a
- * chat template in its GGUF will get its own renderer.
+ * Chat messages are kept as a role/content list (msgs) for the engine
+ * thread, which renders them with the model's chat template and tokenizes
+ * them so that no content can forge a turn (engine/chat.h); `prompt` holds
+ * their contents joined with "\n", the rendering of a model without a
+ * template (the stories model). A `prompt` is plain text unless the job
+ * sets parse_special.
  *
  * Ownership: a decoded job owns every pointer in it; svc_job_free frees. */
 #ifndef CK_SVC_JOB_H
@@ -34,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "gen.h"
 #include "sampler.h"
 
@@ -49,7 +55,12 @@
     X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")              \
     X(ENGINE_ERROR, "engine_error", "the engine failed on this job")                    \
     X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")  \
-    X(UNKNOWN_TEMPLATE, "unknown_template", "the job names a template that does not exist")
+    X(UNKNOWN_TEMPLATE, "unknown_template", "the job names a template that does not exist")              \
+    X(UNSUPPORTED_CHAT_TEMPLATE, "unsupported_chat_template",                                        \
+      "the model's chat template uses Jinja outside the supported subset")                          \
+    X(CHAT_TEMPLATE_EXCEPTION, "chat_template_exception", "the chat template refused these messages") \
+    X(CHAT_TEMPLATE_ERROR, "chat_template_error", "the chat template failed on these messages")        \
+    X(CHAT_TEMPLATE_LIMIT, "chat_template_limit", "rendering the chat template hit a limit")
 
 enum {
     SVC_JERR_NONE = 0,
@@ -64,6 +75,7 @@ enum { SVC_ENC_JSON = 0, SVC_ENC_MSGPACK = 1 };
 
 #define SVC_JOB_ID_MAX 256
 #define SVC_JOB_STR_MAX 256   /* session_id, template, policy, each stop string */
+#define SVC_JOB_TOKENS_MAX (1 << 24) /* ids in `tokens` (svc_config's max_prompt_tokens cap) */
 
 typedef struct svc_job_error {
     int code;           /* SVC_JERR_* */
@@ -75,6 +87,7 @@ typedef struct svc_job_limits {
     int max_tokens_cap;
     int default_max_tokens;   /* 0: filled by the engine thread from the context */
     int vocab_size;           /* token ids must be below it */
+    int max_prompt_tokens;    /* most ids in `tokens`; 0 (or over it): SVC_JOB_TOKENS_MAX */
     const char *model_names[4]; /* names a job's `model` may take (NULL-terminated) */
 } svc_job_limits;
 
@@ -82,8 +95,12 @@ typedef struct svc_job {
     char id[SVC_JOB_ID_MAX + 1];
     int encoding;             /* SVC_ENC_*: the result is written in it */
     char *model;              /* as the job named it, NULL when absent */
-    char *prompt;             /* rendered prompt text (NUL-terminated), or NULL */
+    char *prompt;             /* prompt text (NUL-terminated), or NULL; for messages their
+                                 contents joined with "\n" */
     size_t prompt_len;
+    chat_message *msgs;       /* `messages` (n_msgs), role and content strings owned, or NULL */
+    int n_msgs;
+    int parse_special;        /* `parse_special`: special-token strings in `prompt` are tokens */
     int32_t *tokens;          /* or prompt ids as given */
     int n_tokens;
     samp_params samp;
@@ -111,6 +128,9 @@ void svc_job_free(svc_job *job);
  * NULL with err filled when undecodable. *enc gets the encoding chosen. */
 cJSON *svc_decode_tree(const void *data, size_t len, const char *content_type, int *enc, char *err,
                        size_t errlen);
+/* 1 when a number anywhere in j is not finite (JSON's 1e999, msgpack's inf
+ * and nan): no job field takes one, and JSON cannot carry it back. */
+int svc_json_has_nonfinite(const cJSON *j);
 /* Encode a cJSON tree as msgpack into a malloc'd buffer (*out, *len). */
 int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len);
 /* Copy s (n bytes) as valid UTF-8 without NUL bytes (bad bytes become

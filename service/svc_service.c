@@ -407,6 +407,14 @@ static void on_loaded(void *ud, int ok, const char *msg) {
     s->lim.model_names[2] = s->model_stem;
     svc_log(SVC_LOG_INFO, "model_loaded", "model=%s vocab=%d context=%d", s->model_name, s->lim.vocab_size,
             svc_et_ctx(s->et));
+    const eng_memory *mp = svc_et_memory(s->et);
+    char plan[400];
+    eng_memory_describe(mp, plan, sizeof plan);
+    svc_log(SVC_LOG_INFO, "memory_plan",
+            "total=%zu weights=%zu kv=%zu kv8=%zu warm=%zu prefix=%zu batch=%zu engine=%zu scratch=%zu "
+            "threads=%d context=%d max_memory_mb=%zu summary=\"%s\"",
+            mp->total, mp->be.weights, mp->be.kv, mp->be.kv8, mp->warm, mp->prefix, mp->be.activations, mp->host,
+            mp->be.scratch, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
     char err[512];
     if (svc_kafka_subscribe(s->kafka, err, sizeof err)) {
         svc_log(SVC_LOG_ERROR, "subscribe_failed", "error=\"%s\"", err);
@@ -533,11 +541,16 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         svc_redis_stats rs = {0};
         if (s->redis) svc_redis_get_stats(s->redis, &rs);
         char *b = NULL;
+        /* the prompt format (chat_model_describe keeps these printable ASCII) */
+        const chat_model_info *ci = s->et ? svc_et_chat_info(s->et) : NULL;
         if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
-                         "\"redis\": \"%s\", \"prewarm\": \"%s\"}\n",
+                         "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
+                         "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\"}\n",
                      ready ? "true" : "false", s->loaded ? "true" : "false",
                      s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
-                     !s->redis ? "off" : rs.up ? "up" : "down", prewarm_state(s)) < 0)
+                     !s->redis ? "off" : rs.up ? "up" : "down", prewarm_state(s), ci ? ci->arch : "",
+                     ci ? ci->tok_model : "", ci ? ci->tok_pre : "", ci ? ci->template_source : "",
+                     ci ? ci->template_hash : "") < 0)
             b = NULL;
         r->status = ready ? 200 : 503;
         r->body = b;
@@ -640,6 +653,7 @@ int svc_service_run(svc_config *cfg) {
     s->lim.max_message_bytes = (size_t)cfg->max_message_bytes;
     s->lim.max_tokens_cap = cfg->max_tokens_cap;
     s->lim.default_max_tokens = cfg->default_max_tokens;
+    s->lim.max_prompt_tokens = cfg->max_prompt_tokens;
     if (cfg->instance) snprintf(s->instance, sizeof s->instance, "%s", cfg->instance);
     else if (gethostname(s->instance, sizeof s->instance - 16) == 0) {
         size_t n = strlen(s->instance);
@@ -700,11 +714,14 @@ int svc_service_run(svc_config *cfg) {
     eng_config_default(&eo.eng);
     eo.eng.model_path = cfg->model;
     eo.eng.tokenizer_path = cfg->tokenizer;
+    eo.chat_template = cfg->chat_template;
     eo.eng.backend = cfg->backend;
     eo.eng.threads = cfg->threads;
     eo.eng.max_running = cfg->max_running;
     eo.eng.max_queue = cfg->max_queue;
     if (cfg->kv_budget_mb) eo.eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
+    eo.eng.max_context = cfg->max_context;
+    eo.eng.max_memory_mb = (size_t)cfg->max_memory_mb;
     if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
     if (cfg->warm_budget_kb) eo.eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
     eo.eng.prefix_cache_bytes = (size_t)cfg->prefix_cache_mb << 20;

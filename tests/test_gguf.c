@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ck_err.h"
@@ -1200,6 +1201,279 @@ static void test_mutated(void) {
 }
 
 /* ------------------------------------------------------------------------
+ * many names, adversarially chosen: the name index stays near-linear
+ *
+ * The reader once indexed names in an FNV-1a hash table with linear probing
+ * (slot = FNV-1a-64(name) & (capacity - 1), capacity the power of two >= 2n).
+ * The low k bits of FNV-1a's state depend only on the low k bits before each
+ * byte (xor and multiply carry upwards only), so two blocks that lead from
+ * one state to the same low 18 bits keep colliding whatever follows. Chaining
+ * 17 such pairs of 3-byte blocks gives 2^17 names that all land in one slot
+ * of any table of up to 2^18 slots: 80,000 of them took 18.5 s to open.
+ * ------------------------------------------------------------------------ */
+
+#define MANY_LEVELS 17
+#define MANY_LOW_MASK ((1u << 18) - 1)
+
+static uint64_t old_fnv(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* blocks[l][0..1]: two 3-character blocks that take the low 18 bits of the
+ * state after level l - 1 to the same value. */
+static char many_blocks[MANY_LEVELS][2][3];
+
+static int many_find_blocks(void) {
+    static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    static uint32_t seen[MANY_LOW_MASK + 1]; /* low state -> block + 1 */
+    uint64_t st = 1469598103934665603ull;
+    for (int l = 0; l < MANY_LEVELS; l++) {
+        memset(seen, 0, sizeof seen);
+        for (uint32_t b = 0; b < 36 * 36 * 36; b++) { /* ~4 collide */
+            char blk[3] = {al[b % 36], al[b / 36 % 36], al[b / 1296]};
+            uint64_t h = st;
+            for (int k = 0; k < 3; k++)
+                h = (h ^ (uint8_t)blk[k]) * 1099511628211ull;
+            uint32_t low = (uint32_t)h & MANY_LOW_MASK;
+            if (seen[low]) {
+                uint32_t a = seen[low] - 1;
+                many_blocks[l][0][0] = al[a % 36];
+                many_blocks[l][0][1] = al[a / 36 % 36];
+                many_blocks[l][0][2] = al[a / 1296];
+                memcpy(many_blocks[l][1], blk, 3);
+                st = h; /* only its low 18 bits matter from here on */
+                break;
+            }
+            seen[low] = b + 1;
+        }
+        if (!many_blocks[l][1][0])
+            return -1;
+    }
+    return 0;
+}
+
+/* Name number i (< 2^MANY_LEVELS): bit l picks the block of level l. */
+static void many_name(uint32_t i, char out[3 * MANY_LEVELS + 1]) {
+    for (int l = 0; l < MANY_LEVELS; l++)
+        memcpy(out + 3 * l, many_blocks[l][(i >> l) & 1], 3);
+    out[3 * MANY_LEVELS] = 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A file of n_kv uint32 keys (value: the key's number) named by name_of,
+ * and n_t F32 tensors of 8 elements named by tname_of. */
+static int write_many(const char *path, int n_kv,
+                      void (*name_of)(uint32_t, char *, void *), int n_t,
+                      void (*tname_of)(uint32_t, char *, void *), void *ctx) {
+    bytes b = {0};
+    char name[512];
+    b_put(&b, "GGUF", 4);
+    b_u32(&b, 3);
+    b_u64(&b, (uint64_t)n_t);
+    b_u64(&b, (uint64_t)n_kv);
+    for (int i = 0; i < n_kv; i++) {
+        name_of((uint32_t)i, name, ctx);
+        b_str(&b, name);
+        b_u32(&b, GGUF_TYPE_UINT32);
+        b_u32(&b, (uint32_t)i);
+    }
+    for (int i = 0; i < n_t; i++) {
+        tname_of((uint32_t)i, name, ctx);
+        b_str(&b, name);
+        b_u32(&b, 1);
+        b_u64(&b, 8);
+        b_u32(&b, QUANT_F32);
+        b_u64(&b, 32 * (uint64_t)i);
+    }
+    while (b.len % 32)
+        b_u8(&b, 0);
+    for (int i = 0; i < n_t; i++)
+        for (int k = 0; k < 8; k++) {
+            float v = (float)i;
+            b_put(&b, &v, 4);
+        }
+    int rc = write_file(path, b.p, b.len);
+    free(b.p);
+    return rc;
+}
+
+typedef struct many_ctx {
+    const uint32_t *perm; /* key i is name perm[i]; NULL: name i */
+    int dup_of;           /* >= 0: key (or tensor) n - 1 is named as this one */
+    int n;
+} many_ctx;
+
+static uint32_t many_pick(uint32_t i, const many_ctx *c) {
+    if (c->dup_of >= 0 && (int)i == c->n - 1)
+        i = (uint32_t)c->dup_of;
+    return c->perm ? c->perm[i] : i;
+}
+
+static void colliding_name(uint32_t i, char *out, void *ctx) {
+    many_name(many_pick(i, ctx), out);
+}
+
+/* 200 bytes in common, then the number: each comparison reads them all */
+static void prefixed_name(uint32_t i, char *out, void *ctx) {
+    char pre[201];
+    memset(pre, 'p', 200);
+    pre[200] = 0;
+    snprintf(out, 512, "%s.%u", pre, (unsigned)many_pick(i, ctx));
+}
+
+static void test_many_colliding_keys(void) {
+    enum { N = 80000, NT = 20000 };
+    CK_CHECK(many_find_blocks() == 0);
+    /* the oracle: every name really collides under the old slot function */
+    char nm[3 * MANY_LEVELS + 1];
+    many_name(0, nm);
+    uint64_t slot0 = old_fnv(nm, strlen(nm)) & MANY_LOW_MASK;
+    for (uint32_t i = 1; i <= N; i++) {
+        many_name(i, nm);
+        CK_CHECK_MSG((old_fnv(nm, strlen(nm)) & MANY_LOW_MASK) == slot0,
+                     "name %u does not collide", (unsigned)i);
+    }
+    many_ctx c = {NULL, -1, N};
+    const char *path = tmp_path("many.gguf");
+    CK_CHECK(write_many(path, N, colliding_name, NT, colliding_name, &c) == 0);
+    char err[512];
+    gguf_file *f = NULL;
+    double t0 = now_s();
+    int rc = gguf_open(path, &f, err, sizeof err);
+    double t1 = now_s();
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    fprintf(stderr, "    %d colliding keys + %d colliding tensor names: "
+            "gguf_open %.3f s\n", N, NT, t1 - t0);
+    CK_CHECK(gguf_n_kv(f) == N && gguf_n_tensors(f) == NT);
+    for (uint32_t i = 0; i < N; i++) {
+        many_name(i, nm);
+        int64_t v = -1;
+        if (gguf_find_key(f, nm) != (int)i || gguf_get_int(f, nm, &v) != 0 ||
+            v != i) {
+            gguf_close(f);
+            CK_CHECK_MSG(0, "key %u (%s) not found as itself", (unsigned)i, nm);
+        }
+    }
+    for (uint32_t i = 0; i < NT; i++) {
+        many_name(i, nm);
+        const gguf_tensor *t = gguf_find_tensor(f, nm);
+        float v = -1;
+        if (t)
+            memcpy(&v, t->data, 4);
+        if (!t || t != gguf_tensor_at(f, (int)i) || v != (float)i) {
+            gguf_close(f);
+            CK_CHECK_MSG(0, "tensor %u (%s) not found as itself", (unsigned)i,
+                         nm);
+        }
+    }
+    /* colliding names that are not in the file */
+    many_name(N, nm);
+    int absent_kv = gguf_find_key(f, nm);
+    many_name(NT, nm);
+    const gguf_tensor *absent_t = gguf_find_tensor(f, nm);
+    double t2 = now_s();
+    gguf_close(f);
+    CK_CHECK(absent_kv == CK_ENOTFOUND && absent_t == NULL);
+    fprintf(stderr, "    %d key + %d tensor lookups: %.3f s\n", N, NT, t2 - t1);
+    /* generous: the old hash table took 18 s to open and 31 s to look
+     * everything up on the 2-core build machine, the sorted index 0.15 s */
+    CK_CHECK_MSG(t2 - t0 < 20.0, "open + lookups took %.1f s", t2 - t0);
+}
+
+static void test_many_prefixed_keys(void) {
+    enum { N = 80000 };
+    uint32_t *perm = malloc(N * sizeof *perm);
+    CK_CHECK(perm);
+    for (uint32_t i = 0; i < N; i++)
+        perm[i] = i;
+    uint64_t r = 88172645463325252ull;
+    for (uint32_t i = N - 1; i > 0; i--) { /* file order: shuffled */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint32_t j = (uint32_t)(r % (i + 1)), x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    many_ctx c = {perm, -1, N};
+    const char *path = tmp_path("prefixed.gguf");
+    int wrc = write_many(path, N, prefixed_name, 0, NULL, &c);
+    char err[512], nm[512];
+    gguf_file *f = NULL;
+    double t0 = now_s();
+    int rc = wrc == 0 ? gguf_open(path, &f, err, sizeof err) : CK_EIO;
+    double t1 = now_s();
+    int bad = -1;
+    for (uint32_t i = 0; rc == 0 && i < N && bad < 0; i++) {
+        prefixed_name(i, nm, &c); /* the name of key i */
+        if (gguf_find_key(f, nm) != (int)i)
+            bad = (int)i;
+    }
+    int absent = CK_EINVAL;
+    if (rc == 0) {
+        /* a present name plus one byte: sorts right after it */
+        snprintf(nm, sizeof nm, "%sx", gguf_key_at(f, 0));
+        absent = gguf_find_key(f, nm) == CK_ENOTFOUND;
+    }
+    gguf_close(f);
+    free(perm);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    fprintf(stderr, "    %d keys, 200-byte common prefix: gguf_open %.3f s\n",
+            N, t1 - t0);
+    CK_CHECK_MSG(bad < 0, "key %d not found as itself", bad);
+    CK_CHECK(absent == 1);
+    CK_CHECK_MSG(t1 - t0 < 20.0, "gguf_open took %.1f s", t1 - t0);
+}
+
+/* A duplicate among many colliding names is refused, naming it. */
+static void test_many_duplicates(void) {
+    enum { N = 30000 };
+    CK_CHECK(many_find_blocks() == 0);
+    char err[512], want[160], nm[3 * MANY_LEVELS + 1];
+    many_name(123, nm);
+    gguf_file *f = (gguf_file *)err;
+    /* keys: key N - 1 is named as key 123 */
+    many_ctx c = {NULL, 123, N};
+    const char *path = tmp_path("dup.gguf");
+    CK_CHECK(write_many(path, N, colliding_name, 0, NULL, &c) == 0);
+    CK_CHECK(gguf_open(path, &f, err, sizeof err) == CK_EFORMAT && !f);
+    snprintf(want, sizeof want, "duplicate key '%s' (kv 123 and %d)", nm, N - 1);
+    CK_CHECK_MSG(strstr(err, want) != NULL, "message '%s'", err);
+    /* tensors: tensor N - 1 is named as tensor 123; the keys are fine */
+    CK_CHECK(write_many(path, 0, NULL, N, colliding_name, &c) == 0);
+    f = (gguf_file *)err;
+    CK_CHECK(gguf_open(path, &f, err, sizeof err) == CK_EFORMAT && !f);
+    snprintf(want, sizeof want, "duplicate tensor name '%s' (tensors 123 and %d)",
+             nm, N - 1);
+    CK_CHECK_MSG(strstr(err, want) != NULL, "message '%s'", err);
+    /* the small crafted file: two tensors "a" */
+    craft cr = craft_base();
+    cr.t[1].name = "a";
+    CK_CHECK(craft_open(&cr, err, sizeof err) == CK_EFORMAT);
+    CK_CHECK_MSG(strstr(err, "duplicate tensor name 'a' (tensors 0 and 1)"),
+                 "message '%s'", err);
+    /* and a key set twice in the crafted file */
+    bytes kb = {0};
+    b_str(&kb, "general.name");
+    b_u32(&kb, GGUF_TYPE_UINT8);
+    b_u8(&kb, 1);
+    cr = craft_base();
+    cr.extra_kv = &kb;
+    cr.extra_kv_count = 1;
+    int rc = craft_open(&cr, err, sizeof err);
+    free(kb.p);
+    CK_CHECK(rc == CK_EFORMAT);
+    CK_CHECK_MSG(strstr(err, "duplicate key 'general.name' (kv 0 and 1)"),
+                 "message '%s'", err);
+}
+
+/* ------------------------------------------------------------------------
  * main
  * ------------------------------------------------------------------------ */
 
@@ -1255,6 +1529,9 @@ int main(int argc, char **argv) {
     CK_RUN(test_open_errors);
     CK_RUN(test_truncated);
     CK_RUN(test_mutated);
+    CK_RUN(test_many_colliding_keys);
+    CK_RUN(test_many_prefixed_keys);
+    CK_RUN(test_many_duplicates);
     remove_tmp_dir();
     return ck_test_summary();
 }

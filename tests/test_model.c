@@ -106,7 +106,7 @@ static int write_variant(const model *m, const char *path, const char *skip_tens
 #define U32(k, v) do { snprintf(key, sizeof key, "%s.%s", arch, k); gguf_writer_set_u32(w, key, (uint32_t)(v)); } while (0)
     U32("context_length", c->seq_len);
     U32("embedding_length", c->dim);
-    U32("block_count", c->n_layers);
+    U32("block_count", bad_shape == 2 ? 1024 : c->n_layers); /* 2: more layers than tensors */
     U32("feed_forward_length", c->hidden_dim);
     U32("attention.head_count", c->n_heads);
     U32("attention.head_count_kv", c->n_kv_heads);
@@ -145,7 +145,7 @@ static int write_variant(const model *m, const char *path, const char *skip_tens
     for (int i = 0; i < nt; i++) {
         if (skip_tensor && !strcmp(ts[i].name, skip_tensor)) continue;
         uint64_t ne[2] = {ts[i].cols, ts[i].rows};
-        if (bad_shape && !strcmp(ts[i].name, "blk.1.attn_k.weight")) {
+        if (bad_shape == 1 && !strcmp(ts[i].name, "blk.1.attn_k.weight")) {
             ne[0] = ts[i].rows; /* transposed: (KV, D) read as (D, KV) */
             ne[1] = ts[i].cols;
         }
@@ -176,6 +176,10 @@ static void test_gguf_malformed(void) {
     CK_CHECK(refused(tmp("miss.gguf"), NULL, "blk.3.ffn_up.weight"));
     CK_CHECK(write_variant(m, tmp("shape.gguf"), NULL, "llama", 1) == 0);
     CK_CHECK(refused(tmp("shape.gguf"), NULL, "shape"));
+    /* 1024 layers claimed, the few of the file present: refused on the count, before the
+     * layer table is sized from it */
+    CK_CHECK(write_variant(m, tmp("layers.gguf"), NULL, "llama", 2) == 0);
+    CK_CHECK(refused(tmp("layers.gguf"), NULL, "block_count 1024 needs 9216 tensors"));
     CK_CHECK(write_variant(m, tmp("arch.gguf"), NULL, "mamba", 0) == 0);
     CK_CHECK(refused(tmp("arch.gguf"), NULL, "architecture"));
     /* Truncated conversions of a valid file. */

@@ -185,6 +185,259 @@ static void test_config(void) {
     svc_config_free(&c);
 }
 
+/* ------------------------------------------------------------------------ */
+/* hostile messages (issue 13) */
+
+#define MP(lit) lit, sizeof lit - 1 /* a msgpack literal and its length (it may hold NULs) */
+
+static int decode_lim(const void *s, size_t n, const char *ct, const svc_job_limits *l, svc_job *j, svc_job_error *e) {
+    return svc_job_decode(s, n, ct, "fallback", l, j, e);
+}
+
+/* "messages" of n copies of `msg` (a JSON object text) joined by commas. */
+static char *json_messages(const char *msg, int n, size_t *len) {
+    size_t ml = strlen(msg), cap = 32 + (size_t)n * (ml + 1);
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    size_t w = (size_t)snprintf(s, cap, "{\"id\":\"many\",\"messages\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) s[w++] = ',';
+        memcpy(s + w, msg, ml);
+        w += ml;
+    }
+    memcpy(s + w, "]}", 3);
+    *len = w + 2;
+    return s;
+}
+
+/* The rendered prompt must be exactly n-1 newlines: an empty content adds no
+ * text, and the separators are all that is left (the old renderer wrote them
+ * past its 256-byte buffer). */
+static void test_empty_content_messages(void) {
+    svc_job_limits l = lim();
+    l.max_message_bytes = 2u << 20;
+    static const int counts[] = {1, 2, 256, 257, 258, 300, 1000, 30000};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        int n = counts[c];
+        size_t len;
+        char *s = json_messages("{\"role\":\"user\",\"content\":[]}", n, &len);
+        CK_CHECK(s);
+        svc_job j;
+        svc_job_error e;
+        int rc = decode_lim(s, len, NULL, &l, &j, &e);
+        free(s);
+        CK_CHECK_MSG(rc == SVC_JOB_OK, "n %d: rc %d %s", n, rc, e.message);
+        CK_CHECK_MSG(j.prompt && j.prompt_len == (size_t)(n - 1) && strlen(j.prompt) == j.prompt_len, "n %d: len %zu",
+                     n, j.prompt_len);
+        for (size_t i = 0; i < j.prompt_len; i++) CK_CHECK(j.prompt[i] == '\n');
+        svc_job_free(&j);
+    }
+    if (counts[7] == 30000) { /* the size of the confkvd repro: ~900 KB */
+        size_t len;
+        char *s = json_messages("{\"role\":\"user\",\"content\":[]}", 30000, &len);
+        CK_CHECK(s && len > 850000);
+        free(s);
+    }
+    /* mixed: text, empty arrays, empty strings, parts */
+    const char *m = "{\"messages\":[{\"role\":\"a\",\"content\":\"xy\"},{\"role\":\"b\",\"content\":[]},"
+                    "{\"role\":\"c\",\"content\":\"\"},{\"role\":\"d\",\"content\":[{\"type\":\"text\",\"text\":\"\"},"
+                    "{\"type\":\"text\",\"text\":\"z\"}]}]}";
+    svc_job j;
+    svc_job_error e;
+    CK_CHECK(decode(m, strlen(m), NULL, &j, &e) == SVC_JOB_OK);
+    CK_CHECK_MSG(!strcmp(j.prompt, "xy\n\n\nz") && j.prompt_len == 6, "'%s'", j.prompt);
+    svc_job_free(&j);
+    /* one long content after many empty ones: the buffer grows past both */
+    size_t big = 5000, len = 0;
+    char *s = malloc(big + 2000 * 32 + 64);
+    CK_CHECK(s);
+    len += (size_t)sprintf(s, "{\"messages\":[");
+    for (int i = 0; i < 2000; i++) len += (size_t)sprintf(s + len, "{\"role\":\"u\",\"content\":[]},");
+    len += (size_t)sprintf(s + len, "{\"role\":\"u\",\"content\":\"");
+    memset(s + len, 'q', big);
+    len += big;
+    len += (size_t)sprintf(s + len, "\"}]}");
+    svc_job_limits l2 = lim();
+    l2.max_message_bytes = 1u << 20;
+    int rc = decode_lim(s, len, NULL, &l2, &j, &e);
+    free(s);
+    CK_CHECK_MSG(rc == SVC_JOB_OK, "%s", e.message);
+    CK_CHECK(j.prompt_len == 2000 + big && strlen(j.prompt) == j.prompt_len);
+    CK_CHECK(j.prompt[1999] == '\n' && j.prompt[2000] == 'q' && j.prompt[j.prompt_len - 1] == 'q');
+    svc_job_free(&j);
+}
+
+/* The same in msgpack: 30,000 {"role": "user", "content": []} in an array32. */
+static void test_empty_content_msgpack(void) {
+    static const uint8_t one[] = "\x82\xa4role\xa4user\xa7" "content\x90";
+    size_t ol = sizeof one - 1, n = 30000, len = 0;
+    uint8_t *m = malloc(32 + n * ol);
+    CK_CHECK(m);
+    static const uint8_t head[] = "\x81\xa8messages\xdd";
+    memcpy(m, head, sizeof head - 1);
+    len = sizeof head - 1;
+    for (int k = 3; k >= 0; k--) m[len++] = (uint8_t)(n >> (8 * k));
+    for (size_t i = 0; i < n; i++, len += ol) memcpy(m + len, one, ol);
+    svc_job_limits l = lim();
+    l.max_message_bytes = 1u << 20;
+    svc_job j;
+    svc_job_error e;
+    int rc = decode_lim(m, len, NULL, &l, &j, &e);
+    free(m);
+    CK_CHECK_MSG(rc == SVC_JOB_OK, "rc %d %s", rc, e.message);
+    CK_CHECK(j.encoding == SVC_ENC_MSGPACK && j.prompt_len == n - 1 && strspn(j.prompt, "\n") == n - 1);
+    svc_job_free(&j);
+}
+
+/* Empty keys and strings in msgpack (msgpack-c may give them a NULL pointer):
+ * they decode; a job without a prompt is then missing_prompt. */
+static void test_msgpack_empty_strings(void) {
+    static const struct {
+        const char *m;
+        size_t n;
+        int rc;
+        const char *code;
+    } cases[] = {
+        {MP("\x81\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"},         /* {"": nil}, fixstr */
+        {MP("\x81\xd9\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},     /* str8 key of 0 bytes */
+        {MP("\xde\x00\x01\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"}, /* map16: the 5-byte repro */
+        {MP("\xdf\x00\x00\x00\x01\xda\x00\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},
+        {MP("\x82\xa0\xa0\xa6prompt\xa2hi"), SVC_JOB_OK, NULL},     /* {"": "", "prompt": "hi"} */
+        {MP("\x81\xa6prompt\xa0"), SVC_JOB_OK, NULL},                /* prompt "" */
+        {MP("\x81\xa6prompt\xc4\x00"), SVC_JOB_OK, NULL},           /* prompt: empty bin */
+        {MP("\x82\xa6prompt\xa1x\xa8metadata\x81\xa0\xa0"), SVC_JOB_OK, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        svc_job j;
+        svc_job_error e;
+        int rc = decode(cases[i].m, cases[i].n, NULL, &j, &e);
+        CK_CHECK_MSG(rc == cases[i].rc && (!cases[i].code || !strcmp(svc_job_error_code(e.code), cases[i].code)),
+                     "case %zu: rc %d %s (%s)", i, rc, svc_job_error_code(e.code), e.message);
+        if (rc == SVC_JOB_OK) CK_CHECK(j.prompt && strlen(j.prompt) == j.prompt_len && j.encoding == SVC_ENC_MSGPACK);
+        if (i == 5 || i == 6) CK_CHECK(j.prompt_len == 0);
+        if (i == 7) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(j.metadata, "");
+            CK_CHECK(cJSON_IsString(v) && !*v->valuestring);
+            /* and the metadata goes back out through the encoder unchanged */
+            char *out;
+            size_t n;
+            CK_CHECK(svc_msgpack_encode(j.metadata, &out, &n) == 0);
+            CK_CHECK(n == 3 && !memcmp(out, "\x81\xa0\xa0", 3));
+            free(out);
+        }
+        svc_job_free(&j);
+    }
+}
+
+/* A number that is not finite anywhere is invalid_field, in both encodings,
+ * and the job keeps its id (it gets an error result, not a dead letter). */
+static void expect_nonfinite(const void *m, size_t n, const char *what) {
+    svc_job j;
+    svc_job_error e;
+    int rc = decode(m, n, NULL, &j, &e);
+    CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_INVALID_FIELD, "%s: rc %d %s (%s)", what, rc,
+                 svc_job_error_code(e.code), e.message);
+    CK_CHECK_MSG(strstr(e.message, "not finite") && !strcmp(j.id, "nf"), "%s: %s / id %s", what, e.message, j.id);
+    /* never echoed back: a result could not carry it as JSON */
+    CK_CHECK(!j.metadata || !cJSON_IsObject(j.metadata) || cJSON_GetArraySize(j.metadata) == 1);
+    svc_job_free(&j);
+}
+
+static void test_nonfinite(void) {
+    static const char *json[] = {
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"metadata\":{\"a\":1e999}}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"metadata\":{\"a\":[1,{\"b\":-1e999}]}}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"metadata\":1e999}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"temperature\":1e999}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"top_p\":-1e999}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"max_tokens\":1e999}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"seed\":-1e999}",
+        "{\"id\":\"nf\",\"tokens\":[1,1e999]}",
+        "{\"id\":\"nf\",\"prompt\":\"x\",\"unknown_field\":[1e400]}",
+    };
+    for (size_t i = 0; i < sizeof json / sizeof json[0]; i++) expect_nonfinite(json[i], strlen(json[i]), json[i]);
+    /* metadata wrong, but the rest is fine: the job still gets no metadata */
+    svc_job j;
+    svc_job_error e;
+    CK_CHECK(decode(json[0], strlen(json[0]), NULL, &j, &e) == SVC_JOB_INVALID && j.metadata == NULL);
+    svc_job_free(&j);
+    /* a bad parameter leaves good metadata to be echoed */
+    const char *s = "{\"id\":\"nf\",\"prompt\":\"x\",\"temperature\":1e999,\"metadata\":{\"k\":2}}";
+    CK_CHECK(decode(s, strlen(s), NULL, &j, &e) == SVC_JOB_INVALID && cJSON_IsObject(j.metadata));
+    svc_job_free(&j);
+    /* large but finite numbers are still fine in metadata */
+    s = "{\"id\":\"nf\",\"prompt\":\"x\",\"metadata\":{\"a\":1e308,\"b\":-1e308,\"c\":4.9e-324}}";
+    CK_CHECK_MSG(decode(s, strlen(s), NULL, &j, &e) == SVC_JOB_OK, "%s", e.message);
+    svc_job_free(&j);
+    /* msgpack: float64 +inf / -inf / nan, float32 +inf (formerly dead letters) */
+    static const struct {
+        const char *m;
+        size_t n;
+    } mp[] = {
+        {MP("\x83\xa2id\xa2nf\xa6prompt\xa1x\xa8metadata\xcb\x7f\xf0\x00\x00\x00\x00\x00\x00")},
+        {MP("\x83\xa2id\xa2nf\xa6prompt\xa1x\xabtemperature\xcb\xff\xf0\x00\x00\x00\x00\x00\x00")},
+        {MP("\x83\xa2id\xa2nf\xa6prompt\xa1x\xa5top_p\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00")},
+        {MP("\x83\xa2id\xa2nf\xa6prompt\xa1x\xa8metadata\x91\xca\x7f\x80\x00\x00")},
+    };
+    for (size_t i = 0; i < sizeof mp / sizeof mp[0]; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "msgpack case %zu", i);
+        expect_nonfinite(mp[i].m, mp[i].n, what);
+    }
+}
+
+/* tokens: a long array is copied id for id; past the limit it is refused
+ * before anything is allocated for it. */
+static char *json_tokens(int n, size_t *len) {
+    char *s = malloc(32 + (size_t)n * 5);
+    if (!s) return NULL;
+    size_t w = (size_t)sprintf(s, "{\"tokens\":[");
+    for (int i = 0; i < n; i++) w += (size_t)sprintf(s + w, i ? ",%d" : "%d", i % 512);
+    w += (size_t)sprintf(s + w, "]}");
+    *len = w;
+    return s;
+}
+
+static void test_huge_tokens(void) {
+    svc_job_limits l = lim();
+    l.max_message_bytes = 4u << 20;
+    size_t len;
+    svc_job j;
+    svc_job_error e;
+    char *s = json_tokens(200000, &len);
+    CK_CHECK(s);
+    int rc = decode_lim(s, len, NULL, &l, &j, &e);
+    free(s);
+    CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == 200000, "rc %d n %d %s", rc, j.n_tokens, e.message);
+    for (int i = 0; i < j.n_tokens; i++) CK_CHECK_MSG(j.tokens[i] == i % 512, "tokens[%d] = %d", i, j.tokens[i]);
+    svc_job_free(&j);
+    l.max_prompt_tokens = 1000;
+    for (int n = 999; n <= 1001; n++) {
+        s = json_tokens(n, &len);
+        CK_CHECK(s);
+        rc = decode_lim(s, len, NULL, &l, &j, &e);
+        free(s);
+        if (n <= 1000) CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == n, "n %d: %s", n, e.message);
+        else CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_PROMPT_TOO_LONG && !j.tokens, "n %d: %s", n, e.message);
+        svc_job_free(&j);
+    }
+    /* msgpack array32 of 300,000 positive fixints, under a limit of 1000 */
+    size_t n = 300000;
+    uint8_t *m = malloc(16 + n);
+    CK_CHECK(m);
+    memcpy(m, "\x81\xa6tokens\xdd", 9);
+    for (int k = 3; k >= 0; k--) m[9 + 3 - k] = (uint8_t)(n >> (8 * k));
+    for (size_t i = 0; i < n; i++) m[13 + i] = (uint8_t)(i % 128);
+    rc = decode_lim(m, 13 + n, NULL, &l, &j, &e);
+    CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_PROMPT_TOO_LONG, "rc %d %s", rc, e.message);
+    svc_job_free(&j);
+    l.max_prompt_tokens = 0;
+    rc = decode_lim(m, 13 + n, NULL, &l, &j, &e);
+    free(m);
+    CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == (int)n && j.tokens[n - 1] == (int32_t)((n - 1) % 128), "%s", e.message);
+    svc_job_free(&j);
+}
+
 int main(void) {
     CK_RUN(test_json_ok);
     CK_RUN(test_messages_and_fallback_id);
@@ -194,5 +447,10 @@ int main(void) {
     CK_RUN(test_too_large);
     CK_RUN(test_utf8);
     CK_RUN(test_config);
+    CK_RUN(test_empty_content_messages);
+    CK_RUN(test_empty_content_msgpack);
+    CK_RUN(test_msgpack_empty_strings);
+    CK_RUN(test_nonfinite);
+    CK_RUN(test_huge_tokens);
     return ck_test_summary();
 }

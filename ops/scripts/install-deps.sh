@@ -10,9 +10,11 @@ PKGS=(
   libuv1-dev librdkafka-dev libhiredis-dev libmsgpack-dev libzstd-dev libxxhash-dev
   libcjson-dev libhttp-parser-dev  # confkvd: JSON jobs/results, HTTP request parsing
   python3                     # test scripts parse JSON with it
+  python3-jinja2              # the chat-template oracle (tests/jinja/oracle.py)
   kcat redis-server           # real Kafka client and real Redis for integration tests
   prometheus curl             # promtool checks /metrics in the service tests; curl fetches it
   gnuplot-nox                 # plots in docs/BENCHMARKS.md
+  clang-14 libclang-rt-14-dev libomp-14-dev  # libFuzzer build of tests/fuzz/ (docs/FUZZING.md)
 )
 
 # node runs the independent GGUF reader check (tests/gguf_independent.sh);
@@ -28,9 +30,14 @@ for p in "${PKGS[@]}"; do
 done
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# llama.cpp's chat templates for the jinja oracle test (from npm, not apt);
+# without network the test skips, so this only warns.
+"$(dirname "$0")/install-llamacpp.sh" ||
+  echo "install-deps: warning: llama.cpp templates not installed (npm unreachable?); jinja_oracle will skip" >&2

@@ -1,19 +1,73 @@
 #!/usr/bin/env bash
 # Build and run the whole test suite: the release build, then the same tests
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
-# Usage: ops/scripts/test.sh [--no-asan]
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the fuzzers' CI run
+# (when ops/scripts/fuzz_ci.sh exists), then ThreadSanitizer. Each pass prints
+# its time: CI's budget is 30 minutes in all (README, "Sanitizers").
+# Usage: ops/scripts/test.sh [--no-asan] [--no-fuzz] [--no-tsan]
+# The build folders are build, build-asan and build-tsan unless
+# CONFKV_BUILD, CONFKV_BUILD_ASAN, CONFKV_BUILD_TSAN name others.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=$(nproc)
+b=${CONFKV_BUILD:-build} ba=${CONFKV_BUILD_ASAN:-build-asan} bt=${CONFKV_BUILD_TSAN:-build-tsan}
+asan=1 fuzz=1 tsan=1
+for a in "$@"; do
+  case $a in
+    --no-asan) asan=0 ;;
+    --no-fuzz) fuzz=0 ;;
+    --no-tsan) tsan=0 ;;
+    *) echo "usage: $0 [--no-asan] [--no-fuzz] [--no-tsan]" >&2; exit 2 ;;
+  esac
+done
+t0=$SECONDS
+took() { echo "test.sh: $1 pass: $((SECONDS - t0)) s"; t0=$SECONDS; }
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$b" -j"$jobs"
+ctest --test-dir "$b" --output-on-failure -j"$jobs"
+took release
 
-if [ "${1:-}" != "--no-asan" ]; then
-  # The sanitizer build skips CUDA: nvcc objects are not instrumented.
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCONFKV_SANITIZE=ON -DCONFKV_CUDA=OFF >/dev/null
-  cmake --build build-asan -j"$jobs"
+# The sanitizer builds skip CUDA: nvcc objects are not instrumented.
+if [ "$asan" = 1 ]; then
+  cmake -S . -B "$ba" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_SANITIZE=ON -DCONFKV_CUDA=OFF >/dev/null
+  cmake --build "$ba" -j"$jobs"
+  # -LE slow: nothing is labelled slow today (svc_restart runs here too).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
+    ctest --test-dir "$ba" --output-on-failure -j"$jobs" -LE slow
+  took asan
+fi
+
+# ---- fuzzing: ops/scripts/fuzz_ci.sh (its own builds), about 6 minutes ----
+if [ "$fuzz" = 1 ] && [ -f ops/scripts/fuzz_ci.sh ]; then
+  bash ops/scripts/fuzz_ci.sh 20
+  took fuzz
+fi
+
+# ThreadSanitizer: confkvd's loop thread and engine thread, librdkafka's and
+# libuv's threads. The unit tests (test_*), the service's scripts (svc_*) and
+# tsan_canary (a race TSan must report: the pass can fail), but not
+# svc_restart and svc_redis (hundreds of jobs: past their timeouts at TSan's
+# speed; the release and ASan passes run them, svc_cache and test_svc_redis
+# cover the Redis tier's threads here) nor svc_compose (no code of ours); the
+# one-threaded format and tokenizer suites (vocab_*, llamacpp_*, fuzz_*
+# replays) have no threads to check. OpenMP teams are one thread in this
+# build (tests/CMakeLists.txt: libgomp is not instrumented).
+# Reports go to files, so that one from a process nobody waits for (a broker
+# killed at the end of a script) still fails the pass.
+if [ "$tsan" = 1 ]; then
+  cmake -S . -B "$bt" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_SANITIZE=thread -DCONFKV_CUDA=OFF >/dev/null
+  cmake --build "$bt" -j"$jobs"
+  reports=$(mktemp -d)
+  rc=0
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir "$bt" --output-on-failure -j"$jobs" \
+    -R '^(test_|svc_|tsan_canary$)' -E '^(svc_restart|svc_redis|svc_compose)$' || rc=$?
+  if [ -n "$(ls -A "$reports")" ]; then
+    cat "$reports"/* >&2
+    echo "test.sh: ThreadSanitizer reports above" >&2
+    rc=1
+  fi
+  rm -rf "$reports"
+  [ "$rc" = 0 ] || exit "$rc"
+  took tsan
 fi

@@ -25,6 +25,9 @@ start_broker 4
 FAST=(--kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500 --kafka.auto.commit.interval.ms 200)
 start_confkvd d1 --brokers "$BOOT" "${FAST[@]}" --drain-timeout-s 20
 [ "$(http_get /readyz "$TMP/r")" = 200 ] || fail "/readyz not 200 after load: $(cat "$TMP/r")"
+# the prompt format: stories260K is a llama2.c checkpoint without a chat template
+grep -q '"arch": "llama", "tokenizer": "llama2c", "tokenizer_pre": "", "chat_template": "none"' "$TMP/r" ||
+  fail "/readyz prompt format: $(cat "$TMP/r")"
 [ "$(http_get /nope "$TMP/n")" = 404 ] || fail "unknown path not 404"
 printf '%s\n' '{"id":"m1","prompt":"Hi","max_tokens":4}' | "$CONFKV" submit --brokers "$BOOT" --wait --timeout 60 >/dev/null 2>&1 ||
   fail "submit before metrics"

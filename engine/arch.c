@@ -1,0 +1,190 @@
+/* arch.c - the architecture table and RoPE's per-pair frequencies (arch.h). */
+#include "arch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tensor names, in enum arch_tensor order; per_layer ones get "blk.N.". */
+static const struct {
+    const char *name;
+    int per_layer;
+} tensors[ARCH_T_COUNT] = {
+    [ARCH_T_TOKEN_EMBD] = {"token_embd.weight", 0},
+    [ARCH_T_OUTPUT_NORM] = {"output_norm.weight", 0},
+    [ARCH_T_OUTPUT] = {"output.weight", 0},
+    [ARCH_T_ROPE_FREQS] = {"rope_freqs.weight", 0},
+    [ARCH_T_ATTN_NORM] = {"attn_norm.weight", 1},
+    [ARCH_T_ATTN_Q] = {"attn_q.weight", 1},
+    [ARCH_T_ATTN_K] = {"attn_k.weight", 1},
+    [ARCH_T_ATTN_V] = {"attn_v.weight", 1},
+    [ARCH_T_ATTN_OUT] = {"attn_output.weight", 1},
+    [ARCH_T_ATTN_Q_B] = {"attn_q.bias", 1},
+    [ARCH_T_ATTN_K_B] = {"attn_k.bias", 1},
+    [ARCH_T_ATTN_V_B] = {"attn_v.bias", 1},
+    [ARCH_T_ATTN_Q_NORM] = {"attn_q_norm.weight", 1},
+    [ARCH_T_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
+    [ARCH_T_FFN_NORM] = {"ffn_norm.weight", 1},
+    [ARCH_T_FFN_GATE] = {"ffn_gate.weight", 1},
+    [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},
+    [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
+};
+
+/* What every one of the three has: the plain Llama block. */
+#define R ARCH_REQUIRED
+#define O ARCH_OPTIONAL
+#define LLAMA_CORE                                                                                   \
+    [ARCH_T_TOKEN_EMBD] = R, [ARCH_T_OUTPUT_NORM] = R, [ARCH_T_OUTPUT] = O, [ARCH_T_ATTN_NORM] = R, \
+    [ARCH_T_ATTN_Q] = R, [ARCH_T_ATTN_K] = R, [ARCH_T_ATTN_V] = R, [ARCH_T_ATTN_OUT] = R,           \
+    [ARCH_T_FFN_NORM] = R, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
+
+/* The q/k/v biases are optional in all three, as llama.cpp's
+ * create_tensor_qkv takes them (Qwen2 files have them; a Llama with them
+ * computes them too). rope_freqs only in llama (llama.cpp reads it for its
+ * llama graph only). */
+static const arch_info table[] = {
+    {"llama", ARCH_LLAMA, ARCH_ROPE_NORMAL,
+     {LLAMA_CORE, [ARCH_T_ROPE_FREQS] = O, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O,
+      [ARCH_T_ATTN_V_B] = O},
+     "Llama 2/3.x, Mistral, TinyLlama, SmolLM2: adjacent-pair RoPE, optional rope_freqs "
+     "(Llama 3.1 factors), rope scaling none/linear/yarn"},
+    {"qwen2", ARCH_QWEN2, ARCH_ROPE_NEOX,
+     {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O},
+     "Qwen2/2.5: q/k/v biases, NEOX RoPE"},
+    {"qwen3", ARCH_QWEN3, ARCH_ROPE_NEOX,
+     {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O,
+      [ARCH_T_ATTN_Q_NORM] = R, [ARCH_T_ATTN_K_NORM] = R},
+     "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length"},
+};
+#undef R
+#undef O
+#undef LLAMA_CORE
+
+#define N_ARCH ((int)(sizeof table / sizeof table[0]))
+
+const arch_info *arch_find(const char *name, size_t len) {
+    for (int i = 0; i < N_ARCH; i++)
+        if (strlen(table[i].name) == len && !memcmp(table[i].name, name, len)) return &table[i];
+    return NULL;
+}
+
+const arch_info *arch_by_id(int id) {
+    for (int i = 0; i < N_ARCH; i++)
+        if (table[i].id == id) return &table[i];
+    return NULL;
+}
+
+int arch_count(void) { return N_ARCH; }
+
+const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
+
+const char *arch_names(void) { return "llama, qwen2, qwen3"; }
+
+char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", a->name, suffix);
+    return buf;
+}
+
+const char *arch_tensor_name(int t) { return t >= 0 && t < ARCH_T_COUNT ? tensors[t].name : "?"; }
+
+int arch_tensor_per_layer(int t) { return t >= 0 && t < ARCH_T_COUNT && tensors[t].per_layer; }
+
+void arch_tensor_file_name(char *buf, size_t cap, int t, int layer) {
+    if (arch_tensor_per_layer(t))
+        snprintf(buf, cap, "blk.%d.%s", layer, arch_tensor_name(t));
+    else
+        snprintf(buf, cap, "%s", arch_tensor_name(t));
+}
+
+int arch_parse_tensor(const char *name, int n_layers, int *t, int *layer) {
+    if (!strncmp(name, "blk.", 4)) {
+        const char *p = name + 4;
+        long l = 0;
+        int digits = 0;
+        /* plain decimal, no sign, no leading zero (so one name, one tensor) */
+        while (*p >= '0' && *p <= '9' && digits < 8) {
+            l = l * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (!digits || *p != '.' || (digits > 1 && name[4] == '0') || l >= n_layers) return -1;
+        p++;
+        for (int i = 0; i < ARCH_T_COUNT; i++)
+            if (tensors[i].per_layer && !strcmp(p, tensors[i].name)) {
+                *t = i;
+                *layer = (int)l;
+                return 0;
+            }
+        return -1;
+    }
+    for (int i = 0; i < ARCH_T_COUNT; i++)
+        if (!tensors[i].per_layer && !strcmp(name, tensors[i].name)) {
+            *t = i;
+            *layer = -1;
+            return 0;
+        }
+    return -1;
+}
+
+static const char *const scaling_names[] = {"none", "linear", "yarn"};
+
+int arch_scaling_from_name(const char *s, size_t len) {
+    for (int i = 0; i < 3; i++)
+        if (strlen(scaling_names[i]) == len && !memcmp(scaling_names[i], s, len)) return i;
+    return -1;
+}
+
+const char *arch_scaling_name(int scaling) {
+    return scaling >= 0 && scaling < 3 ? scaling_names[scaling] : "?";
+}
+
+/* ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rot
+ * rotations into orig_ctx positions. */
+static float corr_dim(int n_dims, int orig_ctx, float n_rot, float base) {
+    return (float)n_dims * logf((float)orig_ctx / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float *freq, float *mscale) {
+    const int half = p->n_dims / 2;
+    const int scaled = p->scaling != ARCH_SCALING_NONE && p->factor != 1.0f;
+    const float s = scaled ? 1.0f / p->factor : 1.0f;
+    const float ext = p->scaling == ARCH_SCALING_YARN ? p->ext_factor : 0.0f;
+    float lo = 0, hi = 0;
+    if (ext != 0.0f) {
+        lo = fmaxf(0.0f, floorf(corr_dim(p->n_dims, p->orig_ctx, p->beta_fast, p->freq_base)));
+        hi = fminf((float)(p->n_dims - 1), ceilf(corr_dim(p->n_dims, p->orig_ctx, p->beta_slow, p->freq_base)));
+    }
+    for (int i = 0; i < half; i++) {
+        /* the expression of before, so the plain path stays bit-identical */
+        float f = 1.0f / powf(p->freq_base, (float)(2 * i) / (float)p->n_dims);
+        if (freq_factors) f /= freq_factors[i];
+        if (ext != 0.0f) {
+            float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            float r = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext;
+            f *= s * (1.0f - r) + r;
+        } else if (scaled) {
+            f *= s;
+        }
+        freq[i] = f;
+    }
+    float m = p->attn_factor > 0 ? p->attn_factor : 1.0f;
+    if (ext != 0.0f && scaled && p->factor > 1.0f) m *= 1.0f + 0.1f * logf(p->factor);
+    *mscale = m;
+}
+
+void arch_llama3_freq_factors(int n_dims, float freq_base, float factor, float low_freq_factor,
+                              float high_freq_factor, int orig_ctx, float *out) {
+    const double low_wavelen = orig_ctx / low_freq_factor, high_wavelen = orig_ctx / high_freq_factor;
+    for (int i = 0; i < n_dims / 2; i++) {
+        double f = 1.0 / pow(freq_base, (double)(2 * i) / n_dims);
+        double wavelen = 2 * M_PI / f;
+        if (wavelen < high_wavelen) {
+            out[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            out[i] = factor;
+        } else {
+            double smooth = (orig_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}

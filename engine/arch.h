@@ -1,0 +1,162 @@
+/* arch.h - the architecture table: what each GGUF `general.architecture`
+ * the engine computes asks of the file.
+ *
+ * Architectures are data (as llama.cpp's llama-arch.cpp): one row per
+ * architecture gives its name, its RoPE style and, for every tensor the
+ * engine knows, whether that architecture requires it, allows it, or does
+ * not have it. Hyperparameters are read as "<arch>.<suffix>" with the
+ * suffixes below (gguf-py's constants.py names). model.c reads a file
+ * through this table only: an architecture not in it, a tensor the table
+ * does not know or the architecture does not have, a missing required
+ * tensor, or a RoPE scaling type not listed here is refused at load with a
+ * message naming it; nothing is skipped silently.
+ *
+ * Adding an architecture: a row in arch.c's table, plus compute for any
+ * tensor or RoPE style it is the first to use (backend_cpu.c, kernels/).
+ *
+ * Everything here is static data or pure functions: no state, no
+ * allocation, safe from any thread. */
+#ifndef CK_ARCH_H
+#define CK_ARCH_H
+#include <stddef.h>
+
+enum arch_id { ARCH_LLAMA = 1, ARCH_QWEN2 = 2, ARCH_QWEN3 = 3 };
+
+/* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
+ * adjacent pair (2i, 2i + 1), GGUF's permuted llama weights; NEOX (qwen2,
+ * qwen3): the halves (i, i + hd / 2). Pair i turns by pos * freq[i] either
+ * way. */
+enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 };
+
+/* <arch>.rope.scaling.type values the engine computes (llama.cpp's names). */
+enum arch_scaling { ARCH_SCALING_NONE = 0, ARCH_SCALING_LINEAR = 1, ARCH_SCALING_YARN = 2 };
+
+/* Every tensor the engine knows. Per-layer ones are named
+ * "blk.<layer>.<name>" in the file, the others "<name>". */
+enum arch_tensor {
+    ARCH_T_TOKEN_EMBD,   /* token_embd.weight    (vocab, dim) */
+    ARCH_T_OUTPUT_NORM,  /* output_norm.weight   (dim) */
+    ARCH_T_OUTPUT,       /* output.weight        (vocab, dim); absent: tied to token_embd */
+    ARCH_T_ROPE_FREQS,   /* rope_freqs.weight    (head_dim / 2) frequency divisors (Llama 3.1) */
+    ARCH_T_ATTN_NORM,    /* blk.N.attn_norm.weight   (dim) */
+    ARCH_T_ATTN_Q,       /* blk.N.attn_q.weight      (n_heads * head_dim, dim) */
+    ARCH_T_ATTN_K,       /* blk.N.attn_k.weight      (n_kv_heads * head_dim, dim) */
+    ARCH_T_ATTN_V,       /* blk.N.attn_v.weight      (n_kv_heads * head_dim, dim) */
+    ARCH_T_ATTN_OUT,     /* blk.N.attn_output.weight (dim, n_heads * head_dim) */
+    ARCH_T_ATTN_Q_B,     /* blk.N.attn_q.bias        (n_heads * head_dim) */
+    ARCH_T_ATTN_K_B,     /* blk.N.attn_k.bias        (n_kv_heads * head_dim) */
+    ARCH_T_ATTN_V_B,     /* blk.N.attn_v.bias        (n_kv_heads * head_dim) */
+    ARCH_T_ATTN_Q_NORM,  /* blk.N.attn_q_norm.weight (head_dim): RMSNorm of each q head */
+    ARCH_T_ATTN_K_NORM,  /* blk.N.attn_k_norm.weight (head_dim): RMSNorm of each k head */
+    ARCH_T_FFN_NORM,     /* blk.N.ffn_norm.weight    (dim) */
+    ARCH_T_FFN_GATE,     /* blk.N.ffn_gate.weight    (hidden_dim, dim) */
+    ARCH_T_FFN_DOWN,     /* blk.N.ffn_down.weight    (dim, hidden_dim) */
+    ARCH_T_FFN_UP,       /* blk.N.ffn_up.weight      (hidden_dim, dim) */
+    ARCH_T_COUNT
+};
+
+/* What an architecture asks of a tensor. */
+enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
+
+typedef struct arch_info {
+    const char *name;             /* general.architecture, and the key prefix */
+    int id;                       /* ARCH_* */
+    int rope;                     /* ARCH_ROPE_* */
+    unsigned char need[ARCH_T_COUNT]; /* ARCH_NO / ARCH_OPTIONAL / ARCH_REQUIRED */
+    const char *adds;             /* one line: what it adds to the plain Llama compute */
+} arch_info;
+
+/* Key suffixes, read as "<arch>.<suffix>" (gguf-py constants.py). */
+#define ARCH_KEY_CONTEXT_LENGTH "context_length"
+#define ARCH_KEY_EMBEDDING_LENGTH "embedding_length"
+#define ARCH_KEY_BLOCK_COUNT "block_count"
+#define ARCH_KEY_FEED_FORWARD_LENGTH "feed_forward_length"
+#define ARCH_KEY_HEAD_COUNT "attention.head_count"
+#define ARCH_KEY_HEAD_COUNT_KV "attention.head_count_kv"       /* default head_count */
+#define ARCH_KEY_RMS_EPS "attention.layer_norm_rms_epsilon"    /* default 1e-5 */
+#define ARCH_KEY_KEY_LENGTH "attention.key_length"             /* default dim / head_count */
+#define ARCH_KEY_VALUE_LENGTH "attention.value_length"         /* default dim / head_count */
+#define ARCH_KEY_ROPE_FREQ_BASE "rope.freq_base"               /* default 10000 */
+#define ARCH_KEY_ROPE_DIMS "rope.dimension_count"              /* default key_length */
+#define ARCH_KEY_ROPE_SCALING_TYPE "rope.scaling.type"         /* default "linear" (llama.cpp) */
+#define ARCH_KEY_ROPE_SCALING_FACTOR "rope.scaling.factor"     /* default 0: no scaling */
+#define ARCH_KEY_ROPE_SCALE_LINEAR "rope.scale_linear"         /* the old name of factor */
+#define ARCH_KEY_ROPE_SCALING_ATTN_FACTOR "rope.scaling.attn_factor" /* default 1 */
+#define ARCH_KEY_ROPE_SCALING_ORIG_CTX "rope.scaling.original_context_length" /* default context_length */
+#define ARCH_KEY_YARN_EXT_FACTOR "rope.scaling.yarn_ext_factor" /* default 1 for yarn, else 0 */
+#define ARCH_KEY_YARN_BETA_FAST "rope.scaling.yarn_beta_fast"   /* default 32 */
+#define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"   /* default 1 */
+#define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* DeepSeek's: refused if != 0 */
+
+/* llama.cpp's defaults for what the file leaves out. */
+#define ARCH_DEFAULT_RMS_EPS 1e-5f
+#define ARCH_DEFAULT_ROPE_BASE 10000.0f
+#define ARCH_DEFAULT_BETA_FAST 32.0f
+#define ARCH_DEFAULT_BETA_SLOW 1.0f
+
+/* The row for general.architecture (len bytes, not NUL-terminated), or
+ * NULL when the engine does not compute that architecture. */
+const arch_info *arch_find(const char *name, size_t len);
+/* The row for an ARCH_* id, or NULL. */
+const arch_info *arch_by_id(int id);
+/* Rows in table order: i in [0, arch_count()). */
+int arch_count(void);
+const arch_info *arch_at(int i);
+/* Names of the architectures, comma-separated, for messages ("llama, qwen2, qwen3"). */
+const char *arch_names(void);
+
+/* "<arch>.<suffix>" into buf (cap bytes). Returns buf. */
+char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix);
+
+/* Tensor t's name without the "blk.N." prefix ("attn_q.bias"), and whether
+ * it is per layer. */
+const char *arch_tensor_name(int t);
+int arch_tensor_per_layer(int t);
+/* The full file name of tensor t (layer ignored when not per layer). */
+void arch_tensor_file_name(char *buf, size_t cap, int t, int layer);
+
+/* Which table tensor a file's tensor name is: sets *t and *layer (-1 when
+ * not per layer) and returns 0, or returns -1 when the name is none of them
+ * (or its layer number is not a plain decimal below n_layers). */
+int arch_parse_tensor(const char *name, int n_layers, int *t, int *layer);
+
+/* ARCH_SCALING_* of a rope.scaling.type string (len bytes), or -1. */
+int arch_scaling_from_name(const char *s, size_t len);
+const char *arch_scaling_name(int scaling);
+
+/* RoPE as the model asks for it, after the file's keys and llama.cpp's
+ * defaults (see model.c). */
+typedef struct arch_rope_params {
+    int n_dims;         /* rotated values per head (== head_dim) */
+    float freq_base;    /* theta */
+    int scaling;        /* ARCH_SCALING_* */
+    float factor;       /* rope.scaling.factor; the angle is divided by it (1: none) */
+    int orig_ctx;       /* YaRN's original context length */
+    float attn_factor;  /* rope.scaling.attn_factor */
+    float ext_factor;   /* YaRN's extrapolation mix (1 for yarn, 0 otherwise by default) */
+    float beta_fast, beta_slow; /* YaRN's correction range, in rotations */
+} arch_rope_params;
+
+/* The per-pair frequencies and the magnitude scale of RoPE, computed once at
+ * load: pair i of a head turns by pos * freq[i], and its cos and sin are
+ * multiplied by *mscale. freq_factors (n_dims / 2 divisors, rope_freqs.weight)
+ * may be NULL. The formulas are ggml's rope (ops.cpp rope_yarn): with
+ * base_i = freq_base^(-2i / n_dims) / ff_i and s = 1 / factor,
+ *   none/linear: freq_i = base_i * s                  (s = 1 for none)
+ *   yarn:        freq_i = base_i * (s (1 - r_i) + r_i), r_i = ramp_i * ext_factor,
+ *                ramp_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1),
+ *                lo/hi = floor/ceil of n_dims ln(orig_ctx / (beta 2 pi)) / (2 ln base)
+ *                for beta_fast/beta_slow, clamped to [0, n_dims - 1];
+ *   mscale = attn_factor, times 1 + 0.1 ln(factor) under yarn when
+ *            ext_factor != 0 and factor > 1 (llama.cpp's context scaling).
+ * With no scaling and no factors freq_i is exactly 1 / powf(base, 2i / n_dims)
+ * and mscale exactly 1: the plain Llama path of before, bit for bit. */
+void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float *freq, float *mscale);
+
+/* The Llama 3.1 frequency divisors ("llama3" rope scaling) that a converter
+ * writes as rope_freqs.weight: for n_dims / 2 pairs of base freq_base, with
+ * HF's factor, low_freq_factor, high_freq_factor and original context. */
+void arch_llama3_freq_factors(int n_dims, float freq_base, float factor, float low_freq_factor,
+                              float high_freq_factor, int orig_ctx, float *out);
+
+#endif

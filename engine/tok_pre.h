@@ -1,0 +1,47 @@
+/* tok_pre.h - the pre-tokenizers of byte-level BPE vocabularies: the regex
+ * splits that cut text into words before BPE merges run inside each word.
+ *
+ * Each pre-tokenizer is a list of stages; a stage cuts every piece the
+ * previous stage left into its regex's matches and the text between them
+ * (llama.cpp's unicode_regex_split; the regexes below are those of its
+ * llama-vocab.cpp for each `tokenizer.ggml.pre`). The matching is written by
+ * hand for these few regexes (no regex engine: each stage is one left-to-right
+ * pass, O(n) per stage), over the Unicode classes of tok_unicode.h.
+ *
+ *   TOK_PRE_GPT2    "gpt-2" (and phi-2, ...):
+ *                   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   TOK_PRE_LLAMA3  "llama-bpe", "llama3", "llama-v3" (Llama 3):
+ *                   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *                    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   TOK_PRE_QWEN2   "qwen2": as LLAMA3 with \p{N} (one digit a word)
+ *   TOK_PRE_SMOLLM  "smollm", "starcoder", "refact": \p{N}, then GPT2
+ *   TOK_PRE_DEFAULT "default" (or no `pre` key): [\p{P}\$\+<=>\^~\|]+, then
+ *                   GPT2 without its last \s+, then \p{N}+, then [0-9][0-9][0-9]
+ *
+ * Text is any bytes: a byte that does not start a valid UTF-8 sequence (or a
+ * truncated, overlong or surrogate one) is a character of its own, of class
+ * "other" (llama.cpp drops such bytes; here they survive into the words). */
+#ifndef CK_TOK_PRE_H
+#define CK_TOK_PRE_H
+#include <stddef.h>
+
+enum {
+    TOK_PRE_NONE = 0, /* SentencePiece: no split */
+    TOK_PRE_GPT2,
+    TOK_PRE_LLAMA3,
+    TOK_PRE_QWEN2,
+    TOK_PRE_SMOLLM,
+    TOK_PRE_DEFAULT
+};
+
+/* TOK_PRE_* for a `tokenizer.ggml.pre` value of n bytes; -1 if not one
+ * implemented here. */
+int tok_pre_lookup(const char *name, size_t n);
+
+/* Cut text (len bytes) into words: writes the end offset (in bytes, from
+ * text) of each word, in order, into ends (room for len entries) and their
+ * count into *n_words (0 when len is 0). The words cover the text exactly.
+ * Returns 0, CK_EINVAL, CK_ENOMEM (scratch is proportional to len). */
+int tok_pre_split(int pre, const char *text, size_t len, size_t *ends, size_t *n_words);
+
+#endif

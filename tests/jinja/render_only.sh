@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `confkv generate --messages F --render-only` against the Jinja oracle:
+# for the real templates of llama.cpp's models/templates/ and every case in
+# cases/, the CLI renders with a vocab-only GGUF (llama.cpp's
+# models/ggml-vocab-*.gguf: no tensors, so no weights can be loaded) and
+# --chat-template; oracle.py renders the same messages with the same
+# bos_token/eos_token, which vocab_specials.py reads from that vocabulary
+# with a GGUF reader of its own. The bytes must be equal.
+#   render_only.sh CONFKV TESTS_JINJA_DIR
+# Cases keep only what `--messages` carries: role, content and
+# add_generation_prompt (tools are not a --messages field).
+# Exit 77 (skip) without the llama.cpp checkout or python3's jinja2.
+set -u
+confkv=$1
+here=$2
+llama=${CONFKV_LLAMACPP_DIR:-${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}/llama.cpp}
+tdir=$llama/models/templates
+if [ ! -d "$tdir" ]; then
+  echo "SKIP: no llama.cpp templates in $tdir (run ops/scripts/install-llamacpp.sh)"
+  exit 77
+fi
+if ! python3 -c 'import jinja2' 2>/dev/null; then
+  echo "SKIP: python3 has no jinja2 (apt-get install python3-jinja2)"
+  exit 77
+fi
+# template : the vocabulary it is rendered with (Gemma 2 with the SentencePiece
+# one: llama.cpp ships no Gemma vocabulary of a tokenizer model confkv reads)
+pairs=(
+  meta-llama-Llama-3.1-8B-Instruct:llama-bpe meta-llama-Llama-3.2-3B-Instruct:llama-bpe
+  meta-llama-Llama-3.3-70B-Instruct:llama-bpe Qwen-Qwen2.5-7B-Instruct:qwen2 Qwen-Qwen3-0.6B:qwen2
+  HuggingFaceTB-SmolLM3-3B:gpt-2 mistralai-Mistral-Nemo-Instruct-2407:llama-spm
+  microsoft-Phi-3.5-mini-instruct:phi-3 google-gemma-2-2b-it:llama-spm
+)
+date=2024-07-26
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+for p in "${pairs[@]}"; do
+  t=${p%%:*} v=${p##*:}
+  f=$tdir/$t.jinja vocab=$llama/models/ggml-vocab-$v.gguf
+  if [ ! -f "$f" ] || [ ! -f "$vocab" ]; then echo "FAIL $t: $f or $vocab missing"; fail=$((fail + 1)); continue; fi
+  if ! python3 "$here/vocab_specials.py" "$vocab" >"$tmp/specials.json"; then
+    echo "FAIL $t: cannot read $vocab"; fail=$((fail + 1)); continue
+  fi
+  for c in "$here"/cases/*.json; do
+    name="$t ($v) $(basename "$c" .json)"
+    python3 - "$c" "$tmp/specials.json" "$tmp/msgs.json" "$tmp/vars.json" <<'PY'
+import json, sys
+case, specials = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+msgs = [{"role": m["role"], "content": m["content"]} for m in case["messages"]]
+agp = case.get("add_generation_prompt", True)
+json.dump({"messages": msgs, "add_generation_prompt": agp}, open(sys.argv[3], "w"))
+json.dump({"messages": msgs, "add_generation_prompt": agp, **specials}, open(sys.argv[4], "w"))
+PY
+    python3 "$here/oracle.py" "$f" "$tmp/vars.json" "$date" >"$tmp/want" 2>"$tmp/want.err" ||
+      { echo "FAIL $name: the oracle failed: $(head -c 300 "$tmp/want.err")"; fail=$((fail + 1)); continue; }
+    if grep -q '^ERROR chat_template_exception: ' "$tmp/want"; then
+      # the template refuses these messages: the CLI must refuse them too, with that kind
+      if "$confkv" generate --model "$vocab" --messages "$tmp/msgs.json" --chat-template "$f" --date "$date" \
+          --render-only >"$tmp/got" 2>"$tmp/got.err"; then
+        echo "FAIL $name: the oracle refused, the CLI rendered"; fail=$((fail + 1))
+      elif grep -q "chat_template_exception: $(sed 's/^ERROR chat_template_exception: //' "$tmp/want" | head -c 60)" "$tmp/got.err"; then
+        pass=$((pass + 1)); echo "ok   $name (refused by the template, as in the oracle)"
+      else
+        echo "FAIL $name: refusals differ: $(head -c 300 "$tmp/got.err")"; fail=$((fail + 1))
+      fi
+      continue
+    fi
+    if ! "$confkv" generate --model "$vocab" --messages "$tmp/msgs.json" --chat-template "$f" --date "$date" \
+        --render-only >"$tmp/got" 2>"$tmp/got.err"; then
+      echo "FAIL $name: $(head -c 300 "$tmp/got.err")"; fail=$((fail + 1)); continue
+    fi
+    if cmp -s "$tmp/want" "$tmp/got"; then
+      pass=$((pass + 1)); echo "ok   $name ($(wc -c <"$tmp/got") bytes)"
+    else
+      fail=$((fail + 1)); echo "FAIL $name: renderings differ"
+      diff <(od -c "$tmp/want") <(od -c "$tmp/got") | head -20
+    fi
+  done
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -1,0 +1,570 @@
+/* test_arch.c - the architecture table (arch.h) end to end: synthetic
+ * llama, qwen2 and qwen3 models with each feature the table adds (NEOX
+ * RoPE, q/k/v biases, q/k head norms, head_dim from key_length, tied
+ * embeddings, rope_freqs, linear and YaRN scaling) through the CPU backend,
+ * against a scalar reference written here in double precision from the
+ * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
+ * Qwen's block), driven by the parameters the test asked synth for, not by
+ * what model.c read back. Each case also runs the reference with its
+ * feature switched off and requires that to be far off: a feature the
+ * backend ignored could not pass. Then the refusals: unknown architecture,
+ * unknown scaling type, unknown tensor, missing required tensor, each named
+ * in the message. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "backend.h"
+#include "ck_err.h"
+#include "ck_test.h"
+#include "convert.h"
+#include "gguf.h"
+#include "kv.h"
+#include "model.h"
+#include "quant.h"
+
+static char dir[64];
+
+static const char *tmp(const char *name) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* ------------------------------------------------- the scalar reference */
+
+/* What the reference computes, from the test's own parameters. */
+typedef struct ref_opts {
+    int neox;          /* pairs (i, i + hd/2) */
+    int bias, qk_norm; /* add the biases; norm each q/k head */
+    int freqs;         /* divide the angles by Llama 3.1's factors (computed here) */
+    int scaling;       /* ARCH_SCALING_* */
+    double factor;     /* scaling factor */
+    int orig_ctx;      /* YaRN */
+    double theta;
+} ref_opts;
+
+static float *f32_of(const model_tensor *t) {
+    if (!t->n) return NULL;
+    float *f = malloc((size_t)t->n * sizeof *f);
+    if (f && quant_to_f32(t->type, t->data, f, t->n)) {
+        free(f);
+        f = NULL;
+    }
+    return f;
+}
+
+static void rmsnorm_d(double *o, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double s = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = w[i] * (x[i] * s);
+}
+
+static void matvec_d(double *y, const float *w, const double *x, int n, int k) {
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < k; j++) s += (double)w[(size_t)i * k + j] * x[j];
+        y[i] = s;
+    }
+}
+
+/* Meta's llama3 rope scaling (factor 8, low 1, high 4, original context
+ * 8192) as the frequency divisor of pair i. */
+static double llama3_factor(int i, int hd, double theta) {
+    const double factor = 8, lo = 1, hi = 4, old = 8192;
+    double freq = pow(theta, -2.0 * i / hd), wavelen = 2 * M_PI / freq;
+    if (wavelen < old / hi) return 1;
+    if (wavelen > old / lo) return factor;
+    double smooth = (old / wavelen - lo) / (hi - lo);
+    return 1 / ((1 - smooth) / factor + smooth);
+}
+
+/* Angle of pair i at pos and the cos/sin magnitude, per ggml's rope_yarn
+ * and llama.cpp's context defaults (ext_factor 1 for yarn, beta 32 and 1,
+ * attn_factor 1). */
+static double ref_angle(const ref_opts *o, int hd, int i, int pos, double *mscale) {
+    double base = pow(o->theta, -2.0 * i / hd);
+    if (o->freqs) base /= llama3_factor(i, hd, o->theta);
+    *mscale = 1;
+    if (o->scaling == ARCH_SCALING_LINEAR) return pos * base / o->factor;
+    if (o->scaling == ARCH_SCALING_YARN) {
+        double cd_fast = hd * log(o->orig_ctx / (32 * 2 * M_PI)) / (2 * log(o->theta));
+        double cd_slow = hd * log(o->orig_ctx / (1 * 2 * M_PI)) / (2 * log(o->theta));
+        double lo = fmax(0, floor(cd_fast)), hi = fmin(hd - 1, ceil(cd_slow));
+        double y = (i - lo) / fmax(0.001, hi - lo), ramp = 1 - fmin(1, fmax(0, y));
+        *mscale = 1 + 0.1 * log(o->factor);
+        return pos * base * (1 - ramp) / o->factor + pos * base * ramp;
+    }
+    return pos * base;
+}
+
+static void ref_rope(const ref_opts *o, double *v, int n_heads, int hd, int pos) {
+    for (int h = 0; h < n_heads; h++) {
+        double *p = v + (size_t)h * hd;
+        for (int i = 0; i < hd / 2; i++) {
+            double ms, a = ref_angle(o, hd, i, pos, &ms), c = cos(a) * ms, s = sin(a) * ms;
+            int i0 = o->neox ? i : 2 * i, i1 = o->neox ? i + hd / 2 : 2 * i + 1;
+            double v0 = p[i0], v1 = p[i1];
+            p[i0] = v0 * c - v1 * s;
+            p[i1] = v0 * s + v1 * c;
+        }
+    }
+}
+
+/* Logits (n_tok, V) of tokens tok[0..n_tok) at positions 0.. of one
+ * sequence, by the reference. */
+static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int n_tok, double *out) {
+    const model_config *c = &m->cfg;
+    const int D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim, H = c->n_heads;
+    const int KH = c->n_kv_heads, QD = H * hd, KVD = KH * hd, L = c->n_layers;
+    float *emb = f32_of(&m->tok_emb), *wcls = f32_of(&m->wcls), *onorm = f32_of(&m->out_norm);
+    double *kc = calloc((size_t)L * n_tok * KVD, sizeof *kc), *vc = calloc((size_t)L * n_tok * KVD, sizeof *vc);
+    double *x = malloc(D * sizeof *x), *xb = malloc((D > QD ? D : QD) * sizeof *xb), *q = malloc(QD * sizeof *q);
+    double *k = malloc(KVD * sizeof *k), *v = malloc(KVD * sizeof *v), *ao = malloc(QD * sizeof *ao);
+    double *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1), *h3 = malloc(F * sizeof *h3);
+    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3;
+    for (int p = 0; ok && p < n_tok; p++) {
+        for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i];
+        for (int l = 0; ok && l < L; l++) {
+            const model_layer *ly = &m->layers[l];
+            float *an = f32_of(&ly->attn_norm), *wq = f32_of(&ly->wq), *wk = f32_of(&ly->wk), *wv = f32_of(&ly->wv);
+            float *wo = f32_of(&ly->wo), *fn = f32_of(&ly->ffn_norm), *w1 = f32_of(&ly->w1), *w2 = f32_of(&ly->w2);
+            float *w3 = f32_of(&ly->w3), *bq = f32_of(&ly->bq), *bk = f32_of(&ly->bk), *bv = f32_of(&ly->bv);
+            float *qn = f32_of(&ly->q_norm), *kn = f32_of(&ly->k_norm);
+            ok = an && wq && wk && wv && wo && fn && w1 && w2 && w3 && (!o->bias || (bq && bk && bv)) &&
+                 (!o->qk_norm || (qn && kn));
+            if (ok) {
+                rmsnorm_d(xb, x, an, D, c->norm_eps);
+                matvec_d(q, wq, xb, QD, D);
+                matvec_d(k, wk, xb, KVD, D);
+                matvec_d(v, wv, xb, KVD, D);
+                if (o->bias) {
+                    for (int i = 0; i < QD; i++) q[i] += bq[i];
+                    for (int i = 0; i < KVD; i++) k[i] += bk[i], v[i] += bv[i];
+                }
+                if (o->qk_norm) {
+                    for (int h = 0; h < H; h++) rmsnorm_d(q + h * hd, q + h * hd, qn, hd, c->norm_eps);
+                    for (int h = 0; h < KH; h++) rmsnorm_d(k + h * hd, k + h * hd, kn, hd, c->norm_eps);
+                }
+                ref_rope(o, q, H, hd, p);
+                ref_rope(o, k, KH, hd, p);
+                double *kl = kc + (size_t)l * n_tok * KVD, *vl = vc + (size_t)l * n_tok * KVD;
+                memcpy(kl + (size_t)p * KVD, k, KVD * sizeof *k);
+                memcpy(vl + (size_t)p * KVD, v, KVD * sizeof *v);
+                for (int h = 0; h < H; h++) {
+                    const int g = h / (H / KH);
+                    double mx = -INFINITY, sum = 0;
+                    for (int t = 0; t <= p; t++) {
+                        double d = 0;
+                        for (int i = 0; i < hd; i++) d += q[h * hd + i] * kl[(size_t)t * KVD + g * hd + i];
+                        att[t] = d / sqrt((double)hd);
+                        mx = fmax(mx, att[t]);
+                    }
+                    for (int t = 0; t <= p; t++) sum += (att[t] = exp(att[t] - mx));
+                    for (int i = 0; i < hd; i++) {
+                        double s = 0;
+                        for (int t = 0; t <= p; t++) s += att[t] / sum * vl[(size_t)t * KVD + g * hd + i];
+                        ao[h * hd + i] = s;
+                    }
+                }
+                matvec_d(xb, wo, ao, D, QD);
+                for (int i = 0; i < D; i++) x[i] += xb[i];
+                rmsnorm_d(xb, x, fn, D, c->norm_eps);
+                matvec_d(h1, w1, xb, F, D);
+                matvec_d(h3, w3, xb, F, D);
+                for (int i = 0; i < F; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
+                matvec_d(xb, w2, h1, D, F);
+                for (int i = 0; i < D; i++) x[i] += xb[i];
+            }
+            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn, kn};
+            for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+        }
+        if (ok) {
+            rmsnorm_d(xb, x, onorm, D, c->norm_eps);
+            matvec_d(out + (size_t)p * V, wcls, xb, V, D);
+        }
+    }
+    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+    return ok ? 0 : -1;
+}
+
+/* ----------------------------------------------------------- the backend */
+
+enum { NTOK = 40, BS = 16, NKV = 8 };
+
+/* The CPU backend's logits (NTOK, V): one token a call (single = 1) or the
+ * whole sequence in one prefill batch. */
+static int cpu_logits(const model *m, const int32_t *tok, int single, float *out) {
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = NTOK, .n_kv_blocks = NKV, .block_size = BS, .n_threads = 2,
+                    .max_ctx = m->cfg.seq_len < 256 ? m->cfg.seq_len : 256};
+    if (be_cpu_new(m, &o, &b, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    kv_pool pool;
+    kv_seq q;
+    int rc = -1, V = m->cfg.vocab_size;
+    /* the memory plan counts the biases and head norms too */
+    be_memory plan;
+    if (be_cpu_plan(m, &o, &plan) || plan.total != b->ops->memory_bytes(b)) {
+        fprintf(stderr, "  plan %zu bytes, backend %zu\n", plan.total, b->ops->memory_bytes(b));
+        goto out_b;
+    }
+    if (kv_pool_init(&pool, NKV, BS)) goto out_b;
+    if (kv_seq_init(&q, 0, o.max_ctx, BS)) goto out_p;
+    rc = 0;
+    if (single) {
+        for (int p = 0; p < NTOK && !rc; p++) {
+            int32_t t = tok[p], pos = p, six = 0, row = 0;
+            if ((rc = kv_seq_reserve(&q, &pool, 1))) break;
+            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
+            be_batch bt = {1, &t, &pos, &six, &row, 1, &v, 1};
+            rc = b->ops->forward(b, &bt, out + (size_t)p * V);
+            kv_seq_commit(&q, 1);
+        }
+    } else {
+        int32_t pos[NTOK], six[NTOK] = {0}, row[NTOK];
+        for (int p = 0; p < NTOK; p++) pos[p] = row[p] = p;
+        if (!(rc = kv_seq_reserve(&q, &pool, NTOK))) {
+            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
+            be_batch bt = {NTOK, tok, pos, six, row, 1, &v, NTOK};
+            rc = b->ops->forward(b, &bt, out);
+            kv_seq_commit(&q, NTOK);
+        }
+    }
+    kv_seq_reset(&q, &pool);
+    kv_seq_free(&q);
+out_p:
+    kv_pool_free(&pool);
+out_b:
+    be_free(b);
+    return rc ? -1 : 0;
+}
+
+/* max over positions of max |got - ref| / max |ref|. */
+static double worst(const float *got, const double *ref, int V) {
+    double w = 0;
+    for (int p = 0; p < NTOK; p++) {
+        double d = 0, mx = 0;
+        for (int i = 0; i < V; i++) {
+            d = fmax(d, fabs(got[(size_t)p * V + i] - ref[(size_t)p * V + i]));
+            mx = fmax(mx, fabs(ref[(size_t)p * V + i]));
+        }
+        double e = d / (mx > 0 ? mx : 1);
+        w = e > w || isnan(e) ? e : w;
+    }
+    return w;
+}
+
+#define BOUND 2e-5 /* f32 backend against the double reference */
+
+/* synth sp, load it, and hold the backend to the reference with `on`, and
+ * away from it with `off` (the feature under test switched off). */
+static int feature_case(const char *label, synth_params sp, ref_opts on, ref_opts off) {
+    char err[512];
+    model *m = NULL;
+    const char *path = tmp("case.gguf");
+    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "  %s: %s\n", label, err);
+        return -1;
+    }
+    const int V = m->cfg.vocab_size;
+    int32_t tok[NTOK];
+    for (int p = 0; p < NTOK; p++) tok[p] = (int32_t)((13 * p + 5) % V);
+    double *r_on = malloc((size_t)NTOK * V * sizeof *r_on), *r_off = malloc((size_t)NTOK * V * sizeof *r_off);
+    float *g1 = malloc((size_t)NTOK * V * sizeof *g1), *g2 = malloc((size_t)NTOK * V * sizeof *g2);
+    int rc = -1;
+    if (r_on && r_off && g1 && g2 && !ref_logits(m, &on, tok, NTOK, r_on) && !ref_logits(m, &off, tok, NTOK, r_off) &&
+        !cpu_logits(m, tok, 1, g1) && !cpu_logits(m, tok, 0, g2)) {
+        double e1 = worst(g1, r_on, V), e2 = worst(g2, r_on, V), eoff = worst(g1, r_off, V);
+        fprintf(stderr, "  %-26s single %.2g, prefill %.2g (bound %.0e); feature off %.2g (must be > %.0e)\n",
+                label, e1, e2, BOUND, eoff, 100 * BOUND);
+        rc = e1 <= BOUND && e2 <= BOUND && eoff > 100 * BOUND ? 0 : -1;
+    } else {
+        fprintf(stderr, "  %s: a run failed\n", label);
+    }
+    free(r_on);
+    free(r_off);
+    free(g1);
+    free(g2);
+    model_free(m);
+    unlink(path);
+    return rc;
+}
+
+static synth_params base_params(int arch) {
+    synth_params sp = {.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .hidden_dim = 96,
+                       .vocab_size = 400, .ctx = 256, .type = QUANT_F32, .seed = 11, .arch = arch};
+    return sp;
+}
+
+static void test_llama_tied_gqa(void) {
+    /* GQA 4:1, no output.weight: the classifier is the embedding */
+    synth_params sp = base_params(ARCH_LLAMA);
+    sp.n_kv_heads = 1;
+    sp.tied = 1;
+    ref_opts on = {.theta = 10000}, off = on;
+    off.neox = 1; /* adjacent pairs matter */
+    CK_CHECK(feature_case("llama tied, GQA 4", sp, on, off) == 0);
+}
+
+static void test_llama_rope_freqs(void) {
+    synth_params sp = base_params(ARCH_LLAMA);
+    sp.rope_freqs = 1;
+    sp.rope_theta = 500000;
+    sp.dim = 128;
+    sp.n_heads = 2;
+    sp.n_kv_heads = 1; /* head_dim 64 */
+    ref_opts on = {.theta = 500000, .freqs = 1}, off = on;
+    off.freqs = 0;
+    CK_CHECK(feature_case("llama rope_freqs", sp, on, off) == 0);
+}
+
+static void test_llama_linear(void) {
+    synth_params sp = base_params(ARCH_LLAMA);
+    sp.rope_scaling = ARCH_SCALING_LINEAR;
+    sp.rope_factor = 4;
+    ref_opts on = {.theta = 10000, .scaling = ARCH_SCALING_LINEAR, .factor = 4}, off = on;
+    off.scaling = ARCH_SCALING_NONE;
+    CK_CHECK(feature_case("llama linear x4", sp, on, off) == 0);
+}
+
+static void test_llama_yarn(void) {
+    /* a short original context puts YaRN's ramp inside the head */
+    synth_params sp = base_params(ARCH_LLAMA);
+    sp.dim = 128;
+    sp.n_heads = 2;
+    sp.n_kv_heads = 1;
+    sp.rope_scaling = ARCH_SCALING_YARN;
+    sp.rope_factor = 4;
+    sp.rope_orig_ctx = 64;
+    ref_opts on = {.theta = 10000, .scaling = ARCH_SCALING_YARN, .factor = 4, .orig_ctx = 64}, off = on;
+    off.scaling = ARCH_SCALING_LINEAR; /* the ramp and mscale matter */
+    CK_CHECK(feature_case("llama yarn x4, orig 64", sp, on, off) == 0);
+}
+
+static void test_qwen2_bias_neox(void) {
+    synth_params sp = base_params(ARCH_QWEN2);
+    sp.rope_theta = 1000000;
+    ref_opts on = {.theta = 1000000, .neox = 1, .bias = 1}, off = on;
+    off.bias = 0;
+    CK_CHECK(feature_case("qwen2 biases", sp, on, off) == 0);
+    off = on;
+    off.neox = 0;
+    CK_CHECK(feature_case("qwen2 NEOX", sp, on, off) == 0);
+}
+
+static void test_qwen3_norm_head_dim(void) {
+    /* head_dim 32 with dim 64 and 4 heads: q_dim 128 != dim (key_length) */
+    synth_params sp = base_params(ARCH_QWEN3);
+    sp.head_dim = 32;
+    sp.tied = 1;
+    sp.rope_theta = 1000000;
+    ref_opts on = {.theta = 1000000, .neox = 1, .qk_norm = 1}, off = on;
+    off.qk_norm = 0;
+    CK_CHECK(feature_case("qwen3 q/k norm, hd 32", sp, on, off) == 0);
+}
+
+/* The table's own facts: names, parsing, defaults. */
+static void test_table(void) {
+    const arch_info *a = arch_find("qwen3", 5);
+    CK_CHECK(a && a->id == ARCH_QWEN3 && a->rope == ARCH_ROPE_NEOX);
+    CK_CHECK(a->need[ARCH_T_ATTN_Q_NORM] == ARCH_REQUIRED && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO);
+    CK_CHECK(arch_find("llama", 5)->rope == ARCH_ROPE_NORMAL && !arch_find("llam", 4) && !arch_find("mamba", 5));
+    int t, l;
+    CK_CHECK(arch_parse_tensor("blk.12.attn_k.bias", 13, &t, &l) == 0 && t == ARCH_T_ATTN_K_B && l == 12);
+    CK_CHECK(arch_parse_tensor("blk.13.attn_k.bias", 13, &t, &l) == -1); /* past the layers */
+    CK_CHECK(arch_parse_tensor("blk.01.attn_k.bias", 13, &t, &l) == -1); /* two names for one */
+    CK_CHECK(arch_parse_tensor("rope_freqs.weight", 1, &t, &l) == 0 && t == ARCH_T_ROPE_FREQS && l == -1);
+    CK_CHECK(arch_parse_tensor("blk.0.attn_output.bias", 1, &t, &l) == -1);
+    CK_CHECK(arch_scaling_from_name("yarn", 4) == ARCH_SCALING_YARN && arch_scaling_from_name("longrope", 8) < 0);
+    /* no scaling, no factors: exactly the expression the plain path used */
+    arch_rope_params p = {.n_dims = 8, .freq_base = 10000, .scaling = ARCH_SCALING_NONE, .factor = 1};
+    float f[4], ms;
+    arch_rope_freqs(&p, NULL, f, &ms);
+    CK_CHECK(ms == 1.0f);
+    for (int i = 0; i < 4; i++) CK_CHECK(f[i] == 1.0f / powf(10000.0f, (float)(2 * i) / 8.0f));
+}
+
+/* The rope_freqs.weight synth writes holds the llama3 formula's values. */
+static void test_rope_freqs_values(void) {
+    synth_params sp = base_params(ARCH_LLAMA);
+    sp.dim = 128;
+    sp.n_heads = 1;
+    sp.n_kv_heads = 1; /* head_dim 128, as Llama 3.1 */
+    sp.rope_freqs = 1;
+    sp.rope_theta = 500000;
+    char err[512];
+    model *m = NULL;
+    const char *path = tmp("rf.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err), "%s", err);
+    float *f = f32_of(&m->rope_freqs);
+    int ok = f && m->rope_freqs.n == 64, ones = 0, eights = 0;
+    for (int i = 0; ok && i < 64; i++) {
+        ok = fabs(f[i] - llama3_factor(i, 128, 500000)) <= 1e-6 * f[i];
+        ones += f[i] == 1.0f;
+        eights += f[i] == 8.0f;
+    }
+    free(f);
+    model_free(m);
+    CK_CHECK(ok);
+    CK_CHECK_MSG(ones > 10 && eights > 10 && ones + eights < 64, "%d ones, %d eights", ones, eights);
+}
+
+/* --vocab-from: the tokenizer keys of another file, its size. */
+static void test_vocab_from(void) {
+    synth_params src = base_params(ARCH_LLAMA);
+    src.vocab_size = 700;
+    char err[512];
+    CK_CHECK_MSG(!convert_synth(&src, tmp("vsrc.gguf"), err, sizeof err), "%s", err);
+    synth_params sp = base_params(ARCH_QWEN2);
+    sp.vocab_size = 999; /* ignored */
+    sp.vocab_from = tmp("vsrc.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, tmp("vdst.gguf"), err, sizeof err), "%s", err);
+    model *a = NULL, *b = NULL;
+    CK_CHECK(!model_load(tmp("vsrc.gguf"), NULL, &a, err, sizeof err));
+    int rc = model_load(tmp("vdst.gguf"), NULL, &b, err, sizeof err);
+    int ok = !rc && b->cfg.vocab_size == 700 && tok_vocab_size(b->tok) == 700;
+    for (int i = 0; ok && i < 700; i++) {
+        size_t la, lb;
+        const char *pa = tok_piece(a->tok, i, &la), *pb = tok_piece(b->tok, i, &lb);
+        ok = pa && pb && la == lb && !memcmp(pa, pb, la);
+    }
+    model_free(a);
+    model_free(b);
+    CK_CHECK_MSG(ok, "rc %d: %s", rc, err);
+}
+
+/* ------------------------------------------------------------ refusals */
+
+/* A copy of the GGUF at src with key `key` set to the string `val` (or
+ * left out when val is NULL and key is set), tensor `drop` left out, and
+ * a 1-D tensor `add` of n f32 zeros added. */
+static int rewrite(const char *src, const char *dst, const char *key, const char *val, const char *drop,
+                   const char *add, uint64_t n) {
+    gguf_file *f = NULL;
+    gguf_writer *w = NULL;
+    char err[256];
+    if (gguf_open(src, &f, err, sizeof err) || gguf_writer_new(&w)) return -1;
+    int rc = 0;
+    float *zeros = calloc(n ? n : 1, sizeof *zeros);
+    for (int i = 0; i < gguf_n_kv(f) && !rc; i++) {
+        const char *k = gguf_key_at(f, i);
+        int type = gguf_kv_type(f, i);
+        if (!strcmp(k, "general.alignment") || (key && !strcmp(k, key))) continue;
+        if (type == GGUF_TYPE_STRING) {
+            const char *s;
+            size_t len;
+            char buf[512];
+            gguf_get_str(f, k, &s, &len);
+            snprintf(buf, sizeof buf, "%.*s", (int)(len < 511 ? len : 511), s);
+            rc = gguf_writer_set_str(w, k, buf);
+        } else if (type == GGUF_TYPE_ARRAY) {
+            int et;
+            uint64_t cnt;
+            const void *data;
+            gguf_get_arr(f, k, &et, &cnt, &data);
+            if (et != GGUF_TYPE_STRING) {
+                rc = gguf_writer_set_arr(w, k, et, data, cnt);
+                continue;
+            }
+            const char **ss = malloc(cnt * sizeof *ss);
+            size_t *lens = malloc(cnt * sizeof *lens);
+            for (uint64_t j = 0; j < cnt; j++) gguf_get_arr_str(f, k, j, &ss[j], &lens[j]);
+            rc = gguf_writer_set_arr_str(w, k, ss, lens, cnt);
+            free(ss);
+            free(lens);
+        } else {
+            const void *v;
+            gguf_get_val(f, k, &type, &v);
+            rc = gguf_writer_set_val(w, k, type, v);
+        }
+    }
+    if (key && val) rc |= gguf_writer_set_str(w, key, val);
+    for (int i = 0; i < gguf_n_tensors(f) && !rc; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    if (add && !rc) rc = gguf_writer_add_tensor(w, add, QUANT_F32, 1, &n, zeros);
+    if (!rc) rc = gguf_writer_write(w, dst, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    free(zeros);
+    return rc ? -1 : 0;
+}
+
+static int refused(const char *path, const char *n1, const char *n2) {
+    char err[512] = "";
+    model *m = NULL;
+    if (!model_load(path, NULL, &m, err, sizeof err)) {
+        model_free(m);
+        fprintf(stderr, "  %s loaded, expected a refusal\n", path);
+        return 0;
+    }
+    if (!strstr(err, n1) || (n2 && !strstr(err, n2))) {
+        fprintf(stderr, "  message '%s' lacks '%s' / '%s'\n", err, n1, n2 ? n2 : "");
+        return 0;
+    }
+    return 1;
+}
+
+static void test_refusals(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_QWEN3);
+    const char *q3 = tmp("q3.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, q3, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(q3, NULL, &m, err, sizeof err), "%s", err); /* the copy itself loads */
+    model_free(m);
+    CK_CHECK(rewrite(q3, bad, NULL, NULL, NULL, NULL, 0) == 0);
+    CK_CHECK_MSG(!model_load(bad, NULL, &m, err, sizeof err), "%s", err);
+    model_free(m);
+    /* unknown architecture */
+    CK_CHECK(rewrite(q3, bad, "general.architecture", "mamba", NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "architecture", "\"mamba\""));
+    /* unknown rope scaling type */
+    CK_CHECK(rewrite(q3, bad, "qwen3.rope.scaling.type", "longrope", NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "qwen3.rope.scaling.type", "\"longrope\""));
+    /* a tensor the table does not know, and one it knows but qwen3 has not */
+    CK_CHECK(rewrite(q3, bad, NULL, NULL, NULL, "blk.1.attn_output.bias", 64) == 0);
+    CK_CHECK(refused(bad, "blk.1.attn_output.bias", "qwen3"));
+    CK_CHECK(rewrite(q3, bad, NULL, NULL, NULL, "rope_freqs.weight", 8) == 0);
+    CK_CHECK(refused(bad, "rope_freqs.weight", NULL));
+    /* a missing required tensor */
+    CK_CHECK(rewrite(q3, bad, NULL, NULL, "blk.1.attn_k_norm.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.1.attn_k_norm.weight", "missing"));
+    /* a bias of the wrong length */
+    CK_CHECK(rewrite(q3, bad, NULL, NULL, NULL, "blk.0.attn_q.bias", 7) == 0);
+    CK_CHECK(refused(bad, "blk.0.attn_q.bias", "shape"));
+    unlink(q3);
+    unlink(bad);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/confkv-arch-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    CK_RUN(test_table);
+    CK_RUN(test_rope_freqs_values);
+    CK_RUN(test_vocab_from);
+    CK_RUN(test_refusals);
+    CK_RUN(test_llama_tied_gqa);
+    CK_RUN(test_llama_rope_freqs);
+    CK_RUN(test_llama_linear);
+    CK_RUN(test_llama_yarn);
+    CK_RUN(test_qwen2_bias_neox);
+    CK_RUN(test_qwen3_norm_head_dim);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) {}
+    return ck_test_summary();
+}
