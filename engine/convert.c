@@ -118,6 +118,8 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
     return rc ? CK_ENOMEM : CK_OK;
 }
 
+static int copy_tokenizer_keys(gguf_writer *w, const gguf_file *f);
+
 /* Pieces, scores and types of a tokenizer, pieces in GGUF form. */
 static int write_vocab(gguf_writer *w, const tokenizer *t) {
     int V = tok_vocab_size(t), rc = CK_ENOMEM;
@@ -162,7 +164,12 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
     bufs bb = {0};
     int rc = gguf_writer_new(&w);
     if (rc) goto out;
-    if ((rc = write_hparams(w, c, m->name, type, m->stop_on_bos)) || (rc = write_vocab(w, m->tok)))
+    /* A GGUF source keeps its own tokenizer keys (a BPE vocabulary's merges and
+     * pre-tokenizer, the chat template): rebuilt from the tokenizer, they
+     * would be SentencePiece's. A llama2.c source has only pieces and scores. */
+    const gguf_file *src = m->format == MODEL_FMT_GGUF ? (const gguf_file *)m->gguf_ : NULL;
+    if ((rc = write_hparams(w, c, m->name, type, m->stop_on_bos)) ||
+        (rc = src ? copy_tokenizer_keys(w, src) : write_vocab(w, m->tok)))
         goto out;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
@@ -295,25 +302,14 @@ out:
     return rc;
 }
 
-/* Copies every tokenizer.* key of the GGUF at path into w, and sets *n_vocab
- * to its tokenizer.ggml.tokens count. */
-static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err, size_t errlen) {
-    gguf_file *f = NULL;
-    int rc = gguf_open(path, &f, err, errlen);
-    if (rc) return rc;
-    int et;
-    uint64_t n = 0;
-    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL) || et != GGUF_TYPE_STRING || n < 3 ||
-        n > (1u << 22)) {
-        snprintf(err, errlen, "synth: %s: tokenizer.ggml.tokens missing, not strings, or not 3..%d of them",
-                 path, 1 << 22);
-        gguf_close(f);
-        return CK_EFORMAT;
-    }
-    *n_vocab = (int)n;
+/* Copies every tokenizer.* key of f into w (pieces, scores, types, merges,
+ * special ids, flags, pre-tokenizer, chat template): what the tokenizer of a
+ * re-typed or synthetic model reads, byte for byte. */
+static int copy_tokenizer_keys(gguf_writer *w, const gguf_file *f) {
     const char **ss = NULL;
     size_t *lens = NULL;
-    char *str = NULL;
+    int rc = CK_OK, et;
+    uint64_t n = 0;
     for (int i = 0; i < gguf_n_kv(f) && !rc; i++) {
         const char *key = gguf_key_at(f, i);
         if (strncmp(key, "tokenizer.", 10)) continue;
@@ -321,16 +317,16 @@ static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err,
         if (type == GGUF_TYPE_STRING) {
             const char *s;
             size_t len;
+            char *str;
             if ((rc = gguf_get_str(f, key, &s, &len))) break;
             if (memchr(s, 0, len) || !(str = malloc(len + 1))) {
-                rc = str ? CK_EFORMAT : CK_ENOMEM;
+                rc = memchr(s, 0, len) ? CK_EFORMAT : CK_ENOMEM;
                 break;
             }
             memcpy(str, s, len);
             str[len] = 0;
             rc = gguf_writer_set_str(w, key, str);
             free(str);
-            str = NULL;
         } else if (type == GGUF_TYPE_ARRAY) {
             const void *data;
             if ((rc = gguf_get_arr(f, key, &et, &n, &data))) break;
@@ -356,7 +352,27 @@ static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err,
     }
     free(ss);
     free(lens);
-    if (rc) snprintf(err, errlen, "synth: copying the tokenizer keys of %s: %s", path, ck_strerror(rc));
+    return rc;
+}
+
+/* Copies every tokenizer.* key of the GGUF at path into w, and sets *n_vocab
+ * to its tokenizer.ggml.tokens count. */
+static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err, size_t errlen) {
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, err, errlen);
+    if (rc) return rc;
+    int et;
+    uint64_t n = 0;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL) || et != GGUF_TYPE_STRING || n < 3 ||
+        n > (1u << 22)) {
+        snprintf(err, errlen, "synth: %s: tokenizer.ggml.tokens missing, not strings, or not 3..%d of them",
+                 path, 1 << 22);
+        gguf_close(f);
+        return CK_EFORMAT;
+    }
+    *n_vocab = (int)n;
+    if ((rc = copy_tokenizer_keys(w, f)))
+        snprintf(err, errlen, "synth: copying the tokenizer keys of %s: %s", path, ck_strerror(rc));
     gguf_close(f);
     return rc;
 }

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer"
+targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe"
 
 if [ $# -lt 2 ]; then
   echo "usage: $0 TARGET SECONDS [libFuzzer flags...]   (targets: $targets)" >&2
@@ -30,9 +30,9 @@ case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number" >
 # (while a file that is not yours does not compile, say).
 build=${CONFKV_FUZZ_BUILD:-$root/build-fuzz}
 if [ "${CONFKV_FUZZ_NOBUILD:-0}" != 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_FUZZ=ON -DCONFKV_CUDA=OFF >/dev/null
-  fi
+  # configured every time (a second or two): a target added since the last
+  # run is unknown to the build until CMake has run again
+  CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_FUZZ=ON -DCONFKV_CUDA=OFF >/dev/null
   if ! cmake --build "$build" -j"$(nproc)" --target "fuzz_$target" >"$build/fuzz-build.log" 2>&1; then
     tail -30 "$build/fuzz-build.log" >&2
     echo "fuzz.sh: the build of fuzz_$target failed (log $build/fuzz-build.log)" >&2

@@ -7,13 +7,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-20}
-targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer"
+targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe"
 build=${CONFKV_FUZZ_BUILD:-$(pwd)/build-fuzz}
 # One build of every target first, so the time below is fuzzing only.
 if [ "${CONFKV_FUZZ_NOBUILD:-0}" != 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_FUZZ=ON -DCONFKV_CUDA=OFF >/dev/null || exit 2
-  fi
+  # configured every time: a target added since the last run needs CMake again
+  CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_FUZZ=ON -DCONFKV_CUDA=OFF >/dev/null || exit 2
   if ! cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' $targets) >"$build/fuzz-build.log" 2>&1; then
     tail -30 "$build/fuzz-build.log" >&2
     echo "fuzz_ci: the fuzz build failed (log $build/fuzz-build.log)" >&2
