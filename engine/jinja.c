@@ -1081,6 +1081,9 @@ static jnode *p_subscript(parser *P, jnode *obj) {
         break;
     }
     if (expect_op(P, "]")) return NULL;
+    /* x[] is not Jinja: an index needs its expression (a slice may omit all three) */
+    if (!is_slice && !parts[0])
+        return perr(P, line, CK_EUNSUPPORTED, "line %d: empty subscript []", line), NULL;
     jnode *e = new_node(P, is_slice ? E_SLICE : E_ITEM, line);
     if (!e) return NULL;
     e->a = obj;
