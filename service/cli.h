@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "engine.h"
+#include "gguf.h"
 #include "kv.h"
 #include "model.h"
 #include "sampler.h"
@@ -83,6 +84,20 @@ int cli_engine_flag(cli_args *a, cli_engine_opts *o);
  * after an error message. */
 int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e);
 void cli_engine_close(cli_engine *e);
+
+/* A vocabulary without the weights: a GGUF's tokenizer alone (vocab-only
+ * files have no tensors), or a llama2.c checkpoint loaded with its
+ * tokenizer file (its vocabulary size is in the checkpoint). tok borrows
+ * from the others; cli_vocab_close frees them. */
+typedef struct cli_vocab {
+    gguf_file *gf;
+    model *m;
+    tokenizer *own;
+    const tokenizer *tok;
+} cli_vocab;
+/* 0, or the exit code after an error message (2: --tokenizer given for a GGUF). */
+int cli_vocab_open(const cli_args *a, const char *model_path, const char *tok_path, cli_vocab *v);
+void cli_vocab_close(cli_vocab *v);
 
 /* Sampling flags (--temperature, --top-p, --top-k, --min-p,
  * --repeat-penalty, --seed). Returns 1 if argv[i] was one. */

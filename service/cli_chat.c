@@ -170,39 +170,14 @@ static int render_err(const cli_args *a, const jinja_error *err) {
 }
 
 int cli_chat_render_only(const cli_args *a, const char *model_path, const char *tok_path, const cli_chat *c) {
-    char err[512] = "";
-    gguf_file *gf = NULL;
-    model *m = NULL;
-    tokenizer *own = NULL;
-    const tokenizer *tok = NULL;
+    cli_vocab v;
     chat_template *ct = NULL;
     char *text = NULL;
     size_t len = 0;
-    int exit_code = 1;
-    /* GGUF: the vocabulary and the template alone (vocab-only files have
-     * no tensors); a llama2.c checkpoint is mapped to learn its vocabulary size */
-    FILE *probe = fopen(model_path, "rb");
-    char magic[4] = {0};
-    if (!probe) {
-        cli_error(a, "cannot open %s", model_path);
-        return 1;
-    }
-    size_t got = fread(magic, 1, 4, probe);
-    fclose(probe);
-    int rc;
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        rc = gguf_open(model_path, &gf, err, sizeof err);
-        if (!rc) rc = tok_from_gguf(gf, &own, err, sizeof err);
-        tok = own;
-    } else {
-        rc = model_load(model_path, tok_path, &m, err, sizeof err);
-        if (!rc) tok = m->tok;
-    }
-    if (rc) {
-        cli_error(a, "%s", err[0] ? err : ck_strerror(rc));
-        goto out;
-    }
-    if (open_template(a, tok, gf, m, c, &ct)) goto out;
+    int exit_code = cli_vocab_open(a, model_path, tok_path, &v);
+    if (exit_code) return exit_code;
+    exit_code = 1;
+    if (open_template(a, v.tok, v.gf, v.m, c, &ct)) goto out;
     jinja_error je;
     if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, NULL, NULL, &je)) {
         render_err(a, &je);
@@ -212,9 +187,7 @@ int cli_chat_render_only(const cli_args *a, const char *model_path, const char *
 out:
     free(text);
     chat_free(ct);
-    tok_free(own);
-    gguf_close(gf);
-    model_free(m);
+    cli_vocab_close(&v);
     return exit_code;
 }
 

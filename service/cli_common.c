@@ -237,3 +237,41 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+int cli_vocab_open(const cli_args *a, const char *model_path, const char *tok_path, cli_vocab *v) {
+    char err[512] = "", magic[4] = {0};
+    memset(v, 0, sizeof *v);
+    FILE *probe = fopen(model_path, "rb");
+    if (!probe) {
+        cli_error(a, "cannot open %s", model_path);
+        return 1;
+    }
+    size_t got = fread(magic, 1, 4, probe);
+    fclose(probe);
+    int rc;
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+        if (tok_path) {
+            cli_error(a, "--tokenizer is for llama2.c checkpoints; %s is GGUF", model_path);
+            return 2;
+        }
+        rc = gguf_open(model_path, &v->gf, err, sizeof err);
+        if (!rc) rc = tok_from_gguf(v->gf, &v->own, err, sizeof err);
+        v->tok = v->own;
+    } else {
+        rc = model_load(model_path, tok_path, &v->m, err, sizeof err);
+        if (!rc) v->tok = v->m->tok;
+    }
+    if (rc) {
+        cli_error(a, "%s", err[0] ? err : ck_strerror(rc));
+        cli_vocab_close(v);
+        return 1;
+    }
+    return 0;
+}
+
+void cli_vocab_close(cli_vocab *v) {
+    tok_free(v->own);
+    gguf_close(v->gf);
+    model_free(v->m);
+    memset(v, 0, sizeof *v);
+}

@@ -105,44 +105,14 @@ int cli_tokenize(int argc, char **argv) {
         return 2;
     }
 
-    char err[512] = "";
-    gguf_file *gf = NULL;
-    model *m = NULL;
-    tokenizer *own = NULL;
-    const tokenizer *t = NULL;
+    cli_vocab v;
     FILE *in = NULL;
     int32_t *ids = NULL;
     char *line = NULL;
-    int exit_code = 1;
-    /* GGUF: the tokenizer alone (vocab-only files have no tensors to load) */
-    FILE *probe = fopen(model_path, "rb");
-    char magic[4] = {0};
-    if (!probe) {
-        cli_error(&a, "cannot open %s", model_path);
-        return 1;
-    }
-    size_t got = fread(magic, 1, 4, probe);
-    fclose(probe);
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        if (tok_path) {
-            cli_error(&a, "--tokenizer is for llama2.c checkpoints; %s is GGUF", model_path);
-            return 2;
-        }
-        int rc = gguf_open(model_path, &gf, err, sizeof err);
-        if (!rc) rc = tok_from_gguf(gf, &own, err, sizeof err);
-        if (rc) {
-            cli_error(&a, "%s", err[0] ? err : ck_strerror(rc));
-            goto out;
-        }
-        t = own;
-    } else {
-        int rc = model_load(model_path, tok_path, &m, err, sizeof err);
-        if (rc) {
-            cli_error(&a, "%s", err[0] ? err : ck_strerror(rc));
-            goto out;
-        }
-        t = m->tok;
-    }
+    int exit_code = cli_vocab_open(&a, model_path, tok_path, &v);
+    if (exit_code) return exit_code;
+    exit_code = 1;
+    const tokenizer *t = v.tok;
 
     unsigned flags = (no_bos ? 0 : TOK_ENC_ADD_SPECIAL) | (parse_special ? TOK_ENC_PARSE_SPECIAL : 0);
     int cap = 256;
@@ -179,9 +149,7 @@ out:
     if (in && in != stdin) fclose(in);
     free(line);
     free(ids);
-    tok_free(own);
-    gguf_close(gf);
-    model_free(m);
+    cli_vocab_close(&v);
     if (fflush(stdout) != 0) exit_code = 1;
     return exit_code;
 }
