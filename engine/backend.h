@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eng_types.h"
 #include "model.h"
 
 /* One sequence as the forward pass sees it. */
@@ -63,19 +64,8 @@ static inline int be_default_ctx(const model *m) {
     return m->cfg.seq_len < BE_DEFAULT_MAX_CTX ? m->cfg.seq_len : BE_DEFAULT_MAX_CTX;
 }
 
-/* What a backend will hold, in bytes, known before anything is allocated
- * (docs/ARCHITECTURE.md, Memory plan). */
-typedef struct be_memory {
-    int max_ctx;               /* the context it is sized for (0 in options resolved) */
-    int n_threads;             /* threads the scratch is for (0 in options resolved) */
-    size_t weights;            /* its copy of every weight (CPU: f32, packed) */
-    size_t kv;                 /* hot KV pool: n_kv_blocks f32 blocks */
-    size_t kv8;                /* int8 pool: n_kv8_blocks blocks */
-    size_t activations;        /* batch buffers: max_batch_tokens rows, block lists */
-    size_t scratch_per_thread; /* attention scores (n_heads, max_ctx), block pointers */
-    size_t scratch;            /* every thread's */
-    size_t total;              /* the sum of the five above */
-} be_memory;
+/* be_memory (what a backend will hold) is in eng_types.h: the engine's
+ * public memory plan embeds it. */
 
 typedef struct backend backend;
 
@@ -98,6 +88,12 @@ typedef struct be_ops {
     int (*kv_expand)(backend *b, int block8, int block);
     int (*kv8_read)(backend *b, int block8, void *dst);
     int (*kv8_write)(backend *b, int block8, const void *src);
+    /* (optional, NULL = the mover loops over kv_read / kv_write) Copy n f32
+     * blocks at once, dst/src holding them one after another (n *
+     * kv_block_floats): a device backend can queue a whole plan's copies on
+     * one stream (mv.h). Same returns as kv_read / kv_write. */
+    int (*kv_read_batch)(backend *b, const int32_t *blocks, int n, float *dst);
+    int (*kv_write_batch)(backend *b, const int32_t *blocks, int n, const float *src);
 } be_ops;
 
 struct backend {
@@ -108,14 +104,30 @@ struct backend {
     size_t kv8_block_bytes; /* kvq_block_bytes: one int8 block, scales included */
 };
 
-/* Create the CPU backend (the reference). Converts every weight to f32 at
- * load (see backend_cpu.c for why). Returns 0 or CK_E* with err filled. The
- * model must outlive the backend. */
+/* Create the CPU backend (the reference). f32/f16/bf16 weights are
+ * converted to packed f32 at load; quantized ones are computed on in the
+ * model's mapping, in their own bytes (see backend_cpu.c for why). Kernels
+ * are chosen from the CPU's features, or CONFKV_CPU_KERNELS
+ * (cpu_features.h: CK_EINVAL / CK_EUNSUPPORTED for a bad or absent level).
+ * Returns 0 or CK_E* with err filled. The model must outlive the backend. */
 int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 
-/* The CPU backend's plan for (m, o): the bytes be_cpu_new allocates (and
- * memory_bytes then reports), computed without allocating. A transient f32
- * copy of the largest matrix during the load comes on top. Returns 0,
+/* Bytes of weights one CPU forward step reads whatever its batch: every
+ * matrix as it is computed on (quantized: the file's bytes; f32/f16/bf16:
+ * 4 bytes a weight), the vectors in f32; not the embedding (a gather). The
+ * numerator of `confkv bench`'s bandwidth roofline. */
+uint64_t be_cpu_step_bytes(const model *m);
+
+/* A line naming the kernels a CPU backend runs, e.g. "avx2 (f32 avx2,
+ * attention general, q4_K avx2+rows, q6_K avx2+rows)", into buf; another
+ * backend's name otherwise. Returns snprintf's count. */
+int be_cpu_kernels(const backend *b, char *buf, size_t len);
+
+/* The CPU backend's plan for (m, o): the bytes be_cpu_new holds (and
+ * memory_bytes then reports), computed without allocating: its allocations
+ * plus the mapped bytes of the quantized weights it computes on in place
+ * (be_memory.weights has both). A transient f32 copy of the largest f32
+ * matrix during the load comes on top. Returns 0,
  * CK_EINVAL for options be_cpu_new refuses, CK_ERANGE when a size overflows
  * size_t. The CUDA backend holds about as much, in device memory. */
 int be_cpu_plan(const model *m, const be_options *o, be_memory *p);

@@ -7,15 +7,23 @@
  * sequences, so every projection is one matrix-matrix product, and over the
  * paged KV cache, so attention walks each sequence's block table.
  *
- * Why f32 at load, packed: F16/BF16/Q8_0 weights are converted once when
- * the backend is created, and every matrix is packed into cpu_gemm.c's
- * panels, whose kernel runs every batch size from one token (memory bound)
- * to a prefill chunk (compute bound), and measured faster than OpenBLAS's
- * sgemm at all of them on these CPUs (sgemm packs the weights again at every
- * call, and its Haswell kernels leave AVX-512 unused). The price is memory (4
- * bytes a weight) and, at batch 1, bandwidth for quantized models. The Q, K
- * and V projections are fused into one matrix, so a layer runs four products
- * (QKV, output, gate and up with the SwiGLU, down) instead of seven.
+ * Two kinds of weight matrix (cpu_mat):
+ *  - f32, f16 and bf16 weights are converted once when the backend is
+ *    created and packed into cpu_gemm.c's panels, whose kernel runs every
+ *    batch size from one token (memory bound) to a prefill chunk (compute
+ *    bound), measured faster than OpenBLAS's sgemm at all of them on these
+ *    CPUs (sgemm packs the weights again at every call). The Q, K and V
+ *    projections are fused into one matrix, so a layer runs four products.
+ *  - quantized weights (Q8_0, Q4_0, the K-quants, ...) stay in the file's
+ *    bytes, in the read-only mapping: no copy, so resident memory is about
+ *    the file's size (issue 16). Each product quantizes its input rows to
+ *    the weight type's 8-bit partner (cpu_qact.h) into scratch sized at
+ *    creation, and cpu_qdot.c's integer kernels multiply the blocks
+ *    directly; at batch 1 that streams the file's bytes, not 4 a weight.
+ *
+ * Kernels are chosen at creation from the CPU's features (cpu_features.h;
+ * CONFKV_CPU_KERNELS forces a level): the f32 panels, the attention and the
+ * quantized dots each come in C, AVX2 and AVX-512 builds.
  *
  * Threads: OpenMP. Projections split the weight panels between threads;
  * attention runs one token, all its heads, per work item; batched decode
@@ -28,16 +36,14 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
-
 #include "backend.h"
 #include "ck_err.h"
 #include "cpu_attn.h"
+#include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "cpu_prefetch.h"
-#include "cpu_vexp.h"
+#include "cpu_qact.h"
+#include "cpu_qdot.h"
 #include "kv.h"
 #include "kvq.h"
 #include "quant.h"
@@ -46,28 +52,59 @@
  * must stay in L2 (cpu_gemm.c's GEMM_M_BLOCK). */
 #define TOKEN_SPLIT_MAX GEMM_M_BLOCK
 
+/* One weight matrix (n, k): packed f32 (f.p != NULL, owned) or quantized
+ * rows in the file mapping (q.data != NULL, not owned). */
+typedef struct cpu_mat {
+    gemm_w f;
+    cpu_qmat q;
+} cpu_mat;
+
+static inline int mat_n(const cpu_mat *w) { return w->f.p ? w->f.n : w->q.n; }
+
+/* Activation formats of the quantized products, indexes of cpu_backend.xq */
+enum { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_N };
+
+static int act_index(int fmt) { return fmt == QB_Q8_0 ? ACT_Q8_0 : fmt == QB_Q8_1 ? ACT_Q8_1 : ACT_Q8_K; }
+static const int act_fmt[ACT_N] = {QB_Q8_0, QB_Q8_1, QB_Q8_K};
+
 typedef struct cpu_layer {
     float *attn_norm; /* (dim) */
-    gemm_w wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    cpu_mat qkv[3];   /* f32: qkv[0] alone, (q_dim + 2 * kv_dim, dim), wq rows, then wk, then
+                         wv; quantized: wq (q_dim, dim), wk, wv (kv_dim, dim) */
+    int n_qkv;        /* 1 (fused) or 3 */
     float *bqkv;      /* (qkv_dim) q, k, v biases (0 where the file has none); NULL: no bias */
     float *q_norm;    /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
     float *k_norm;    /* (head_dim) the same for each k head */
-    gemm_w wo;        /* (dim, q_dim) */
+    cpu_mat wo;       /* (dim, q_dim) */
     float *ffn_norm;  /* (dim) */
-    gemm_w w1, w3;    /* (hidden_dim, dim): gate, up */
-    gemm_w w2;        /* (dim, hidden_dim) */
+    cpu_mat w1, w3;   /* (hidden_dim, dim): gate, up (both f32 or both quantized) */
+    cpu_mat w2;       /* (dim, hidden_dim) */
 } cpu_layer;
 
 typedef struct cpu_backend {
     backend base;
     int n_threads;
     int q_dim, kv_dim, qkv_dim, max_ctx;
-    /* weights, f32, owned; matrices packed (cpu_gemm.h) */
-    float *emb;       /* (vocab, dim) row-major; NULL when tied: rows come from wcls */
+    /* kernels, chosen at creation (cpu_features.h) */
+    int isa;                 /* CPU_ISA_* */
+    const gemm_kernels *gk;  /* the f32 panels, scores, SwiGLU */
+    attn_f32_fn attn;        /* cpu_attn.h's kernel for this shape, or NULL: the general code */
+    cpu_qdot qd;             /* the quantized dots */
+    /* weights: f32 ones owned and packed (cpu_gemm.h), quantized ones in the mapping */
+    float *emb;       /* (vocab, dim) row-major; NULL when tied (rows come from wcls) or
+                         quantized (rows dequantized from the mapping at lookup) */
     float *out_norm;  /* (dim) */
-    gemm_w wcls;      /* (vocab, dim) */
+    cpu_mat wcls;     /* (vocab, dim) */
     cpu_layer *layers;/* (n_layers) */
-    size_t layer_bytes; /* every layer's packed matrices */
+    size_t layer_bytes; /* every layer's matrices as the products read them */
+    /* quantized input rows of the products (T rows each, xq_stride bytes apart):
+     * index ACT_*, NULL where no matrix takes that format */
+    unsigned char *xq[ACT_N];
+    size_t xq_stride[ACT_N];
+    unsigned char *xoq;  /* (T) the classifier's input rows in its format (xo's rows);
+                            NULL when the classifier is f32 */
+    size_t xoq_stride;
+    size_t emb_row_bytes;/* bytes of one row of the file's token embedding */
     float *inv_freq;  /* (head_dim / 2) RoPE frequencies of the pairs (model_rope_freqs:
                          rope_freqs factors and linear/YaRN scaling folded in) */
     float rope_mscale;/* cos and sin are scaled by it (YaRN; 1 otherwise) */
@@ -102,7 +139,6 @@ typedef struct cpu_backend {
     int max_blocks;   /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;
-    int fast_attn;    /* attn_f32_supported(&ashape) */
     const float **att_blk;
     int *att_rows;
     float *att_mass;
@@ -110,33 +146,6 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 /* ------------------------------------------------------------ the kernels */
-
-/* One row of w against x (also every attention score): 4 independent
- * 8-wide accumulators keep the FMA units busy while the row streams in. */
-static inline float row_dot(const float *restrict w, const float *restrict x, int K) {
-#ifdef __AVX2__
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int k = 0;
-    for (; k + 32 <= K; k += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
-    }
-    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
-    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    float s = _mm_cvtss_f32(h);
-    for (; k < K; k++) s += w[k] * x[k];
-    return s;
-#else
-    float s = 0.0f;
-    for (int k = 0; k < K; k++) s += w[k] * x[k];
-    return s;
-#endif
-}
 
 /* Work below which a parallel region costs more than it saves. With
  * OMP_WAIT_POLICY=passive (confkv and confkvd set it) waking the other thread and
@@ -150,6 +159,62 @@ static inline float row_dot(const float *restrict w, const float *restrict x, in
 #define PAR_MIN_WEIGHTS (1u << 20)
 #define PAR_MIN_ATT_MACS (1u << 21)
 
+/* The calling OpenMP thread's share [u0, u1) of nu units (panels, or rows
+ * of a quantized matrix): contiguous, so each thread streams its own part
+ * of the matrix once. */
+static void unit_share(int nu, int *u0, int *u1) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int per = (nu + nt - 1) / nt;
+    *u0 = t * per < nu ? t * per : nu;
+    *u1 = *u0 + per < nu ? *u0 + per : nu;
+}
+
+/* Units a product over w is split into: panels of GEMM_PANEL columns (f32),
+ * rows (quantized: a row is already hundreds of bytes). */
+static int mat_units(const cpu_mat *w) { return w->f.p ? gemm_n_panels(&w->f) : w->q.n; }
+
+/* Output columns [c0, c1) of units [u0, u1). */
+static void unit_cols(const cpu_mat *w, int u0, int u1, int *c0, int *c1) {
+    const int n = mat_n(w), per = w->f.p ? GEMM_PANEL : 1;
+    *c0 = u0 * per < n ? u0 * per : n;
+    *c1 = u1 * per < n ? u1 * per : n;
+}
+
+/* The quantized input rows of activation format fmt, from row `row0` on. */
+static const void *xq_rows(const cpu_backend *cb, int fmt, int row0, size_t *stride) {
+    const int a = act_index(fmt);
+    *stride = cb->xq_stride[a];
+    return cb->xq[a] + (size_t)row0 * cb->xq_stride[a];
+}
+
+/* Quantizes x (M rows of K) into rows row0.. of every format the mats take
+ * (a no-op for f32 mats). */
+static void quantize_in(cpu_backend *cb, const float *x, int M, int K, int row0, const cpu_mat *const *mats,
+                        int n_mats) {
+    int done = 0; /* formats already written, a bit each */
+    for (int i = 0; i < n_mats; i++) {
+        if (!mats[i]->q.data) continue;
+        const int a = act_index(mats[i]->q.t->act);
+        if (done & (1 << a)) continue;
+        done |= 1 << a;
+        for (int m = 0; m < M; m++)
+            qact_row(act_fmt[a], x + (size_t)m * K, cb->xq[a] + (size_t)(row0 + m) * cb->xq_stride[a], K);
+    }
+}
+
+/* Units [u0, u1) of y (M, ldy) (+)= x . w^T: f32 x rows for packed w, the
+ * quantized rows from row0 for a quantized one. */
+static void mat_part(const cpu_backend *cb, float *y, int ldy, const float *x, int row0, const cpu_mat *w,
+                     int M, int u0, int u1, int accumulate) {
+    if (w->f.p) {
+        gemm_panels(y, ldy, x, &w->f, M, u0, u1, accumulate);
+        return;
+    }
+    size_t stride;
+    const void *a = xq_rows(cb, w->q.t->act, row0, &stride);
+    cpu_qdot_rows(y, ldy, a, stride, &w->q, M, u0, u1, accumulate);
+}
+
 /* Threads for an (M, N, K) product: one where waking the others costs more
  * than it saves (measured: +24 % tokens/s at batch 1 on the stories15M shape
  * when only its classifier is split). */
@@ -158,86 +223,74 @@ static int gemm_threads(int M, int N, int K, int threads) {
     return (size_t)M * N * K >= PAR_MIN_MACS ? threads : 1;
 }
 
-/* The calling OpenMP thread's share [p0, p1) of np panels: contiguous, so
- * each thread streams its own part of the matrix once. */
-static void panel_share(int np, int *p0, int *p1) {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int per = (np + nt - 1) / nt;
-    *p0 = t * per < np ? t * per : np;
-    *p1 = *p0 + per < np ? *p0 + per : np;
-}
-
-/* y (M, N) = x (M, K) . w^T (+ y when accumulate), w packed (N, K). This is
- * where almost all the time goes; cpu_gemm.c has the kernel. Threads split
- * the panels, so each reads its own share of the weights. */
-static void matmul(float *y, const float *x, const gemm_w *w, int M, int accumulate, int threads) {
-    const int np = gemm_n_panels(w);
-    int par = gemm_threads(M, w->n, w->k, threads);
-    if (par > np) par = np;
+/* y (M, ldy) = x (M, K) . [w_0; w_1; ...]^T (+ y when accumulate): the
+ * mats' outputs side by side, w_i's from column sum of the previous n. This
+ * is where almost all the time goes. Threads split each matrix's units, so
+ * each reads its own share of the weights, in one parallel region for all
+ * of them (the Q, K and V of a quantized layer are three matrices). row0:
+ * the batch row of x's first row (where its quantized copy goes). */
+static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0, const cpu_mat *const *mats,
+                   int n_mats, int M, int accumulate, int threads) {
+    const int K = mats[0]->f.p ? mats[0]->f.k : mats[0]->q.k;
+    int N = 0, min_units = 1 << 30;
+    for (int i = 0; i < n_mats; i++) {
+        N += mat_n(mats[i]);
+        if (mat_units(mats[i]) < min_units) min_units = mat_units(mats[i]);
+    }
+    quantize_in(cb, x, M, K, row0, mats, n_mats);
+    int par = gemm_threads(M, N, K, threads);
+    if (par > min_units) par = min_units;
     if (par <= 1) {
-        gemm_panels(y, w->n, x, w, M, 0, np, accumulate);
+        for (int i = 0, c = 0; i < n_mats; c += mat_n(mats[i]), i++)
+            mat_part(cb, y + c, ldy, x, row0, mats[i], M, 0, mat_units(mats[i]), accumulate);
         return;
     }
 #pragma omp parallel num_threads(par)
     {
-        int p0, p1;
-        panel_share(np, &p0, &p1);
-        gemm_panels(y, w->n, x, w, M, p0, p1, accumulate);
+        for (int i = 0, c = 0; i < n_mats; c += mat_n(mats[i]), i++) {
+            int u0, u1;
+            unit_share(mat_units(mats[i]), &u0, &u1);
+            mat_part(cb, y + c, ldy, x, row0, mats[i], M, u0, u1, accumulate);
+        }
     }
 }
 
-#if !defined(__AVX512F__)
-static inline float swiglu(float g, float u) { return g * (1.0f / (1.0f + expf(-g))) * u; }
-#endif
-
-/* Columns of panels [p0, p1) of h = SwiGLU (see ffn_up). */
-static void swiglu_panels(float *h, float *h13, const float *x, const gemm_w *w1, const gemm_w *w3,
-                          int M, int p0, int p1) {
-    if (p0 >= p1) return;
-    const int F = w1->n;
-    gemm_panels(h13, 2 * F, x, w1, M, p0, p1, 0);
-    gemm_panels(h13 + F, 2 * F, x, w3, M, p0, p1, 0);
-    int n0 = p0 * GEMM_PANEL, n1 = p1 * GEMM_PANEL < F ? p1 * GEMM_PANEL : F;
+/* Units [u0, u1) of h = SwiGLU (see ffn_up). */
+static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float *x, int row0,
+                        const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1) {
+    if (u0 >= u1) return;
+    const int F = mat_n(w1);
+    mat_part(cb, h13, 2 * F, x, row0, w1, M, u0, u1, 0);
+    mat_part(cb, h13 + F, 2 * F, x, row0, w3, M, u0, u1, 0);
+    int n0, n1;
+    unit_cols(w1, u0, u1, &n0, &n1);
     for (int i = 0; i < M; i++) {
         const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
-        float *o = h + (size_t)i * F;
-#if defined(__AVX512F__)
-        /* g * (1 / (1 + e^-g)) * u with e^-g by vexp_ps (a call to expf a
-         * column cost 4 % of a batch-32 step); the tail masked so that every
-         * column goes through the same code */
-        const __m512 one = _mm512_set1_ps(1.0f);
-        for (int k = n0; k < n1; k += 16) {
-            __mmask16 m = n1 - k >= 16 ? 0xFFFF : (__mmask16)((1u << (n1 - k)) - 1);
-            __m512 gv = _mm512_maskz_loadu_ps(m, g + k), uv = _mm512_maskz_loadu_ps(m, u + k);
-            __m512 e = vexp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-            __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, e));
-            _mm512_mask_storeu_ps(o + k, m, _mm512_mul_ps(_mm512_mul_ps(gv, sg), uv));
-        }
-#else
-        for (int k = n0; k < n1; k++) o[k] = swiglu(g[k], u[k]);
-#endif
+        cb->gk->swiglu(h + (size_t)i * F, g, u, n0, n1);
     }
 }
 
 /* h (M, F) = SwiGLU(x . w1^T, x . w3^T), h13 (M, 2F) the scratch for the gate
  * then the up columns. Each thread computes the gate and the up columns of
- * its own panels and applies the SwiGLU to them at once, so the SwiGLU pass
+ * its own units and applies the SwiGLU to them at once, so the SwiGLU pass
  * (a few percent of a batch-32 step on one thread) is split too, with no
  * barrier in between. */
-static void ffn_up(float *h, float *h13, const float *x, const gemm_w *w1, const gemm_w *w3, int M,
-                   int threads) {
-    const int np = gemm_n_panels(w1);
-    int par = gemm_threads(M, 2 * w1->n, w1->k, threads);
-    if (par > np) par = np;
+static void ffn_up(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
+                   const cpu_mat *w3, int M, int threads) {
+    const int nu = mat_units(w1), K = w1->f.p ? w1->f.k : w1->q.k;
+    const cpu_mat *mats[2] = {w1, w3};
+    quantize_in(cb, x, M, K, row0, mats, 2);
+    int par = gemm_threads(M, 2 * mat_n(w1), K, threads);
+    if (par > nu) par = nu;
     if (par <= 1) {
-        swiglu_panels(h, h13, x, w1, w3, M, 0, np);
+        swiglu_part(cb, h, h13, x, row0, w1, w3, M, 0, nu);
         return;
     }
 #pragma omp parallel num_threads(par)
     {
-        int p0, p1;
-        panel_share(np, &p0, &p1);
-        swiglu_panels(h, h13, x, w1, w3, M, p0, p1);
+        int u0, u1;
+        unit_share(nu, &u0, &u1);
+        swiglu_part(cb, h, h13, x, row0, w1, w3, M, u0, u1);
     }
 }
 
@@ -330,7 +383,7 @@ static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *
         blk[nb] = r.f;
         rows[nb++] = j == pos / bs ? pos - j * bs + 1 : bs;
     }
-    if (attn_f32(&cb->ashape, q, blk, rows, nb, att, (size_t)cb->max_ctx, out, mass)) return 0;
+    if (cb->attn(&cb->ashape, q, blk, rows, nb, att, (size_t)cb->max_ctx, out, mass)) return 0;
     if (v->mass)
         for (int li = 0; li < nb; li++) {
 #pragma omp atomic
@@ -357,7 +410,7 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     int n = 0;
     blk_ref r;
-    if (cb->fast_attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot))
+    if (cb->attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot))
         return;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
@@ -370,12 +423,8 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
         block_ref(cb, v, j, layer, &r);
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         if (r.f) {
-            for (int t = 0; t < tn; t++, n++) {
-                prefetch_part(pf, pf_bytes, t, tn);
-                const float *k = r.f + (size_t)t * kvd;
-                for (int h = 0; h < H; h++)
-                    att[(size_t)h * ctx + n] = row_dot(q + (size_t)h * hd, k + (size_t)(h / gqa) * hd, hd) / scale;
-            }
+            cb->gk->qk(att + n, (size_t)ctx, q, r.f, kvd, tn, H, hd, gqa, scale, pf, pf_bytes);
+            n += tn;
         } else {
             /* k = k8 * ks per channel: fold the scales into the queries once. */
             for (int h = 0; h < H; h++)
@@ -411,17 +460,8 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
         int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         float m = 0.0f;
         if (r.f) {
-            const float *val = r.f + (size_t)bs * kvd;
-            for (int t = 0; t < tn; t++, n++) {
-                const float *vt = val + (size_t)t * kvd;
-                for (int h = 0; h < H; h++) {
-                    float a = att[(size_t)h * ctx + n];
-                    const float *restrict vh = vt + (size_t)(h / gqa) * hd;
-                    float *restrict o = out + (size_t)h * hd;
-                    for (int i = 0; i < hd; i++) o[i] += a * vh[i];
-                    m += a;
-                }
-            }
+            m = cb->gk->av(out, att + n, (size_t)ctx, r.f + (size_t)bs * kvd, kvd, tn, H, hd, gqa);
+            n += tn;
         } else {
             const int8_t *v8 = r.q + (size_t)bs * kvd;
             for (int t = 0; t < tn; t++, n++) {
@@ -495,7 +535,8 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
 
     for (int i = 0; i < M; i++)
         rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
-    matmul(qkv, xb, &w->wqkv, M, 0, threads);
+    const cpu_mat *qkv_mats[3] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
+    matmul(cb, qkv, QKV, xb, i0, qkv_mats, w->n_qkv, M, 0, threads);
     for (int i = i0; i < i1; i++) {
         float *q = cb->qkv + (size_t)i * QKV;
         const float *cs = cb->rope + (size_t)i * hd;
@@ -532,11 +573,12 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
     } else {
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, slot, mass_scale);
     }
-    matmul(x, att_out, &w->wo, M, 1, threads);
+    const cpu_mat *wo = &w->wo, *w2 = &w->w2;
+    matmul(cb, x, D, att_out, i0, &wo, 1, M, 1, threads);
     for (int i = 0; i < M; i++)
         rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
-    ffn_up(cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, &w->w1, &w->w3, M, threads);
-    matmul(x, cb->h + (size_t)i0 * F, &w->w2, M, 1, threads);
+    ffn_up(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M, threads);
+    matmul(cb, x, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 1, threads);
 }
 
 /* Batched decode splits the batch by tokens rather than the weights by rows:
@@ -619,14 +661,22 @@ static void split_learn(cpu_backend *cb, const int *cut, int parts, double *done
  * timing teaches them in turn: measured here, one core's half took 1.4x the
  * other's. classify_splits: whether it is cut that way for n_out rows. */
 static int classify_splits(const cpu_backend *cb, int n_out) {
-    const gemm_w *w = &cb->wcls;
+    const cpu_mat *w = &cb->wcls;
     const int nt = cb->n_threads;
-    return nt >= 2 && gemm_n_panels(w) >= 4 * nt && gemm_threads(n_out, w->n, w->k, nt) >= nt;
+    return nt >= 2 && mat_units(w) >= 4 * nt && gemm_threads(n_out, mat_n(w), cb->base.m->cfg.dim, nt) >= nt;
 }
 
-/* pcut[0..n_threads] from the shares, at least one panel a thread. */
+/* Units [u0, u1) of the classifier: logits (n_out, vocab) from xo (f32
+ * panels) or its quantized rows xoq. */
+static void classify_units(cpu_backend *cb, float *logits, int n_out, int u0, int u1) {
+    const cpu_mat *w = &cb->wcls;
+    if (w->f.p) gemm_panels(logits, w->f.n, cb->xo, &w->f, n_out, u0, u1, 0);
+    else cpu_qdot_rows(logits, w->q.n, cb->xoq, cb->xoq_stride, &w->q, n_out, u0, u1, 0);
+}
+
+/* pcut[0..n_threads] from the shares, at least one unit a thread. */
 static void classify_cuts(cpu_backend *cb) {
-    const int np = gemm_n_panels(&cb->wcls), nt = cb->n_threads;
+    const int np = mat_units(&cb->wcls), nt = cb->n_threads;
     int *cut = cb->pcut;
     double upto = 0.0;
     cut[0] = 0;
@@ -640,7 +690,7 @@ static void classify_cuts(cpu_backend *cb) {
 /* Thread t's panels, [pcut[t], pcut[t + 1]), timed into cls_s[t]. */
 static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
     const double t0 = now_s();
-    gemm_panels(logits, cb->wcls.n, cb->xo, &cb->wcls, n_out, cb->pcut[t], cb->pcut[t + 1], 0);
+    classify_units(cb, logits, n_out, cb->pcut[t], cb->pcut[t + 1]);
     cb->cls_s[t] = now_s() - t0;
 }
 
@@ -649,7 +699,19 @@ static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
 static void classify(cpu_backend *cb, float *logits, int n_out) {
     const int nt = cb->n_threads;
     if (!classify_splits(cb, n_out)) {
-        matmul(logits, cb->xo, &cb->wcls, n_out, 0, nt);
+        const int nu = mat_units(&cb->wcls);
+        int par = gemm_threads(n_out, mat_n(&cb->wcls), cb->base.m->cfg.dim, nt);
+        if (par > nu) par = nu;
+        if (par <= 1) {
+            classify_units(cb, logits, n_out, 0, nu);
+            return;
+        }
+#pragma omp parallel num_threads(par)
+        {
+            int u0, u1;
+            unit_share(nu, &u0, &u1);
+            classify_units(cb, logits, n_out, u0, u1);
+        }
         return;
     }
     classify_cuts(cb);
@@ -661,9 +723,9 @@ static void classify(cpu_backend *cb, float *logits, int n_out) {
         if (n == nt) {
             classify_part(cb, logits, n_out, t);
         } else { /* fewer threads than asked: even shares */
-            int p0, p1;
-            panel_share(gemm_n_panels(&cb->wcls), &p0, &p1);
-            gemm_panels(logits, cb->wcls.n, cb->xo, &cb->wcls, n_out, p0, p1, 0);
+            int u0, u1;
+            unit_share(mat_units(&cb->wcls), &u0, &u1);
+            classify_units(cb, logits, n_out, u0, u1);
         }
     }
     if (team == nt) split_learn(cb, cb->pcut, nt, cb->cls_s);
@@ -675,7 +737,9 @@ static void out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1) {
     const int D = c->dim;
     for (int i = i0; i < i1; i++) {
         int r = bt->out_row[i];
-        if (r >= 0) rmsnorm(cb->xo + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
+        if (r < 0) continue;
+        rmsnorm(cb->xo + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
+        if (cb->xoq) qact_row(cb->wcls.q.t->act, cb->xo + (size_t)r * D, cb->xoq + (size_t)r * cb->xoq_stride, D);
     }
 }
 
@@ -690,8 +754,12 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
     for (int i = 0; i < T; i++) {
         if (cb->emb)
             memcpy(cb->x + (size_t)i * D, cb->emb + (size_t)bt->token[i] * D, (size_t)D * sizeof(float));
-        else
-            gemm_row(&cb->wcls, bt->token[i], cb->x + (size_t)i * D);
+        else if (cb->base.m->tied && cb->wcls.f.p)
+            gemm_row(&cb->wcls.f, bt->token[i], cb->x + (size_t)i * D);
+        else /* quantized: the token's row from the mapping (the shape was checked at creation) */
+            quant_to_f32(b->m->tok_emb.type,
+                         (const char *)b->m->tok_emb.data + (size_t)bt->token[i] * cb->emb_row_bytes,
+                         cb->x + (size_t)i * D, (uint64_t)D);
         float *cs = cb->rope + (size_t)i * hd;
         const float ms = cb->rope_mscale; /* exactly 1 unless YaRN or attn_factor: x * 1 is x */
         for (int k = 0; k < hd / 2; k++) {
@@ -804,7 +872,7 @@ static size_t cpu_memory_bytes(const backend *b) { return ((const cpu_backend *)
 static void cpu_destroy(backend *b) {
     cpu_backend *cb = (cpu_backend *)b;
     if (!cb) return;
-    free(cb->wcls.p);
+    free(cb->wcls.f.p);
     free(cb->emb);
     free(cb->out_norm);
     if (cb->layers) {
@@ -814,12 +882,12 @@ static void cpu_destroy(backend *b) {
             free(w->bqkv);
             free(w->q_norm);
             free(w->k_norm);
-            free(w->wqkv.p);
-            free(w->wo.p);
+            for (int i = 0; i < 3; i++) free(w->qkv[i].f.p);
+            free(w->wo.f.p);
             free(w->ffn_norm);
-            free(w->w1.p);
-            free(w->w3.p);
-            free(w->w2.p);
+            free(w->w1.f.p);
+            free(w->w3.f.p);
+            free(w->w2.f.p);
         }
     }
     free(cb->layers);
@@ -846,6 +914,8 @@ static void cpu_destroy(backend *b) {
     free(cb->att_blk);
     free(cb->att_rows);
     free(cb->att_mass);
+    for (int a = 0; a < ACT_N; a++) free(cb->xq[a]);
+    free(cb->xoq);
     free(cb);
 }
 
@@ -900,17 +970,119 @@ static void *alloc_bytes(cpu_backend *cb, size_t n) {
     return p;
 }
 
-/* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h). */
+/* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h),
+ * run by the backend's kernels. */
 static int pack(cpu_backend *cb, gemm_w *w, const float *src, int n, int k) {
     float *p = alloc_floats(cb, gemm_packed_floats(n, k));
     if (!p) return CK_ENOMEM;
     gemm_pack(w, p, src, n, k);
+    w->kern = cb->gk;
     return CK_OK;
 }
 
 /* Convert tensors into consecutive rows of one f32 matrix. */
 static int to_f32(float *dst, const model_tensor *t) {
     return quant_to_f32(t->type, t->data, dst, t->n);
+}
+
+/* The kernel entry of an (n, k) weight tensor computed in its own bytes, or
+ * NULL: f32/f16/bf16 (packed f32), or a row that is not whole blocks (the
+ * conversion then reports the file's error). */
+static const cpu_qtype *mat_qtype(const cpu_qdot *qd, const model_tensor *t, int k) {
+    const cpu_qtype *q = cpu_qdot_type(qd, t->type);
+    return q && k % q->block == 0 ? q : NULL;
+}
+
+/* The roles the construction and the plan walk alike: for each matrix its
+ * tensor(s), shape and kind. f32 ones are packed (fused Q, K, V when all
+ * three are); a quantized one is used in place. */
+typedef struct mat_spec {
+    const model_tensor *t; /* the tensor (for fused QKV: wq; wk and wv follow) */
+    int n, k;
+    const cpu_qtype *q;    /* NULL: f32 packed */
+} mat_spec;
+
+/* The layer's matrices in order qkv[0..n_qkv), wo, w1, w3, w2; returns how
+ * many (n_qkv + 4) and sets *n_qkv. */
+static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
+    const model_config *c = &m->cfg;
+    const model_layer *ml = &m->layers[l];
+    const int D = c->dim, F = c->hidden_dim, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D), *qv = mat_qtype(qd, &ml->wv, D);
+    int n = 0;
+    if (!qq && !qk && !qv) {
+        sp[n++] = (mat_spec){&ml->wq, QD + 2 * KVD, D, NULL};
+    } else {
+        sp[n++] = (mat_spec){&ml->wq, QD, D, qq};
+        sp[n++] = (mat_spec){&ml->wk, KVD, D, qk};
+        sp[n++] = (mat_spec){&ml->wv, KVD, D, qv};
+    }
+    *n_qkv = n;
+    sp[n++] = (mat_spec){&ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
+    /* gate and up share their units (ffn_up): both quantized or both f32 */
+    const cpu_qtype *q1 = mat_qtype(qd, &ml->w1, D), *q3 = mat_qtype(qd, &ml->w3, D);
+    if (!q1 || !q3) q1 = q3 = NULL;
+    sp[n++] = (mat_spec){&ml->w1, F, D, q1};
+    sp[n++] = (mat_spec){&ml->w3, F, D, q3};
+    sp[n++] = (mat_spec){&ml->w2, D, F, mat_qtype(qd, &ml->w2, F)};
+    return n;
+}
+
+/* Bytes a matrix takes as the backend holds it: its packed f32 buffer, or
+ * (quantized) its rows in the mapping, resident once read. */
+static size_t spec_bytes(const mat_spec *sp) {
+    if (!sp->q) return floats_bytes(gemm_packed_floats(sp->n, sp->k));
+    return (size_t)sp->n * (size_t)(sp->k / sp->q->block) * (size_t)sp->q->block_bytes;
+}
+
+/* Bytes of one quantized input row of k elements for the formats, and the
+ * most for any matrix: xq_stride per format (0: none). */
+static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]) {
+    for (int a = 0; a < ACT_N; a++) stride[a] = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++) {
+            if (!sp[i].q) continue;
+            const int a = act_index(sp[i].q->act);
+            size_t rb = qact_row_bytes(sp[i].q->act, sp[i].k);
+            if (rb > stride[a]) stride[a] = rb;
+        }
+    }
+}
+
+/* Fills w from a spec: packs the f32 rows (tmp: scratch for the largest
+ * one), or points at the file's rows. Mapped bytes are counted in cb->bytes
+ * as the plan counts them. */
+static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp, const model_tensor *fused_k,
+                    const model_tensor *fused_v, int kv_rows) {
+    memset(w, 0, sizeof *w);
+    if (sp->q) {
+        w->q = (cpu_qmat){sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes};
+        cb->bytes += spec_bytes(sp);
+        return CK_OK;
+    }
+    int rc = to_f32(tmp, sp->t);
+    if (!rc && fused_k) {
+        const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
+        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k))) rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
+    }
+    return rc ? rc : pack(cb, &w->f, tmp, sp->n, sp->k);
+}
+
+/* Floats of the f32 scratch the construction converts matrices into: the
+ * largest packed one (0 when every matrix is quantized). */
+static size_t tmp_floats(const cpu_qdot *qd, const model *m) {
+    size_t t = 0;
+    const model_config *c = &m->cfg;
+    if (!mat_qtype(qd, &m->wcls, c->dim)) t = (size_t)c->vocab_size * c->dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            if (!sp[i].q && (size_t)sp[i].n * sp[i].k > t) t = (size_t)sp[i].n * sp[i].k;
+    }
+    return t;
 }
 
 /* Size arithmetic that reports overflow instead of wrapping: a plan of
@@ -957,18 +1129,24 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
     p->max_ctx = ctx;
     p->n_threads = nt;
-    /* weights: out_norm, the embedding when untied, the classifier, the layers, RoPE */
+    /* weights: out_norm, the embedding when untied (an f32 copy, or the
+     * file's quantized rows), the classifier, the layers, RoPE; packed f32
+     * copies and mapped quantized bytes alike (spec_bytes) */
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, CPU_ISA_C); /* which types are quantized does not depend on the ISA */
     size_t w = floats_bytes(D);
-    if (!m->tied) w = padd(&a, w, pfloats(&a, V, D));
-    w = padd(&a, w, floats_bytes(gemm_packed_floats(c->vocab_size, c->dim)));
-    size_t layer = 2 * floats_bytes(D);
-    layer += floats_bytes(gemm_packed_floats(qkv_dim, c->dim));
-    layer += floats_bytes(gemm_packed_floats(c->dim, q_dim));
-    layer += 2 * floats_bytes(gemm_packed_floats(c->hidden_dim, c->dim));
-    layer += floats_bytes(gemm_packed_floats(c->dim, c->hidden_dim));
-    w = padd(&a, w, pmul(&a, L, layer));
-    for (int l = 0; l < c->n_layers; l++) { /* the optional ones, where present */
+    const cpu_qtype *qemb = mat_qtype(&qd, &m->tok_emb, c->dim);
+    if (!m->tied) w = padd(&a, w, qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
+                                        : pfloats(&a, V, D));
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+    w = padd(&a, w, spec_bytes(&cls));
+    for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
+        mat_spec sp[7];
+        int nq, n = layer_specs(&qd, m, l, sp, &nq);
+        w = padd(&a, w, 2 * floats_bytes(D));
+        for (int i = 0; i < n; i++) w = padd(&a, w, spec_bytes(&sp[i]));
+        /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
         if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
@@ -987,7 +1165,14 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     act = padd(&a, act, pfloats(&a, T, F));
     act = padd(&a, act, pfloats(&a, T, hd));
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
-    p->activations = padd(&a, act, 2 * T * sizeof(int32_t));
+    act = padd(&a, act, 2 * T * sizeof(int32_t));
+    /* the products' quantized input rows, and the classifier's */
+    size_t xs[ACT_N];
+    act_strides(&qd, m, xs);
+    for (int i = 0; i < ACT_N; i++)
+        if (xs[i]) act = padd(&a, act, pfloats(&a, T, (xs[i] + 3) / 4));
+    if (cls.q) act = padd(&a, act, pfloats(&a, T, (qact_row_bytes(cls.q->act, c->dim) + 3) / 4));
+    p->activations = act;
     /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
      * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut) */
     const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
@@ -1036,21 +1221,37 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     const size_t T = (size_t)o->max_batch_tokens;
     int rc = CK_ENOMEM;
 
-    /* Each matrix goes to f32 rows in tmp (the largest one's size), then is
-     * packed into its own buffer. */
-    size_t tmp_n = V * D;
-    if ((size_t)cb->qkv_dim * D > tmp_n) tmp_n = (size_t)cb->qkv_dim * D;
-    if (F * D > tmp_n) tmp_n = F * D;
-    if ((size_t)cb->q_dim * D > tmp_n) tmp_n = (size_t)cb->q_dim * D;
-    float *tmp = malloc(tmp_n * sizeof *tmp);
-    if (!tmp || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
+    /* Kernels for this CPU, or the level CONFKV_CPU_KERNELS forces. */
+    char why[160] = "";
+    int isa = cpu_isa_select(why, sizeof why);
+    if (isa < 0) {
+        snprintf(err, errlen, "cpu backend: %s", why);
+        free(cb);
+        return isa;
+    }
+    cb->isa = isa;
+    cb->gk = gemm_kernels_for(isa);
+    cpu_qdot_init(&cb->qd, isa);
+
+    /* Each f32 matrix goes to f32 rows in tmp (the largest one's size), then
+     * is packed into its own buffer; quantized ones stay where they are. */
+    size_t tmp_n = tmp_floats(&cb->qd, m);
+    float *tmp = tmp_n ? malloc(tmp_n * sizeof *tmp) : NULL;
+    if ((tmp_n && !tmp) || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
     if ((rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
-    if (!m->tied) {
+    const cpu_qtype *qemb = mat_qtype(&cb->qd, &m->tok_emb, c->dim);
+    uint64_t erb = 0;
+    if ((rc = quant_row_bytes(m->tok_emb.type, (uint64_t)c->dim, &erb))) goto fail;
+    cb->emb_row_bytes = (size_t)erb;
+    if (!m->tied && !qemb) {
         rc = CK_ENOMEM;
         if (!(cb->emb = alloc_floats(cb, V * D))) goto fail;
         if ((rc = to_f32(cb->emb, &m->tok_emb))) goto fail;
+    } else if (!m->tied) { /* rows read from the mapping at lookup */
+        cb->bytes += spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb});
     }
-    if ((rc = to_f32(tmp, &m->wcls)) || (rc = pack(cb, &cb->wcls, tmp, (int)V, (int)D))) goto fail;
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&cb->qd, &m->wcls, c->dim)};
+    if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
     rc = CK_ENOMEM;
     if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
@@ -1068,22 +1269,29 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
-        if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm)) ||
-            (rc = to_f32(tmp, &ml->wq)) || (rc = to_f32(tmp + (size_t)cb->q_dim * D, &ml->wk)) ||
-            (rc = to_f32(tmp + (size_t)(cb->q_dim + cb->kv_dim) * D, &ml->wv)) ||
-            (rc = pack(cb, &w->wqkv, tmp, cb->qkv_dim, (int)D)) ||
-            (rc = to_f32(tmp, &ml->wo)) || (rc = pack(cb, &w->wo, tmp, (int)D, cb->q_dim)) ||
-            (rc = to_f32(tmp, &ml->w1)) || (rc = pack(cb, &w->w1, tmp, (int)F, (int)D)) ||
-            (rc = to_f32(tmp, &ml->w3)) || (rc = pack(cb, &w->w3, tmp, (int)F, (int)D)) ||
-            (rc = to_f32(tmp, &ml->w2)) || (rc = pack(cb, &w->w2, tmp, (int)D, (int)F)))
-            goto fail;
+        if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm))) goto fail;
+        mat_spec sp[7];
+        int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
+        cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
+        dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &w->w1, dst[w->n_qkv + 2] = &w->w3, dst[w->n_qkv + 3] = &w->w2;
+        for (int i = 0; i < n; i++) {
+            const int fused = i == 0 && w->n_qkv == 1;
+            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL, cb->kv_dim)))
+                goto fail;
+            cb->layer_bytes += spec_bytes(&sp[i]);
+        }
     }
     free(tmp);
     tmp = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        const cpu_layer *w = &cb->layers[l];
-        const gemm_w *mats[] = {&w->wqkv, &w->wo, &w->w1, &w->w3, &w->w2};
-        for (int i = 0; i < 5; i++) cb->layer_bytes += gemm_packed_floats(mats[i]->n, mats[i]->k) * sizeof(float);
+    /* the products' quantized input rows (T each), and the classifier's */
+    act_strides(&cb->qd, m, cb->xq_stride);
+    rc = CK_ENOMEM;
+    for (int i = 0; i < ACT_N; i++)
+        if (cb->xq_stride[i] && !(cb->xq[i] = (unsigned char *)alloc_floats(cb, T * ((cb->xq_stride[i] + 3) / 4))))
+            goto fail;
+    if (cls.q) {
+        cb->xoq_stride = qact_row_bytes(cls.q->act, c->dim);
+        if (!(cb->xoq = (unsigned char *)alloc_floats(cb, T * ((cb->xoq_stride + 3) / 4)))) goto fail;
     }
     rc = CK_ENOMEM;
     if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
@@ -1111,7 +1319,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
-    cb->fast_attn = attn_f32_supported(&cb->ashape);
+    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
     if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
         !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||
@@ -1129,4 +1337,58 @@ fail:
     snprintf(err, errlen, "cpu backend: %s while preparing weights and buffers", ck_strerror(rc));
     cpu_destroy(b);
     return rc;
+}
+
+/* ------------------------------------------------------------ reporting */
+
+uint64_t be_cpu_step_bytes(const model *m) {
+    const model_config *c = &m->cfg;
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, CPU_ISA_C);
+    uint64_t b = 0, t = 0;
+    /* the classifier and the layers' matrices as the products read them;
+     * the vectors (norms, biases) in f32 */
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+    b += cls.q ? spec_bytes(&cls) : 4 * (uint64_t)c->vocab_size * (uint64_t)c->dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(&qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++) b += sp[i].q ? spec_bytes(&sp[i]) : 4 * (uint64_t)sp[i].n * (uint64_t)sp[i].k;
+        const model_tensor *x[MODEL_LAYER_EXTRAS];
+        model_layer_extras(&m->layers[l], x);
+        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) t += x[i]->n;
+        t += 2 * (uint64_t)c->dim;
+    }
+    return b + 4 * (t + (uint64_t)c->dim);
+}
+
+int be_cpu_kernels(const backend *b, char *buf, size_t len) {
+    if (!b || b->ops != &cpu_ops) return snprintf(buf, len, "%s", b ? b->ops->name : "none");
+    const cpu_backend *cb = (const cpu_backend *)b;
+    int n = snprintf(buf, len, "%s (f32 %s, attention %s", cpu_isa_name(cb->isa), cb->gk->isa,
+                     cb->attn ? "avx512" : "general");
+    int seen[CPU_QDOT_MAX_TYPES] = {0};
+    const cpu_mat *all[2] = {&cb->wcls, NULL};
+    for (int l = -1; l < b->m->cfg.n_layers; l++) {
+        const cpu_mat *mats[8];
+        int k = 0;
+        if (l < 0) mats[k++] = all[0];
+        else {
+            const cpu_layer *w = &cb->layers[l];
+            for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];
+            mats[k++] = &w->wo, mats[k++] = &w->w1, mats[k++] = &w->w3, mats[k++] = &w->w2;
+        }
+        for (int i = 0; i < k; i++) {
+            const cpu_qtype *t = mats[i]->q.t;
+            if (!t) continue;
+            const int ti = (int)(t - cb->qd.t);
+            if (ti < 0 || ti >= CPU_QDOT_MAX_TYPES || seen[ti]) continue;
+            seen[ti] = 1;
+            if (n >= 0 && (size_t)n < len)
+                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s", quant_type_name(t->type), t->impl,
+                              t->dotn ? "+rows" : "");
+        }
+    }
+    if (n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ")");
+    return n;
 }

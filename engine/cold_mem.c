@@ -13,6 +13,7 @@ typedef struct mem_entry {
     char *key;
     void *val;
     size_t len;
+    unsigned flags; /* of the last put (cold_mem_put_flags); nothing expires here */
 } mem_entry;
 
 typedef struct mem_req {
@@ -62,7 +63,8 @@ static int enqueue(mem_store *m, int op, const char *key, int status, cold_cb cb
     return CK_OK;
 }
 
-static int mem_put(cold_store *s, const char *key, const void *data, size_t len, cold_cb cb, void *ud) {
+static int mem_put(cold_store *s, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb,
+                   void *ud) {
     mem_store *m = (mem_store *)s;
     int status = CK_OK;
     if (m->fail_put) {
@@ -87,6 +89,7 @@ static int mem_put(cold_store *s, const char *key, const void *data, size_t len,
         }
         (*e)->val = copy;
         (*e)->len = len;
+        (*e)->flags = flags;
         m->bytes += len;
     }
     return enqueue(m, 0, key, status, cb, ud);
@@ -164,6 +167,11 @@ int cold_mem_new(cold_store **out) {
     m->base.ops = &mem_ops;
     *out = &m->base;
     return CK_OK;
+}
+
+int cold_mem_put_flags(const cold_store *s, const char *key) {
+    mem_entry *e = *find((mem_store *)s, key);
+    return e ? (int)e->flags : CK_ENOTFOUND;
 }
 
 void cold_mem_set_failing(cold_store *s, int fail_put, int fail_get) {

@@ -155,8 +155,12 @@ out:
 }
 
 int convert_write_gguf(const model *m, int type, const char *path, char *err, size_t errlen) {
-    if (!quant_type_name(type)) {
-        snprintf(err, errlen, "convert: unsupported output type %d", type);
+    /* Files of the other block types come from llama.cpp's quantizer:
+     * confkv reads them but does not write them. */
+    if (!quant_can_encode(type)) {
+        const char *name = quant_type_name(type);
+        snprintf(err, errlen, "convert: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)",
+                 name ? name : "type ", name ? " (" : "", type, name ? ")" : "");
         return CK_EUNSUPPORTED;
     }
     const model_config *c = &m->cfg;
@@ -426,8 +430,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         rc = CK_EINVAL;
         goto done;
     }
-    if (!quant_type_name(p->type)) {
-        snprintf(err, errlen, "synth: unsupported type");
+    if (!quant_can_encode(p->type)) {
+        const char *tn = quant_type_name(p->type);
+        snprintf(err, errlen, "synth: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)",
+                 tn ? tn : "type ", tn ? " (" : "", p->type, tn ? ")" : "");
         rc = CK_EUNSUPPORTED;
         goto done;
     }

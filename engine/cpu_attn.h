@@ -23,10 +23,8 @@ typedef struct attn_shape {
     int gqa; /* query heads per KV head */
 } attn_shape;
 
-/* 1 when attn_f32 can run this shape in this build, else 0. */
-int attn_f32_supported(const attn_shape *s);
 
-/* q (n_heads * head_dim) attends to n_blk blocks in order: blk[i] points at
+/* A kernel: q (n_heads * head_dim) attends to n_blk blocks in order: blk[i] points at
  * block i's K rows of this layer (block_size rows of kv_dim floats, V rows
  * right after them), of which the first rows[i] count.
  * att: scratch, n_heads rows of att_stride floats, att_stride >= the sum of
@@ -34,7 +32,11 @@ int attn_f32_supported(const attn_shape *s);
  * out: (n_heads * head_dim) the attention output.
  * mass: (n_blk) each block's probability, summed over heads.
  * Returns 0, or -1 when the shape is not supported (nothing written). */
-int attn_f32(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
-             float *att, size_t att_stride, float *out, float *mass);
+typedef int (*attn_f32_fn)(const attn_shape *s, const float *q, const float *const *blk, const int *rows,
+                           int n_blk, float *att, size_t att_stride, float *out, float *mass);
+
+/* The kernel for this shape at ISA level isa (cpu_features.h), or NULL when
+ * there is none (below AVX-512, or a head size it does not take). */
+attn_f32_fn attn_f32_kernel(const attn_shape *s, int isa);
 
 #endif

@@ -25,12 +25,47 @@
 /* Output columns per panel; threads split work at panel boundaries. */
 #define GEMM_PANEL 32
 
+typedef struct gemm_w gemm_w;
+
+/* The f32 kernels of one ISA (cpu_gemm_body.h, compiled per ISA: the
+ * baseline build of cpu_gemm.c, cpu_gemm_avx2.c, cpu_gemm_avx512.c):
+ *   block:  gemm_panels' work on one block of at most GEMM_M_BLOCK tokens;
+ *   dot:    one row of w against x, K floats (the general attention's
+ *           scores);
+ *   qk:     att[h * att_stride + t] = dot(q head h, K row t's kv head
+ *           h / gqa) / scale for t < tn, h < H (k: tn rows of kvd floats),
+ *           asking for the span pf (pf_bytes, NULL: none) meanwhile;
+ *   av:     out[h] += att[h * att_stride + t] * (V row t's kv head h / gqa)
+ *           for t < tn, in order (v: tn rows of kvd floats); returns the sum
+ *           of those att values (the block's mass);
+ *   swiglu: o[c] = g[c] * sigmoid(g[c]) * u[c] for c in [n0, n1).
+ * Sums are in the same order at every batch size within one ISA; between
+ * ISAs they differ in rounding only (FMA, tree sums). */
+typedef struct gemm_kernels {
+    const char *isa;
+    void (*block)(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1, int accumulate);
+    float (*dot)(const float *w, const float *x, int K);
+    void (*qk)(float *att, size_t att_stride, const float *q, const float *k, int kvd, int tn, int H, int hd,
+               int gqa, float scale, const char *pf, size_t pf_bytes);
+    float (*av)(float *out, const float *att, size_t att_stride, const float *v, int kvd, int tn, int H, int hd,
+                int gqa);
+    void (*swiglu)(float *o, const float *g, const float *u, int n0, int n1);
+} gemm_kernels;
+
+extern const gemm_kernels gemm_kernels_c, gemm_kernels_avx2, gemm_kernels_avx512;
+
+/* The set for an ISA level (cpu_features.h): the best one at or below it. */
+const gemm_kernels *gemm_kernels_for(int isa);
+
 /* A packed matrix. p: ceil(n / GEMM_PANEL) panels of (k, GEMM_PANEL) floats,
- * the columns past n zero. The backend owns p. */
-typedef struct gemm_w {
+ * the columns past n zero. The backend owns p. kern: the kernels its
+ * products run with (gemm_pack sets the CPU's best; the backend may set
+ * another level it selected). */
+struct gemm_w {
     float *p;
     int n, k;
-} gemm_w;
+    const gemm_kernels *kern;
+};
 
 static inline int gemm_n_panels(const gemm_w *w) { return (w->n + GEMM_PANEL - 1) / GEMM_PANEL; }
 

@@ -127,8 +127,8 @@ int eval_policy(eval_ctx *e, const kvpol_config *c, int free_run, double full_nl
     int rc = tier_new(&tc, &warm);
     if (!rc) rc = kvpol_new(c, e->b, e->pool, e->pool8, warm, &pol);
     if (rc) goto out;
-    gen_set_policy(e->g, c->kind == KVPOL_FULL ? NULL : pol);
-    double nll = 0, hot = 0, full = 0, hotb = 0, fullb = 0, secs = 0, match = 0, peak = 0;
+    gen_set_policy(e->g, kvpol_keeps_all(c) ? NULL : pol);
+    double nll = 0, hot = 0, full = 0, hotb = 0, fullb = 0, secs = 0, match = 0, peak = 0, free_ret = 0;
     long steps = 0, agree = 0, probe_n = 0, probe_hit = 0;
     uint64_t recalls = 0, demotions = 0;
     for (int i = 0; i < e->n; i++) {
@@ -153,7 +153,7 @@ int eval_policy(eval_ctx *e, const kvpol_config *c, int free_run, double full_nl
         if (r.full_peak_tokens > 0 && (double)r.hot_peak_tokens / r.full_peak_tokens > peak)
             peak = (double)r.hot_peak_tokens / r.full_peak_tokens;
         const kvpol_stats *ks = kvpol_get_stats(pol);
-        if (c->kind != KVPOL_FULL) {
+        if (!kvpol_keeps_all(c)) {
             recalls += ks->recalls;
             demotions += ks->demotions;
         }
@@ -171,6 +171,7 @@ int eval_policy(eval_ctx *e, const kvpol_config *c, int free_run, double full_nl
             gp.ignore_eos = 1;
             if ((rc = gen_run(e->g, p->ids, p->n, &gp, &r))) goto out;
             match += common_prefix(r.tokens, r.n_tokens, p->ref, p->n_ref);
+            free_ret += r.full_token_steps > 0 ? r.hot_token_steps / r.full_token_steps : 1;
             gen_result_free(&r);
         }
     }
@@ -183,6 +184,7 @@ int eval_policy(eval_ctx *e, const kvpol_config *c, int free_run, double full_nl
     row->kv_retained_peak = peak;
     row->kv_hot_bytes_ratio = fullb > 0 ? hotb / fullb : 1;
     row->greedy_match_tokens_mean = free_run && e->n ? match / e->n : 0;
+    row->free_kv_retained_mean = free_run && e->n ? free_ret / e->n : 0;
     row->recalls_per_1k = 1000.0 * (double)recalls / n;
     row->demotions_per_1k = 1000.0 * (double)demotions / n;
     row->tokens_per_s = secs > 0 ? steps / secs : 0;

@@ -8,7 +8,9 @@
  *    token and its argmax are recorded (so the compressed cache is in the
  *    loop, and all policies see the same tokens);
  *  - free: greedy decoding under the policy, compared with the reference.
- * Memory figures come from the forced runs. One eval_ctx per thread. */
+ * Memory figures come from the forced runs. Every run is gen_run, so every
+ * token goes through the engine's token pipeline (pipeline.h); forcing is its
+ * `force` option, not a loop of its own. One eval_ctx per thread. */
 #ifndef CK_EVAL_H
 #define CK_EVAL_H
 #include <stdint.h>
@@ -16,7 +18,7 @@
 #include "backend.h"
 #include "kv.h"
 #include "model.h"
-#include "policy.h"
+#include "kvpol.h"
 
 typedef struct eval_row {
     char policy[64];            /* canonical name, e.g. "window:57" */
@@ -27,6 +29,8 @@ typedef struct eval_row {
     double nll, ppl, nll_delta_pct;
     double top1_agreement;      /* argmax == reference token */
     double greedy_match_tokens_mean;
+    double free_kv_retained_mean; /* free runs: mean over prompts of each run's hot / full token-steps
+                                     (what confkvd reports per job as kv.retained_mean) */
     double recalls_per_1k, demotions_per_1k;
     double tokens_per_s;        /* forced decode */
     int probe_occurrences;      /* probe names after the probe start, in references */

@@ -1,14 +1,14 @@
 /* gen.c - one sequence, prefill then decode (gen.h). */
 #include "gen.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "ck_err.h"
-#include "policy.h"
-#include "textbuf.h"
+#include "pipeline.h"
+#include "kvpol.h"
+#include "tb.h"
 
 struct gen_ctx {
     const model *m;
@@ -108,41 +108,12 @@ static int step(gen_ctx *g, const int32_t *tokens, int n) {
     return CK_OK;
 }
 
-static int grow(gen_result *r, int want_trace, int force) {
-    size_t cap = r->cap_ ? r->cap_ * 2 : 64;
-    int32_t *t = realloc(r->tokens, cap * sizeof *t);
-    if (!t) return CK_ENOMEM;
-    r->tokens = t;
-    if (want_trace) {
-        samp_conf *c = realloc(r->trace, cap * sizeof *c);
-        if (!c) return CK_ENOMEM;
-        r->trace = c;
-    }
-    if (force) {
-        double *lp = realloc(r->logp, cap * sizeof *lp);
-        if (!lp) return CK_ENOMEM;
-        r->logp = lp;
-        int32_t *am = realloc(r->argmax, cap * sizeof *am);
-        if (!am) return CK_ENOMEM;
-        r->argmax = am;
-    }
-    r->cap_ = cap;
-    return CK_OK;
-}
-
-static double log_softmax_at(const float *x, int n, int k) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    double s = 0;
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    return (double)x[k] - mx - log(s);
-}
-
 int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p, gen_result *r) {
     memset(r, 0, sizeof *r);
     const model_config *c = &g->m->cfg;
+    const int max_ctx = g->b->opt.max_ctx;
     if (n_prompt <= 0 || !prompt) return CK_EINVAL;
-    if (n_prompt >= g->b->opt.max_ctx) return CK_ETOOLONG;
+    if (n_prompt >= max_ctx) return CK_ETOOLONG;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab_size) return CK_EINVAL;
     /* A sampler per run: its parameters and seed are the request's. */
@@ -152,8 +123,23 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
     samp_free(g->samp);
     g->samp = sm;
     r->n_prompt = n_prompt;
-    size_t text_cap = 0;
-    if ((rc = tb_append(&r->text, &r->text_len, &text_cap, "", 0))) goto out;
+    /* Everything the token loop writes, sized now: a completion has at most
+     * limit tokens, and no more than the context leaves after the prompt. */
+    const int limit = p->force ? p->n_force : p->max_tokens;
+    const int cap = limit < max_ctx - n_prompt ? (limit > 0 ? limit : 0) : max_ctx - n_prompt;
+    pipeline_seq ps = {.seq = &g->seq, .pol = g->pol, .sm = g->samp, .n_prompt = n_prompt, .n_hist = n_prompt};
+    rc = CK_ENOMEM;
+    if (!(ps.hist = malloc(((size_t)n_prompt + (size_t)cap) * sizeof *ps.hist))) goto out;
+    if (p->want_trace && cap && !(r->trace = malloc((size_t)cap * sizeof *r->trace))) goto out;
+    if (p->force && cap && (!(r->logp = malloc((size_t)cap * sizeof *r->logp)) ||
+                            !(r->argmax = malloc((size_t)cap * sizeof *r->argmax))))
+        goto out;
+    if ((rc = tb_append(&ps.text, &ps.text_len, &ps.text_cap, "", 0))) goto out;
+    memcpy(ps.hist, prompt, (size_t)n_prompt * sizeof *ps.hist);
+    ps.trace = r->trace;
+    ps.logp = r->logp;
+    ps.argmax = r->argmax;
+    r->cap_ = (size_t)cap;
     if (g->pol) kvpol_begin(g->pol, &g->seq);
 
     /* Prefill in chunks of the batch size; logits only for the last token. */
@@ -161,101 +147,52 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
     for (int i = 0; i < n_prompt;) {
         int n = n_prompt - i;
         if (n > g->b->opt.max_batch_tokens) n = g->b->opt.max_batch_tokens;
-        if ((rc = step(g, prompt + i, n))) goto out;
+        if ((rc = step(g, prompt + i, n))) goto end;
         i += n;
     }
-    if (g->pol && (rc = kvpol_after_prefill(g->pol, &g->seq))) goto out;
+    if (g->pol && (rc = kvpol_after_prefill(g->pol, &g->seq))) goto end;
     double t1 = now_s();
     r->prefill_s = t1 - t0;
 
-    int32_t prev = prompt[n_prompt - 1];
-    const int32_t *hist = prompt; /* history for the repetition penalty */
-    int32_t *histbuf = NULL;
-    int limit = p->force ? p->n_force : p->max_tokens;
-    histbuf = malloc(((size_t)n_prompt + (size_t)(limit > 0 ? limit : 0) + 1) * sizeof *histbuf);
-    if (!histbuf) {
-        rc = CK_ENOMEM;
-        goto out;
-    }
-    memcpy(histbuf, prompt, (size_t)n_prompt * sizeof *histbuf);
-    hist = histbuf;
+    /* Decode: the token pipeline chooses, this loop only runs the forward
+     * passes it asks for. */
+    const pipeline_rules ru = {.m = g->m, .b = g->b, .limit = limit, .max_ctx = max_ctx,
+                               .n_stop = p->n_stop, .stop = p->stop, .ignore_eos = p->ignore_eos,
+                               .force = p->force, .tap = p->on_logits, .tap_ud = p->on_logits_ud};
     r->finish = GEN_FINISH_LENGTH;
-    const int bs = g->b->opt.block_size;
-    const double tok_f32 = (double)g->b->kv_block_floats * sizeof(float) / bs;
-    const double tok_i8 = (double)g->b->kv8_block_bytes / bs;
-    while (r->n_tokens < limit) {
-        if ((size_t)r->n_tokens == r->cap_ && (rc = grow(r, p->want_trace, p->force != NULL)))
-            break;
-        samp_conf conf;
-        int amax = 0;
-        samp_confidence(g->logits, c->vocab_size, &conf, &amax);
-        /* An uncertain step under a reduced cache may be worth running again
-         * with the blocks the policy recalls for it (kvpol_retry). */
-        if (g->pol && kvpol_retry(g->pol, &g->seq, &conf) > 0) {
-            g->seq.n_tokens--; /* rewrite the last position's KV */
-            if ((rc = step(g, &prev, 1))) break;
-            samp_confidence(g->logits, c->vocab_size, &conf, &amax);
-            r->retries++;
-        }
-        if (p->on_logits &&
-            (rc = p->on_logits(p->on_logits_ud, r->n_tokens, g->logits, c->vocab_size)))
-            break;
-        int32_t next;
-        if (p->force) {
-            next = p->force[r->n_tokens];
-            r->logp[r->n_tokens] = log_softmax_at(g->logits, c->vocab_size, next);
-            r->argmax[r->n_tokens] = amax;
-        } else {
-            next = samp_sample(g->samp, g->logits, hist, n_prompt + r->n_tokens);
-            if (next < 0) {
-                rc = next;
-                break;
-            }
-        }
-        r->sum_entropy += conf.entropy;
-        r->sum_gap += conf.gap;
-        r->sum_pmax += conf.pmax;
-        if (p->want_trace) r->trace[r->n_tokens] = conf;
-        /* KV accounting for this step: what attention just read. */
-        int hot = kv_seq_hot_tokens(&g->seq), full = g->seq.n_tokens;
-        int hot8 = kv_seq_hot8_tokens(&g->seq);
-        r->hot_token_steps += hot;
-        r->full_token_steps += full;
-        double hb = (double)(hot - hot8) * tok_f32 + (double)hot8 * tok_i8;
-        r->hot_byte_steps += hb;
-        r->full_byte_steps += (double)full * tok_f32;
-        if (hb > (double)r->hot_peak_bytes) r->hot_peak_bytes = (size_t)hb;
-        if (hot > r->hot_peak_tokens) r->hot_peak_tokens = hot;
-        if (full > r->full_peak_tokens) r->full_peak_tokens = full;
-        if (g->pol && (rc = kvpol_after_step(g->pol, &g->seq, &conf))) break;
-
-        if (!p->force && !p->ignore_eos && (tok_is_eog(g->m->tok, next) ||
-                          (g->m->stop_on_bos && next == tok_bos(g->m->tok)))) {
-            r->finish = GEN_FINISH_STOP;
+    while (ps.n_hist - n_prompt < limit) {
+        pipeline_out o;
+        if ((rc = pipeline_token(&ru, &ps, g->logits, NULL, -1, &o))) break;
+        if (o.action == PIPELINE_END) {
+            r->finish = o.finish;
             break;
         }
-        r->tokens[r->n_tokens++] = next;
-        histbuf[n_prompt + r->n_tokens - 1] = next;
-        size_t len, before = r->text_len;
-        const char *piece = tok_decode(g->m->tok, prev, next, &len);
-        if ((rc = tb_append(&r->text, &r->text_len, &text_cap, piece, len))) break;
-        prev = next;
-        if (!p->force && tb_cut_stop(r->text, &r->text_len, p->stop, p->n_stop, before)) {
-            r->finish = GEN_FINISH_STOP;
-            break;
-        }
-        if (r->n_tokens >= limit) break;
-        if (g->seq.n_tokens + 1 >= g->b->opt.max_ctx) {
-            r->finish = GEN_FINISH_LENGTH;
-            break;
-        }
-        if ((rc = step(g, &next, 1))) break;
+        /* PIPELINE_RETRY: the last token again, over the blocks recalled for it */
+        if ((rc = step(g, o.action == PIPELINE_RETRY ? &ps.hist[ps.n_hist - 1] : &o.token, 1))) break;
     }
     r->decode_s = now_s() - t1;
-    free(histbuf);
-out:
+end:
     if (g->pol) kvpol_end(g->pol, &g->seq);
+out:
     kv_seq_reset(&g->seq, g->pool);
+    r->text = ps.text;
+    r->text_len = ps.text_len;
+    r->n_tokens = ps.n_hist - n_prompt;
+    /* The completion moves to the front of hist, which becomes r->tokens. */
+    if (ps.hist) memmove(ps.hist, ps.hist + n_prompt, (size_t)r->n_tokens * sizeof *ps.hist);
+    r->tokens = ps.hist;
+    const pipeline_stats *st = &ps.st;
+    r->sum_entropy = st->sum_entropy;
+    r->sum_gap = st->sum_gap;
+    r->sum_pmax = st->sum_pmax;
+    r->hot_token_steps = st->hot_token_steps;
+    r->full_token_steps = st->full_token_steps;
+    r->hot_peak_tokens = st->hot_peak_tokens;
+    r->full_peak_tokens = st->full_peak_tokens;
+    r->hot_byte_steps = st->hot_byte_steps;
+    r->full_byte_steps = st->full_byte_steps;
+    r->hot_peak_bytes = st->hot_peak_bytes;
+    r->retries = st->retries;
     if (rc) gen_result_free(r);
     return rc;
 }

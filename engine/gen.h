@@ -1,13 +1,14 @@
-/* gen.h - generate text for one sequence: prefill, decode, confidence, stops.
+/* gen.h - generate text for one sequence: prefill, then decode.
  *
  * The single-sequence driver behind `confkv generate` and `confkv eval`
- * (the scheduler in engine.h batches many sequences; this one keeps a whole
- * run in view in a hundred lines). A gen_ctx borrows a backend and its KV
- * pool and owns one sequence's block table, a sampler and a logits buffer,
- * all sized at gen_new: the token loop allocates only the result arrays,
- * which grow by doubling.
+ * (the scheduler in engine.h batches many sequences). It only runs the
+ * forward passes: every token, its confidence, its text and the stop
+ * decision come from the token pipeline (pipeline.h), the engine's own, so
+ * the two cannot drift apart. A gen_ctx borrows a backend and its KV pool
+ * and owns one sequence's block table, a sampler and a logits buffer, all
+ * sized at gen_new; a run allocates its result arrays once, at its start.
  *
- * If a policy (policy.h) is attached, it runs after every decode step and
+ * If a policy (kvpol.h) is attached, it runs after every decode step and
  * decides which blocks stay hot for the next one. */
 #ifndef CK_GEN_H
 #define CK_GEN_H
@@ -17,7 +18,8 @@
 #include "backend.h"
 #include "kv.h"
 #include "model.h"
-#include "sampler.h"
+#include "pipeline.h"
+#include "samp.h"
 
 struct kvpol;
 
@@ -44,7 +46,13 @@ typedef struct gen_params {
 
 void gen_params_default(gen_params *p);
 
-enum { GEN_FINISH_LENGTH = 0, GEN_FINISH_STOP = 1, GEN_FINISH_CONTEXT = 2 };
+/* The pipeline's reasons (pipeline.h), which ends a full context with
+ * LENGTH; CONTEXT is the service's (svc_result.c). */
+enum {
+    GEN_FINISH_LENGTH = PIPELINE_FINISH_LENGTH,
+    GEN_FINISH_STOP = PIPELINE_FINISH_STOP,
+    GEN_FINISH_CONTEXT = 2
+};
 
 typedef struct gen_result {
     int n_prompt;        /* prompt tokens (BOS included) */
@@ -66,7 +74,7 @@ typedef struct gen_result {
     double hot_byte_steps, full_byte_steps;
     size_t hot_peak_bytes;
     int retries;         /* steps run again with a larger cache (kvpol_retry) */
-    size_t cap_;
+    size_t cap_;         /* entries the arrays above were sized for */
 } gen_result;
 
 void gen_result_free(gen_result *r);

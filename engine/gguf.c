@@ -402,13 +402,18 @@ static int parse_tensor_infos(gguf_parser *ps, gguf_file *f) {
         }
         if (take_u32(ps, &type) < 0 || take_u64(ps, &t->offset) < 0)
             goto short_file;
-        if (type > INT_MAX || !quant_type_name((int)type))
+        /* A type confkv cannot read, or an activation type (q8_1, q8_K)
+         * that no weight file holds, is refused by name where ggml has
+         * one: "unsupported ggml type iq2_xxs (16)". */
+        if (type > INT_MAX || !quant_is_weight_type((int)type)) {
+            const char *gname = type < GGUF_GGML_TYPE_LIMIT
+                                    ? quant_ggml_type_name((int)type) : NULL;
             return fail(ps, type < GGUF_GGML_TYPE_LIMIT ? CK_EUNSUPPORTED
                                                         : CK_EFORMAT,
-                        "tensor '%.*s': %s ggml type %u (confkv reads f32, "
-                        "f16, bf16, q8_0)", NAME_ARGS(ps, off, len),
-                        type < GGUF_GGML_TYPE_LIMIT ? "unsupported"
-                                                    : "unknown", type);
+                        "tensor '%.*s': %s ggml type %s%s%u%s", NAME_ARGS(ps, off, len),
+                        type < GGUF_GGML_TYPE_LIMIT ? "unsupported" : "unknown",
+                        gname ? gname : "", gname ? " (" : "", type, gname ? ")" : "");
+        }
         t->type = (int)type;
         uint64_t row;
         rc = quant_row_bytes(t->type, t->ne[0], &row);
@@ -1126,7 +1131,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type,
     if (!w || !name || !name[0] || !ne || !data || n_dims == 0 ||
         n_dims > GGUF_MAX_DIMS)
         return CK_EINVAL;
-    if (!quant_type_name(type))
+    if (!quant_is_weight_type(type))
         return CK_EUNSUPPORTED;
     gguf_wtensor t = {.type = type, .n_dims = n_dims,
                       .ne = {1, 1, 1, 1}, .data = data};

@@ -72,7 +72,7 @@ typedef struct kv_seq {
     uint8_t *tier;      /* (max_blocks) KV_TIER_* */
     int32_t *slot;      /* (max_blocks) warm slot while KV_TIER_WARM, else KV_NONE */
     float *mass;        /* (max_blocks) attention mass the backend adds during a step */
-    float *score;       /* (max_blocks) importance: EMA of mass (policy.h) */
+    float *score;       /* (max_blocks) importance: EMA of mass (kvpol.h) */
     uint32_t *last_use; /* (max_blocks) step at which the block last took mass */
 } kv_seq;
 

@@ -45,6 +45,9 @@ void kvq_quantize(const kvq_shape *s, const float *src, int n_tokens, void *dst)
             vs[t] = quant_f16_to_f32(hv[t]);
         }
         for (int t = 0; t < n_tokens; t++) {
+            /* cppcheck thinks ks/vs/hk/hv may be unset (VLAs): the two loops
+             * above write all kvd and bs of them (n_tokens <= bs) */
+            // cppcheck-suppress uninitvar
             float iv = vs[t] > 0 ? 1.0f / vs[t] : 0;
             for (int c = 0; c < kvd; c++) {
                 float ik = ks[c] > 0 ? 1.0f / ks[c] : 0;
@@ -53,7 +56,9 @@ void kvq_quantize(const kvq_shape *s, const float *src, int n_tokens, void *dst)
             }
         }
         unsigned char *sc = out + 2 * (size_t)bs * kvd;
+        // cppcheck-suppress uninitvar
         memcpy(sc, hk, sizeof(uint16_t) * (size_t)kvd);
+        // cppcheck-suppress uninitvar
         memcpy(sc + sizeof(uint16_t) * (size_t)kvd, hv, sizeof(uint16_t) * (size_t)bs);
         out += kvq_layer_bytes(s);
     }

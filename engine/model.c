@@ -163,6 +163,8 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
     }
     m->layers = calloc((size_t)L, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
+    /* a llama2.c checkpoint is its header then little-endian floats */
+    // cppcheck-suppress invalidPointerCast
     const float *p = (const float *)((const char *)m->map_ + 28);
 #define TAKE(t, count) do { (t).type = QUANT_F32; (t).n = (count); (t).data = p; p += (count); } while (0)
     model_tensor emb, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3;

@@ -8,8 +8,10 @@
  *    with its separate tokenizer file.
  * The format is detected from the first four bytes ("GGUF").
  *
- * Weights stay in their stored type (f32, f16, bf16, q8_0) inside a read-only
- * memory mapping; each backend converts them to what it computes with. Every
+ * Weights stay in their stored type (any of quant.h's weight types) inside a
+ * read-only memory mapping; each backend computes on them as it chooses (the
+ * CPU backend on quantized ones in these very bytes, so the mapping must
+ * outlive it). Every
  * weight matrix is row-major (out_features, in_features): row r is the input
  * weights of output r, which is both llama2.c's and GGUF's order (ne[0] = in).
  *

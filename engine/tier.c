@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "coldfmt.h"
+#include "coldkey.h"
 
 enum { REC_FREE = 0, REC_STORING, REC_STORED, REC_LOADING };
 
@@ -145,9 +146,10 @@ void tier_free(tier *t) {
 
 static unsigned char *slot_ptr(const tier *t, int s) { return t->slab + (size_t)s * t->slot_bytes; }
 
+/* Record rec's cold key. It cannot fail: rec >= 0 and the key, about 60
+ * bytes, fits in the COLDKEY_MAX bytes every caller gives. */
 static void key_of(const tier *t, int rec, char *buf, size_t cap) {
-    snprintf(buf, cap, "kv:%016llx:%016llx:%d:%u", (unsigned long long)t->nonce, (unsigned long long)t->c.instance,
-             rec, t->recs[rec].gen);
+    (void)coldkey_kv(buf, cap, NULL, t->nonce, t->c.instance, rec, t->recs[rec].gen);
 }
 
 /* What a cold value of record rec must say about itself (coldfmt.h); the
@@ -198,7 +200,7 @@ static void put_done(void *ud, int status, const void *data, size_t len) {
         return;
     }
     if (!r->owner) { /* the sequence ended while the write was in flight */
-        char key[96];
+        char key[COLDKEY_MAX];
         key_of(t, ri, key, sizeof key);
         t->c.cold->ops->del(t->c.cold, key);
         free_rec(t, ri);
@@ -230,7 +232,7 @@ static void spill_lru(tier *t) {
     r->logical = logical;
     r->n_tokens = sm->n_tokens;
     r->state = REC_STORING;
-    char key[96];
+    char key[COLDKEY_MAX];
     key_of(t, ri, key, sizeof key);
     t->st.spills++;
     const void *val = slot_ptr(t, victim);
@@ -243,7 +245,7 @@ static void spill_lru(tier *t) {
                            &len))
             len = 0; /* cannot happen: the meta comes from tier_new's checked config */
     }
-    if (!len || t->c.cold->ops->put(t->c.cold, key, val, len, put_done, r)) {
+    if (!len || t->c.cold->ops->put(t->c.cold, key, val, len, 0, put_done, r)) {
         t->st.spill_failures++;
         free_rec(t, ri);
         drop_block(t, owner, logical);
@@ -324,7 +326,7 @@ static void get_done(void *ud, int status, const void *data, size_t len) {
     cold_rec *r = ud;
     tier *t = r->t;
     int ri = (int)(r - t->recs);
-    char key[96];
+    char key[COLDKEY_MAX];
     key_of(t, ri, key, sizeof key);
     kv_seq *owner = r->owner;
     if (!owner) { /* sequence gone meanwhile */
@@ -370,7 +372,7 @@ int tier_fetch(tier *t, kv_seq *owner, int logical) {
     if (ri < 0 || ri >= t->c.max_cold || t->recs[ri].owner != owner) return CK_EINVAL;
     cold_rec *r = &t->recs[ri];
     if (r->state != REC_STORED) return CK_OK; /* still being written, or already loading */
-    char key[96];
+    char key[COLDKEY_MAX];
     key_of(t, ri, key, sizeof key);
     int rc = t->c.cold->ops->get(t->c.cold, key, get_done, r);
     if (rc) return rc;
@@ -388,7 +390,7 @@ void tier_release_seq(tier *t, kv_seq *owner) {
         cold_rec *r = &t->recs[i];
         if (r->state == REC_FREE || r->owner != owner) continue;
         if (r->state == REC_STORED) {
-            char key[96];
+            char key[COLDKEY_MAX];
             key_of(t, i, key, sizeof key);
             t->c.cold->ops->del(t->c.cold, key);
             free_rec(t, i);

@@ -9,10 +9,24 @@
  * Q, K and V are one fused matrix, gate and up another, as on the CPU.
  *
  * Projections: cublasGemmEx with FP32 compute. With f32 weights the inputs
- * are the f32 activations; with f16 weights (f16/bf16 models, and q8_0
- * models dequantised to f16 at upload) the kernel that produces a product's
+ * are the f32 activations; with f16 weights (f16/bf16 models, and every
+ * model with a quantized tensor) the kernel that produces a product's
  * input writes it as f16 directly (RMSNorm, attention, SwiGLU), since
  * cuBLAS wants A and B of one type; outputs stay f32.
+ *
+ * Quantized weights (issue 16: every GGUF type of ck_cuda_qtype_shape) stay
+ * in their file bytes on the device: a matrix is a cu_mat of up to three
+ * row segments (QKV and gate/up are fused, and a Q4_K_M file mixes Q4_K
+ * and Q6_K within them), each one allocation in one type. Batches of up to
+ * CK_QGEMV_MAX_M tokens multiply quantized segments with ck_cuda_qgemv,
+ * which reads the blocks directly (decode is memory-bound: a Q4_K row costs
+ * 0.56 bytes an element instead of f16's 2); larger batches expand
+ * CU_DEQ_ELEMS-element slices of rows to f16 in a scratch buffer and run
+ * cublasGemmEx on each slice. The token embedding is a row lookup, not a
+ * product: a quantized one is expanded to f16 at upload (and a tied
+ * classifier then multiplies that f16 copy). CONFKV_CUDA_QUANT=expand
+ * expands every quantized tensor at upload instead (the path before issue
+ * 16, kept for comparison).
  *
  * The batch: the host checks it as the CPU backend does (and a little more:
  * every block id that is copied, and one token per logits row), numbers the
@@ -52,23 +66,44 @@ extern "C" {
 }
 
 #define CU_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS workspace (Hopper: 32 MiB) */
-#define CU_STAGING_ELEMS ((uint64_t)1 << 24)  /* weight upload chunk, multiple of 32 */
+#define CU_STAGING_ELEMS ((uint64_t)1 << 24)  /* weight upload chunk, multiple of 256 */
+#define CU_DEQ_ELEMS ((size_t)1 << 24)        /* dequantize scratch for batches, elements */
+#define CU_WFLOAT (-1)                        /* cu_seg.type of f32/f16 weights (cb->wf16) */
+
+/* One segment of a weight matrix: `rows` rows of K elements, in the
+ * backend's float type (type CU_WFLOAT) or kept in a quantized type (QB_*
+ * of qblock.h, rows of blocks as in the file). */
+typedef struct cu_seg {
+    void *w;
+    int type;
+    int rows;
+} cu_seg;
+
+/* A weight matrix (N, K), N the sum of the segments' rows, segment s's
+ * outputs at columns [sum of the rows before s, + rows). owned: the
+ * segments' memory is this matrix's to free (not so for a classifier tied
+ * to the embedding). */
+typedef struct cu_mat {
+    int nseg, K, owned;
+    cu_seg seg[3];
+} cu_mat;
 
 typedef struct cu_layer {
     float *attn_norm; /* (dim) */
     float *ffn_norm;  /* (dim) */
-    void *wqkv;       /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    cu_mat wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
     float *bqkv;      /* (qkv_dim) q, k, v biases (0 where absent); NULL: none */
     float *q_norm, *k_norm; /* (head_dim) qwen3's head norms; NULL: none */
-    void *wo;         /* (dim, q_dim) */
-    void *w13;        /* (2 * hidden_dim, dim): gate rows, then up rows */
-    void *w2;         /* (dim, hidden_dim) */
+    cu_mat wo;        /* (dim, q_dim) */
+    cu_mat w13;       /* (2 * hidden_dim, dim): gate rows, then up rows */
+    cu_mat w2;        /* (dim, hidden_dim) */
 } cu_layer;
 
 typedef struct cuda_backend {
     backend base;
     int dev;
-    int wf16;         /* weights (and product inputs) are f16, else f32 */
+    int wf16;         /* float weights (and product inputs) are f16, else f32 */
+    int qexpand;      /* CONFKV_CUDA_QUANT=expand: quantized tensors expanded at upload */
     int q_dim, kv_dim, qkv_dim, max_ctx;
     int tbl_cap;      /* block-table entries per sequence: max_ctx / block_size + 1 */
     cudaStream_t st;  /* forward pass and cuBLAS */
@@ -76,8 +111,9 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_ws;    /* CU_WORKSPACE_BYTES */
     /* weights (device) */
-    void *emb;        /* (vocab, dim) */
-    void *wcls;       /* (vocab, dim); == emb when tied */
+    void *emb;        /* (vocab, dim) floats or halves (wf16), whatever the file's type */
+    cu_mat wcls;      /* (vocab, dim); one unowned float segment at emb when tied */
+    void *deq;        /* (CU_DEQ_ELEMS) f16/f32 scratch for batch products; NULL: no quantized weights */
     float *out_norm;  /* (dim) */
     cu_layer *layers; /* (n_layers), host array of device pointers */
     float *inv_freq;  /* (head_dim / 2) RoPE frequencies (model_rope_freqs) */
@@ -160,17 +196,56 @@ static int cu_seterr(char *err, size_t errlen, int rc, const char *what, const c
 
 /* ------------------------------------------------------------ products */
 
-/* y (M, N) = x (M, K) . w (N, K)^T + beta * y, all row-major; y is f32, x
- * and w are f32 or f16 (cb->wf16). cuBLAS is column-major: there y is an
- * (N, M) matrix y^T = w . x^T, where w's memory reads as (K, N), so it is
- * taken transposed, and x's as (K, M), taken as is. */
-static cublasStatus_t cu_matmul(cuda_backend *cb, float *y, const void *x, const void *w, int M,
-                                int N, int K, float beta) {
+/* cuBLAS for a float matrix: y (M, N), row stride ldy, = x (M, K) . w (N,
+ * K)^T + beta * y, all row-major; y is f32, x and w are f32 or f16
+ * (cb->wf16). cuBLAS is column-major: there y is an (N, M) matrix with
+ * leading dimension ldy, y^T = w . x^T, where w's memory reads as (K, N),
+ * so it is taken transposed, and x's as (K, M), taken as is. */
+static cublasStatus_t cu_gemm(cuda_backend *cb, float *y, int ldy, const void *x, const void *w,
+                              int M, int N, int K, float beta) {
     const float alpha = 1.0f;
     const cudaDataType_t t = cb->wf16 ? CUDA_R_16F : CUDA_R_32F;
     return cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K,
-                        &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                        &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
+
+/* y (M, N) = x (M, K) . w^T + beta * y for the matrix w (N, K) segment by
+ * segment: float segments through cuBLAS; quantized ones with the GEMV for
+ * M <= CK_QGEMV_MAX_M, else expanded a slice of rows at a time into cb->deq
+ * and multiplied from there (the slices run in stream order, so the scratch
+ * is free again when the next expansion starts). Returns 0 or CK_EBACKEND
+ * (logged). */
+static int cu_matmul(cuda_backend *cb, float *y, const void *x, const cu_mat *w, int M, float beta) {
+    int N = 0;
+    for (int s = 0; s < w->nseg; s++) N += w->seg[s].rows;
+    const int K = w->K;
+    for (int s = 0, n0 = 0; s < w->nseg; n0 += w->seg[s].rows, s++) {
+        const cu_seg *g = &w->seg[s];
+        if (g->type == CU_WFLOAT) {
+            CU_BLAS(cu_gemm(cb, y + n0, N, x, g->w, M, g->rows, K, beta));
+        } else if (M <= CK_QGEMV_MAX_M) {
+            CU_RT(ck_cuda_qgemv(g->type, g->w, g->rows, K, x, cb->wf16, K, M, y + n0, N, beta, cb->st));
+        } else {
+            int block = 0, bytes = 0;
+            (void)ck_cuda_qtype_shape(g->type, &block, &bytes);
+            const size_t rb = (size_t)(K / block) * bytes;
+            const int slice = (int)(CU_DEQ_ELEMS / (size_t)K); /* >= 1: K <= CU_DEQ_ELEMS at upload */
+            for (int r0 = 0; r0 < g->rows; r0 += slice) {
+                const int nr = g->rows - r0 < slice ? g->rows - r0 : slice;
+                CU_RT(ck_cuda_qdequant(g->type, (const char *)g->w + (size_t)r0 * rb, nr, K, cb->deq,
+                                       cb->wf16, cb->st));
+                CU_BLAS(cu_gemm(cb, y + n0 + r0, N, x, cb->deq, M, nr, K, beta));
+            }
+        }
+    }
+    return CK_OK;
+}
+
+#define CU_MM(call)                       \
+    do {                                  \
+        int r_ = (call);                  \
+        if (r_) return r_;                \
+    } while (0)
 
 /* ------------------------------------------------------------ the batch */
 
@@ -298,7 +373,7 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
     for (int l = 0; l < c->n_layers; l++) {
         const cu_layer *w = &cb->layers[l];
         CU_RT(ck_cuda_rmsnorm(norm_in, f16, cb->x, NULL, w->attn_norm, T, D, c->norm_eps, st));
-        CU_BLAS(cu_matmul(cb, cb->qkv, norm_in, w->wqkv, T, QKV, D, 0.0f));
+        CU_MM(cu_matmul(cb, cb->qkv, norm_in, &w->wqkv, T, 0.0f));
         CU_RT(ck_cuda_qkv_prep(cb->qkv, QKV, w->bqkv, QKV, w->q_norm, w->k_norm, c->norm_eps, T, c->n_heads,
                                c->n_kv_heads, hd, st));
         CU_RT(ck_cuda_rope(cb->qkv, QKV, d_pos, cb->inv_freq, T, c->n_heads, c->n_kv_heads, hd,
@@ -307,16 +382,16 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
                                d_cseq, d_seq_off, d_blocks, T, st));
         at.layer = l;
         CU_RT(ck_cuda_attention(&at, st));
-        CU_BLAS(cu_matmul(cb, cb->x, att_in, w->wo, T, D, QD, 1.0f));
+        CU_MM(cu_matmul(cb, cb->x, att_in, &w->wo, T, 1.0f));
         CU_RT(ck_cuda_rmsnorm(norm_in, f16, cb->x, NULL, w->ffn_norm, T, D, c->norm_eps, st));
-        CU_BLAS(cu_matmul(cb, cb->h13, norm_in, w->w13, T, 2 * F, D, 0.0f));
+        CU_MM(cu_matmul(cb, cb->h13, norm_in, &w->w13, T, 0.0f));
         CU_RT(ck_cuda_swiglu(ffn_in, f16, cb->h13, T, F, st));
-        CU_BLAS(cu_matmul(cb, cb->x, ffn_in, w->w2, T, D, F, 1.0f));
+        CU_MM(cu_matmul(cb, cb->x, ffn_in, &w->w2, T, 1.0f));
     }
     /* Classifier only for the rows asked for (a prefill chunk needs one). */
     if (n_out) {
         CU_RT(ck_cuda_rmsnorm(norm_in, f16, cb->x, d_out_tok, cb->out_norm, n_out, D, c->norm_eps, st));
-        CU_BLAS(cu_matmul(cb, cb->logits, norm_in, cb->wcls, n_out, V, D, 0.0f));
+        CU_MM(cu_matmul(cb, cb->logits, norm_in, &cb->wcls, n_out, 0.0f));
         CU_RT(cudaMemcpyAsync(logits, cb->logits, (size_t)n_out * V * sizeof(float),
                               cudaMemcpyDeviceToHost, st));
     }
@@ -421,27 +496,34 @@ static void cu_free_dev(void *p) {
     if (p) (void)cudaFree(p);
 }
 
+static void cu_mat_free(cu_mat *mt) {
+    if (mt->owned)
+        for (int s = 0; s < mt->nseg; s++) cu_free_dev(mt->seg[s].w);
+    mt->nseg = 0;
+}
+
 static void cu_destroy(backend *b) {
     cuda_backend *cb = (cuda_backend *)b;
     if (!cb) return;
     (void)cudaSetDevice(cb->dev);
     if (cb->st) (void)cudaStreamSynchronize(cb->st);
     if (cb->cst) (void)cudaStreamSynchronize(cb->cst);
-    if (cb->wcls != cb->emb) cu_free_dev(cb->wcls);
+    cu_mat_free(&cb->wcls);
     cu_free_dev(cb->emb);
+    cu_free_dev(cb->deq);
     cu_free_dev(cb->out_norm);
     if (cb->layers) {
         for (int l = 0; l < b->m->cfg.n_layers; l++) {
             cu_layer *w = &cb->layers[l];
             cu_free_dev(w->attn_norm);
             cu_free_dev(w->ffn_norm);
-            cu_free_dev(w->wqkv);
+            cu_mat_free(&w->wqkv);
             cu_free_dev(w->bqkv);
             cu_free_dev(w->q_norm);
             cu_free_dev(w->k_norm);
-            cu_free_dev(w->wo);
-            cu_free_dev(w->w13);
-            cu_free_dev(w->w2);
+            cu_mat_free(&w->wo);
+            cu_mat_free(&w->w13);
+            cu_mat_free(&w->w2);
         }
         free(cb->layers);
     }
@@ -485,6 +567,8 @@ static const be_ops cu_ops_table_ = {
     cu_kv_expand,    /* kv_expand */
     cu_kv8_read,     /* kv8_read */
     cu_kv8_write,    /* kv8_write */
+    NULL,            /* kv_read_batch: the mover loops over kv_read */
+    NULL,            /* kv_write_batch: and kv_write */
 };
 
 /* ------------------------------------------------------------ construction */
@@ -498,13 +582,15 @@ static cudaError_t cu_malloc(cuda_backend *cb, void **p, size_t bytes) {
     return e;
 }
 
-/* Bytes of n elements of a type we upload (n a multiple of 32 for q8_0). */
+/* Bytes of n elements of a type we upload (f32, f16, bf16, or a quantized
+ * type of ck_cuda_qtype_shape with n a multiple of its block). */
 static uint64_t cu_raw_bytes(int type, uint64_t n) {
+    int block = 1, bytes = 0;
     switch (type) {
     case QUANT_F32: return n * 4;
     case QUANT_F16:
     case QUANT_BF16: return n * 2;
-    default: return n / QUANT_Q8_0_BLOCK * QUANT_Q8_0_BYTES; /* QUANT_Q8_0 */
+    default: (void)ck_cuda_qtype_shape(type, &block, &bytes); return n / (uint64_t)block * (uint64_t)bytes;
     }
 }
 
@@ -513,12 +599,13 @@ static uint64_t cu_raw_bytes(int type, uint64_t n) {
 static int cu_upload(cuda_backend *cb, void *staging, void *dst, int dst_f16, const model_tensor *t,
                      uint64_t n, const char *name, char *err, size_t errlen) {
     char what[96];
+    int block = 1;
     if (t->type != QUANT_F32 && t->type != QUANT_F16 && t->type != QUANT_BF16 &&
-        t->type != QUANT_Q8_0) {
+        !ck_cuda_qtype_shape(t->type, &block, NULL)) {
         snprintf(what, sizeof what, "tensor %s", name);
         return cu_seterr(err, errlen, CK_EUNSUPPORTED, what, "weight type not supported");
     }
-    if (t->n != n || !t->data || (t->type == QUANT_Q8_0 && n % QUANT_Q8_0_BLOCK)) {
+    if (t->n != n || !t->data || n % (uint64_t)block) {
         snprintf(what, sizeof what, "tensor %s", name);
         return cu_seterr(err, errlen, CK_EFORMAT, what, "unexpected element count");
     }
@@ -531,6 +618,72 @@ static int cu_upload(cuda_backend *cb, void *staging, void *dst, int dst_f16, co
                                cb->st), what);
         CU_NEW(ck_cuda_convert(staging, t->type, cnt, (char *)dst + off * esize, dst_f16, cb->st),
                what);
+    }
+    return CK_OK;
+}
+
+/* The device type of a tensor of `type`: kept as it is when quantized
+ * (unless CONFKV_CUDA_QUANT=expand), else the backend's float type. */
+static int cu_dev_type(const cuda_backend *cb, int type) {
+    return !cb->qexpand && ck_cuda_qtype_shape(type, NULL, NULL) ? type : CU_WFLOAT;
+}
+
+/* One tensor of a (possibly fused) matrix: its rows, in matrix order. */
+typedef struct cu_part {
+    const char *name;
+    const model_tensor *t;
+    int rows;
+} cu_part;
+
+/* Fill mat (K columns) from the n parts p[i], in that order: consecutive
+ * tensors of one device type share a segment (one allocation); float
+ * tensors are converted (cu_upload), quantized ones copied byte for byte.
+ * *any_q is set when a segment is quantized. On error the segments made so
+ * far stay in mat for cu_mat_free. */
+static int cu_upload_mat(cuda_backend *cb, void *staging, cu_mat *mat, const cu_part *p, int n,
+                         int K, int *any_q, char *err, size_t errlen) {
+    char what[96];
+    mat->K = K;
+    mat->owned = 1;
+    mat->nseg = 0;
+    for (int i = 0; i < n;) {
+        const int dt = cu_dev_type(cb, p[i].t->type);
+        int j = i, nr = 0;
+        while (j < n && cu_dev_type(cb, p[j].t->type) == dt) nr += p[j++].rows;
+        size_t rb = (size_t)K * (cb->wf16 ? 2 : 4); /* bytes a row on the device */
+        if (dt != CU_WFLOAT) {
+            int block = 0, bytes = 0;
+            (void)ck_cuda_qtype_shape(dt, &block, &bytes);
+            if (K % block || (size_t)K > CU_DEQ_ELEMS) {
+                snprintf(what, sizeof what, "tensor %s", p[i].name);
+                return cu_seterr(err, errlen, CK_EFORMAT, what,
+                                 "row length not a multiple of its type's block (or over 2^24)");
+            }
+            rb = (size_t)(K / block) * (size_t)bytes;
+            *any_q = 1;
+        }
+        cu_seg *g = &mat->seg[mat->nseg];
+        g->type = dt;
+        g->rows = nr;
+        snprintf(what, sizeof what, "allocating %s", p[i].name);
+        CU_NEW(cu_malloc(cb, &g->w, (size_t)nr * rb), what);
+        mat->nseg++;
+        for (int k = i, r = 0; k < j; r += p[k].rows, k++) {
+            char *dst = (char *)g->w + (size_t)r * rb;
+            const uint64_t ne = (uint64_t)p[k].rows * (uint64_t)K;
+            if (dt == CU_WFLOAT) {
+                int rc = cu_upload(cb, staging, dst, cb->wf16, p[k].t, ne, p[k].name, err, errlen);
+                if (rc) return rc;
+                continue;
+            }
+            if (p[k].t->n != ne || !p[k].t->data) {
+                snprintf(what, sizeof what, "tensor %s", p[k].name);
+                return cu_seterr(err, errlen, CK_EFORMAT, what, "unexpected element count");
+            }
+            snprintf(what, sizeof what, "uploading %s", p[k].name);
+            CU_NEW(cudaMemcpy(dst, p[k].t->data, (size_t)p[k].rows * rb, cudaMemcpyHostToDevice), what);
+        }
+        i = j;
     }
     return CK_OK;
 }
@@ -581,6 +734,11 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
         return cu_seterr(err, errlen, CK_EBACKEND, "allocating the upload buffer", cudaGetErrorString(e));
 #define UP(dst, f16, t, n, name)                                                      \
     if ((rc = cu_upload(cb, staging, dst, f16, t, n, name, err, errlen))) goto out
+    int any_q = 0;
+#define UPM(mat, K, parts)                                                            \
+    if ((rc = cu_upload_mat(cb, staging, &(mat), parts, (int)(sizeof parts / sizeof parts[0]), K, \
+                            &any_q, err, errlen)))                                      \
+    goto out
 #define ALLOC(p, bytes, what)                                                          \
     if ((e = cu_malloc(cb, (void **)&(p), bytes)) != cudaSuccess) {                   \
         rc = cu_seterr(err, errlen, CK_EBACKEND, what, cudaGetErrorString(e));         \
@@ -591,10 +749,15 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
     UP(cb->emb, cb->wf16, &m->tok_emb, V * D, "token_embd");
     UP(cb->out_norm, 0, &m->out_norm, D, "output_norm");
     if (m->tied) {
-        cb->wcls = cb->emb;
+        cb->wcls.nseg = 1;
+        cb->wcls.K = (int)D;
+        cb->wcls.owned = 0;
+        cb->wcls.seg[0].w = cb->emb;
+        cb->wcls.seg[0].type = CU_WFLOAT;
+        cb->wcls.seg[0].rows = (int)V;
     } else {
-        ALLOC(cb->wcls, V * D * ws, "allocating the classifier");
-        UP(cb->wcls, cb->wf16, &m->wcls, V * D, "output");
+        const cu_part cls[] = {{"output", &m->wcls, (int)V}};
+        UPM(cb->wcls, (int)D, cls);
     }
     cb->layers = (cu_layer *)calloc((size_t)c->n_layers, sizeof *cb->layers);
     if (!cb->layers) {
@@ -606,19 +769,17 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
         cu_layer *w = &cb->layers[l];
         ALLOC(w->attn_norm, D * 4, "allocating layer weights");
         ALLOC(w->ffn_norm, D * 4, "allocating layer weights");
-        ALLOC(w->wqkv, QKV * D * ws, "allocating layer weights");
-        ALLOC(w->wo, D * QD * ws, "allocating layer weights");
-        ALLOC(w->w13, 2 * F * D * ws, "allocating layer weights");
-        ALLOC(w->w2, D * F * ws, "allocating layer weights");
         UP(w->attn_norm, 0, &ml->attn_norm, D, "attn_norm");
         UP(w->ffn_norm, 0, &ml->ffn_norm, D, "ffn_norm");
-        UP(w->wqkv, cb->wf16, &ml->wq, QD * D, "attn_q");
-        UP((char *)w->wqkv + QD * D * ws, cb->wf16, &ml->wk, KVD * D, "attn_k");
-        UP((char *)w->wqkv + (QD + KVD) * D * ws, cb->wf16, &ml->wv, KVD * D, "attn_v");
-        UP(w->wo, cb->wf16, &ml->wo, D * QD, "attn_output");
-        UP(w->w13, cb->wf16, &ml->w1, F * D, "ffn_gate");
-        UP((char *)w->w13 + F * D * ws, cb->wf16, &ml->w3, F * D, "ffn_up");
-        UP(w->w2, cb->wf16, &ml->w2, D * F, "ffn_down");
+        const cu_part qkv[] = {{"attn_q", &ml->wq, (int)QD}, {"attn_k", &ml->wk, (int)KVD},
+                               {"attn_v", &ml->wv, (int)KVD}};
+        const cu_part wo[] = {{"attn_output", &ml->wo, (int)D}};
+        const cu_part w13[] = {{"ffn_gate", &ml->w1, (int)F}, {"ffn_up", &ml->w3, (int)F}};
+        const cu_part w2[] = {{"ffn_down", &ml->w2, (int)D}};
+        UPM(w->wqkv, (int)D, qkv);
+        UPM(w->wo, (int)QD, wo);
+        UPM(w->w13, (int)D, w13);
+        UPM(w->w2, (int)F, w2);
         if (ml->bq.n || ml->bk.n || ml->bv.n) {
             ALLOC(w->bqkv, QKV * 4, "allocating layer biases");
             if ((e = cudaMemset(w->bqkv, 0, QKV * 4)) != cudaSuccess) {
@@ -638,7 +799,9 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
             UP(w->k_norm, 0, &ml->k_norm, (size_t)c->head_dim, "attn_k_norm");
         }
     }
+    if (any_q) ALLOC(cb->deq, CU_DEQ_ELEMS * ws, "allocating the dequantization scratch");
 #undef UP
+#undef UPM
 #undef ALLOC
 out:
     /* The staging buffer is reused chunk after chunk: wait before freeing. */
@@ -772,6 +935,8 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
     const char *wenv = getenv("CONFKV_CUDA_WEIGHTS");
     if (wenv && !strcmp(wenv, "f32")) cb->wf16 = 0;
     if (wenv && !strcmp(wenv, "f16")) cb->wf16 = 1;
+    const char *qenv = getenv("CONFKV_CUDA_QUANT");
+    cb->qexpand = qenv && !strcmp(qenv, "expand");
 
     int rc;
     if ((rc = cu_init_device(cb, err, errlen)) || (rc = cu_init_weights(cb, err, errlen)) ||
@@ -820,4 +985,68 @@ extern "C" int be_cuda_host_alloc(size_t bytes, void **out) {
 
 extern "C" void be_cuda_host_free(void *p) {
     if (p) (void)cudaFreeHost(p);
+}
+
+/* ------------------------------------------------------------ test hook */
+
+extern "C" int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M,
+                               int x_f16, float *y, float *deq) {
+    int block = 0, bytes = 0;
+    if (!w || !x || !y || N <= 0 || K <= 0 || M <= 0) return CK_EINVAL;
+    if (!ck_cuda_qtype_shape(type, &block, &bytes) || K % block || (size_t)K > CU_DEQ_ELEMS)
+        return CK_EUNSUPPORTED;
+    if (!be_cuda_available()) return CK_EBACKEND;
+    /* a backend with only what cu_matmul reads: streams, cuBLAS, scratch */
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) return CK_ENOMEM;
+    cb->wf16 = x_f16;
+    char err[256] = "";
+    const size_t errlen = sizeof err;
+    const size_t wbytes = (size_t)N * (size_t)(K / block) * (size_t)bytes;
+    const size_t xs = x_f16 ? 2 : 4, nx = (size_t)M * K;
+    void *dw = NULL, *dx = NULL, *dd = NULL, *hx = NULL;
+    float *dy = NULL;
+    cu_mat mt;
+    int rc = cu_init_device(cb, err, errlen);
+    if (rc) goto out;
+    rc = CK_EBACKEND;
+    hx = malloc(nx * xs);
+    if (!hx) {
+        rc = CK_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < nx; i++) {
+        if (x_f16) ((__half *)hx)[i] = __float2half_rn(x[i]);
+        else ((float *)hx)[i] = x[i];
+    }
+    if (cu_malloc(cb, &dw, wbytes) || cu_malloc(cb, &dx, nx * xs) ||
+        cu_malloc(cb, (void **)&dy, (size_t)M * N * 4) || cu_malloc(cb, &cb->deq, CU_DEQ_ELEMS * xs) ||
+        (deq && cu_malloc(cb, &dd, (size_t)N * K * 4)))
+        goto out;
+    if (cudaMemcpy(dw, w, wbytes, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dx, hx, nx * xs, cudaMemcpyHostToDevice))
+        goto out;
+    mt.nseg = 1;
+    mt.K = K;
+    mt.owned = 0;
+    mt.seg[0].w = dw;
+    mt.seg[0].type = type;
+    mt.seg[0].rows = N;
+    if (cu_matmul(cb, dy, dx, &mt, M, 0.0f)) goto out;
+    if (deq && ck_cuda_qdequant(type, dw, N, K, dd, 0, cb->st)) goto out;
+    if (cudaStreamSynchronize(cb->st) ||
+        cudaMemcpy(y, dy, (size_t)M * N * 4, cudaMemcpyDeviceToHost) ||
+        (deq && cudaMemcpy(deq, dd, (size_t)N * K * 4, cudaMemcpyDeviceToHost)))
+        goto out;
+    rc = CK_OK;
+out:
+    if (rc && err[0]) fprintf(stderr, "confkv cuda: %s: %s\n", __func__, err);
+    (void)cudaGetLastError();
+    free(hx);
+    cu_free_dev(dw);
+    cu_free_dev(dx);
+    cu_free_dev(dy);
+    cu_free_dev(dd);
+    cu_destroy(&cb->base); /* frees cb->deq, the streams and cuBLAS */
+    return rc;
 }

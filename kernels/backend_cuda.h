@@ -6,8 +6,15 @@
  * for the projections. Weights are uploaded once at creation, as f32 when
  * every weight matrix of the model is f32 (so a small f32 model's greedy
  * tokens match the CPU's) and as f16 otherwise (f16/bf16 are converted,
- * q8_0 is dequantised to f16 at upload). The environment variable
+ * quantized types stay as they are). The environment variable
  * CONFKV_CUDA_WEIGHTS=f32|f16 overrides that choice (read at creation only).
+ *
+ * Quantized weights (every GGUF type of issue 16: Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) stay in their file
+ * bytes in device memory and are multiplied by a dequantizing GEMV for
+ * batches of up to 8 tokens, by slices expanded to f16 and cuBLAS above;
+ * only a quantized token embedding is expanded (to f16) at upload.
+ * CONFKV_CUDA_QUANT=expand expands every quantized tensor at upload instead.
  *
  * Memory: everything (weights, the KV pool in f32 as kv.h lays it out, the
  * int8 pool of n_kv8_blocks blocks in kvq.h's layout, activations for
@@ -56,7 +63,7 @@ int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, s
 int be_cuda_is(const backend *b);
 
 /* Confidence of a logits row, computed on the device (online softmax); the
- * first three fields are sampler.h's samp_conf. */
+ * first three fields are samp.h's samp_conf. */
 typedef struct be_cuda_conf {
     float entropy; /* of the softmax, in nats */
     float gap;     /* p_max - p_second */
@@ -75,6 +82,25 @@ int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
  * no-op). */
 int be_cuda_host_alloc(size_t bytes, void **out);
 void be_cuda_host_free(void *p);
+
+/* For tests (tests/gpu/test_gpu_quant.c): the backend's product path on one
+ * quantized matrix. w: N rows of K elements of ggml type `type` (a
+ * quantized type, host bytes as a file stores them); x: M rows of K host
+ * floats, rounded to f16 first when x_f16 (the product inputs of a model
+ * with f16 or quantized weights are f16); y: M rows of N floats,
+ * y = x . w^T, computed as forward() would (the GEMV for M <= 8, f16 or f32
+ * slices and cuBLAS above). deq, unless NULL: the N x K weights dequantized
+ * to f32 on the device. Synchronous; allocates and frees its own device
+ * memory. Returns 0; CK_EINVAL (NULL pointers, sizes), CK_EUNSUPPORTED (not
+ * a quantized type, K not a multiple of its block), CK_EBACKEND. */
+int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16,
+                    float *y, float *deq);
+
+/* For tests, and needs no device: the GPU's dequantizers (the very code
+ * of kernels/ck_cuda_quant.cu) run on the host: dst (rows, K floats) = the
+ * weights w (rows of K elements of a quantized `type`). Returns 0,
+ * CK_EINVAL, or CK_EUNSUPPORTED as be_cuda_qmatmul. */
+int be_cuda_qdequant_host(int type, const void *w, int rows, int K, float *dst);
 
 #ifdef __cplusplus
 }

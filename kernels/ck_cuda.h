@@ -77,8 +77,9 @@ static __device__ __forceinline__ float ck_block_max(float v, float *sh) {
 /* ------------------------------------------------------------ launchers */
 
 /* ck_cuda_convert.cu: n elements of ggml type `type` (quant.h ids: f32, f16,
- * q8_0, bf16) at raw (device memory, 4-byte aligned) into n floats (out_f16
- * = 0) or halves (out_f16 = 1) at dst. n is a multiple of 32 for q8_0. */
+ * bf16, or a quantized type of ck_cuda_qtype_shape) at raw (device memory,
+ * 4-byte aligned) into n floats (out_f16 = 0) or halves (out_f16 = 1) at
+ * dst. n is a multiple of a quantized type's block. */
 cudaError_t ck_cuda_convert(const void *raw, int type, size_t n, void *dst, int out_f16,
                             cudaStream_t st);
 
@@ -151,6 +152,34 @@ typedef struct ck_attn_args {
     int T;
 } ck_attn_args;
 cudaError_t ck_cuda_attention(const ck_attn_args *a, cudaStream_t st);
+
+/* ck_cuda_quant.cu: weights kept in a GGUF quantized type (QB_* ids of
+ * engine/qblock.h: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_XS), as rows of blocks exactly as the file stores them
+ * (row n at w + n * (K / block) * bytes, device memory, 2-byte aligned).
+ *
+ * ck_cuda_qtype_shape: 1 and the type's elements and bytes a block (either
+ * pointer may be NULL) for those types, 0 for any other (f32, f16, ...).
+ * Host code, no CUDA call. */
+int ck_cuda_qtype_shape(int type, int *block, int *bytes);
+
+/* Most token rows one ck_cuda_qgemv takes (the backend uses the GEMV for
+ * batches up to this, dequantize + cuBLAS above). */
+#define CK_QGEMV_MAX_M 8
+
+/* y[m * ldy + n] = sum_k x[m * ldx + k] w[n][k] (+ beta * y[m * ldy + n]
+ * when beta != 0; y is not read when beta == 0) for m < M, n < N: the
+ * weights (N, K) of `type` read in place, x floats or halves (x_f16),
+ * f32 accumulation. K a multiple of the type's block, M <=
+ * CK_QGEMV_MAX_M; cudaErrorInvalidValue otherwise. */
+cudaError_t ck_cuda_qgemv(int type, const void *w, int N, int K, const void *x, int x_f16, int ldx,
+                          int M, float *y, int ldy, float beta, cudaStream_t st);
+
+/* dst (rows, K) row-major, floats or halves (out_f16) = rows 0..rows-1 of
+ * the weights at w, dequantized with ggml's float operations (the f32
+ * values equal engine/quant.c's quant_to_f32 bit for bit). */
+cudaError_t ck_cuda_qdequant(int type, const void *w, int rows, int K, void *dst, int out_f16,
+                             cudaStream_t st);
 
 /* ck_cuda_conf.cu: per row of logits (n_rows, vocab): entropy of the softmax
  * in nats, p_max, gap = p_max - p_second, and the argmax (lowest index on a

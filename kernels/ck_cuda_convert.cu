@@ -2,9 +2,9 @@
  *
  * The backend copies a tensor's stored bytes to a device staging buffer and
  * this kernel writes them out in the type the backend computes with, so the
- * host never touches the values (ck_cuda.h gives the contract). q8_0 blocks
- * are 34 bytes (f16 d, int8 q[32]) and so only 2-byte aligned: the scale is
- * read byte by byte. */
+ * host never touches the values (ck_cuda.h gives the contract). f32, f16
+ * and bf16 are converted here; the quantized types go to ck_cuda_quant.cu's
+ * dequantizer, which reads blocks of any alignment. */
 #include "ck_cuda.h"
 
 extern "C" {
@@ -23,16 +23,9 @@ static __global__ void ck_convert_kernel(const unsigned char *raw, int type, siz
         case QUANT_F16:
             v = __half2float(__ushort_as_half(((const unsigned short *)raw)[i]));
             break;
-        case QUANT_BF16:
+        default: /* QUANT_BF16 (the launcher admits nothing else) */
             v = __uint_as_float((unsigned)((const unsigned short *)raw)[i] << 16);
             break;
-        default: { /* QUANT_Q8_0 */
-            const unsigned char *blk = raw + (i / QUANT_Q8_0_BLOCK) * QUANT_Q8_0_BYTES;
-            unsigned short d16 = (unsigned short)(blk[0] | (blk[1] << 8));
-            float d = __half2float(__ushort_as_half(d16));
-            v = d * (float)(signed char)blk[2 + i % QUANT_Q8_0_BLOCK];
-            break;
-        }
         }
         ck_store(dst + i, v);
     }
@@ -41,8 +34,13 @@ static __global__ void ck_convert_kernel(const unsigned char *raw, int type, siz
 cudaError_t ck_cuda_convert(const void *raw, int type, size_t n, void *dst, int out_f16,
                             cudaStream_t st) {
     if (n == 0) return cudaSuccess;
-    if (type != QUANT_F32 && type != QUANT_F16 && type != QUANT_BF16 && type != QUANT_Q8_0)
-        return cudaErrorInvalidValue;
+    int block;
+    if (ck_cuda_qtype_shape(type, &block, NULL)) {
+        /* n / block "rows" of one block each: the same bytes, in order */
+        if (n % (size_t)block || n / (size_t)block > 0x7fffffff) return cudaErrorInvalidValue;
+        return ck_cuda_qdequant(type, raw, (int)(n / (size_t)block), block, dst, out_f16, st);
+    }
+    if (type != QUANT_F32 && type != QUANT_F16 && type != QUANT_BF16) return cudaErrorInvalidValue;
     const int threads = 256;
     size_t want = (n + threads - 1) / threads;
     unsigned grid = (unsigned)(want < 65536 ? want : 65536);

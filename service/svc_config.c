@@ -9,8 +9,23 @@
 #include <unistd.h>
 
 #include "ck_err.h"
+#include "engine.h"
 
 extern char **environ;
+
+/* The default of an engine key is the engine's own (eng_config_default,
+ * the one place it is written): keys[] marks those with ENG_DEF. */
+static const char ENG_DEF[] = "(engine)";
+
+static const char *def_of(const char *name, const char *def, char *buf, size_t n) {
+    if (def != ENG_DEF) return def;
+    eng_config d;
+    eng_config_default(&d);
+    if (!strcmp(name, "max_running")) snprintf(buf, n, "%d", d.max_running);
+    else if (!strcmp(name, "max_queue")) snprintf(buf, n, "%d", d.max_queue);
+    else return NULL;
+    return buf;
+}
 
 enum { T_STR, T_INT, T_LONG, T_DBL, T_BOOL };
 
@@ -30,10 +45,15 @@ static const struct key_def {
     {"backend", T_STR, "cpu", 0, 0, F(backend), "cpu, cuda or auto"},
     {"threads", T_INT, "0", 0, 1024, F(threads), "CPU threads of the engine (0 = all cores)"},
     {"policy", T_STR, NULL, 0, 0, F(policy), "default KV policy (full, window:N, conf, ...)"},
+    {"tuning", T_STR, "off", 0, 0, F(tuning),
+     "off, or adaptive: the default policy's thresholds follow the load (docs/SERVICE.md, Tuning)"},
+    {"tuning_window_s", T_DBL, "30", 0.1, 86400, F(tuning_window_s), "tuning: seconds per window"},
+    {"tuning_target", T_DBL, "0.25", 0.01, 0.99, F(tuning_target),
+     "tuning: share of decode steps the policy should treat as uncertain"},
     {"chat_template", T_STR, NULL, 0, 0, F(chat_template),
      "Jinja chat template file for `messages` jobs, instead of the model's (unset = the model's)"},
-    {"max_running", T_INT, "64", 1, 65536, F(max_running), "sequences decoding at once"},
-    {"max_queue", T_INT, "4096", 1, 1 << 20, F(max_queue), "engine waiting queue length"},
+    {"max_running", T_INT, ENG_DEF, 1, 65536, F(max_running), "sequences decoding at once"},
+    {"max_queue", T_INT, ENG_DEF, 1, 1 << 20, F(max_queue), "engine waiting queue length"},
     {"kv_budget_mb", T_LONG, "0", 0, 1 << 20, F(kv_budget_mb), "hot KV pool in MiB (0 = engine default)"},
     {"max_context", T_INT, "0", 0, 1 << 20, F(max_context),
      "tokens a sequence may hold (0 = the model's context, at most 8192 or what max_memory_mb allows)"},
@@ -228,12 +248,12 @@ void svc_config_help(FILE *f) {
             "Configuration: --config FILE (key=value lines) < CONFKV_<KEY> environment < --<key> flags.\n"
             "Every kafka.<name> key goes to librdkafka unchanged (--kafka.security.protocol SASL_SSL).\n\n");
     for (size_t i = 0; i < N_KEYS; i++) {
-        char flag[64];
+        char flag[64], buf[32];
+        const char *def = def_of(keys[i].name, keys[i].def, buf, sizeof buf);
         snprintf(flag, sizeof flag, "--%s", keys[i].name);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
-        fprintf(f, "  %-24s %s%s%s%s\n", flag, keys[i].help, keys[i].def ? " [" : "",
-                keys[i].def ? keys[i].def : "", keys[i].def ? "]" : "");
+        fprintf(f, "  %-24s %s%s%s%s\n", flag, keys[i].help, def ? " [" : "", def ? def : "", def ? "]" : "");
     }
     fprintf(f, "  %-24s %s\n", "--config FILE", "read key=value lines from FILE");
 }
@@ -273,10 +293,12 @@ static int parse_value(const struct key_def *k, const char *v, void *field, char
 int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     int rc = 0;
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (keys[i].def && (rc = set_kv(c, keys[i].name, strlen(keys[i].name), keys[i].def,
-                                         strlen(keys[i].def), SVC_SRC_DEFAULT)))
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char buf[32];
+        const char *def = def_of(keys[i].name, keys[i].def, buf, sizeof buf);
+        if (def && (rc = set_kv(c, keys[i].name, strlen(keys[i].name), def, strlen(def), SVC_SRC_DEFAULT)))
             return rc;
+    }
     /* The file first (lowest precedence), wherever --config sits in argv. */
     const char *file = getenv("CONFKV_CONFIG");
     for (int i = 1; i < argc; i++) {
@@ -323,7 +345,18 @@ int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errl
     }
     const char *g = svc_config_get(c, "kafka.group.id");
     if (g) c->group = g;
+    if (svc_config_tuning(c) < 0) {
+        snprintf(err, errlen, "tuning: '%s' is not off or adaptive", c->tuning);
+        return CK_EINVAL;
+    }
+    c->argc = argc;
+    c->argv = argv;
     return 0;
+}
+
+int svc_config_tuning(const svc_config *c) {
+    if (!c->tuning || !strcmp(c->tuning, "off")) return 0;
+    return !strcmp(c->tuning, "adaptive") ? 1 : -1;
 }
 
 void svc_config_free(svc_config *c) {

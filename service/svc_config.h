@@ -34,6 +34,8 @@ typedef struct svc_config {
     /* engine */
     const char *model, *tokenizer, *backend, *model_name, *policy;
     const char *chat_template; /* a Jinja file overriding the model's tokenizer.chat_template, or NULL */
+    const char *tuning;       /* "off" or "adaptive" (svc_config_tuning) */
+    double tuning_window_s, tuning_target;
     int threads, max_running, max_queue;
     long kv_budget_mb;
     int max_context;          /* tokens a sequence may hold (0 = the model's, capped: engine.h) */
@@ -62,6 +64,11 @@ typedef struct svc_config {
     int max_sessions;
     int prewarm_top;          /* templates prewarmed at start-up */
     int prewarm_wait;         /* readiness waits for that prewarm */
+    /* the command line it was built from (borrowed from main: SIGHUP's
+     * reload builds a new configuration from the same argv, environment and
+     * file, so the precedence stays the same) */
+    int argc;
+    char **argv;
     /* every key as set, defaults included (kafka.* keys among them) */
     svc_kv *kv;
     int n_kv, cap_kv;
@@ -73,6 +80,9 @@ typedef struct svc_config {
  * file line, an unknown key, a value that does not parse or is out of range. */
 int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errlen);
 void svc_config_free(svc_config *c);
+/* tuning as engine.h takes it: 1 adaptive, 0 off; -1 for another value
+ * (svc_config_load has already refused those). */
+int svc_config_tuning(const svc_config *c);
 /* Value of a key, NULL when unset. */
 const char *svc_config_get(const svc_config *c, const char *key);
 /* Visit every kafka.* key (name without the "kafka." prefix). */

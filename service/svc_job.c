@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ck_err.h"
-#include "policy.h"
-#include "tmpl.h"
+#include "kvpol.h"
+#include "tpl.h"
 
 #define MAX_DEPTH 64
 

@@ -25,9 +25,9 @@
  * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
  * schemas/job.schema.json are the reference.
  *
- * Chat messages are kept as a role/content list (msgs) for the engine
- * thread, which renders them with the model's chat template and tokenizes
- * them so that no content can forge a turn (engine/chat.h); `prompt` holds
+ * Chat messages are kept as a role/content list (msgs) for the engine,
+ * which renders them with the model's chat template and tokenizes them so
+ * that no content can forge a turn (engine.h, the client form); `prompt` holds
  * their contents joined with "\n", the rendering of a model without a
  * template (the stories model). A `prompt` is plain text unless the job
  * sets parse_special.
@@ -39,9 +39,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat.h"
+#include "engine.h" /* eng_message, samp_params, ENG_MAX_STOPS */
+/* Still here for svc_job.c (samp_params_check) and svc_result.c
+ * (GEN_FINISH_CONTEXT), which include this header for them. */
 #include "gen.h"
-#include "sampler.h"
+#include "samp.h"
 
 #define SVC_JOB_ERRORS(X)                                                               \
     X(INVALID_FIELD, "invalid_field", "a field has the wrong type or form")             \
@@ -98,7 +100,7 @@ typedef struct svc_job {
     char *prompt;             /* prompt text (NUL-terminated), or NULL; for messages their
                                  contents joined with "\n" */
     size_t prompt_len;
-    chat_message *msgs;       /* `messages` (n_msgs), role and content strings owned, or NULL */
+    eng_message *msgs;        /* `messages` (n_msgs), role and content strings owned, or NULL */
     int n_msgs;
     int parse_special;        /* `parse_special`: special-token strings in `prompt` are tokens */
     int32_t *tokens;          /* or prompt ids as given */
@@ -106,7 +108,7 @@ typedef struct svc_job {
     samp_params samp;
     int max_tokens;           /* 0 = not given */
     int n_stop;
-    char *stop[GEN_MAX_STOPS];
+    char *stop[ENG_MAX_STOPS];
     int ignore_eos;
     int priority;
     int64_t deadline_ms;      /* budget from the message timestamp, 0 = none */

@@ -12,45 +12,13 @@
 
 #include "ck_err.h"
 #include "svc_log.h"
+#include "svc_offsets.h"
 
 #define POLL_BUDGET 512      /* messages handled per wake-up before yielding */
 #define SAFETY_POLL_MS 100   /* timer poll, in case an io event was missed */
 #define COMMIT_INTERVAL_MS 1000 /* default period of the offset commit (kafka.auto.commit.interval.ms) */
-/* The dispatch mark runs this many offsets ahead of the dispatched ones: a
- * larger value means fewer commit round trips that can hold dispatch, a
- * smaller one fewer jobs wrongly marked redelivered after a crash (at most
- * this many per partition). */
-#define MARK_AHEAD 64
-#define HOLD_PAUSE 1024      /* held messages of a partition before it is paused */
 #define COMMITTED_TIMEOUT_MS 5000 /* rd_kafka_committed, on a worker thread */
 #define FETCH_RETRY_MS 1000  /* after a failed read of the committed offsets */
-#define MARK_PREFIX "confkv.mark="
-
-/* Per partition of the jobs topic: the consumed offsets waiting for their
- * result (a ring kept linear: entries live in [head, head + n), compacted
- * when it is full), and the commit state (see "redelivery marks" in
- * svc_kafka.h). */
-typedef struct ktrack {
-    uint32_t epoch;      /* bumped when the ring is cleared: stale svc_kafka_done calls are ignored */
-    uint32_t agen;       /* bumped on every assign/revoke of the partition */
-    int assigned;
-    int64_t *off;
-    uint8_t *done;
-    int head, n, cap;
-    /* commit state, valid while assigned */
-    int known;           /* the committed offset and the previous mark were read */
-    int dirty;           /* next changed since it was last committed */
-    int64_t next;        /* offset to commit: contiguous done prefix + 1 (-1: none yet) */
-    int64_t prev_mark;   /* earlier owners may have dispatched every offset below it (-1: no mark) */
-    int64_t acked;       /* the broker holds a mark >= this: we dispatch only offsets below it */
-    int64_t mark;        /* highest mark asked for (>= acked) */
-    int64_t hi;          /* highest offset dispatched in this assignment (-1: none) */
-    int64_t sent_mark;   /* mark in the commit in flight */
-    uint32_t sent_agen;  /* agen when that commit was sent */
-    /* messages not dispatched yet (mark unknown or not yet acked), oldest first */
-    rd_kafka_message_t **hold;
-    int nhold, cap_hold, hold_paused;
-} ktrack;
 
 /* One produce in flight: the caller's callback. */
 typedef struct kpend {
@@ -68,8 +36,7 @@ struct svc_kafka {
     uv_timer_t timer, kick;
     int handles_open;
     char *topic;                      /* jobs topic */
-    ktrack *track;                    /* indexed by partition */
-    int n_track;
+    svc_offsets *off;                 /* per partition of the jobs topic: ring, marks, hold */
     int paused;
     int closing;                      /* teardown: delivery reports no longer reach callers */
     int handles_closing;              /* svc_kafka_close_handles was called */
@@ -170,134 +137,19 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* offset tracking */
-
-static ktrack *track_get(svc_kafka *k, int32_t p) {
-    if (p < 0 || p > 1000000) return NULL;
-    if (p >= k->n_track) {
-        int n = p + 1 > 2 * k->n_track ? p + 1 : 2 * k->n_track;
-        ktrack *t = realloc(k->track, (size_t)n * sizeof *t);
-        if (!t) return NULL;
-        memset(t + k->n_track, 0, (size_t)(n - k->n_track) * sizeof *t);
-        k->track = t;
-        k->n_track = n;
-    }
-    return &k->track[p];
-}
-
-static void track_reset(ktrack *t) {
-    t->epoch++;
-    t->head = t->n = 0;
-}
-
-static int track_push(ktrack *t, int64_t off) {
-    if (t->head + t->n == t->cap) {
-        if (t->head > 0) {
-            memmove(t->off, t->off + t->head, (size_t)t->n * sizeof *t->off);
-            memmove(t->done, t->done + t->head, (size_t)t->n);
-            t->head = 0;
-        }
-        if (t->n == t->cap) {
-            int cap = t->cap ? 2 * t->cap : 64;
-            int64_t *o = realloc(t->off, (size_t)cap * sizeof *o);
-            if (!o) return CK_ENOMEM;
-            t->off = o;
-            uint8_t *d = realloc(t->done, (size_t)cap);
-            if (!d) return CK_ENOMEM;
-            t->done = d;
-            t->cap = cap;
-        }
-    }
-    t->off[t->head + t->n] = off;
-    t->done[t->head + t->n] = 0;
-    t->n++;
-    return 0;
-}
-
-static void hold_clear(ktrack *t) {
-    for (int i = 0; i < t->nhold; i++) rd_kafka_message_destroy(t->hold[i]);
-    t->nhold = 0;
-    t->hold_paused = 0;
-}
-
-/* The partition was assigned (1) or revoked (0): a fresh state either way;
- * held messages are dropped (the next owner consumes them again). */
-static void track_assign(ktrack *t, int assigned) {
-    track_reset(t);
-    hold_clear(t);
-    t->agen++;
-    t->assigned = assigned;
-    t->known = t->dirty = 0;
-    t->next = t->prev_mark = t->hi = -1;
-    t->acked = t->mark = t->sent_mark = 0;
-}
+/* offsets and marks (svc_offsets.h keeps the state; here are its effects) */
 
 void svc_kafka_done(svc_kafka *k, svc_ktok tok) {
-    if (tok.partition < 0 || tok.partition >= k->n_track) return;
-    ktrack *t = &k->track[tok.partition];
-    if (t->epoch != tok.epoch || t->n == 0) return;
-    /* binary search: offsets increase along the ring */
-    int lo = t->head, hi = t->head + t->n - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (t->off[mid] == tok.offset) {
-            t->done[mid] = 1;
-            break;
-        }
-        if (t->off[mid] < tok.offset) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    int64_t last = -1;
-    while (t->n > 0 && t->done[t->head]) {
-        last = t->off[t->head];
-        t->head++;
-        t->n--;
-    }
-    if (t->n == 0) t->head = 0;
-    if (last >= 0 && t->assigned && last + 1 > t->next) {
-        /* committed by the commit timer (commit_send) */
-        t->next = last + 1;
-        t->dirty = 1;
-        k->st.stored++;
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* redelivery marks: commits with metadata (svc_kafka.h) */
-
-/* "confkv.mark=N" -> N; -1 for anything else (no mark, or another tool's). */
-static int64_t parse_mark(const void *md, size_t n) {
-    size_t pl = sizeof MARK_PREFIX - 1;
-    if (!md || n <= pl || n > pl + 19 || memcmp(md, MARK_PREFIX, pl)) return -1;
-    const char *s = (const char *)md + pl;
-    int64_t v = 0;
-    for (size_t i = 0; i < n - pl; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        if (v > (INT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v;
-}
-
-/* The mark a partition's commit carries. While we dispatch it is the mark
- * asked for (never below what the broker already has); when we stop
- * dispatching (revoke, shutdown) it can shrink to exactly what was
- * dispatched, so that a clean stop leaves no false redelivery marks. */
-static int64_t mark_to_commit(const ktrack *t, int final) {
-    if (!final) return t->mark;
-    int64_t m = t->hi + 1;
-    if (t->prev_mark > m) m = t->prev_mark;
-    if (t->next > m) m = t->next;
-    return m;
+    if (svc_offsets_done(k->off, tok)) k->st.stored++; /* committed by the commit timer (commit_send) */
 }
 
 /* Append partition p's commit (next offset, mark as metadata) to l. */
-static void add_commit(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int32_t p, const ktrack *t, int final) {
+static void add_commit(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int32_t p, int64_t offset, int64_t mark) {
     char md[48];
-    int n = snprintf(md, sizeof md, MARK_PREFIX "%" PRId64, mark_to_commit(t, final));
+    int n = svc_offsets_mark_format(md, sizeof md, mark);
     rd_kafka_topic_partition_t *e = rd_kafka_topic_partition_list_add(l, k->topic, p);
-    e->offset = t->next;
-    e->metadata = malloc((size_t)n); /* freed with the list */
+    e->offset = offset;
+    e->metadata = n > 0 ? malloc((size_t)n) : NULL; /* freed with the list */
     if (e->metadata) {
         memcpy(e->metadata, md, (size_t)n);
         e->metadata_size = (size_t)n;
@@ -318,14 +170,8 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
         if (pe) svc_log(SVC_LOG_WARN, "commit_failed", "partition=%d offset=%lld err=%s", e->partition,
                         (long long)e->offset, rd_kafka_err2name(pe));
         if (!regular || strcmp(e->topic, k->topic)) continue;
-        ktrack *t = track_get(k, e->partition);
-        if (!t || !t->assigned || t->agen != t->sent_agen) continue;
-        if (pe) {
-            t->dirty = 1; /* sent again by the timer */
-        } else if (t->sent_mark > t->acked) {
-            t->acked = t->sent_mark;
-            k->release = 1; /* held messages below it may go (poll_consumer) */
-        }
+        /* held messages below an acknowledged mark may go (poll_consumer) */
+        if (svc_offsets_commit_result(k->off, e->partition, pe == 0)) k->release = 1;
     }
     if (regular && k->commit_again) {
         k->commit_again = 0;
@@ -343,36 +189,23 @@ static void commit_send(svc_kafka *k) {
         return;
     }
     rd_kafka_topic_partition_list_t *l = NULL;
-    for (int p = 0; p < k->n_track; p++) {
-        ktrack *t = &k->track[p];
-        if (!t->assigned || !t->known || t->next < 0 || !(t->dirty || t->mark > t->acked)) continue;
+    for (int32_t p = 0; p < svc_offsets_n(k->off); p++) {
+        int64_t offset, mark;
+        if (!svc_offsets_commit_due(k->off, p, &offset, &mark)) continue;
         if (!l && !(l = rd_kafka_topic_partition_list_new(4))) return;
-        add_commit(k, l, p, t, 0);
-        t->sent_mark = t->mark;
-        t->sent_agen = t->agen;
-        t->dirty = 0;
+        add_commit(k, l, p, offset, mark);
+        svc_offsets_commit_sent(k->off, p);
     }
     if (!l) return;
     rd_kafka_resp_err_t e = rd_kafka_commit_queue(k->cons, l, k->cq, commit_cb, k);
     if (e) {
         /* Not sent (no callback will come): the timer tries again. */
         svc_log(SVC_LOG_WARN, "commit_failed", "err=%s", rd_kafka_err2name(e));
-        for (int i = 0; i < l->cnt; i++) {
-            ktrack *t = track_get(k, l->elems[i].partition);
-            if (t) t->dirty = 1;
-        }
+        for (int i = 0; i < l->cnt; i++) svc_offsets_commit_unsent(k->off, l->elems[i].partition);
     } else {
         k->commit_inflight = 1;
     }
     rd_kafka_topic_partition_list_destroy(l);
-}
-
-/* Make sure a mark above offset off is asked for. */
-static void want_mark(svc_kafka *k, ktrack *t, int64_t off) {
-    if (!t->known || t->next < 0 || off + MARK_AHEAD / 2 < t->mark) return;
-    t->mark = off + MARK_AHEAD;
-    if (t->prev_mark > t->mark) t->mark = t->prev_mark;
-    commit_send(k);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -391,91 +224,54 @@ static void pause_one(svc_kafka *k, int32_t p, int pause) {
     rd_kafka_topic_partition_list_destroy(l);
 }
 
-/* Hand message m (ours from now on) to the service. */
-static void dispatch(svc_kafka *k, ktrack *t, rd_kafka_message_t *m) {
-    svc_ktok tok = {m->partition, m->offset, 0, 0};
-    if (t) {
-        /* A message at or below the last one seen means a re-fetch: start over. */
-        if (t->n > 0 && m->offset <= t->off[t->head + t->n - 1]) track_reset(t);
-        if (track_push(t, m->offset) == 0) tok.epoch = t->epoch;
-        else tok.epoch = t->epoch - 1; /* untracked: its done is ignored */
-        /* Below an earlier owner's mark, or at/below what we dispatched
-         * ourselves: it may have been processed before. */
-        tok.redelivered = m->offset < t->prev_mark || m->offset <= t->hi;
-        if (m->offset > t->hi) t->hi = m->offset;
-        want_mark(k, t, m->offset);
-    }
+/* svc_offsets callbacks. */
+
+/* Hand message msg (ours from now on) to the service. */
+static void off_dispatch(void *ud, void *msg, svc_offsets_tok tok) {
+    svc_kafka *k = ud;
+    rd_kafka_message_t *m = msg;
     if (tok.redelivered) k->st.redelivered++;
     if (k->cbs.on_message) k->cbs.on_message(k->cbs.ud, m, tok);
     rd_kafka_message_destroy(m);
 }
 
-/* Hold m until the broker has a mark above its offset. 0, or CK_ENOMEM
- * (then m is still the caller's). */
-static int hold(svc_kafka *k, ktrack *t, rd_kafka_message_t *m) {
-    if (t->nhold == t->cap_hold) {
-        int cap = t->cap_hold ? 2 * t->cap_hold : 64;
-        rd_kafka_message_t **h = realloc(t->hold, (size_t)cap * sizeof *h);
-        if (!h) return CK_ENOMEM;
-        t->hold = h;
-        t->cap_hold = cap;
-    }
-    t->hold[t->nhold++] = m;
-    if (t->nhold >= HOLD_PAUSE && !t->hold_paused) {
-        /* The mark is late (the coordinator is slow or away): stop fetching. */
-        t->hold_paused = 1;
-        pause_one(k, m->partition, 1);
-        svc_log(SVC_LOG_WARN, "partition_held", "partition=%d held=%d", m->partition, t->nhold);
-    }
-    return 0;
+static void off_drop(void *ud, void *msg) {
+    (void)ud;
+    rd_kafka_message_destroy(msg);
 }
+
+static void off_hold_pause(void *ud, int32_t p, int pause, int held) {
+    svc_kafka *k = ud;
+    if (pause) {
+        /* The mark is late (the coordinator is slow or away): stop fetching. */
+        pause_one(k, p, 1);
+        svc_log(SVC_LOG_WARN, "partition_held", "partition=%d held=%d", p, held);
+    } else if (!k->paused) {
+        pause_one(k, p, 0);
+    }
+}
+
+static void off_commit(void *ud) { commit_send(ud); }
 
 /* Dispatch the held messages that the acknowledged marks now cover. */
 static void release_held(svc_kafka *k) {
     k->release = 0;
     if (k->handles_closing) return;
-    for (int p = 0; p < k->n_track; p++) {
-        ktrack *t = &k->track[p];
-        if (!t->assigned || !t->known || t->nhold == 0) continue;
-        int i = 0;
-        uint32_t agen = t->agen;
-        while (i < t->nhold && t->hold[i]->offset < t->acked) {
-            rd_kafka_message_t *m = t->hold[i++];
-            dispatch(k, t, m);
-            if (t->agen != agen) break; /* revoked meanwhile: held messages were dropped */
-        }
-        if (t->agen != agen) continue;
-        memmove(t->hold, t->hold + i, (size_t)(t->nhold - i) * sizeof *t->hold);
-        t->nhold -= i;
-        if (t->nhold) want_mark(k, t, t->hold[0]->offset);
-        else if (t->hold_paused) {
-            t->hold_paused = 0;
-            if (!k->paused) pause_one(k, p, 0);
-        }
-    }
+    svc_offsets_release(k->off);
 }
 
 /* A consumed message: dispatched now when the broker has a mark above its
  * offset, else held (in order) until it does. */
 static void on_consumed(svc_kafka *k, rd_kafka_message_t *m) {
-    ktrack *t = track_get(k, m->partition);
-    if (!t || !t->assigned) {
+    int rc = svc_offsets_consumed(k->off, m->partition, m->offset, m);
+    if (rc == CK_ESTATE) {
         /* Not (or no longer) ours: its owner consumes it. */
         svc_log(SVC_LOG_DEBUG, "message_dropped", "partition=%d offset=%lld", m->partition, (long long)m->offset);
         rd_kafka_message_destroy(m);
-        return;
-    }
-    if (t->known && t->next < 0) t->next = m->offset; /* no committed offset: start here */
-    if (t->known && t->nhold == 0 && m->offset < t->acked) {
-        dispatch(k, t, m);
-        return;
-    }
-    if (hold(k, t, m)) {
+    } else if (rc) {
         svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition, (long long)m->offset);
         rd_kafka_message_destroy(m); /* never done: redelivered after a restart */
-        return;
     }
-    if (t->known) want_mark(k, t, m->offset);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -485,7 +281,7 @@ typedef struct kfetch {
     uv_work_t req;
     svc_kafka *k;
     rd_kafka_topic_partition_list_t *l;
-    uint32_t *agen;          /* per element: the partition's agen when asked */
+    uint32_t *agen;          /* per element: the partition's assignment generation when asked */
     rd_kafka_resp_err_t err;
 } kfetch;
 
@@ -506,22 +302,17 @@ static void fetch_done(uv_work_t *req, int status) {
                 status ? uv_err_name(status) : rd_kafka_err2name(f->err));
     for (int i = 0; !failed && i < f->l->cnt; i++) {
         rd_kafka_topic_partition_t *e = &f->l->elems[i];
-        ktrack *t = track_get(k, e->partition);
-        if (!t || !t->assigned || t->agen != f->agen[i] || t->known) continue;
+        if (!svc_offsets_wants(k->off, e->partition, f->agen[i])) continue;
         if (e->err) {
             svc_log(SVC_LOG_WARN, "committed_read_failed", "partition=%d err=%s", e->partition,
                     rd_kafka_err2name(e->err));
             failed = 1;
             continue;
         }
-        t->known = 1;
-        t->prev_mark = parse_mark(e->metadata, e->metadata_size);
-        t->acked = t->mark = t->prev_mark > 0 ? t->prev_mark : 0;
-        t->next = e->offset >= 0 ? e->offset : t->nhold ? t->hold[0]->offset : -1;
+        int64_t prev_mark = svc_offsets_mark_parse(e->metadata, e->metadata_size);
         svc_log(SVC_LOG_INFO, "partition_committed", "partition=%d offset=%lld mark=%lld", e->partition,
-                (long long)e->offset, (long long)t->prev_mark);
-        k->release = 1;
-        if (t->nhold) want_mark(k, t, t->hold[t->nhold - 1]->offset);
+                (long long)e->offset, (long long)prev_mark);
+        if (svc_offsets_committed(k->off, e->partition, f->agen[i], e->offset, prev_mark)) k->release = 1;
     }
     rd_kafka_topic_partition_list_destroy(f->l);
     free(f->agen);
@@ -537,7 +328,8 @@ static void fetch_done(uv_work_t *req, int status) {
 static void fetch_start(svc_kafka *k) {
     if (k->fetch_inflight || k->handles_closing || k->closing || uv_now(k->loop) < k->fetch_after) return;
     int n = 0;
-    for (int p = 0; p < k->n_track; p++) n += k->track[p].assigned && !k->track[p].known;
+    uint32_t agen;
+    for (int32_t p = 0; p < svc_offsets_n(k->off); p++) n += svc_offsets_unknown(k->off, p, &agen);
     if (!n) return;
     kfetch *f = calloc(1, sizeof *f);
     if (!f) return;
@@ -545,9 +337,9 @@ static void fetch_start(svc_kafka *k) {
     f->l = rd_kafka_topic_partition_list_new(n);
     f->agen = malloc((size_t)n * sizeof *f->agen);
     if (!f->l || !f->agen) goto fail;
-    for (int p = 0; p < k->n_track; p++) {
-        if (!k->track[p].assigned || k->track[p].known) continue;
-        f->agen[f->l->cnt] = k->track[p].agen;
+    for (int32_t p = 0; p < svc_offsets_n(k->off); p++) {
+        if (!svc_offsets_unknown(k->off, p, &agen)) continue;
+        f->agen[f->l->cnt] = agen;
         rd_kafka_topic_partition_list_add(f->l, k->topic, p);
     }
     f->req.data = f;
@@ -572,8 +364,8 @@ void svc_kafka_pause(svc_kafka *k, int pause) {
     if (rd_kafka_assignment(k->cons, &l) == 0 && l) {
         /* Partitions paused because their mark is late stay paused. */
         for (int i = l->cnt - 1; !pause && i >= 0; i--) {
-            ktrack *t = strcmp(l->elems[i].topic, k->topic) ? NULL : track_get(k, l->elems[i].partition);
-            if (t && t->hold_paused) rd_kafka_topic_partition_list_del_by_idx(l, i);
+            if (!strcmp(l->elems[i].topic, k->topic) && svc_offsets_hold_paused(k->off, l->elems[i].partition))
+                rd_kafka_topic_partition_list_del_by_idx(l, i);
         }
         if (l->cnt) pause_list(k, l, pause);
         rd_kafka_topic_partition_list_destroy(l);
@@ -584,8 +376,9 @@ void svc_kafka_pause(svc_kafka *k, int pause) {
 static void mark(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int assigned) {
     for (int i = 0; i < l->cnt; i++) {
         if (strcmp(l->elems[i].topic, k->topic)) continue;
-        ktrack *t = track_get(k, l->elems[i].partition);
-        if (t) track_assign(t, assigned);
+        /* Fails only for a partition number past max_partition, or without
+         * memory: the partition stays untracked, its messages dropped. */
+        (void)svc_offsets_assign(k->off, l->elems[i].partition, assigned);
     }
 }
 
@@ -597,8 +390,9 @@ static void commit_revoked(svc_kafka *k, rd_kafka_topic_partition_list_t *parts)
     if (!l) return;
     for (int i = 0; i < parts->cnt; i++) {
         if (strcmp(parts->elems[i].topic, k->topic)) continue;
-        ktrack *t = track_get(k, parts->elems[i].partition);
-        if (t && t->assigned && t->known && t->next >= 0) add_commit(k, l, parts->elems[i].partition, t, 1);
+        int64_t offset, mark;
+        if (svc_offsets_final(k->off, parts->elems[i].partition, &offset, &mark))
+            add_commit(k, l, parts->elems[i].partition, offset, mark);
     }
     if (l->cnt) {
         /* The opaque is not k: commit_cb does not take it for the regular commit. */
@@ -606,12 +400,6 @@ static void commit_revoked(svc_kafka *k, rd_kafka_topic_partition_list_t *parts)
         if (e) svc_log(SVC_LOG_WARN, "commit_failed", "err=%s on=revoke", rd_kafka_err2name(e));
     }
     rd_kafka_topic_partition_list_destroy(l);
-}
-
-static int count_assigned(svc_kafka *k) {
-    int n = 0;
-    for (int i = 0; i < k->n_track; i++) n += k->track[i].assigned;
-    return n;
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
@@ -627,7 +415,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
             rd_kafka_assign(rk, parts);
         }
         if (k->paused && parts->cnt) pause_list(k, parts, 1);
-        k->st.assigned = count_assigned(k);
+        k->st.assigned = svc_offsets_count_assigned(k->off);
         svc_log(SVC_LOG_INFO, "partitions_assigned", "count=%d total=%d", parts->cnt, k->st.assigned);
         k->st.up = 1;
         k->fetch_after = 0;
@@ -645,7 +433,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         } else {
             rd_kafka_assign(rk, NULL);
         }
-        k->st.assigned = count_assigned(k);
+        k->st.assigned = svc_offsets_count_assigned(k->off);
         svc_log(SVC_LOG_INFO, "partitions_revoked", "count=%d total=%d", parts->cnt, k->st.assigned);
     }
 }
@@ -801,6 +589,10 @@ int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs
     k->cbs = *cbs;
     k->cpipe[0] = k->cpipe[1] = k->ppipe[0] = k->ppipe[1] = -1;
     if (!(k->topic = strdup(c->topic_jobs))) goto nomem;
+    svc_offsets_config oc;
+    svc_offsets_config_default(&oc);
+    oc.cbs = (svc_offsets_cbs){k, off_dispatch, off_drop, off_hold_pause, off_commit};
+    if (svc_offsets_new(&oc, &k->off)) goto nomem;
     if (!(k->cons = make_client(k, c, 1, err, errlen))) goto fail;
     if (!(k->prod = make_client(k, c, 0, err, errlen))) goto fail;
     rd_kafka_poll_set_consumer(k->cons); /* main queue (stats, errors) into the consumer queue */
@@ -911,14 +703,15 @@ void svc_kafka_free(svc_kafka *k) {
         rd_kafka_flush(k->prod, 5000);
         rd_kafka_destroy(k->prod);
     }
-    for (int i = 0; i < k->n_track; i++) hold_clear(&k->track[i]); /* before the consumer goes */
+    if (k->off) svc_offsets_drop_held(k->off); /* the messages are the consumer's: before it goes */
     if (k->cons) {
         /* Commit the done offsets with exact marks (nothing more is
          * dispatched), synchronously, then leave the group. */
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(k->n_track > 0 ? k->n_track : 1);
-        for (int p = 0; l && p < k->n_track; p++) {
-            ktrack *t = &k->track[p];
-            if (t->assigned && t->known && t->next >= 0) add_commit(k, l, p, t, 1);
+        int np = k->off ? svc_offsets_n(k->off) : 0;
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(np > 0 ? np : 1);
+        for (int32_t p = 0; l && p < np; p++) {
+            int64_t offset, mark;
+            if (svc_offsets_final(k->off, p, &offset, &mark)) add_commit(k, l, p, offset, mark);
         }
         if (l && l->cnt) {
             rd_kafka_resp_err_t e = rd_kafka_commit(k->cons, l, 0);
@@ -932,12 +725,7 @@ void svc_kafka_free(svc_kafka *k) {
         if (k->cpipe[i] >= 0) close(k->cpipe[i]);
         if (k->ppipe[i] >= 0) close(k->ppipe[i]);
     }
-    for (int i = 0; i < k->n_track; i++) {
-        free(k->track[i].off);
-        free(k->track[i].done);
-        free(k->track[i].hold);
-    }
-    free(k->track);
+    svc_offsets_free(k->off);
     free(k->topic);
     free(k);
 }

@@ -25,17 +25,19 @@
  * kept by committing the mark before dispatching: a consumed message at
  * offset o is handed over only once the broker has acknowledged a commit
  * with a mark > o; until then it is held (in order; the partition is paused
- * when HOLD_PAUSE messages are held). The mark is asked MARK_AHEAD offsets
- * ahead, and renewed when dispatch gets within half of that, so dispatch
+ * when hold_pause, 1024, messages are held). The mark is asked mark_ahead,
+ * 64, offsets ahead (svc_offsets_config), and renewed when dispatch gets within half of that, so dispatch
  * normally never waits; regular commits are sent one at a time, so the
  * broker never sees a mark go down while we dispatch. After an assignment,
  * the committed offset and mark are read (rd_kafka_committed, on libuv's
  * thread pool; the partition's messages are held meanwhile): a message at
  * an offset below the previous mark, or at/below one this consumer already
  * dispatched (a re-fetch), gets svc_ktok.redelivered = 1.
+ * The bookkeeping (ring, marks, hold) is svc_offsets.h, a module without
+ * Kafka types that this one drives; here are the clients and the I/O.
  * Guarantee: a job handed to the service before a crash, a rebalance or a
  * stop, and consumed again, is always marked. False positives: after a
- * crash, up to MARK_AHEAD offsets past the last dispatched one per
+ * crash, up to mark_ahead offsets past the last dispatched one per
  * partition, and jobs dispatched but not finished (their result may never
  * have been produced); after a revoke or a clean stop the mark committed is
  * exactly the highest dispatched offset + 1, so none beyond those. Marks
@@ -57,14 +59,12 @@
 #include <uv.h>
 
 #include "svc_config.h"
+#include "svc_offsets.h"
 
-/* Identifies a consumed message for svc_kafka_done. */
-typedef struct svc_ktok {
-    int32_t partition;
-    int64_t offset;
-    uint32_t epoch;
-    uint8_t redelivered;    /* it may have been handed to a service before (see above) */
-} svc_ktok;
+/* Identifies a consumed message for svc_kafka_done: partition, offset,
+ * epoch, and redelivered (it may have been handed to a service before, see
+ * above). */
+typedef svc_offsets_tok svc_ktok;
 
 typedef struct svc_kafka_cbs {
     void *ud;

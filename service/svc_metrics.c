@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "json_out.h"
+#include "jw.h"
 #include "svc_job.h"
 #include "svc_redis.h"
 
@@ -33,6 +33,7 @@ void svc_metrics_init(svc_metrics *m) {
     svc_hist_init(&m->queue_s, lat, 15);
     svc_hist_init(&m->ttft_s, lat, 15);
     svc_hist_init(&m->total_s, lat, 15);
+    svc_hist_init(&m->itl_s, lat, 15);
     svc_hist_init(&m->entropy, ent, 9);
     svc_hist_init(&m->gap, unit, 12);
     svc_hist_init(&m->pmax, unit, 12);
@@ -101,6 +102,7 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     hist(f, "confkv_queue_seconds", "Time from consumption to the first prefill step.", &m->queue_s);
     hist(f, "confkv_ttft_seconds", "Time from consumption to the first token.", &m->ttft_s);
     hist(f, "confkv_request_seconds", "Time from consumption to the last token.", &m->total_s);
+    hist(f, "confkv_inter_token_seconds", "Mean time between a job's tokens, per job.", &m->itl_s);
     hist(f, "confkv_entropy_nats", "Mean next-token entropy of each job.", &m->entropy);
     hist(f, "confkv_prob_gap_ratio", "Mean top-1 minus top-2 probability of each job.", &m->gap);
     hist(f, "confkv_prob_max_ratio", "Mean top-1 probability of each job.", &m->pmax);
@@ -124,6 +126,25 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
                    "confkv_kv_bytes{tier=\"int8\"} %zu\n",
                 e->hot_bytes, e->warm_bytes, e->int8_bytes);
         one(f, "confkv_kv_hot_capacity_bytes", "gauge", "Hot KV pool size.", (double)e->hot_capacity_bytes);
+        head(f, "confkv_kv_capacity_bytes", "gauge", "KV memory each tier is sized for (warm: host, int8).");
+        fprintf(f, "confkv_kv_capacity_bytes{tier=\"hot\"} %zu\nconfkv_kv_capacity_bytes{tier=\"warm\"} %zu\n",
+                e->hot_capacity_bytes, e->warm_capacity_bytes);
+        head(f, "confkv_kv_window_changes_total", "counter", "CONF-KV hot window moves, by direction.");
+        fprintf(f, "confkv_kv_window_changes_total{direction=\"grow\"} %llu\n"
+                   "confkv_kv_window_changes_total{direction=\"shrink\"} %llu\n",
+                (unsigned long long)e->window_grows, (unsigned long long)e->window_shrinks);
+        one(f, "confkv_kv_breaker_trips_total", "counter",
+            "Times a sequence's circuit breaker engaged (hot pool past breaker_threshold).", (double)e->breaker_trips);
+        one(f, "confkv_kv_breaker_engaged", "gauge", "Running sequences held at their minimum budget by the breaker.",
+            e->breaker_engaged);
+        one(f, "confkv_kv_reruns_total", "counter", "Uncertain steps rerun with recalled blocks.", (double)e->reruns);
+        head(f, "confkv_policy_threshold", "gauge", "The default policy's thresholds now (tuned under tuning=adaptive).");
+        fprintf(f, "confkv_policy_threshold{param=\"entropy_threshold\"} %.6g\n"
+                   "confkv_policy_threshold{param=\"prob_gap_threshold\"} %.6g\n"
+                   "confkv_policy_threshold{param=\"max_prob_threshold\"} %.6g\n",
+                e->threshold_entropy, e->threshold_gap, e->threshold_pmax);
+        one(f, "confkv_tuning_windows_total", "counter", "Tuning windows closed.", (double)e->tune_windows);
+        one(f, "confkv_tuning_moves_total", "counter", "Threshold moves made by the tuner.", (double)e->tune_moves);
         one(f, "confkv_kv_spills_total", "counter", "KV blocks written from the warm tier to the cold tier.",
             (double)e->cold_spills);
         head(f, "confkv_kv_cold_fetches_total", "counter", "KV blocks fetched back from the cold tier, by result.");
@@ -174,6 +195,7 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     const svc_kafka_stats *k = v->kafka;
     one(f, "confkv_kafka_up", "gauge", "1 when a Kafka broker connection is up.", k ? k->up : 0);
     const svc_redis_stats *r = v->redis;
+    one(f, "confkv_redis_configured", "gauge", "1 when a Redis cold tier is configured.", r ? 1 : 0);
     one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).", r ? r->up : 0);
     if (r) {
         head(f, "confkv_cold_requests_total", "counter", "Cold-tier requests accepted, by operation.");
@@ -272,6 +294,7 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
     jhist(&w, "queue", &m->queue_s);
     jhist(&w, "ttft", &m->ttft_s);
     jhist(&w, "total", &m->total_s);
+    jhist(&w, "inter_token", &m->itl_s);
     jw_obj_end(&w);
     if (v->eng) {
         jw_key(&w, "engine");
@@ -286,6 +309,22 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
         jw_int(&w, (int64_t)v->eng->hot_bytes);
         jw_key(&w, "warm_kv_bytes");
         jw_int(&w, (int64_t)v->eng->warm_bytes);
+        jw_key(&w, "window_grows");
+        jw_int(&w, (int64_t)v->eng->window_grows);
+        jw_key(&w, "window_shrinks");
+        jw_int(&w, (int64_t)v->eng->window_shrinks);
+        jw_key(&w, "breaker_trips");
+        jw_int(&w, (int64_t)v->eng->breaker_trips);
+        /* the default policy's thresholds now: a record is also sent at
+         * once whenever the tuner moves one (svc_service.c, tick_cb) */
+        jw_key(&w, "threshold_entropy");
+        jw_num(&w, v->eng->threshold_entropy);
+        jw_key(&w, "threshold_gap");
+        jw_num(&w, v->eng->threshold_gap);
+        jw_key(&w, "threshold_pmax");
+        jw_num(&w, v->eng->threshold_pmax);
+        jw_key(&w, "tune_moves");
+        jw_int(&w, (int64_t)v->eng->tune_moves);
         jw_obj_end(&w);
     }
     if (v->redis) {

@@ -37,6 +37,7 @@ typedef struct svc_metrics {
     uint64_t jobs_consumed, jobs_redelivered, dead_letters, results_failed;
     uint64_t prompt_tokens, completion_tokens, cached_tokens;
     svc_hist queue_s, ttft_s, total_s;          /* latency, seconds */
+    svc_hist itl_s;                             /* mean inter-token latency of each job, seconds */
     svc_hist entropy, gap, pmax;                /* per-job mean confidence signals */
     svc_hist kv_retained, hot_peak_bytes;       /* hot window: retained fraction, peak bytes */
     uint64_t recalls, demotions, spills;

@@ -29,6 +29,7 @@ typedef struct rreq {
     size_t key_len;
     char *val;                   /* put: the value (inline); get: the reply copy (malloc) */
     size_t len;
+    unsigned flags;              /* put: COLD_PUT_* */
     int val_owned;               /* val is a malloc'd reply copy */
     double t_sent;
 } rreq;
@@ -309,7 +310,8 @@ static void set_up(svc_redis *r, int up) {
 /* ------------------------------------------------------------------------ */
 /* engine thread: cold_ops */
 
-static int submit(svc_redis *r, int op, const char *key, const void *data, size_t len, cold_cb cb, void *ud) {
+static int submit(svc_redis *r, int op, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb,
+                  void *ud) {
     size_t kl = strlen(key);
     if (kl == 0 || r->prefix_len + kl > MAX_KEY) return CK_EINVAL;
     size_t vl = op == OP_PUT ? len : 0;
@@ -317,6 +319,7 @@ static int submit(svc_redis *r, int op, const char *key, const void *data, size_
     if (!q) return CK_ENOMEM;
     memset(q, 0, sizeof *q);
     q->op = op;
+    q->flags = flags;
     q->cb = cb;
     q->ud = ud;
     q->key = (char *)(q + 1);
@@ -363,13 +366,16 @@ static int submit(svc_redis *r, int op, const char *key, const void *data, size_
     return CK_OK;
 }
 
-static int r_put(cold_store *s, const char *key, const void *data, size_t len, cold_cb cb, void *ud) {
-    return submit((svc_redis *)s, OP_PUT, key, data, len, cb, ud);
+static int r_put(cold_store *s, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb,
+                 void *ud) {
+    return submit((svc_redis *)s, OP_PUT, key, data, len, flags, cb, ud);
 }
 static int r_get(cold_store *s, const char *key, cold_cb cb, void *ud) {
-    return submit((svc_redis *)s, OP_GET, key, NULL, 0, cb, ud);
+    return submit((svc_redis *)s, OP_GET, key, NULL, 0, 0, cb, ud);
 }
-static int r_del(cold_store *s, const char *key) { return submit((svc_redis *)s, OP_DEL, key, NULL, 0, NULL, NULL); }
+static int r_del(cold_store *s, const char *key) {
+    return submit((svc_redis *)s, OP_DEL, key, NULL, 0, 0, NULL, NULL);
+}
 
 static void r_poll(cold_store *s) {
     svc_redis *r = (svc_redis *)s;
@@ -603,8 +609,7 @@ static void send_req(svc_redis *r, rreq *q) {
         argv[1] = q->key, lens[1] = q->key_len;
         argv[2] = q->val ? q->val : "", lens[2] = q->len;
         argc = 3;
-        int keep = q->key_len >= r->prefix_len + 4 && !memcmp(q->key + r->prefix_len, "tpl:", 4);
-        if (r->c.ttl_s > 0 && !keep) {
+        if (r->c.ttl_s > 0 && !(q->flags & COLD_PUT_PERSIST)) {
             argv[3] = "EX", lens[3] = 2;
             argv[4] = r->ttl, lens[4] = strlen(r->ttl);
             argc = 5;

@@ -28,8 +28,9 @@
  * and PING; it is up once PING answers. A lost connection, a failed connect
  * or handshake, or a reply timeout starts a reconnection after a backoff
  * that doubles from backoff_min_ms to backoff_max_ms (reset once up). Keys
- * are the prefix followed by the caller's key; SET carries EX ttl_s, except
- * for template records ("tpl:..." keys, tmpl.h), which never expire.
+ * are the prefix followed by the caller's key (coldkey.h names them); SET
+ * carries EX ttl_s, except for puts with COLD_PUT_PERSIST (template records,
+ * tpl.h), which never expire.
  *
  * Threads: put/get/del/poll from one thread (the engine's); svc_redis_new,
  * svc_redis_close from the loop thread; svc_redis_get_stats from any. */

@@ -51,6 +51,7 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
     cJSON_AddNumberToObject(u, "cached_tokens", w ? w->cached_tokens : 0);
     if (w && status != SVC_WORK_ERROR) {
         cJSON *kv = cJSON_AddObjectToObject(r, "kv");
+        cJSON_AddStringToObject(kv, "policy", w->policy);
         cJSON_AddNumberToObject(kv, "retained_mean", w->kv_retained_mean);
         cJSON_AddNumberToObject(kv, "hot_peak_bytes", (double)w->hot_peak_bytes);
         cJSON_AddNumberToObject(kv, "recalls", (double)w->recalls);

@@ -14,7 +14,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
 
-#include "svc_engine_thread.h"
+#include "svc_et.h"
 #include "svc_job.h"
 
 typedef struct svc_origin {

@@ -11,7 +11,7 @@
 
 #include "ck_err.h"
 #include "svc_broker.h"
-#include "svc_engine_thread.h"
+#include "svc_et.h"
 #include "svc_http.h"
 #include "svc_job.h"
 #include "svc_kafka.h"
@@ -19,7 +19,7 @@
 #include "svc_metrics.h"
 #include "svc_redis.h"
 #include "svc_result.h"
-#include "svc_templates.h"
+#include "svc_tpl.h"
 
 #define MAX_PRODUCE_ATTEMPTS 3
 
@@ -48,8 +48,9 @@ typedef struct svc_service {
     svc_http *http;
     svc_redis *redis;            /* cold tier; NULL when not configured */
     svc_tpl *tpl;                /* template usage and prewarm */
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     uv_timer_t metrics_timer, drain_timer, tick_timer;
+    uint64_t tune_moves_seen;    /* the tuner's moves already published as records */
     int flush_asked;             /* draining: the engine thread flushes cold writes */
     svc_metrics metrics;
     rec *recs;
@@ -222,6 +223,9 @@ static void count_result(svc_service *s, rec *r, const svc_work *w, int err_code
     svc_hist_observe(&m->queue_s, w->queue_ms / 1e3);
     svc_hist_observe(&m->ttft_s, w->ttft_ms / 1e3);
     svc_hist_observe(&m->total_s, w->total_ms / 1e3);
+    /* inter-token latency: the job's mean time between its tokens */
+    if (w->completion_tokens > 1)
+        svc_hist_observe(&m->itl_s, (w->total_ms - w->ttft_ms) / 1e3 / (w->completion_tokens - 1));
     if (w->completion_tokens > 0) {
         svc_hist_observe(&m->entropy, w->mean_entropy);
         svc_hist_observe(&m->gap, w->mean_gap);
@@ -485,7 +489,7 @@ static void http_prewarm(svc_service *s, const svc_http_req *q, svc_http_resp *r
     cJSON *it;
     if (!bad && arr)
         cJSON_ArrayForEach(it, arr) {
-            if (!cJSON_IsString(it) || !tpl_name_ok(it->valuestring)) bad = 1;
+            if (!cJSON_IsString(it) || !eng_template_name_ok(it->valuestring)) bad = 1;
             else names[n++] = it->valuestring;
         }
     int rc = bad ? CK_EINVAL : !s->loaded ? CK_ESTATE : svc_tpl_prewarm(s->tpl, names, n);
@@ -542,7 +546,7 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         if (s->redis) svc_redis_get_stats(s->redis, &rs);
         char *b = NULL;
         /* the prompt format (chat_model_describe keeps these printable ASCII) */
-        const chat_model_info *ci = s->et ? svc_et_chat_info(s->et) : NULL;
+        const eng_prompt_format *ci = s->et ? svc_et_chat_info(s->et) : NULL;
         if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
                          "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
                          "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\"}\n",
@@ -591,6 +595,7 @@ static void finish_service(svc_service *s) {
     svc_tpl_close(s->tpl);
     uv_close((uv_handle_t *)&s->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&s->sigint, close_cb_noop);
+    uv_close((uv_handle_t *)&s->sighup, close_cb_noop);
     svc_http_close(s->http);
     s->http = NULL;
     svc_et_stop(s->et); /* joins the engine thread: no more completions */
@@ -626,6 +631,53 @@ static void tick_cb(uv_timer_t *t) {
     int before = is_ready(s);
     svc_tpl_tick(s->tpl, s->loaded && !s->draining);
     if (!before && is_ready(s)) write_ready_file(s);
+    /* The tuner moved a threshold (the engine thread logged it): a metrics
+     * record now, not at the next period, so the topic has every move. */
+    eng_stats es;
+    svc_hist batch;
+    if (s->et && s->kafka && svc_et_stats(s->et, &es, &batch) && es.tune_moves != s->tune_moves_seen) {
+        s->tune_moves_seen = es.tune_moves;
+        metrics_cb(&s->metrics_timer);
+    }
+}
+
+/* SIGHUP: build the configuration again from the same argv, environment and
+ * file (svc_config_load: same precedence), and apply what can change while
+ * running: the default policy and the tuning keys, for jobs that reach the
+ * engine from now on. A configuration that does not load, or a policy that
+ * does not parse, is refused with a log line and nothing changes; other
+ * keys that changed are named in the log (they need a restart). */
+static void reload_cb(uv_signal_t *h, int sig) {
+    (void)sig;
+    svc_service *s = h->data;
+    svc_config nc;
+    char err[1024] = "";
+    int rc = svc_config_load(&nc, s->cfg->argc, s->cfg->argv, err, sizeof err);
+    kvpol_config pc;
+    if (!rc && nc.policy && kvpol_parse(nc.policy, &pc, err, sizeof err)) rc = CK_EINVAL;
+    if (rc) {
+        svc_log(SVC_LOG_WARN, "config_reload", "status=refused error=\"%s\" (the running values stay)",
+                rc == 1 ? "--help" : err);
+        svc_config_free(&nc);
+        return;
+    }
+    char ignored[512] = "";
+    size_t il = 0;
+    static const char *const live[] = {"policy", "tuning", "tuning_window_s", "tuning_target"};
+    for (int i = 0; i < nc.n_kv; i++) {
+        const char *k = nc.kv[i].key, *old = svc_config_get(s->cfg, k);
+        int is_live = 0;
+        for (size_t j = 0; j < sizeof live / sizeof live[0]; j++) is_live |= !strcmp(k, live[j]);
+        if (is_live || (old && !strcmp(old, nc.kv[i].value))) continue;
+        if (il < sizeof ignored - 1)
+            il += (size_t)snprintf(ignored + il, sizeof ignored - il, "%s%s", il ? "," : "", k);
+    }
+    svc_log(SVC_LOG_INFO, "config_reload", "status=loaded policy=\"%s\" tuning=%s%s%s", nc.policy ? nc.policy : "conf",
+            nc.tuning, *ignored ? " restart_needed=" : "", ignored);
+    if (s->et)
+        svc_et_reload(s->et, nc.policy ? nc.policy : "conf", svc_config_tuning(&nc), nc.tuning_window_s,
+                      nc.tuning_target);
+    svc_config_free(&nc);
 }
 
 static void signal_cb(uv_signal_t *h, int sig) {
@@ -723,6 +775,9 @@ int svc_service_run(svc_config *cfg) {
     eo.eng.max_context = cfg->max_context;
     eo.eng.max_memory_mb = (size_t)cfg->max_memory_mb;
     if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
+    eo.eng.tuning = svc_config_tuning(cfg);
+    eo.eng.tuning_window_s = cfg->tuning_window_s;
+    eo.eng.tuning_target = cfg->tuning_target;
     if (cfg->warm_budget_kb) eo.eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
     eo.eng.prefix_cache_bytes = (size_t)cfg->prefix_cache_mb << 20;
     eo.eng.prefix_cache_off = !cfg->prefix_cache;
@@ -755,6 +810,9 @@ int svc_service_run(svc_config *cfg) {
     s->sigterm.data = s->sigint.data = s;
     uv_signal_start(&s->sigterm, signal_cb, SIGTERM);
     uv_signal_start(&s->sigint, signal_cb, SIGINT);
+    uv_signal_init(&s->loop, &s->sighup);
+    s->sighup.data = s;
+    uv_signal_start(&s->sighup, reload_cb, SIGHUP);
     uv_timer_init(&s->loop, &s->metrics_timer);
     uv_timer_init(&s->loop, &s->drain_timer);
     uv_timer_init(&s->loop, &s->tick_timer);

@@ -225,7 +225,7 @@ static void test_no_template(void) {
     char *text = NULL;
     size_t len = 0, ns = 0;
     jinja_span *sp = NULL;
-    int32_t ids[64], want[64];
+    int32_t ids[64] = {0}, want[64] = {0};
     int n = 0, nw = 0;
     if (rc == 0) rc = chat_render(c, m, 2, 1, NULL, &text, &len, &sp, &ns, &err);
     if (rc == 0) rc = chat_tokenize(c, text, len, sp, ns, ids, 64, &n);

@@ -252,9 +252,9 @@ static void evil_get_cb(void *ud, int status, const void *data, size_t len) {
     free(c);
     free(r);
 }
-static int evil_put(cold_store *s, const char *k, const void *d, size_t n, cold_cb cb, void *ud) {
+static int evil_put(cold_store *s, const char *k, const void *d, size_t n, unsigned fl, cold_cb cb, void *ud) {
     evil_store *e = (evil_store *)s;
-    return e->inner->ops->put(e->inner, k, d, n, cb, ud);
+    return e->inner->ops->put(e->inner, k, d, n, fl, cb, ud);
 }
 static int evil_get(cold_store *s, const char *k, cold_cb cb, void *ud) {
     evil_store *e = (evil_store *)s;

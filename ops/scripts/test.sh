@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
-# Build and run the whole test suite: the release build, then the same tests
+# Build and run the whole test suite: the format and static checks
+# (ops/scripts/lint.sh), the release build, then the same tests
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the fuzzers' CI run
 # (when ops/scripts/fuzz_ci.sh exists), then ThreadSanitizer. Each pass prints
 # its time: CI's budget is 30 minutes in all (README, "Sanitizers").
-# Usage: ops/scripts/test.sh [--no-asan] [--no-fuzz] [--no-tsan]
+# Usage: ops/scripts/test.sh [--no-lint] [--no-asan] [--no-fuzz] [--no-tsan]
 # The build folders are build, build-asan and build-tsan unless
 # CONFKV_BUILD, CONFKV_BUILD_ASAN, CONFKV_BUILD_TSAN name others.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=$(nproc)
 b=${CONFKV_BUILD:-build} ba=${CONFKV_BUILD_ASAN:-build-asan} bt=${CONFKV_BUILD_TSAN:-build-tsan}
-asan=1 fuzz=1 tsan=1
+asan=1 fuzz=1 tsan=1 lint=1
 for a in "$@"; do
   case $a in
     --no-asan) asan=0 ;;
     --no-fuzz) fuzz=0 ;;
     --no-tsan) tsan=0 ;;
-    *) echo "usage: $0 [--no-asan] [--no-fuzz] [--no-tsan]" >&2; exit 2 ;;
+    --no-lint) lint=0 ;;
+    *) echo "usage: $0 [--no-lint] [--no-asan] [--no-fuzz] [--no-tsan]" >&2; exit 2 ;;
   esac
 done
 t0=$SECONDS
 took() { echo "test.sh: $1 pass: $((SECONDS - t0)) s"; t0=$SECONDS; }
+
+# Format and static checks first: a minute, and they fail fast.
+if [ "$lint" = 1 ]; then
+  bash ops/scripts/lint.sh
+  took lint
+fi
 
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$b" -j"$jobs"
@@ -36,10 +44,13 @@ if [ "$asan" = 1 ]; then
   # renderings (byte-for-byte output checks, three quarters of their time in
   # llama.cpp and Python under this build's slow start-up); the code they
   # drive runs under ASan through test_arch, test_jinja, test_chat,
-  # cli_generate, the vocab suites and the fuzz replays.
+  # cli_generate, the vocab suites and the fuzz replays. Nor the operator
+  # scripts that time phases of load (svc_tune, svc_tuning, svc_alerts_live:
+  # their readers and the tuner run here through test_tuner, test_svc_route,
+  # fuzz_prom and svc_reload).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$ba" --output-on-failure -j"$jobs" -LE slow \
-    -E '^(llamacpp_.*|jinja_oracle|jinja_render_only)$'
+    -E '^(llamacpp_.*|jinja_oracle|jinja_render_only|svc_tune|svc_tuning|svc_alerts_live)$'
   took asan
 fi
 
@@ -69,7 +80,7 @@ if [ "$tsan" = 1 ]; then
   OMP_THREAD_LIMIT=1 \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir "$bt" --output-on-failure -j"$jobs" \
-    -R '^(test_|svc_|tsan_canary$)' -E '^(svc_restart|svc_redis|svc_compose)$' || rc=$?
+    -R '^(test_|svc_|tsan_canary$)' -E '^(svc_restart|svc_redis|svc_compose|svc_tune|svc_tuning|svc_alerts_live)$' || rc=$?
   if [ -n "$(ls -A "$reports")" ]; then
     cat "$reports"/* >&2
     echo "test.sh: ThreadSanitizer reports above" >&2

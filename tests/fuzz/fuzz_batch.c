@@ -1,5 +1,5 @@
 /* fuzz_batch.c - the Batch API JSONL reader of `confkv batch`
- * (service/cli_batch.c: batch_read and parse_line, then write_line).
+ * (service/cli/cli_batch.c: batch_read and parse_line, then write_line).
  *
  * This file includes cli_batch.c to reach its static reader. Input: the
  * whole input file. Checked: one request per non-empty line (a line's

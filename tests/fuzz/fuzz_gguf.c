@@ -3,8 +3,9 @@
  * Input: a whole file. Checked, when gguf_open accepts it: every key can be
  * read back with the getter of its type; every string and array lies inside
  * the file; every tensor's data lies inside the data section, aligned, with
- * nbytes consistent with its shape; lookups by name find what iteration
- * found. (Every byte is touched, so a pointer outside the mapping faults.) */
+ * nbytes consistent with its shape, and its first row dequantizes; lookups
+ * by name find what iteration found. (Every byte is touched, so a pointer
+ * outside the mapping faults.) */
 #include "ck_err.h"
 #include "fuzz.h"
 #include "gguf.h"
@@ -115,6 +116,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(((uintptr_t)t->data - (uintptr_t)gguf_tensor_at(f, 0)->data + gguf_tensor_at(f, 0)->offset) ==
                    t->offset);
         touch(t->data, (size_t)t->nbytes);
+        /* the first row, dequantized: any bytes are valid blocks of every
+         * type gguf_open accepts (ASan/UBSan watch the unpacking) */
+        float row[4096];
+        if (t->ne[0] <= 4096) FUZZ_CHECK(quant_to_f32(t->type, t->data, row, t->ne[0]) == 0);
     }
     FUZZ_CHECK(gguf_tensor_at(f, nt) == NULL);
     gguf_close(f);

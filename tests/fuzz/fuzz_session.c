@@ -1,7 +1,7 @@
 /* fuzz_session.c - session records read back from the cold store
- * (session.h: the "sess:<id>" value), through the real path: the value is
+ * (sess.h: the "sess:<id>" value), through the real path: the value is
  * put in an in-memory store (cold_mem.c), sess_fetch asks for it, and the
- * store's answer goes through session.c's check.
+ * store's answer goes through sess.c's check.
  *
  * Input: byte 0 bit 0 asks the harness to repair the record's XXH64 first
  * (so mutated lengths and ids get past the checksum); the rest is the value.
@@ -15,7 +15,7 @@
 #include "ck_err.h"
 #include "cold.h"
 #include "fuzz.h"
-#include "session.h"
+#include "sess.h"
 
 #define FP "0123456789abcdef"
 #define VOCAB 512
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sess_store *s = NULL;
     FUZZ_CHECK(sess_new(&c, &s) == 0);
     /* the value as another instance would have stored it (cold_mem copies) */
-    FUZZ_CHECK(cold->ops->put(cold, "sess:fz", v, len, NULL, NULL) == 0);
+    FUZZ_CHECK(cold->ops->put(cold, "sess:fz", v, len, 0, NULL, NULL) == 0);
     cold_poll(cold);
     int waiter = 0;
     FUZZ_CHECK(sess_fetch(s, "fz", &waiter) == 0 && waiter == 1);

@@ -1,5 +1,5 @@
 /* fuzz_template.c - cache-template records read back from the cold store
- * (tmpl.h: the "tpl:<name>" value).
+ * (tpl.h: the "tpl:<name>" value).
  *
  * Input: byte 0 bit 0 asks the harness to repair the record's xxh64 line
  * (so mutated headers and texts get past the checksum); bit 1 makes
@@ -14,7 +14,7 @@
 #include "ck_err.h"
 #include "cold.h"
 #include "fuzz.h"
-#include "tmpl.h"
+#include "tpl.h"
 
 /* Rewrite the 16 hex digits after "\nxxh64 " with the XXH64 of what follows
  * the blank line (when the value has both). */
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(cold_mem_new(&cold) == 0);
     tpl_cache *c = NULL;
     FUZZ_CHECK(tpl_cache_new(4, 1000, cold, &c) == 0);
-    FUZZ_CHECK(cold->ops->put(cold, "tpl:fz", v, len, NULL, NULL) == 0);
+    FUZZ_CHECK(cold->ops->put(cold, "tpl:fz", v, len, COLD_PUT_PERSIST, NULL, NULL) == 0);
     cold_poll(cold);
     int waiter = 0;
     FUZZ_CHECK(tpl_cache_fetch(c, "fz", 0, &waiter) == 0 && waiter == 1);

@@ -18,8 +18,8 @@
 #include "convert.h"
 #include "gguf.h"
 #include "quant.h"
-#include "session.h"
-#include "tmpl.h"
+#include "sess.h"
+#include "tpl.h"
 
 static const char *dir;
 
@@ -91,6 +91,26 @@ static void gguf_seeds(void) {
     size_t len;
     void *b = slurp(tmp, &len);
     put("gguf", "types.gguf", NULL, 0, b, len);
+    free(b);
+
+    /* a tensor of each quantized weight type (one or two blocks of
+     * patterned bytes; any bytes are valid blocks): their row sizes */
+    if (gguf_writer_new(&w)) exit(1);
+    static const int qt[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,   QUANT_Q5_1,  QUANT_Q2_K, QUANT_Q3_K,
+                             QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
+    static unsigned char qbytes[2 * 210];
+    for (size_t i = 0; i < sizeof qbytes; i++) qbytes[i] = (unsigned char)(i * 37 + 11);
+    for (size_t i = 0; i < sizeof qt / sizeof qt[0]; i++) {
+        uint64_t ne[2] = {(uint64_t)quant_block_size(qt[i]), 1 + i % 2};
+        gguf_writer_add_tensor(w, quant_type_name(qt[i]), qt[i], 2, ne, qbytes);
+    }
+    if (gguf_writer_write(w, tmp, err, sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+    gguf_writer_free(w);
+    b = slurp(tmp, &len);
+    put("gguf", "types-quant.gguf", NULL, 0, b, len);
     free(b);
 
     /* tiny models: the loader's input, and the container's too */

@@ -33,7 +33,7 @@
 #include "kv.h"
 #include "kvq.h"
 #include "model.h"
-#include "sampler.h"
+#include "samp.h"
 
 #define BS 16          /* tokens per block */
 #define MAXB 32        /* blocks per sequence: 512 / 16 */

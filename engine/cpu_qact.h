@@ -1,0 +1,35 @@
+/* cpu_qact.h - activations quantized to the 8-bit partner formats of the
+ * weight types (qblock.h), as llama.cpp's reference quantizers
+ * (quantize_row_q8_0_ref, _q8_1_ref, _q8_K_ref in ggml-quants.c) write them,
+ * byte for byte, so that an integer dot product of a weight row with them
+ * rounds as the oracle's does.
+ *
+ *   q8_0: per 32: d = amax / 127 (stored f16), q = roundf(x / d)
+ *   q8_1: as q8_0, plus s = f16(d * sum(q))
+ *   q8_K: per 256: d = max / -127 with max the element of largest |x|
+ *         (kept f32), q = min(127, nearest_int(x / d)) (ties to even), and
+ *         bsums[j] = sum of q[16 j .. 16 j + 15]
+ *
+ * Pure functions: no state, no allocation, thread-safe. x and y must not
+ * overlap; k must be a multiple of the format's block (qact_row_bytes says
+ * 0 otherwise, and the functions then do nothing). */
+#ifndef CK_CPU_QACT_H
+#define CK_CPU_QACT_H
+
+#include <stddef.h>
+
+#include "qblock.h"
+
+/* Bytes of one row of k elements in format fmt (QB_Q8_0, QB_Q8_1, QB_Q8_K);
+ * 0 for another format or a k that is not a multiple of its block. */
+size_t qact_row_bytes(int fmt, int k);
+
+void qact_q8_0(const float *x, qblock_q8_0 *y, int k);
+void qact_q8_1(const float *x, qblock_q8_1 *y, int k);
+void qact_q8_K(const float *x, qblock_q8_K *y, int k);
+
+/* One row of k floats into fmt at y (qact_row_bytes(fmt, k) bytes).
+ * Returns 0, or -1 for an unknown format or a bad k (nothing written). */
+int qact_row(int fmt, const float *x, void *y, int k);
+
+#endif

@@ -1,0 +1,121 @@
+/* cpu_qdot.h - products of quantized weight matrices with activations, in
+ * the weights' own bytes (issue 16): the table of kernels per weight type
+ * and ISA, and the matrix driver over rows, columns and threads.
+ *
+ * A weight row (K elements of a type, stored as the file stores it) is
+ * multiplied with an activation row quantized to the type's partner format
+ * (cpu_qact.h: q8_0, q8_1 or q8_K) by an integer dot product per block, as
+ * llama.cpp does:
+ *
+ *   void cpu_vdot_<type>_<isa>(int n, float *s, const void *w, const void *a);
+ *     *s = the dot of one weight row (n elements, n a multiple of the type's
+ *     block, stored as `type` blocks at w) with one activation row
+ *     quantized to the type's partner format at a.
+ *
+ * Q8_0, Q4_0, Q4_K and Q6_K are here (cpu_qdot_base_*.c), with
+ * cpu_vdotn_* variants that take up to CPU_QDOT_NCOLS activation rows at
+ * once (one weight row unpacked once for all of them: batches) and, for
+ * Q8_0, Q4_0 and Q4_K, cpu_vdot2_* that take two weight rows with them
+ * (batches of dot2_min_m rows and more, prefill); the other
+ * types are engine/cpu_qdot_more.h's. A type with no kernel for an ISA
+ * takes the next one down (avx512 -> avx2 -> c); a type with no kernel at
+ * all a generic one that expands the weight block with quant_to_f32 and
+ * sums in f32 (correct, slow).
+ *
+ * Thread safety: the table is built once (cpu_qdot_init) and then only
+ * read; the kernels and the driver write only their outputs. Nothing here
+ * allocates. */
+#ifndef CK_CPU_QDOT_H
+#define CK_CPU_QDOT_H
+
+#include <stddef.h>
+
+#include "qblock.h"
+
+/* Most activation rows a cpu_vdotn kernel takes at once. */
+#define CPU_QDOT_NCOLS 4
+
+typedef void (*cpu_vdot_fn)(int n, float *s, const void *w, const void *a);
+/* s[c] = dot(w, a + c * a_stride bytes) for c < ncols (1..CPU_QDOT_NCOLS). */
+typedef void (*cpu_vdotn_fn)(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+/* Two weight rows at once, w and w + w_stride bytes, each against ncols
+ * (1..CPU_QDOT_NCOLS) activation rows:
+ *   s[r * CPU_QDOT_NCOLS + c] = dot(weight row r, a + c * a_stride bytes)
+ * The register block of batches and prefill (each activation block loaded
+ * once for both rows, each weight block unpacked once for all columns), and
+ * at batch 1 (ncols 1) the activation's loads shared by two rows. */
+typedef void (*cpu_vdot2_fn)(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
+                             size_t a_stride);
+
+/* One weight type as the table knows it. */
+typedef struct cpu_qtype {
+    int type;          /* QB_* of the weights */
+    int act;           /* QB_Q8_0, QB_Q8_1 or QB_Q8_K: the activations' format */
+    int block;         /* elements a block (32 or QBLOCK_K) */
+    int block_bytes;   /* bytes a block */
+    cpu_vdot_fn dot;   /* the kernel for the chosen ISA */
+    cpu_vdotn_fn dotn; /* the multi-row one; NULL: dot a row at a time */
+    cpu_vdot2_fn dot2; /* two weight rows x columns; NULL: dotn / dot per row */
+    int dot2_min_m;    /* fewest activation rows at which dot2 beats dot / dotn */
+    const char *impl;  /* which: "avx2", "c", "generic" (dequantize + f32) ... */
+} cpu_qtype;
+
+#define CPU_QDOT_MAX_TYPES 16
+
+/* The table for one ISA (cpu_features.h): every weight type confkv computes
+ * on quantized. Owned by whoever holds it (a backend embeds one). */
+typedef struct cpu_qdot {
+    int isa;
+    int n;
+    cpu_qtype t[CPU_QDOT_MAX_TYPES];
+} cpu_qdot;
+
+/* Fill q for `isa` (CPU_ISA_*); the caller checked that the CPU runs it
+ * (cpu_isa_select). Never fails: a missing kernel falls back as above. */
+void cpu_qdot_init(cpu_qdot *q, int isa);
+
+/* The entry of a weight type; NULL for f32/f16/bf16 (the packed f32 path)
+ * and for types with no dequantizer either. */
+const cpu_qtype *cpu_qdot_type(const cpu_qdot *q, int type);
+
+/* A quantized matrix (n rows of k elements) in its file's bytes. */
+typedef struct cpu_qmat {
+    const void *data;     /* n rows of row_bytes, in the file mapping (not owned) */
+    const cpu_qtype *t;
+    int n, k;
+    size_t row_bytes;     /* k / t->block * t->block_bytes */
+} cpu_qmat;
+
+/* For rows r in [r0, r1) of w and m in [0, M):
+ *   y[m * ldy + r]  = dot(row r of w, activation row m)   (accumulate == 0)
+ *   y[m * ldy + r] += that                                 (accumulate != 0)
+ * a: M activation rows in w->t->act, a_stride bytes apart. Weight rows are
+ * walked in order, two at a time where the type has a dot2 kernel, each
+ * read from memory once for all M activation rows (which stay in the
+ * caches). Threads may share y with disjoint row ranges. */
+void cpu_qdot_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
+                   int r1, int accumulate);
+
+/* ---- the kernels of this module (ISA variants in files of their own) ---- */
+void cpu_vdot_q8_0_c(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q4_0_c(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q4_K_c(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q6_K_c(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q4_0_avx2(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q4_K_avx2(int n, float *s, const void *w, const void *a);
+void cpu_vdot_q6_K_avx2(int n, float *s, const void *w, const void *a);
+void cpu_vdotn_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdotn_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdotn_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot2_q8_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
+void cpu_vdot2_q4_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
+void cpu_vdot2_q4_K_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
+
+/* The generic fallback: w's blocks expanded by quant_to_f32, a's by their
+ * scales, summed in f32. `type` as in the table; for tests and types with
+ * no kernel. Returns 0, or the quant_to_f32 error for a type it lacks. */
+int cpu_vdot_generic(int type, int act, int n, float *s, const void *w, const void *a);
+
+#endif

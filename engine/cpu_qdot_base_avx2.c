@@ -1,0 +1,633 @@
+/* cpu_qdot_base_avx2.c - Q8_0, Q4_0, Q4_K and Q6_K dot products with AVX2,
+ * FMA and F16C (cpu_qdot.h; built with -mavx2 -mfma -mf16c, called only
+ * where cpu_features says the CPU has them).
+ *
+ * The shapes are llama.cpp's AVX2 ones (ggml-cpu/arch/x86/quants.c): bytes
+ * multiplied by _mm256_maddubs_epi16 (unsigned x signed, so a signed weight
+ * lends its sign to the activation first), pairs summed into 32-bit lanes
+ * by _mm256_madd_epi16, one float multiply-add per block. The integer sums
+ * are exact; only the float sums across blocks are ordered differently from
+ * the C kernels.
+ *
+ * The vdotn variants take up to CPU_QDOT_NCOLS activation rows for one
+ * weight row: each weight block is loaded and unpacked once for all of
+ * them, which is most of the work besides the multiplies at batch sizes
+ * above one. The vdot2 variants (Q8_0, Q4_0, Q4_K; end of the file) take
+ * two weight rows as well: a register block of 2 rows x 4 columns. */
+#include "cpu_qdot.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum8(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 32 signed bytes x 32 signed bytes, summed in 8 int32 lanes and made float. */
+static inline __m256 mul_sum_i8(__m256i x, __m256i y) {
+    const __m256i dot = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
+}
+
+/* The f16 scales of 8 consecutive blocks, `stride` bytes apart, as 8 floats:
+ * one conversion for 8 blocks instead of a scalar one each (at batch 1 the
+ * scales were half of a Q4_0 block's instructions). */
+static inline __m256 scales8(const void *p, size_t stride) {
+    const unsigned char *b = p;
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) memcpy(&h[k], b + (size_t)k * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* Lane k of v in every lane. */
+static inline __m256 lane(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
+
+/* 32 nibbles (16 bytes) -> 32 bytes 0..15: low nibbles first, then high. */
+static inline __m256i nibbles32(const uint8_t *p) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)p);
+    const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
+}
+
+/* ------------------------------------------------------------------ Q8_0 */
+
+void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a) {
+    const qblock_q8_0 *x = w;
+    const qblock_q8_0 *y = a;
+    const int nb = n / QBLOCK_32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    /* eight blocks a step, their scales converted at once; alternate blocks
+     * into two sums, so a block's multiply-add need not wait for the last */
+    for (; i + 8 <= nb; i += 8) {
+        const __m256 d = _mm256_mul_ps(scales8(&x[i].d, sizeof *x), scales8(&y[i].d, sizeof *y));
+        for (int k = 0; k < 8; k += 2) {
+            const __m256 q0 = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i + k].qs),
+                                         _mm256_loadu_si256((const __m256i *)y[i + k].qs));
+            const __m256 q1 = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i + k + 1].qs),
+                                         _mm256_loadu_si256((const __m256i *)y[i + k + 1].qs));
+            acc0 = _mm256_fmadd_ps(lane(d, k), q0, acc0);
+            acc1 = _mm256_fmadd_ps(lane(d, k + 1), q1, acc1);
+        }
+    }
+    for (; i + 1 < nb; i += 2) {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
+        const __m256 q0 = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256 q1 = mul_sum_i8(x1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), q1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 q = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i].qs),
+                                    _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q, acc0);
+    }
+    *s = hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int ncols, float *s, const void *w,
+                                                             const void *a, size_t a_stride) {
+    const qblock_q8_0 *x = w;
+    const int nb = n / QBLOCK_32;
+    __m256 acc[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= nb; i += 8) { /* scales 8 blocks at a time, as cpu_vdot_q8_0_avx2 */
+        const __m256 dx = scales8(&x[i].d, sizeof *x);
+        __m256 d[CPU_QDOT_NCOLS];
+        for (int c = 0; c < ncols; c++)
+            d[c] = _mm256_mul_ps(dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
+                                             sizeof(qblock_q8_0)));
+        for (int k = 0; k < 8; k++) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i + k].qs);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            for (int c = 0; c < ncols; c++) {
+                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+                const __m256 q = _mm256_cvtepi32_ps(
+                    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+                acc[c] = _mm256_fmadd_ps(lane(d[c], k), q, acc[c]);
+            }
+        }
+    }
+    for (; i < nb; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16(x[i].d);
+        for (int c = 0; c < ncols; c++) {
+            const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
+            const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+            const __m256 q = _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), q, acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) s[c] = hsum8(acc[c]);
+}
+
+/* ncols a constant in each case: the accumulators then live in registers
+ * (indexed by a variable count they went to the stack at every block). */
+void cpu_vdotn_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    switch (ncols) {
+    case 1: dotn_q8_0(n, 1, s, w, a, a_stride); break;
+    case 2: dotn_q8_0(n, 2, s, w, a, a_stride); break;
+    case 3: dotn_q8_0(n, 3, s, w, a, a_stride); break;
+    default: dotn_q8_0(n, 4, s, w, a, a_stride); break;
+    }
+}
+
+/* ------------------------------------------------------------------ Q4_0 */
+
+void cpu_vdot_q4_0_avx2(int n, float *s, const void *w, const void *a) {
+    const qblock_q4_0 *x = w;
+    const qblock_q8_0 *y = a;
+    const int nb = n / QBLOCK_32;
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= nb; i += 8) { /* as Q8_0's */
+        const __m256 d = _mm256_mul_ps(scales8(&x[i].d, sizeof *x), scales8(&y[i].d, sizeof *y));
+        for (int k = 0; k < 8; k += 2) {
+            const __m256 q0 = mul_sum_i8(_mm256_sub_epi8(nibbles32(x[i + k].qs), off),
+                                         _mm256_loadu_si256((const __m256i *)y[i + k].qs));
+            const __m256 q1 = mul_sum_i8(_mm256_sub_epi8(nibbles32(x[i + k + 1].qs), off),
+                                         _mm256_loadu_si256((const __m256i *)y[i + k + 1].qs));
+            acc0 = _mm256_fmadd_ps(lane(d, k), q0, acc0);
+            acc1 = _mm256_fmadd_ps(lane(d, k + 1), q1, acc1);
+        }
+    }
+    for (; i + 1 < nb; i += 2) {
+        const __m256i x0 = _mm256_sub_epi8(nibbles32(x[i].qs), off);
+        const __m256i x1 = _mm256_sub_epi8(nibbles32(x[i + 1].qs), off);
+        const __m256 q0 = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256 q1 = mul_sum_i8(x1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), q1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256i x0 = _mm256_sub_epi8(nibbles32(x[i].qs), off);
+        const __m256 q = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q, acc0);
+    }
+    *s = hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __attribute__((always_inline)) void dotn_q4_0(int n, const int ncols, float *s, const void *w,
+                                                             const void *a, size_t a_stride) {
+    const qblock_q4_0 *x = w;
+    const int nb = n / QBLOCK_32;
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= nb; i += 8) { /* scales 8 blocks at a time */
+        const __m256 dx = scales8(&x[i].d, sizeof *x);
+        __m256 d[CPU_QDOT_NCOLS];
+        for (int c = 0; c < ncols; c++)
+            d[c] = _mm256_mul_ps(dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
+                                             sizeof(qblock_q8_0)));
+        for (int k = 0; k < 8; k++) {
+            const __m256i qx = _mm256_sub_epi8(nibbles32(x[i + k].qs), off);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            for (int c = 0; c < ncols; c++) {
+                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+                const __m256 q = _mm256_cvtepi32_ps(
+                    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+                acc[c] = _mm256_fmadd_ps(lane(d[c], k), q, acc[c]);
+            }
+        }
+    }
+    for (; i < nb; i++) {
+        const __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), off);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16(x[i].d);
+        for (int c = 0; c < ncols; c++) {
+            const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
+            const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+            const __m256 q = _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), q, acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) s[c] = hsum8(acc[c]);
+}
+
+/* ncols a constant in each case: the accumulators then live in registers
+ * (indexed by a variable count they went to the stack at every block). */
+void cpu_vdotn_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    switch (ncols) {
+    case 1: dotn_q4_0(n, 1, s, w, a, a_stride); break;
+    case 2: dotn_q4_0(n, 2, s, w, a, a_stride); break;
+    case 3: dotn_q4_0(n, 3, s, w, a, a_stride); break;
+    default: dotn_q4_0(n, 4, s, w, a, a_stride); break;
+    }
+}
+
+/* ------------------------------------------------------------------ Q4_K */
+
+/* The 8 scales and 8 mins of a Q4_K block, unpacked from 12 bytes into
+ * 16 bytes: utmp[0..1] the scales, utmp[2..3] the mins (ggml's order). */
+static inline void q4k_unpack(const uint8_t *scales, uint32_t utmp[4]) {
+    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    memcpy(utmp, scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+}
+
+/* Broadcast 16-bit scale pair j (of 8) across the vector. */
+static inline __m256i scale_pair(__m256i scales, int j) {
+    const __m256i sh = _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8));
+    return _mm256_shuffle_epi8(scales, sh);
+}
+
+/* Q4_K block i against one q8_K block: d * sum_j sc_j * (q . a) in float
+ * lanes (returned), dmin * sum_j m_j * bsums_j into *mins. */
+void cpu_vdot_q4_K_avx2(int n, float *s, const void *w, const void *a) {
+    const qblock_q4_K *x = w;
+    const qblock_q8_K *y = a;
+    const int nb = n / QBLOCK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const float d = y[i].d * f16(x[i].d), dmin = -y[i].d * f16(x[i].dmin);
+        uint32_t utmp[4];
+        q4k_unpack(x[i].scales, utmp);
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2],
+                                                                           (int)utmp[1], (int)utmp[0]));
+        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < QBLOCK_K / 64; j++) {
+            const __m256i q4bits = _mm256_loadu_si256((const __m256i *)q4);
+            q4 += 32;
+            const __m256i q4l = _mm256_and_si256(q4bits, m4);
+            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+            const __m256i q8l = _mm256_loadu_si256((const __m256i *)q8);
+            const __m256i q8h = _mm256_loadu_si256((const __m256i *)(q8 + 32));
+            q8 += 64;
+            const __m256i pl = _mm256_madd_epi16(scale_pair(scales, 2 * j), _mm256_maddubs_epi16(q4l, q8l));
+            const __m256i ph = _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(q4h, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    *s = hsum8(acc) + _mm_cvtss_f32(acc_m);
+}
+
+static inline __attribute__((always_inline)) void dotn_q4_K(int n, const int ncols, float *s, const void *w,
+                                                             const void *a, size_t a_stride) {
+    const qblock_q4_K *x = w;
+    const int nb = n / QBLOCK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[CPU_QDOT_NCOLS];
+    __m128 acc_m[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        uint32_t utmp[4];
+        q4k_unpack(x[i].scales, utmp);
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2],
+                                                                           (int)utmp[1], (int)utmp[0]));
+        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        const float dx = f16(x[i].d), mx = -f16(x[i].dmin);
+        __m256i ql[4], qh[4];
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            ql[j] = _mm256_and_si256(q4bits, m4);
+            qh[j] = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+        }
+        for (int c = 0; c < ncols; c++) {
+            const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0),
+                                               _mm256_extracti128_si256(q8sums, 1));
+            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(mx * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[c]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i q8l = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+                const __m256i q8h = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                const __m256i pl = _mm256_madd_epi16(scale_pair(scales, 2 * j), _mm256_maddubs_epi16(ql[j], q8l));
+                const __m256i ph = _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(qh[j], q8h));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) {
+        __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        s[c] = hsum8(acc[c]) + _mm_cvtss_f32(m);
+    }
+}
+
+/* ncols a constant in each case: the accumulators then live in registers
+ * (indexed by a variable count they went to the stack at every block). */
+void cpu_vdotn_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    switch (ncols) {
+    case 1: dotn_q4_K(n, 1, s, w, a, a_stride); break;
+    case 2: dotn_q4_K(n, 2, s, w, a, a_stride); break;
+    case 3: dotn_q4_K(n, 3, s, w, a, a_stride); break;
+    default: dotn_q4_K(n, 4, s, w, a, a_stride); break;
+    }
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+/* The 6-bit quants (0..63, before the -32) of one half (128 elements) of a
+ * Q6_K block: q[0..3] = elements 0-31, 32-63, 64-95, 96-127 of the half. */
+static inline void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4);
+    const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2);
+    const __m256i h2 = _mm256_and_si256(bh, _mm256_set1_epi8(48));
+    const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(-64)), 2);
+    q[0] = _mm256_or_si256(_mm256_and_si256(b1, m15), h0);
+    q[1] = _mm256_or_si256(_mm256_and_si256(b2, m15), h1);
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), h2);
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15), h3);
+}
+
+/* Scales k and k + 1 (of the 16 in sc), each over 8 int16 lanes: the 16
+ * lanes of one 32-element part. One byte shuffle and a widening, as
+ * llama.cpp's get_scale_shuffle (two broadcasts from memory and an insert
+ * were a third of the batch-1 kernel's instructions). */
+static inline __m256i scale16(__m128i sc, int k) {
+    const __m128i sh = _mm_set_epi8((char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1),
+                                    (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)k, (char)k, (char)k, (char)k,
+                                    (char)k, (char)k, (char)k, (char)k);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sh));
+}
+
+/* sum q * a - 32 * sum a per sub-block, as sum (q . a) with q unsigned
+ * (maddubs) and the 32 * bsums part taken off once per block. */
+void cpu_vdot_q6_K_avx2(int n, float *s, const void *w, const void *a) {
+    const qblock_q6_K *x = w;
+    const qblock_q8_K *y = a;
+    const int nb = n / QBLOCK_K;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const float d = y[i].d * f16(x[i].d);
+        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(sc8);
+        const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6k_half(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
+            const int8_t *q8 = y[i].qs + 128 * h;
+            for (int p = 0; p < 4; p++) {
+                const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale16(sc8, 8 * h + 2 * p), p16));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, q8sclsub);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum8(acc);
+}
+
+static inline __attribute__((always_inline)) void dotn_q6_K(int n, const int ncols, float *s, const void *w,
+                                                             const void *a, size_t a_stride) {
+    const qblock_q6_K *x = w;
+    const int nb = n / QBLOCK_K;
+    __m256 acc[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const float dx = f16(x[i].d);
+        __m256i q[8], sc[8];
+        q6k_half(x[i].ql, x[i].qh, q);
+        q6k_half(x[i].ql + 64, x[i].qh + 32, q + 4);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        for (int p = 0; p < 8; p++) sc[p] = scale16(sc8, 2 * p);
+        for (int c = 0; c < ncols; c++) {
+            const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5));
+            for (int p = 0; p < 8; p++) {
+                const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * p)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[p], p16));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) s[c] = hsum8(acc[c]);
+}
+
+/* ncols a constant in each case: the accumulators then live in registers
+ * (indexed by a variable count they went to the stack at every block). */
+void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    switch (ncols) {
+    case 1: dotn_q6_K(n, 1, s, w, a, a_stride); break;
+    case 2: dotn_q6_K(n, 2, s, w, a, a_stride); break;
+    case 3: dotn_q6_K(n, 3, s, w, a, a_stride); break;
+    default: dotn_q6_K(n, 4, s, w, a, a_stride); break;
+    }
+}
+
+/* ------------------------------------ two weight rows x columns (dot2) */
+
+/* The per-block float scales dx * dy of 8 blocks from i on, for both rows
+ * and ncols columns, stored so that the inner loop broadcasts each from
+ * memory (a load, not a shuffle: the shuffle port is the maddubs one). */
+#define DOT2_SCALES(XT, x0, x1, i, ncols, a, a_stride, dd)                                             \
+    do {                                                                                               \
+        const __m256 dx0_ = scales8(&(x0)[i].d, sizeof(XT)), dx1_ = scales8(&(x1)[i].d, sizeof(XT));   \
+        for (int c_ = 0; c_ < (ncols); c_++) {                                                         \
+            const __m256 dy_ = scales8(&((const qblock_q8_0 *)((const char *)(a) + (size_t)c_ * (a_stride)) + (i))->d, \
+                                       sizeof(qblock_q8_0));                                           \
+            _mm256_store_ps((dd)[0][c_], _mm256_mul_ps(dx0_, dy_));                                    \
+            _mm256_store_ps((dd)[1][c_], _mm256_mul_ps(dx1_, dy_));                                    \
+        }                                                                                              \
+    } while (0)
+
+/* Q4_0 against q8_0 without the sign trick: the nibbles q (0..15) stay
+ * unsigned for maddubs, and sum (q - 8) y = sum q y - 8 sum y, the second
+ * term one maddubs per activation block shared by both rows. Pair sums stay
+ * within int16 (15 * 127 * 2 = 3810; minus 8 * 127 * 2 still inside). */
+static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int ncols, float *s, const void *w,
+                                                             size_t w_stride, const void *a, size_t a_stride) {
+    const qblock_q4_0 *x0 = w, *x1 = (const qblock_q4_0 *)((const char *)w + w_stride);
+    const int nb = n / QBLOCK_32;
+    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    __m256 acc0[CPU_QDOT_NCOLS], acc1[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc0[c] = acc1[c] = _mm256_setzero_ps();
+    _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
+    for (int i = 0; i < nb; i += 8) {
+        const int kn = nb - i < 8 ? nb - i : 8;
+        if (kn == 8) DOT2_SCALES(qblock_q4_0, x0, x1, i, ncols, a, a_stride, dd);
+        else
+            for (int c = 0; c < ncols; c++)
+                for (int k = 0; k < kn; k++) {
+                    const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                    dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
+                    dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
+                }
+        for (int k = 0; k < kn; k++) {
+            const __m256i q0 = nibbles32(x0[i + k].qs), q1 = nibbles32(x1[i + k].qs);
+            for (int c = 0; c < ncols; c++) {
+                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m256i corr = _mm256_maddubs_epi16(eight, yv);
+                const __m256i p0 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q0, yv), corr));
+                const __m256i p1 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q1, yv), corr));
+                acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
+                acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
+            }
+        }
+    }
+    for (int c = 0; c < ncols; c++) {
+        s[c] = hsum8(acc0[c]);
+        s[CPU_QDOT_NCOLS + c] = hsum8(acc1[c]);
+    }
+}
+
+/* Q8_0: signed weights, so the sign trick stays, its |w| shared by the
+ * columns and each activation load by both rows. */
+static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int ncols, float *s, const void *w,
+                                                             size_t w_stride, const void *a, size_t a_stride) {
+    const qblock_q8_0 *x0 = w, *x1 = (const qblock_q8_0 *)((const char *)w + w_stride);
+    const int nb = n / QBLOCK_32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0[CPU_QDOT_NCOLS], acc1[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc0[c] = acc1[c] = _mm256_setzero_ps();
+    _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
+    for (int i = 0; i < nb; i += 8) {
+        const int kn = nb - i < 8 ? nb - i : 8;
+        if (kn == 8) DOT2_SCALES(qblock_q8_0, x0, x1, i, ncols, a, a_stride, dd);
+        else
+            for (int c = 0; c < ncols; c++)
+                for (int k = 0; k < kn; k++) {
+                    const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                    dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
+                    dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
+                }
+        for (int k = 0; k < kn; k++) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)x0[i + k].qs);
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)x1[i + k].qs);
+            const __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
+            for (int c = 0; c < ncols; c++) {
+                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m256i p0 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u0, _mm256_sign_epi8(yv, q0)));
+                const __m256i p1 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u1, _mm256_sign_epi8(yv, q1)));
+                acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
+                acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
+            }
+        }
+    }
+    for (int c = 0; c < ncols; c++) {
+        s[c] = hsum8(acc0[c]);
+        s[CPU_QDOT_NCOLS + c] = hsum8(acc1[c]);
+    }
+}
+
+/* Q4_K: a block walked in four 64-element parts, each part's nibbles of
+ * both rows unpacked once for all columns and each activation load shared
+ * by the two rows; integer sums per row and column to the block's end.
+ * (Unpacking whole blocks first, as dotn_q4_K does, spilled 16 vectors to
+ * the stack and ran slower than one row at a time.) */
+static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int ncols, float *s, const void *w,
+                                                             size_t w_stride, const void *a, size_t a_stride) {
+    const qblock_q4_K *x0 = w, *x1 = (const qblock_q4_K *)((const char *)w + w_stride);
+    const int nb = n / QBLOCK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc0[CPU_QDOT_NCOLS], acc1[CPU_QDOT_NCOLS];
+    __m128 accm0[CPU_QDOT_NCOLS], accm1[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++)
+        acc0[c] = acc1[c] = _mm256_setzero_ps(), accm0[c] = accm1[c] = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        uint32_t u0[4], u1[4];
+        q4k_unpack(x0[i].scales, u0);
+        q4k_unpack(x1[i].scales, u1);
+        const __m256i ms0 = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u0[3], (int)u0[2], (int)u0[1], (int)u0[0]));
+        const __m256i ms1 = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u1[3], (int)u1[2], (int)u1[1], (int)u1[0]));
+        const __m128i sc0 = _mm256_extracti128_si256(ms0, 0), sc1 = _mm256_extracti128_si256(ms1, 0);
+        const __m256i scales0 = _mm256_insertf128_si256(_mm256_castsi128_si256(sc0), sc0, 1);
+        const __m256i scales1 = _mm256_insertf128_si256(_mm256_castsi128_si256(sc1), sc1, 1);
+        __m256i sumi0[CPU_QDOT_NCOLS], sumi1[CPU_QDOT_NCOLS];
+        for (int c = 0; c < CPU_QDOT_NCOLS; c++) sumi0[c] = sumi1[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(x0[i].qs + 32 * j));
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(x1[i].qs + 32 * j));
+            const __m256i l0 = _mm256_and_si256(b0, m4), h0 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), m4);
+            const __m256i l1 = _mm256_and_si256(b1, m4), h1 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4);
+            const __m256i s0l = scale_pair(scales0, 2 * j), s0h = scale_pair(scales0, 2 * j + 1);
+            const __m256i s1l = scale_pair(scales1, 2 * j), s1h = scale_pair(scales1, 2 * j + 1);
+            for (int c = 0; c < ncols; c++) {
+                const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
+                const __m256i q8l = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+                const __m256i q8h = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                sumi0[c] = _mm256_add_epi32(sumi0[c], _mm256_add_epi32(
+                    _mm256_madd_epi16(s0l, _mm256_maddubs_epi16(l0, q8l)),
+                    _mm256_madd_epi16(s0h, _mm256_maddubs_epi16(h0, q8h))));
+                sumi1[c] = _mm256_add_epi32(sumi1[c], _mm256_add_epi32(
+                    _mm256_madd_epi16(s1l, _mm256_maddubs_epi16(l1, q8l)),
+                    _mm256_madd_epi16(s1h, _mm256_maddubs_epi16(h1, q8h))));
+            }
+        }
+        const __m128i mins0 = _mm256_extracti128_si256(ms0, 1), mins1 = _mm256_extracti128_si256(ms1, 1);
+        const float dx0 = f16(x0[i].d), dx1 = f16(x1[i].d), mx0 = -f16(x0[i].dmin), mx1 = -f16(x1[i].dmin);
+        for (int c = 0; c < ncols; c++) {
+            const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0),
+                                               _mm256_extracti128_si256(q8sums, 1));
+            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx0 * y->d), _mm256_cvtepi32_ps(sumi0[c]), acc0[c]);
+            acc1[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx1 * y->d), _mm256_cvtepi32_ps(sumi1[c]), acc1[c]);
+            accm0[c] = _mm_fmadd_ps(_mm_set1_ps(mx0 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins0, q8s)), accm0[c]);
+            accm1[c] = _mm_fmadd_ps(_mm_set1_ps(mx1 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins1, q8s)), accm1[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) {
+        __m128 m = _mm_add_ps(accm0[c], _mm_movehl_ps(accm0[c], accm0[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        s[c] = hsum8(acc0[c]) + _mm_cvtss_f32(m);
+        m = _mm_add_ps(accm1[c], _mm_movehl_ps(accm1[c], accm1[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        s[CPU_QDOT_NCOLS + c] = hsum8(acc1[c]) + _mm_cvtss_f32(m);
+    }
+}
+
+#define DOT2_ENTRY(t)                                                                                     \
+    void cpu_vdot2_##t##_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, \
+                              size_t a_stride) {                                                          \
+        switch (ncols) { /* constants: the accumulators stay in registers */                             \
+        case 1: dot2_##t(n, 1, s, w, w_stride, a, a_stride); break;                                       \
+        case 2: dot2_##t(n, 2, s, w, w_stride, a, a_stride); break;                                       \
+        case 3: dot2_##t(n, 3, s, w, w_stride, a, a_stride); break;                                       \
+        default: dot2_##t(n, 4, s, w, w_stride, a, a_stride); break;                                      \
+        }                                                                                                 \
+    }
+DOT2_ENTRY(q4_0)
+DOT2_ENTRY(q8_0)
+DOT2_ENTRY(q4_K)
+
+#endif

@@ -1,0 +1,93 @@
+/* cpu_qdot_legacy_c.c - portable C dot products for the 32-element types
+ * Q4_1, Q5_0, Q5_1 and IQ4_NL (cpu_qdot_more.h). These are the reference
+ * that the SIMD variants are tested against.
+ *
+ * The derivation, per block of 32 (w block x, activation block y):
+ *   Q4_1 . Q8_1:  x_j = dx q_j + mx,  y_j ~ dy a_j, ys = dy sum_j a_j (stored
+ *                 in y as the f16 `s`), so
+ *                 sum_j x_j y_j = dx dy sum_j q_j a_j + mx (dy sum_j a_j)
+ *                               = dx dy isum + mx ys.
+ *   Q5_1 . Q8_1:  the same, with 5-bit q_j.
+ *   Q5_0 . Q8_0:  x_j = dx (q_j - 16): dx dy sum_j (q_j - 16) a_j.
+ *   IQ4_NL . Q8_0: x_j = dx v[q_j] (the 16-level table): dx dy sum_j v[q_j] a_j.
+ * The integer sums are exact (|isum| <= 32 * 127 * 127 fits an int); the
+ * float work is one multiply-add per block, in block order, as llama.cpp's
+ * reference does it. */
+#include <stdint.h>
+
+#include "cpu_qdot_more.h"
+#include "qblock.h"
+#include "quant.h"
+
+/* Element j's (j < 32) fifth bit of a Q5 block: bit j of the little-endian
+ * word qh (the high bits of the low nibbles are bits 0..15, of the high
+ * nibbles 16..31). */
+static inline uint32_t q5_high_bits(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+void cpu_vdot_q4_1_c(int n, float *s, const void *w, const void *a) {
+    const qblock_q4_1 *x = w;
+    const qblock_q8_1 *y = a;
+    float sum = 0.0f;
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        int isum = 0;
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            isum += (x[b].qs[j] & 0x0f) * y[b].qs[j];
+            isum += (x[b].qs[j] >> 4) * y[b].qs[j + 16];
+        }
+        const float dd = quant_f16_to_f32(x[b].d) * quant_f16_to_f32(y[b].d);
+        sum += dd * (float)isum + quant_f16_to_f32(x[b].m) * quant_f16_to_f32(y[b].s);
+    }
+    *s = sum;
+}
+
+void cpu_vdot_q5_1_c(int n, float *s, const void *w, const void *a) {
+    const qblock_q5_1 *x = w;
+    const qblock_q8_1 *y = a;
+    float sum = 0.0f;
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        const uint32_t qh = q5_high_bits(x[b].qh);
+        int isum = 0;
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            const int q0 = (x[b].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (x[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            isum += q0 * y[b].qs[j] + q1 * y[b].qs[j + 16];
+        }
+        const float dd = quant_f16_to_f32(x[b].d) * quant_f16_to_f32(y[b].d);
+        sum += dd * (float)isum + quant_f16_to_f32(x[b].m) * quant_f16_to_f32(y[b].s);
+    }
+    *s = sum;
+}
+
+void cpu_vdot_q5_0_c(int n, float *s, const void *w, const void *a) {
+    const qblock_q5_0 *x = w;
+    const qblock_q8_0 *y = a;
+    float sum = 0.0f;
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        const uint32_t qh = q5_high_bits(x[b].qh);
+        int isum = 0;
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            const int q0 = ((x[b].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4) - 16;
+            const int q1 = ((x[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) - 16;
+            isum += q0 * y[b].qs[j] + q1 * y[b].qs[j + 16];
+        }
+        sum += quant_f16_to_f32(x[b].d) * quant_f16_to_f32(y[b].d) * (float)isum;
+    }
+    *s = sum;
+}
+
+void cpu_vdot_iq4_nl_c(int n, float *s, const void *w, const void *a) {
+    const qblock_iq4_nl *x = w;
+    const qblock_q8_0 *y = a;
+    float sum = 0.0f;
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        int isum = 0;
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            isum += qblock_iq4nl_values[x[b].qs[j] & 0x0f] * y[b].qs[j];
+            isum += qblock_iq4nl_values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+        }
+        sum += quant_f16_to_f32(x[b].d) * quant_f16_to_f32(y[b].d) * (float)isum;
+    }
+    *s = sum;
+}

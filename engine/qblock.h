@@ -1,0 +1,140 @@
+/* qblock.h - the byte layouts of ggml's quantized blocks, as GGUF files
+ * store them (little-endian, packed, no padding). One place for them: the
+ * dequantizers (quant.c), the CPU dot products (cpu_q*.c) and the CUDA
+ * kernels all read these structs.
+ *
+ * Two block sizes: 32 elements for the "legacy" types and IQ4_NL, 256 (a
+ * "super-block", QBLOCK_K) for the K-quants and IQ4_XS, whose sub-blocks of
+ * 16 or 32 elements carry 4- to 8-bit scales quantized against the
+ * super-block's f16 scale(s). Scales named d/dmin/m are IEEE binary16,
+ * stored as uint16_t (quant_f16_to_f32 reads them).
+ *
+ * Activations: a weight type is multiplied with activations quantized to the
+ * type's partner (qblock_q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, qblock_q8_1 for
+ * Q4_1/Q5_1, qblock_q8_K for the K-quants and IQ4_XS), as llama.cpp does, so
+ * the rounding of the products is the same as the oracle's.
+ *
+ * The _Static_asserts hold every size to the GGUF format's. */
+#ifndef CK_QBLOCK_H
+#define CK_QBLOCK_H
+#include <stdint.h>
+
+#define QBLOCK_32 32 /* elements of a legacy / IQ4_NL block */
+#define QBLOCK_K 256 /* elements of a K-quant / IQ4_XS super-block */
+#define QBLOCK_K_SCALES 12 /* bytes of the packed 6-bit scales of Q3_K/Q4_K/Q5_K */
+
+/* ggml type ids (GGUF tensor info "type"). Only those confkv knows. */
+enum qblock_type {
+    QB_F32 = 0,
+    QB_F16 = 1,
+    QB_Q4_0 = 2,
+    QB_Q4_1 = 3,
+    QB_Q5_0 = 6,
+    QB_Q5_1 = 7,
+    QB_Q8_0 = 8,
+    QB_Q8_1 = 9,
+    QB_Q2_K = 10,
+    QB_Q3_K = 11,
+    QB_Q4_K = 12,
+    QB_Q5_K = 13,
+    QB_Q6_K = 14,
+    QB_Q8_K = 15,
+    QB_IQ4_NL = 20,
+    QB_IQ4_XS = 23,
+    QB_BF16 = 30,
+};
+
+/* C11 and C++ (the CUDA kernels include this file) spell it differently. */
+#ifdef __cplusplus
+#define QBLOCK_ASSERT(c, m) static_assert(c, m)
+#else
+#define QBLOCK_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+#pragma pack(push, 1)
+/* x = d * (q - 8), q the 4-bit nibble: low nibbles are elements 0..15,
+ * high nibbles 16..31. */
+typedef struct qblock_q4_0 { uint16_t d; uint8_t qs[QBLOCK_32 / 2]; } qblock_q4_0;
+/* x = d * q + m */
+typedef struct qblock_q4_1 { uint16_t d, m; uint8_t qs[QBLOCK_32 / 2]; } qblock_q4_1;
+/* 5-bit q = nibble | (bit j of qh) << 4; x = d * (q - 16) */
+typedef struct qblock_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QBLOCK_32 / 2]; } qblock_q5_0;
+/* x = d * q + m */
+typedef struct qblock_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QBLOCK_32 / 2]; } qblock_q5_1;
+/* x = d * q */
+typedef struct qblock_q8_0 { uint16_t d; int8_t qs[QBLOCK_32]; } qblock_q8_0;
+/* activations for Q4_1/Q5_1: s = d * sum(qs) */
+typedef struct qblock_q8_1 { uint16_t d, s; int8_t qs[QBLOCK_32]; } qblock_q8_1;
+/* 16 sub-blocks of 16: scales[i] = 4-bit scale | 4-bit min << 4 */
+typedef struct qblock_q2_K {
+    uint8_t scales[QBLOCK_K / 16];
+    uint8_t qs[QBLOCK_K / 4];
+    uint16_t d, dmin;
+} qblock_q2_K;
+/* 16 sub-blocks of 16: 2 low bits in qs, the high bit in hmask, 6-bit
+ * signed scales (offset 32) packed in 12 bytes */
+typedef struct qblock_q3_K {
+    uint8_t hmask[QBLOCK_K / 8];
+    uint8_t qs[QBLOCK_K / 4];
+    uint8_t scales[QBLOCK_K_SCALES];
+    uint16_t d;
+} qblock_q3_K;
+/* 8 sub-blocks of 32: 6-bit scales and mins packed in 12 bytes */
+typedef struct qblock_q4_K {
+    uint16_t d, dmin;
+    uint8_t scales[QBLOCK_K_SCALES];
+    uint8_t qs[QBLOCK_K / 2];
+} qblock_q4_K;
+typedef struct qblock_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[QBLOCK_K_SCALES];
+    uint8_t qh[QBLOCK_K / 8];
+    uint8_t qs[QBLOCK_K / 2];
+} qblock_q5_K;
+/* 16 sub-blocks of 16: 4 low bits in ql, 2 high in qh, int8 scales;
+ * x = d * scale * (q - 32) */
+typedef struct qblock_q6_K {
+    uint8_t ql[QBLOCK_K / 2];
+    uint8_t qh[QBLOCK_K / 4];
+    int8_t scales[QBLOCK_K / 16];
+    uint16_t d;
+} qblock_q6_K;
+/* activations for the K-quants and IQ4_XS: d is a float; bsums[i] = the
+ * sum of qs[16 i .. 16 i + 15] */
+typedef struct qblock_q8_K {
+    float d;
+    int8_t qs[QBLOCK_K];
+    int16_t bsums[QBLOCK_K / 16];
+} qblock_q8_K;
+/* x = d * kvalues_iq4nl[nibble] (non-linear 16-entry table) */
+typedef struct qblock_iq4_nl { uint16_t d; uint8_t qs[QBLOCK_32 / 2]; } qblock_iq4_nl;
+/* 8 sub-blocks of 32 with 6-bit scales (offset 32): 4 low bits in
+ * scales_l, 2 high bits in scales_h */
+typedef struct qblock_iq4_xs {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[QBLOCK_K / 64];
+    uint8_t qs[QBLOCK_K / 2];
+} qblock_iq4_xs;
+#pragma pack(pop)
+
+QBLOCK_ASSERT(sizeof(qblock_q4_0) == 18, "q4_0");
+QBLOCK_ASSERT(sizeof(qblock_q4_1) == 20, "q4_1");
+QBLOCK_ASSERT(sizeof(qblock_q5_0) == 22, "q5_0");
+QBLOCK_ASSERT(sizeof(qblock_q5_1) == 24, "q5_1");
+QBLOCK_ASSERT(sizeof(qblock_q8_0) == 34, "q8_0");
+QBLOCK_ASSERT(sizeof(qblock_q8_1) == 36, "q8_1");
+QBLOCK_ASSERT(sizeof(qblock_q2_K) == 84, "q2_K");
+QBLOCK_ASSERT(sizeof(qblock_q3_K) == 110, "q3_K");
+QBLOCK_ASSERT(sizeof(qblock_q4_K) == 144, "q4_K");
+QBLOCK_ASSERT(sizeof(qblock_q5_K) == 176, "q5_K");
+QBLOCK_ASSERT(sizeof(qblock_q6_K) == 210, "q6_K");
+QBLOCK_ASSERT(sizeof(qblock_q8_K) == 292, "q8_K");
+QBLOCK_ASSERT(sizeof(qblock_iq4_nl) == 18, "iq4_nl");
+QBLOCK_ASSERT(sizeof(qblock_iq4_xs) == 136, "iq4_xs");
+
+/* IQ4_NL / IQ4_XS's 16 levels (the GGUF format's table). */
+static const int8_t qblock_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+
+#endif

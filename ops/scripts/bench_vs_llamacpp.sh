@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# confkv against llama.cpp on the same GGUF files, side by side (issue 16).
+#
+# For every file, batch size and thread count: `confkv bench` and
+# llamacpp_bench (tests/llamacpp/llamacpp_bench.c: the same loop against
+# llama.cpp's public API: untimed prefill of P tokens in each of B sequences,
+# then G timed decode steps of B tokens, argmax per sequence) run
+# ALTERNATELY, RUNS times each, so drift in the machine's load falls on
+# both. Prints one JSON document: the CPU model and ISA, the kernels each
+# side used, and per cell the runs, medians and the ratio confkv /
+# llama.cpp of decode tokens/s (aggregate over the batch). At batch 1
+# confkv also measures its roofline in the same run (read bandwidth over a
+# buffer the size of the weights it reads), and the cell reports the
+# median fraction of it reached: bytes read per step are the file's weight
+# bytes for quantized weights (4 a weight for f32/f16/bf16 ones).
+#
+# Usage: ops/scripts/bench_vs_llamacpp.sh [options] FILE.gguf...
+#   --runs N        alternated runs per side and cell (default 5)
+#   --batches "B.." batch sizes (default "1 32")
+#   --threads "T.." thread counts (default "1 2")
+#   --prompt P      prompt tokens per sequence (default 32)
+#   --gen G         decode steps (default 64)
+#   --cpu-kernels K confkv's kernels (c|avx2|avx512|vnni; default: the CPU's best)
+#   --cpu-variant V llama.cpp's CPU backend library (default haswell = AVX2)
+#   --poll N        llama.cpp's threadpool polling level 0..100 (default: its own,
+#                   50; 0 sleeps between ops as confkv's threads do: fairer on a
+#                   host whose cores other work shares)
+#   --out FILE      also write the JSON there
+# Environment: CONFKV (default build/service/confkv), LLAMACPP_BENCH
+# (default build/tests/llamacpp/llamacpp_bench), LLAMACPP_LIBDIR (default
+# node-llama-cpp's prebuilt libraries under $CONFKV_DEPS_DIR or
+# ~/.cache/confkv, as ops/scripts/install-llamacpp.sh puts them).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/../.." && pwd)
+CONFKV=${CONFKV:-$here/build/service/confkv}
+LLAMACPP_BENCH=${LLAMACPP_BENCH:-$here/build/tests/llamacpp/llamacpp_bench}
+deps=${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}
+LLAMACPP_LIBDIR=${LLAMACPP_LIBDIR:-$deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64}
+runs=5 batches="1 32" threads="1 2" prompt=32 gen=64 kernels="" variant=haswell out="" poll=""
+files=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
+    --gen) gen=$2; shift 2 ;;
+    --cpu-kernels) kernels=$2; shift 2 ;;
+    --cpu-variant) variant=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --poll) poll=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench_vs_llamacpp: unknown option $1" >&2; exit 2 ;;
+    *) files+=("$1"); shift ;;
+  esac
+done
+[ ${#files[@]} -gt 0 ] || { echo "bench_vs_llamacpp: no GGUF files given (--help)" >&2; exit 2; }
+for b in "$CONFKV" "$LLAMACPP_BENCH"; do
+  [ -x "$b" ] || { echo "bench_vs_llamacpp: $b not built (cmake --build build --target confkv llamacpp_bench)" >&2; exit 1; }
+done
+[ -f "$LLAMACPP_LIBDIR/libggml-cpu-$variant.so" ] ||
+  { echo "bench_vs_llamacpp: no $LLAMACPP_LIBDIR/libggml-cpu-$variant.so (ops/scripts/install-llamacpp.sh)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+kflag=()
+[ -n "$kernels" ] && kflag=(--cpu-kernels "$kernels")
+pflag=()
+[ -n "$poll" ] && pflag=(--poll "$poll")
+# confkv waits for its OpenMP threads passively, as confkvd does
+export OMP_WAIT_POLICY=passive
+
+for f in "${files[@]}"; do
+  [ -f "$f" ] || { echo "bench_vs_llamacpp: no file $f" >&2; exit 1; }
+  for b in $batches; do
+    for t in $threads; do
+      roof=(--no-roofline)
+      [ "$b" = 1 ] && roof=()
+      for r in $(seq 1 "$runs"); do
+        echo "bench_vs_llamacpp: $(basename "$f") batch $b threads $t run $r/$runs" >&2
+        "$CONFKV" bench --model "$f" --batch "$b" --threads "$t" --prompt-tokens "$prompt" \
+          --gen-tokens "$gen" --json "${roof[@]}" "${kflag[@]}" 2>/dev/null |
+          sed "s|^|{\"side\":\"confkv\",\"file\":\"$f\",\"b\":$b,\"t\":$t,\"r\":|" \
+          >> "$tmp/confkv.jsonl" || { echo "bench_vs_llamacpp: confkv bench failed on $f" >&2; exit 1; }
+        echo "}" >> "$tmp/confkv.jsonl"
+        "$LLAMACPP_BENCH" --model "$f" --libdir "$LLAMACPP_LIBDIR" --cpu-variant "$variant" --batch "$b" \
+          --threads "$t" --prompt-tokens "$prompt" --gen-tokens "$gen" "${pflag[@]}" |
+          sed "s|^|{\"side\":\"llama\",\"file\":\"$f\",\"b\":$b,\"t\":$t,\"r\":|" \
+          >> "$tmp/llama.jsonl" || { echo "bench_vs_llamacpp: llamacpp_bench failed on $f" >&2; exit 1; }
+        echo "}" >> "$tmp/llama.jsonl"
+      done
+    done
+  done
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' || true)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avxvnni)$' | tr '\n' ' ' || true)
+python3 - "$tmp" "$cpu" "$flags" "$variant" "$runs" "$prompt" "$gen" "$out" <<'PY'
+import json, os, statistics, sys
+tmp, cpu, flags, variant, runs, prompt, gen, out = sys.argv[1:9]
+def load(name):
+    rows = []
+    with open(os.path.join(tmp, name)) as f:
+        text = f.read().replace("\n}", "}")
+    for line in text.splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+cells = {}
+for side in ("confkv", "llama"):
+    for row in load(side + ".jsonl"):
+        key = (row["file"], row["b"], row["t"])
+        cells.setdefault(key, {"confkv": [], "llama": []})[side].append(row["r"])
+res, kernels, llama_ver = [], set(), ""
+for (f, b, t), c in cells.items():
+    ck = [r["decode"]["tokens_per_s_aggregate"] for r in c["confkv"]]
+    ll = [r["tokens_per_s_aggregate"] for r in c["llama"]]
+    for r in c["confkv"]:
+        kernels.add(r.get("kernels", ""))
+    llama_ver = c["llama"][0].get("llama_cpp", "") if c["llama"] else llama_ver
+    cell = {"file": os.path.basename(f), "batch": b, "threads": t,
+            "confkv_tokens_per_s": ck, "llama_cpp_tokens_per_s": ll,
+            "confkv_median": statistics.median(ck), "llama_cpp_median": statistics.median(ll),
+            "ratio": statistics.median(ck) / statistics.median(ll),
+            "file_bytes": c["confkv"][0].get("file_bytes"),
+            "confkv_rss_bytes": statistics.median(r.get("rss_bytes", 0) for r in c["confkv"])}
+    fr = [r["roofline"]["bandwidth_fraction"] for r in c["confkv"] if r["roofline"]["mem_read_bytes_per_s"] > 0]
+    if fr:
+        cell["bandwidth_fraction_median"] = statistics.median(fr)
+        cell["read_bandwidth_median"] = statistics.median(r["roofline"]["mem_read_bytes_per_s"] for r in c["confkv"])
+        cell["weight_bytes_per_step"] = c["confkv"][0]["roofline"]["weight_bytes_per_step"]
+    res.append(cell)
+load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+doc = {"cpu": cpu, "load_average_at_end": load, "cpu_flags": flags.split(), "confkv_kernels": sorted(kernels),
+       "llama_cpp": {"version": llama_ver, "cpu_variant": variant,
+                     "poll": next((c["llama"][0].get("poll") for c in cells.values() if c["llama"]), None)},
+       "runs": int(runs), "prompt_tokens": int(prompt), "gen_tokens": int(gen),
+       "alternated": True, "results": res,
+       "min_ratio": min(c["ratio"] for c in res)}
+s = json.dumps(doc, indent=1)
+print(s)
+if out:
+    with open(out, "w") as f:
+        f.write(s + "\n")
+PY

@@ -1,0 +1,109 @@
+/* svc_et.h - the engine on a thread of its own, talking to the
+ * loop through two queues.
+ *
+ *   loop thread                         engine thread
+ *   svc_et_submit(work) --[in queue, mutex + condvar]--> eng_submit (the client
+ *                                                        form: the engine tokenizes
+ *                                                        and checks), eng_step...
+ *   done_cb(work) <--[out queue + uv_async_send]-------- finished / failed
+ *
+ * uv_async_send coalesces wake-ups, so each wake-up drains the whole out
+ * queue. The engine thread loads the model first (svc_et_loaded turns true,
+ * loaded_cb fires on the loop), then sleeps on the condition variable
+ * whenever the engine is idle and no work waits.
+ *
+ * A work item is owned by the loop; between svc_et_submit and its done_cb the
+ * engine thread reads its job and writes its result fields, and the loop
+ * must not touch it. After svc_et_stop returns, works never completed are the
+ * loop's again (their done_cb will not fire). */
+#ifndef CK_SVC_ENGINE_THREAD_H
+#define CK_SVC_ENGINE_THREAD_H
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "engine.h"
+#include "svc_job.h"
+#include "svc_metrics.h"
+
+enum { SVC_WORK_OK = 0, SVC_WORK_ERROR = 1, SVC_WORK_EXPIRED = 2 };
+
+typedef struct svc_work {
+    struct svc_work *next;       /* queue link (owned by whichever queue holds it) */
+    /* in (set by the loop before submit) */
+    const svc_job *job;          /* borrowed until done_cb */
+    int64_t deadline_eng_ms;     /* on eng_now_ms()'s clock, 0 = none */
+    int64_t t_enqueue_ms;        /* eng_now_ms() when the message was consumed */
+    void *ud;                    /* the loop's */
+    void (*own_done)(struct svc_work *w); /* the loop's: when set, its done_cb hands the work
+                                    here (the service's own works: template prewarms) */
+    /* out (set by the engine thread) */
+    int status;                  /* SVC_WORK_* */
+    int err_code;                /* SVC_JERR_* when status is ERROR */
+    char err_msg[256];
+    char *text;                  /* malloc'd, text_len bytes + NUL */
+    size_t text_len;
+    int finish;                  /* GEN_FINISH_* or ENG_FINISH_* */
+    int prompt_tokens, completion_tokens, cached_tokens;
+    double mean_entropy, mean_gap, mean_pmax;
+    double queue_ms, ttft_ms, total_ms;
+    char policy[64];           /* the KV policy it ran under (canonical) */
+    double kv_retained_mean;
+    size_t hot_peak_bytes;
+    uint64_t recalls, demotions, spills, preemptions;
+    int32_t *trace_ids;          /* (n_trace), when the job asked for confidence */
+    samp_conf *trace;            /* (n_trace) */
+    int n_trace;
+} svc_work;
+
+/* Free what the engine thread allocated in a work (text, trace). */
+void svc_work_clear(svc_work *w);
+
+typedef struct svc_et_opts {
+    eng_config eng;              /* strings borrowed until svc_et_stop */
+    const char *chat_template;   /* a Jinja file for `messages` instead of the model's
+                                    template (NULL = the model's): eng_config.chat_template */
+    int max_prompt_tokens;       /* 0 = the context (eng_request's client form) */
+    int default_max_tokens;      /* likewise; 0 = up to the context */
+} svc_et_opts;
+
+typedef void (*svc_et_done_cb)(void *ud, svc_work *w);
+/* Model loaded (ok = 1) or failed (ok = 0, msg says why). */
+typedef void (*svc_et_loaded_cb)(void *ud, int ok, const char *msg);
+
+typedef struct svc_et svc_et;
+
+/* Start the thread (it loads the model). Callbacks fire on the loop. */
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded, void *ud,
+                 svc_et **out);
+/* Hand a work to the engine thread; never blocks on the engine. */
+void svc_et_submit(svc_et *t, svc_work *w);
+int svc_et_loaded(const svc_et *t);
+/* Model facts (valid once loaded): vocabulary, context, name. */
+int svc_et_vocab(const svc_et *t);
+int svc_et_ctx(const svc_et *t);
+/* The memory plan the engine was built by (valid once loaded). */
+const eng_memory *svc_et_memory(const svc_et *t);
+const char *svc_et_model_name(const svc_et *t);
+/* The model's prompt format: architecture, tokenizer model + pre, chat
+ * template source and hash (valid once loaded; NULL before). */
+const eng_prompt_format *svc_et_chat_info(const svc_et *t);
+/* Snapshot of the engine's stats and batch-size histogram (0 when not loaded). */
+int svc_et_stats(svc_et *t, eng_stats *s, svc_hist *batch);
+/* Ask the engine thread to wait, once idle, until the cold store has
+ * answered every write (eng_flush, at most timeout_ms): for a graceful
+ * shutdown, while the loop still runs Redis. svc_et_flushed turns 1 when
+ * done (or at once when there is no cold store). */
+void svc_et_flush(svc_et *t, int timeout_ms);
+int svc_et_flushed(svc_et *t);
+/* Stop the thread (after its current step), join it, free the engine, close
+ * the async handle (the loop must run once more for the close). */
+/* New defaults for jobs submitted from now on (SIGHUP's reload): the
+ * default policy (a spec; NULL or "" keeps it) and the tuning (engine.h,
+ * eng_set_defaults). Applied on the engine thread between steps, which logs
+ * event=config_reload with the outcome; jobs already in the engine keep
+ * what they were given. Any thread. */
+void svc_et_reload(svc_et *t, const char *policy, int tuning, double window_s, double target);
+void svc_et_stop(svc_et *t);
+
+#endif

@@ -1,0 +1,369 @@
+/* test_cpu_qdot.c - the quantized CPU products (issue 16):
+ *   cpu_qact.c:  the q8_0 / q8_1 / q8_K activation quantizers against
+ *                quant.c's q8_0 (an independent copy of ggml's reference,
+ *                itself checked against ggml) and against the formats'
+ *                definitions (scale, rounding bound, block sums);
+ *   cpu_qdot_*:  every dot kernel of every ISA level this CPU runs, forced
+ *                in turn, against the portable C kernel and against an f32
+ *                reference: the weights dequantized by quant_to_f32 (checked
+ *                bit for bit against libggml elsewhere), the activations by
+ *                their scales, summed in double. Tolerance: 1e-5 of the sum
+ *                of |w a| (the integer sums are exact; what is left is the
+ *                float rounding of the per-block scale products and of the
+ *                sums across blocks, about 1e-7 of that a block);
+ *   the multi-row kernels and the matrix driver against one dot at a time;
+ *   cpu_features: the forced choice and its refusals.
+ * AVX-512 kernels run only on a CPU that has AVX-512; elsewhere the test
+ * says they were compiled, not run. Weights are random bytes (every pattern
+ * is a valid block once its f16 scales are set finite and small), from a
+ * local xorshift generator with fixed seeds. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_err.h"
+#include "ck_test.h"
+#include "cpu_features.h"
+#include "cpu_qact.h"
+#include "cpu_qdot.h"
+#include "quant.h"
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+/* uniform in [-1, 1) */
+static float rng_f(rng *r) { return (float)((double)(rng_next(r) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static void fill_bytes(rng *r, void *p, size_t n) {
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rng_next(r);
+}
+
+/* a small positive f16 scale */
+static uint16_t small_f16(rng *r, float lo, float hi) {
+    return quant_f32_to_f16(lo + (hi - lo) * (0.5f + 0.5f * rng_f(r)));
+}
+
+/* ------------------------------------------------------ activations */
+
+static void test_qact_q8_0_matches_quant(void) {
+    rng r = {0x9E3779B97F4A7C15ULL};
+    enum { K = 32 * 24 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = rng_f(&r) * (i % 7 == 0 ? 40.0f : 1.0f);
+    for (int i = 64; i < 96; i++) x[i] = 0.0f; /* an all-zero block: d = 0, q = 0 */
+    x[5] = 2.5f, x[6] = -2.5f;                 /* ties round away from zero (roundf) */
+    qblock_q8_0 a[K / 32], b[K / 32];
+    qact_q8_0(x, a, K);
+    CK_CHECK(quant_from_f32(QUANT_Q8_0, x, b, K) == 0);
+    CK_CHECK_MSG(!memcmp(a, b, sizeof a), "q8_0 activations differ from quant_from_f32");
+    CK_CHECK(qact_row_bytes(QB_Q8_0, K) == sizeof a);
+    CK_CHECK(qact_row_bytes(QB_Q8_0, 33) == 0 && qact_row_bytes(QB_Q8_K, 32 * 9) == 0);
+    CK_CHECK(qact_row_bytes(QB_Q4_0, K) == 0 && qact_row(QB_Q4_0, x, a, K) == -1);
+}
+
+static void test_qact_q8_1(void) {
+    rng r = {0xBF58476D1CE4E5B9ULL};
+    enum { K = 32 * 8 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = rng_f(&r) * 3.0f;
+    qblock_q8_1 y[K / 32];
+    qblock_q8_0 z[K / 32];
+    qact_q8_1(x, y, K);
+    qact_q8_0(x, z, K);
+    for (int i = 0; i < K / 32; i++) {
+        /* the same d and q as q8_0 (llama.cpp's two references agree), plus s */
+        CK_CHECK(y[i].d == z[i].d && !memcmp(y[i].qs, z[i].qs, 32));
+        int sum = 0;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) sum += y[i].qs[j], amax = fabsf(x[32 * i + j]) > amax ? fabsf(x[32 * i + j]) : amax;
+        /* s from the unrounded d, as ggml */
+        CK_CHECK(y[i].s == quant_f32_to_f16((float)sum * (amax / 127.0f)));
+    }
+}
+
+/* q8_K: d = (the element of largest |x|) / -127, q = x / d rounded half to
+ * even, at most 127; bsums the sums of 16. */
+static void test_qact_q8_K(void) {
+    rng r = {0x94D049BB133111EBULL};
+    enum { K = 256 * 3 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = rng_f(&r) * (i < 256 ? 1.0f : 100.0f);
+    for (int i = 512; i < 768; i++) x[i] = 0.0f;
+    x[17] = -1.5f; /* the largest magnitude of block 0, negative: it maps to -127 */
+    qblock_q8_K y[K / 256];
+    qact_q8_K(x, y, K);
+    CK_CHECK(y[0].d == 1.0f / (-127.0f / -1.5f));
+    CK_CHECK(y[0].qs[17] == -127);
+    CK_CHECK(y[2].d == 0.0f);
+    for (int b = 0; b < K / 256; b++) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(x[256 * b + j]) > amax) amax = fabsf(x[256 * b + j]), max = x[256 * b + j];
+        if (b < 2) CK_CHECK(y[b].d == 1.0f / (-127.0f / max));
+        for (int j = 0; j < 256; j++) {
+            const float v = x[256 * b + j];
+            if (b < 2) {
+                const float iscale = -127.0f / max, t = iscale * v;
+                CK_CHECK(y[b].qs[j] <= 127 && fabsf(t - (float)y[b].qs[j]) <= 0.5f);
+                if (fabsf(t - (float)y[b].qs[j]) == 0.5f) CK_CHECK(y[b].qs[j] % 2 == 0); /* to even */
+            } else {
+                CK_CHECK(y[b].qs[j] == 0);
+            }
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += y[b].qs[16 * g + j];
+            CK_CHECK(y[b].bsums[g] == s);
+        }
+    }
+}
+
+/* ------------------------------------------------------ weights */
+
+/* The types with kernels of this module, and their random blocks. */
+static const int types[] = {QB_Q8_0, QB_Q4_0, QB_Q4_K, QB_Q6_K};
+
+static void random_row(rng *r, int type, void *w, int n) {
+    const int nb = type == QB_Q4_K || type == QB_Q6_K ? n / QBLOCK_K : n / QBLOCK_32;
+    for (int i = 0; i < nb; i++) switch (type) {
+        case QB_Q8_0: {
+            qblock_q8_0 *b = (qblock_q8_0 *)w + i;
+            fill_bytes(r, b->qs, sizeof b->qs);
+            b->d = small_f16(r, 1e-3f, 2e-2f);
+            break;
+        }
+        case QB_Q4_0: {
+            qblock_q4_0 *b = (qblock_q4_0 *)w + i;
+            fill_bytes(r, b->qs, sizeof b->qs);
+            b->d = small_f16(r, 1e-3f, 2e-2f);
+            break;
+        }
+        case QB_Q4_K: {
+            qblock_q4_K *b = (qblock_q4_K *)w + i;
+            fill_bytes(r, b, sizeof *b);
+            b->d = small_f16(r, 1e-4f, 2e-3f);
+            b->dmin = small_f16(r, 1e-4f, 2e-3f);
+            break;
+        }
+        default: {
+            qblock_q6_K *b = (qblock_q6_K *)w + i;
+            fill_bytes(r, b, sizeof *b);
+            b->d = small_f16(r, 1e-4f, 2e-3f);
+            break;
+        }
+        }
+}
+
+static const qblock_q8_K *k_at(const void *a, int e) { return (const qblock_q8_K *)a + e / QBLOCK_K; }
+
+/* The f32 reference: returns 0 and the dot and sum |w a| in double, or -1
+ * when quant_to_f32 cannot read the type. */
+static int ref_dot(int type, int act, const void *w, const void *a, int n, double *dot, double *mag) {
+    float *xw = malloc((size_t)n * sizeof *xw);
+    if (!xw || quant_to_f32(type, w, xw, (uint64_t)n)) {
+        free(xw);
+        return -1;
+    }
+    double d = 0, m = 0;
+    for (int e = 0; e < n; e++) {
+        double v;
+        if (act == QB_Q8_K) v = (double)k_at(a, e)->d * k_at(a, e)->qs[e % QBLOCK_K];
+        else v = (double)quant_f16_to_f32(((const qblock_q8_0 *)a)[e / 32].d) * ((const qblock_q8_0 *)a)[e / 32].qs[e % 32];
+        d += (double)xw[e] * v;
+        m += fabs((double)xw[e] * v);
+    }
+    free(xw);
+    *dot = d;
+    *mag = m;
+    return 0;
+}
+
+static int close_enough(double got, double want, double mag) { return fabs(got - want) <= 1e-5 * mag + 1e-6; }
+
+/* One type at one ISA level, rows of n elements. */
+static void check_type(const cpu_qdot *qd, const cpu_qdot *qc, int type, int n, rng *r) {
+    const cpu_qtype *t = cpu_qdot_type(qd, type), *tc = cpu_qdot_type(qc, type);
+    CK_CHECK(t && tc);
+    if (!t || !tc) return;
+    enum { M = 9 }; /* >= the table's dot2_min_m, two full column groups and one more */
+    const size_t wb = (size_t)(n / t->block) * t->block_bytes, ab = qact_row_bytes(t->act, n);
+    unsigned char *w = malloc(wb), *a = malloc(ab * M);
+    float *x = malloc((size_t)n * sizeof *x);
+    CK_CHECK(w && a && x);
+    if (!w || !a || !x) goto out;
+    random_row(r, type, w, n);
+    for (int m = 0; m < M; m++) {
+        for (int i = 0; i < n; i++) x[i] = rng_f(r) * (1.0f + (float)m);
+        CK_CHECK(qact_row(t->act, x, a + (size_t)m * ab, n) == 0);
+    }
+    int have_ref = 1;
+    float s[M], sn[CPU_QDOT_NCOLS];
+    for (int m = 0; m < M; m++) {
+        const void *am = a + (size_t)m * ab;
+        float sc;
+        t->dot(n, &s[m], w, am);
+        tc->dot(n, &sc, w, am);
+        double want = 0, mag = 0;
+        if (ref_dot(type, t->act, w, am, n, &want, &mag)) {
+            have_ref = 0;
+            mag = fabs((double)sc) * 10 + 1; /* no dequantizer: against C only */
+            want = sc;
+        }
+        CK_CHECK_MSG(close_enough(s[m], sc, mag), "type %d n %d %s: %.9g, C %.9g", type, n, t->impl, s[m], sc);
+        CK_CHECK_MSG(close_enough(s[m], want, mag), "type %d n %d %s: %.9g, f32 reference %.9g (|w a| %.3g)",
+                     type, n, t->impl, s[m], want, mag);
+        float sg = 0;
+        if (!cpu_vdot_generic(type, t->act, n, &sg, w, am))
+            CK_CHECK_MSG(close_enough(sg, want, mag), "type %d generic %.9g, reference %.9g", type, sg, want);
+    }
+    if (!have_ref) fprintf(stderr, "  type %d: quant_to_f32 lacks it, compared with the C kernel only\n", type);
+    if (t->dotn)
+        for (int nc = 1; nc <= CPU_QDOT_NCOLS; nc++) {
+            t->dotn(n, nc, sn, w, a, ab);
+            for (int c = 0; c < nc; c++)
+                CK_CHECK_MSG(close_enough(sn[c], s[c], fabs(s[c]) * 10 + 1), "type %d dotn %d col %d: %.9g vs %.9g",
+                             type, nc, c, sn[c], s[c]);
+        }
+    /* dot2: this row and another, each against 1..CPU_QDOT_NCOLS columns,
+     * against the one-row kernel and (second row) the f32 reference */
+    unsigned char *w2 = t->dot2 ? malloc(2 * wb) : NULL;
+    if (w2) {
+        memcpy(w2, w, wb);
+        random_row(r, type, w2 + wb, n);
+        for (int nc = 1; nc <= CPU_QDOT_NCOLS; nc++) {
+            float s2[2 * CPU_QDOT_NCOLS];
+            t->dot2(n, nc, s2, w2, wb, a, ab);
+            for (int c = 0; c < nc; c++) {
+                const void *ac = a + (size_t)c * ab;
+                float s1;
+                t->dot(n, &s1, w2 + wb, ac);
+                double want = s1, mag = fabs((double)s1) * 10 + 1;
+                (void)ref_dot(type, t->act, w2 + wb, ac, n, &want, &mag);
+                CK_CHECK_MSG(close_enough(s2[c], s[c], fabs(s[c]) * 10 + 1), "type %d n %d dot2 %d row 0 col %d: %.9g vs %.9g",
+                             type, n, nc, c, s2[c], s[c]);
+                CK_CHECK_MSG(close_enough(s2[CPU_QDOT_NCOLS + c], want, mag),
+                             "type %d n %d dot2 %d row 1 col %d: %.9g, f32 reference %.9g", type, n, nc, c,
+                             s2[CPU_QDOT_NCOLS + c], want);
+                CK_CHECK_MSG(close_enough(s2[CPU_QDOT_NCOLS + c], s1, mag), "type %d dot2 row 1: %.9g vs dot %.9g",
+                             type, s2[CPU_QDOT_NCOLS + c], s1);
+            }
+        }
+        free(w2);
+    }
+    /* the driver: 3 rows (the same row at 3 places), M columns, a wider y, accumulate */
+    unsigned char *w3 = malloc(3 * wb);
+    CK_CHECK(w3 != NULL);
+    if (w3) {
+        for (int i = 0; i < 3; i++) memcpy(w3 + i * wb, w, wb);
+        cpu_qmat qm = {w3, t, 3, n, wb};
+        enum { LDY = 5 };
+        float y[M * LDY];
+        for (int mm = 1; mm <= M; mm += M - 1) { /* batch 1 and a batch: the driver's paths differ */
+            for (int i = 0; i < M * LDY; i++) y[i] = 1.0f;
+            cpu_qdot_rows(y, LDY, a, ab, &qm, mm, 1, 3, 1); /* rows 1, 2 accumulate onto 1 */
+            for (int m = 0; m < M; m++)
+                for (int c = 0; c < LDY; c++) {
+                    const float want = m < mm && (c == 1 || c == 2) ? 1.0f + s[m] : 1.0f;
+                    CK_CHECK_MSG(close_enough(y[m * LDY + c], want, fabs(s[m]) * 10 + 1),
+                                 "driver M %d m %d c %d: %g vs %g", mm, m, c, y[m * LDY + c], want);
+                }
+        }
+        free(w3);
+    }
+out:
+    free(w);
+    free(a);
+    free(x);
+}
+
+static void test_kernels_every_isa(void) {
+    cpu_qdot qc;
+    cpu_qdot_init(&qc, CPU_ISA_C);
+    const int best = cpu_isa_detect();
+    for (int isa = CPU_ISA_C; isa < CPU_ISA_COUNT; isa++) {
+        if (isa > best) {
+            fprintf(stderr, "  %s: not on this CPU (compiled, not run)\n", cpu_isa_name(isa));
+            continue;
+        }
+        cpu_qdot qd;
+        cpu_qdot_init(&qd, isa);
+        rng r = {0xD1B54A32D192ED03ULL + (uint64_t)isa};
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            const cpu_qtype *t = cpu_qdot_type(&qd, types[i]);
+            fprintf(stderr, "  isa %s type %d: kernel %s%s%s\n", cpu_isa_name(isa), types[i], t ? t->impl : "none",
+                    t && t->dotn ? " (+ multi-row)" : "", t && t->dot2 ? " (+ two-row)" : "");
+            static const int ns[] = {256, 768, 2048, 256 * 11};
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_type(&qd, &qc, types[i], ns[k], &r);
+            if (types[i] == QB_Q8_0 || types[i] == QB_Q4_0) check_type(&qd, &qc, types[i], 32 * 3, &r);
+        }
+    }
+}
+
+/* The table: every type has a kernel at every level, partner formats as
+ * qblock.h says, block sizes and bytes as the GGUF format's. */
+static void test_table(void) {
+    static const struct { int type, act, block, bytes; } want[] = {
+        {QB_Q8_0, QB_Q8_0, 32, 34},   {QB_Q4_0, QB_Q8_0, 32, 18},   {QB_Q4_1, QB_Q8_1, 32, 20},
+        {QB_Q5_0, QB_Q8_0, 32, 22},   {QB_Q5_1, QB_Q8_1, 32, 24},   {QB_IQ4_NL, QB_Q8_0, 32, 18},
+        {QB_Q2_K, QB_Q8_K, 256, 84},  {QB_Q3_K, QB_Q8_K, 256, 110}, {QB_Q4_K, QB_Q8_K, 256, 144},
+        {QB_Q5_K, QB_Q8_K, 256, 176}, {QB_Q6_K, QB_Q8_K, 256, 210}, {QB_IQ4_XS, QB_Q8_K, 256, 136},
+    };
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        cpu_qdot qd;
+        cpu_qdot_init(&qd, isa);
+        CK_CHECK(qd.isa == isa);
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const cpu_qtype *t = cpu_qdot_type(&qd, want[i].type);
+            CK_CHECK_MSG(t && t->dot && t->act == want[i].act && t->block == want[i].block &&
+                             t->block_bytes == want[i].bytes,
+                         "isa %d type %d", isa, want[i].type);
+        }
+        CK_CHECK(!cpu_qdot_type(&qd, QB_F32) && !cpu_qdot_type(&qd, QB_F16) && !cpu_qdot_type(&qd, QB_BF16));
+        /* at C, our four types run their C kernels, not the generic code */
+        if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
+        if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));
+    }
+}
+
+static void test_isa_select(void) {
+    char err[200];
+    const int best = cpu_isa_detect();
+    fprintf(stderr, "  this CPU: %s\n", cpu_isa_name(best));
+    unsetenv(CPU_KERNELS_ENV);
+    CK_CHECK(cpu_isa_select(err, sizeof err) == best);
+    setenv(CPU_KERNELS_ENV, "c", 1);
+    CK_CHECK(cpu_isa_select(err, sizeof err) == CPU_ISA_C);
+    setenv(CPU_KERNELS_ENV, "sse9", 1);
+    CK_CHECK(cpu_isa_select(err, sizeof err) == CK_EINVAL && strstr(err, "sse9"));
+    if (best < CPU_ISA_VNNI) {
+        setenv(CPU_KERNELS_ENV, "vnni", 1);
+        CK_CHECK(cpu_isa_select(err, sizeof err) == CK_EUNSUPPORTED && strstr(err, cpu_isa_name(best)));
+    }
+    setenv(CPU_KERNELS_ENV, "", 1);
+    CK_CHECK(cpu_isa_select(err, sizeof err) == best);
+    unsetenv(CPU_KERNELS_ENV);
+    for (int i = 0; i < CPU_ISA_COUNT; i++) CK_CHECK(cpu_isa_from_name(cpu_isa_name(i)) == i);
+    CK_CHECK(cpu_isa_from_name(NULL) == -1 && cpu_isa_name(CPU_ISA_COUNT) == NULL);
+    char model[64];
+    CK_CHECK(strlen(cpu_model_name(model, sizeof model)) > 0);
+}
+
+int main(void) {
+    CK_RUN(test_qact_q8_0_matches_quant);
+    CK_RUN(test_qact_q8_1);
+    CK_RUN(test_qact_q8_K);
+    CK_RUN(test_table);
+    CK_RUN(test_kernels_every_isa);
+    CK_RUN(test_isa_select);
+    return ck_test_summary();
+}
