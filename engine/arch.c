@@ -11,30 +11,21 @@ static const struct {
     const char *name;
     int per_layer;
 } tensors[ARCH_T_COUNT] = {
-    [ARCH_T_TOKEN_EMBD] = {"token_embd.weight", 0},
-    [ARCH_T_OUTPUT_NORM] = {"output_norm.weight", 0},
-    [ARCH_T_OUTPUT] = {"output.weight", 0},
-    [ARCH_T_ROPE_FREQS] = {"rope_freqs.weight", 0},
-    [ARCH_T_ATTN_NORM] = {"attn_norm.weight", 1},
-    [ARCH_T_ATTN_Q] = {"attn_q.weight", 1},
-    [ARCH_T_ATTN_K] = {"attn_k.weight", 1},
-    [ARCH_T_ATTN_V] = {"attn_v.weight", 1},
-    [ARCH_T_ATTN_OUT] = {"attn_output.weight", 1},
-    [ARCH_T_ATTN_Q_B] = {"attn_q.bias", 1},
-    [ARCH_T_ATTN_K_B] = {"attn_k.bias", 1},
-    [ARCH_T_ATTN_V_B] = {"attn_v.bias", 1},
-    [ARCH_T_ATTN_Q_NORM] = {"attn_q_norm.weight", 1},
-    [ARCH_T_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
-    [ARCH_T_FFN_NORM] = {"ffn_norm.weight", 1},
-    [ARCH_T_FFN_GATE] = {"ffn_gate.weight", 1},
-    [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},
-    [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
+    [ARCH_T_TOKEN_EMBD] = {"token_embd.weight", 0},   [ARCH_T_OUTPUT_NORM] = {"output_norm.weight", 0},
+    [ARCH_T_OUTPUT] = {"output.weight", 0},           [ARCH_T_ROPE_FREQS] = {"rope_freqs.weight", 0},
+    [ARCH_T_ATTN_NORM] = {"attn_norm.weight", 1},     [ARCH_T_ATTN_Q] = {"attn_q.weight", 1},
+    [ARCH_T_ATTN_K] = {"attn_k.weight", 1},           [ARCH_T_ATTN_V] = {"attn_v.weight", 1},
+    [ARCH_T_ATTN_OUT] = {"attn_output.weight", 1},    [ARCH_T_ATTN_Q_B] = {"attn_q.bias", 1},
+    [ARCH_T_ATTN_K_B] = {"attn_k.bias", 1},           [ARCH_T_ATTN_V_B] = {"attn_v.bias", 1},
+    [ARCH_T_ATTN_Q_NORM] = {"attn_q_norm.weight", 1}, [ARCH_T_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
+    [ARCH_T_FFN_NORM] = {"ffn_norm.weight", 1},       [ARCH_T_FFN_GATE] = {"ffn_gate.weight", 1},
+    [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},       [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
 };
 
 /* What every one of the three has: the plain Llama block. */
 #define R ARCH_REQUIRED
 #define O ARCH_OPTIONAL
-#define LLAMA_CORE                                                                                   \
+#define LLAMA_CORE                                                                                  \
     [ARCH_T_TOKEN_EMBD] = R, [ARCH_T_OUTPUT_NORM] = R, [ARCH_T_OUTPUT] = O, [ARCH_T_ATTN_NORM] = R, \
     [ARCH_T_ATTN_Q] = R, [ARCH_T_ATTN_K] = R, [ARCH_T_ATTN_V] = R, [ARCH_T_ATTN_OUT] = R,           \
     [ARCH_T_FFN_NORM] = R, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
@@ -44,15 +35,21 @@ static const struct {
  * computes them too). rope_freqs only in llama (llama.cpp reads it for its
  * llama graph only). */
 static const arch_info table[] = {
-    {"llama", ARCH_LLAMA, ARCH_ROPE_NORMAL,
+    {"llama",
+     ARCH_LLAMA,
+     ARCH_ROPE_NORMAL,
      {LLAMA_CORE, [ARCH_T_ROPE_FREQS] = O, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O,
       [ARCH_T_ATTN_V_B] = O},
      "Llama 2/3.x, Mistral, TinyLlama, SmolLM2: adjacent-pair RoPE, optional rope_freqs "
      "(Llama 3.1 factors), rope scaling none/linear/yarn"},
-    {"qwen2", ARCH_QWEN2, ARCH_ROPE_NEOX,
+    {"qwen2",
+     ARCH_QWEN2,
+     ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O},
      "Qwen2/2.5: q/k/v biases, NEOX RoPE"},
-    {"qwen3", ARCH_QWEN3, ARCH_ROPE_NEOX,
+    {"qwen3",
+     ARCH_QWEN3,
+     ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O,
       [ARCH_T_ATTN_Q_NORM] = R, [ARCH_T_ATTN_K_NORM] = R},
      "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length"},
@@ -152,7 +149,8 @@ void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float
     float lo = 0, hi = 0;
     if (ext != 0.0f) {
         lo = fmaxf(0.0f, floorf(corr_dim(p->n_dims, p->orig_ctx, p->beta_fast, p->freq_base)));
-        hi = fminf((float)(p->n_dims - 1), ceilf(corr_dim(p->n_dims, p->orig_ctx, p->beta_slow, p->freq_base)));
+        hi = fminf((float)(p->n_dims - 1),
+                   ceilf(corr_dim(p->n_dims, p->orig_ctx, p->beta_slow, p->freq_base)));
     }
     for (int i = 0; i < half; i++) {
         /* the expression of before, so the plain path stays bit-identical */

@@ -34,24 +34,24 @@ enum arch_scaling { ARCH_SCALING_NONE = 0, ARCH_SCALING_LINEAR = 1, ARCH_SCALING
 /* Every tensor the engine knows. Per-layer ones are named
  * "blk.<layer>.<name>" in the file, the others "<name>". */
 enum arch_tensor {
-    ARCH_T_TOKEN_EMBD,   /* token_embd.weight    (vocab, dim) */
-    ARCH_T_OUTPUT_NORM,  /* output_norm.weight   (dim) */
-    ARCH_T_OUTPUT,       /* output.weight        (vocab, dim); absent: tied to token_embd */
-    ARCH_T_ROPE_FREQS,   /* rope_freqs.weight    (head_dim / 2) frequency divisors (Llama 3.1) */
-    ARCH_T_ATTN_NORM,    /* blk.N.attn_norm.weight   (dim) */
-    ARCH_T_ATTN_Q,       /* blk.N.attn_q.weight      (n_heads * head_dim, dim) */
-    ARCH_T_ATTN_K,       /* blk.N.attn_k.weight      (n_kv_heads * head_dim, dim) */
-    ARCH_T_ATTN_V,       /* blk.N.attn_v.weight      (n_kv_heads * head_dim, dim) */
-    ARCH_T_ATTN_OUT,     /* blk.N.attn_output.weight (dim, n_heads * head_dim) */
-    ARCH_T_ATTN_Q_B,     /* blk.N.attn_q.bias        (n_heads * head_dim) */
-    ARCH_T_ATTN_K_B,     /* blk.N.attn_k.bias        (n_kv_heads * head_dim) */
-    ARCH_T_ATTN_V_B,     /* blk.N.attn_v.bias        (n_kv_heads * head_dim) */
-    ARCH_T_ATTN_Q_NORM,  /* blk.N.attn_q_norm.weight (head_dim): RMSNorm of each q head */
-    ARCH_T_ATTN_K_NORM,  /* blk.N.attn_k_norm.weight (head_dim): RMSNorm of each k head */
-    ARCH_T_FFN_NORM,     /* blk.N.ffn_norm.weight    (dim) */
-    ARCH_T_FFN_GATE,     /* blk.N.ffn_gate.weight    (hidden_dim, dim) */
-    ARCH_T_FFN_DOWN,     /* blk.N.ffn_down.weight    (dim, hidden_dim) */
-    ARCH_T_FFN_UP,       /* blk.N.ffn_up.weight      (hidden_dim, dim) */
+    ARCH_T_TOKEN_EMBD,  /* token_embd.weight    (vocab, dim) */
+    ARCH_T_OUTPUT_NORM, /* output_norm.weight   (dim) */
+    ARCH_T_OUTPUT,      /* output.weight        (vocab, dim); absent: tied to token_embd */
+    ARCH_T_ROPE_FREQS,  /* rope_freqs.weight    (head_dim / 2) frequency divisors (Llama 3.1) */
+    ARCH_T_ATTN_NORM,   /* blk.N.attn_norm.weight   (dim) */
+    ARCH_T_ATTN_Q,      /* blk.N.attn_q.weight      (n_heads * head_dim, dim) */
+    ARCH_T_ATTN_K,      /* blk.N.attn_k.weight      (n_kv_heads * head_dim, dim) */
+    ARCH_T_ATTN_V,      /* blk.N.attn_v.weight      (n_kv_heads * head_dim, dim) */
+    ARCH_T_ATTN_OUT,    /* blk.N.attn_output.weight (dim, n_heads * head_dim) */
+    ARCH_T_ATTN_Q_B,    /* blk.N.attn_q.bias        (n_heads * head_dim) */
+    ARCH_T_ATTN_K_B,    /* blk.N.attn_k.bias        (n_kv_heads * head_dim) */
+    ARCH_T_ATTN_V_B,    /* blk.N.attn_v.bias        (n_kv_heads * head_dim) */
+    ARCH_T_ATTN_Q_NORM, /* blk.N.attn_q_norm.weight (head_dim): RMSNorm of each q head */
+    ARCH_T_ATTN_K_NORM, /* blk.N.attn_k_norm.weight (head_dim): RMSNorm of each k head */
+    ARCH_T_FFN_NORM,    /* blk.N.ffn_norm.weight    (dim) */
+    ARCH_T_FFN_GATE,    /* blk.N.ffn_gate.weight    (hidden_dim, dim) */
+    ARCH_T_FFN_DOWN,    /* blk.N.ffn_down.weight    (dim, hidden_dim) */
+    ARCH_T_FFN_UP,      /* blk.N.ffn_up.weight      (hidden_dim, dim) */
     ARCH_T_COUNT
 };
 
@@ -59,11 +59,11 @@ enum arch_tensor {
 enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
 
 typedef struct arch_info {
-    const char *name;             /* general.architecture, and the key prefix */
-    int id;                       /* ARCH_* */
-    int rope;                     /* ARCH_ROPE_* */
+    const char *name;                 /* general.architecture, and the key prefix */
+    int id;                           /* ARCH_* */
+    int rope;                         /* ARCH_ROPE_* */
     unsigned char need[ARCH_T_COUNT]; /* ARCH_NO / ARCH_OPTIONAL / ARCH_REQUIRED */
-    const char *adds;             /* one line: what it adds to the plain Llama compute */
+    const char *adds;                 /* one line: what it adds to the plain Llama compute */
 } arch_info;
 
 /* Key suffixes, read as "<arch>.<suffix>" (gguf-py constants.py). */
@@ -72,20 +72,20 @@ typedef struct arch_info {
 #define ARCH_KEY_BLOCK_COUNT "block_count"
 #define ARCH_KEY_FEED_FORWARD_LENGTH "feed_forward_length"
 #define ARCH_KEY_HEAD_COUNT "attention.head_count"
-#define ARCH_KEY_HEAD_COUNT_KV "attention.head_count_kv"       /* default head_count */
-#define ARCH_KEY_RMS_EPS "attention.layer_norm_rms_epsilon"    /* default 1e-5 */
-#define ARCH_KEY_KEY_LENGTH "attention.key_length"             /* default dim / head_count */
-#define ARCH_KEY_VALUE_LENGTH "attention.value_length"         /* default dim / head_count */
-#define ARCH_KEY_ROPE_FREQ_BASE "rope.freq_base"               /* default 10000 */
-#define ARCH_KEY_ROPE_DIMS "rope.dimension_count"              /* default key_length */
-#define ARCH_KEY_ROPE_SCALING_TYPE "rope.scaling.type"         /* default "linear" (llama.cpp) */
-#define ARCH_KEY_ROPE_SCALING_FACTOR "rope.scaling.factor"     /* default 0: no scaling */
-#define ARCH_KEY_ROPE_SCALE_LINEAR "rope.scale_linear"         /* the old name of factor */
+#define ARCH_KEY_HEAD_COUNT_KV "attention.head_count_kv"             /* default head_count */
+#define ARCH_KEY_RMS_EPS "attention.layer_norm_rms_epsilon"          /* default 1e-5 */
+#define ARCH_KEY_KEY_LENGTH "attention.key_length"                   /* default dim / head_count */
+#define ARCH_KEY_VALUE_LENGTH "attention.value_length"               /* default dim / head_count */
+#define ARCH_KEY_ROPE_FREQ_BASE "rope.freq_base"                     /* default 10000 */
+#define ARCH_KEY_ROPE_DIMS "rope.dimension_count"                    /* default key_length */
+#define ARCH_KEY_ROPE_SCALING_TYPE "rope.scaling.type"               /* default "linear" (llama.cpp) */
+#define ARCH_KEY_ROPE_SCALING_FACTOR "rope.scaling.factor"           /* default 0: no scaling */
+#define ARCH_KEY_ROPE_SCALE_LINEAR "rope.scale_linear"               /* the old name of factor */
 #define ARCH_KEY_ROPE_SCALING_ATTN_FACTOR "rope.scaling.attn_factor" /* default 1 */
 #define ARCH_KEY_ROPE_SCALING_ORIG_CTX "rope.scaling.original_context_length" /* default context_length */
-#define ARCH_KEY_YARN_EXT_FACTOR "rope.scaling.yarn_ext_factor" /* default 1 for yarn, else 0 */
-#define ARCH_KEY_YARN_BETA_FAST "rope.scaling.yarn_beta_fast"   /* default 32 */
-#define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"   /* default 1 */
+#define ARCH_KEY_YARN_EXT_FACTOR "rope.scaling.yarn_ext_factor"               /* default 1 for yarn, else 0 */
+#define ARCH_KEY_YARN_BETA_FAST "rope.scaling.yarn_beta_fast"                 /* default 32 */
+#define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"                 /* default 1 */
 #define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* DeepSeek's: refused if != 0 */
 
 /* llama.cpp's defaults for what the file leaves out. */
@@ -127,13 +127,13 @@ const char *arch_scaling_name(int scaling);
 /* RoPE as the model asks for it, after the file's keys and llama.cpp's
  * defaults (see model.c). */
 typedef struct arch_rope_params {
-    int n_dims;         /* rotated values per head (== head_dim) */
-    float freq_base;    /* theta */
-    int scaling;        /* ARCH_SCALING_* */
-    float factor;       /* rope.scaling.factor; the angle is divided by it (1: none) */
-    int orig_ctx;       /* YaRN's original context length */
-    float attn_factor;  /* rope.scaling.attn_factor */
-    float ext_factor;   /* YaRN's extrapolation mix (1 for yarn, 0 otherwise by default) */
+    int n_dims;                 /* rotated values per head (== head_dim) */
+    float freq_base;            /* theta */
+    int scaling;                /* ARCH_SCALING_* */
+    float factor;               /* rope.scaling.factor; the angle is divided by it (1: none) */
+    int orig_ctx;               /* YaRN's original context length */
+    float attn_factor;          /* rope.scaling.attn_factor */
+    float ext_factor;           /* YaRN's extrapolation mix (1 for yarn, 0 otherwise by default) */
     float beta_fast, beta_slow; /* YaRN's correction range, in rotations */
 } arch_rope_params;
 

@@ -20,8 +20,7 @@ static const char *const compiled[] = {
 
 const char *const *be_compiled(void) { return compiled; }
 
-int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err,
-           size_t errlen) {
+int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     if (!name || !strcmp(name, "auto")) {
 #ifdef CONFKV_CUDA
         if (be_cuda_available()) return be_cuda_new(m, o, out, err, errlen);

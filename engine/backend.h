@@ -25,10 +25,10 @@
 typedef struct be_seq_view {
     const int32_t *blocks; /* (n_blocks) pool block of each logical block, KV_NONE = not hot */
     int n_blocks;
-    const int32_t *blocks8;/* (n_blocks) or NULL: int8 block (kvq.h layout) of a logical
+    const int32_t *blocks8; /* (n_blocks) or NULL: int8 block (kvq.h layout) of a logical
                               block that is hot in compressed form, KV_NONE otherwise;
                               used where blocks[j] is KV_NONE */
-    float *mass;           /* (n_blocks) or NULL: += attention mass each logical block
+    float *mass;            /* (n_blocks) or NULL: += attention mass each logical block
                               received, averaged over layers and heads, summed over this
                               sequence's query tokens in the batch (so each adds 1) */
 } be_seq_view;
@@ -40,17 +40,17 @@ typedef struct be_batch {
     const int32_t *seq;     /* (n_tokens) index into seqs */
     const int32_t *out_row; /* (n_tokens) row of the logits output, or -1 for none */
     int n_seqs;
-    const be_seq_view *seqs;/* (n_seqs) */
-    int n_out;              /* logits rows the caller wants (max out_row + 1) */
+    const be_seq_view *seqs; /* (n_seqs) */
+    int n_out;               /* logits rows the caller wants (max out_row + 1) */
 } be_batch;
 
 typedef struct be_options {
-    int max_batch_tokens;   /* largest n_tokens forward() will be given */
-    int n_kv_blocks;        /* hot KV pool size in blocks */
-    int block_size;         /* tokens per block */
-    int n_threads;          /* CPU threads (0 = all cores) */
-    int max_ctx;            /* longest sequence (<= model seq_len; 0 = be_default_ctx) */
-    int n_kv8_blocks;       /* int8 KV pool size in blocks (0 = none) */
+    int max_batch_tokens; /* largest n_tokens forward() will be given */
+    int n_kv_blocks;      /* hot KV pool size in blocks */
+    int block_size;       /* tokens per block */
+    int n_threads;        /* CPU threads (0 = all cores) */
+    int max_ctx;          /* longest sequence (<= model seq_len; 0 = be_default_ctx) */
+    int n_kv8_blocks;     /* int8 KV pool size in blocks (0 = none) */
 } be_options;
 
 /* The context a backend is sized for when be_options.max_ctx is 0: the
@@ -134,8 +134,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p);
 
 /* Create a backend by name: "cpu", "cuda" (when compiled in), or "auto"
  * (cuda when a device is present, else cpu). */
-int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err,
-           size_t errlen);
+int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 /* Names of the backends compiled in, NULL-terminated. */
 const char *const *be_compiled(void);
 

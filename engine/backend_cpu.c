@@ -86,63 +86,63 @@ typedef struct cpu_backend {
     int n_threads;
     int q_dim, kv_dim, qkv_dim, max_ctx;
     /* kernels, chosen at creation (cpu_features.h) */
-    int isa;                 /* CPU_ISA_* */
-    const gemm_kernels *gk;  /* the f32 panels, scores, SwiGLU */
-    attn_f32_fn attn;        /* cpu_attn.h's kernel for this shape, or NULL: the general code */
-    cpu_qdot qd;             /* the quantized dots */
+    int isa;                /* CPU_ISA_* */
+    const gemm_kernels *gk; /* the f32 panels, scores, SwiGLU */
+    attn_f32_fn attn;       /* cpu_attn.h's kernel for this shape, or NULL: the general code */
+    cpu_qdot qd;            /* the quantized dots */
     /* weights: f32 ones owned and packed (cpu_gemm.h), quantized ones in the mapping */
-    float *emb;       /* (vocab, dim) row-major; NULL when tied (rows come from wcls) or
+    float *emb;         /* (vocab, dim) row-major; NULL when tied (rows come from wcls) or
                          quantized (rows dequantized from the mapping at lookup) */
-    float *out_norm;  /* (dim) */
-    cpu_mat wcls;     /* (vocab, dim) */
-    cpu_layer *layers;/* (n_layers) */
+    float *out_norm;    /* (dim) */
+    cpu_mat wcls;       /* (vocab, dim) */
+    cpu_layer *layers;  /* (n_layers) */
     size_t layer_bytes; /* every layer's matrices as the products read them */
     /* quantized input rows of the products (T rows each, xq_stride bytes apart):
      * index ACT_*, NULL where no matrix takes that format */
     unsigned char *xq[ACT_N];
     size_t xq_stride[ACT_N];
-    unsigned char *xoq;  /* (T) the classifier's input rows in its format (xo's rows);
+    unsigned char *xoq; /* (T) the classifier's input rows in its format (xo's rows);
                             NULL when the classifier is f32 */
     size_t xoq_stride;
-    size_t emb_row_bytes;/* bytes of one row of the file's token embedding */
-    float *inv_freq;  /* (head_dim / 2) RoPE frequencies of the pairs (model_rope_freqs:
+    size_t emb_row_bytes; /* bytes of one row of the file's token embedding */
+    float *inv_freq;      /* (head_dim / 2) RoPE frequencies of the pairs (model_rope_freqs:
                          rope_freqs factors and linear/YaRN scaling folded in) */
-    float rope_mscale;/* cos and sin are scaled by it (YaRN; 1 otherwise) */
-    int rope_neox;    /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
+    float rope_mscale;    /* cos and sin are scaled by it (YaRN; 1 otherwise) */
+    int rope_neox;        /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
     /* KV storage */
-    float *kv;        /* (n_kv_blocks, kv_block_floats) */
+    float *kv;          /* (n_kv_blocks, kv_block_floats) */
     unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout */
     kvq_shape shape;
     /* activations, sized for max_batch_tokens (T) */
-    float *x;         /* (T, dim) residual stream */
-    float *xb;        /* (T, dim) normed input of a projection */
-    float *qkv;       /* (T, qkv_dim) */
-    float *att_out;   /* (T, q_dim) */
-    float *h13;       /* (T, 2 * hidden_dim) */
-    float *h;         /* (T, hidden_dim) */
-    float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
-    float *scores;    /* (n_threads, scores_per_thread) per thread: attention scores
+    float *x;       /* (T, dim) residual stream */
+    float *xb;      /* (T, dim) normed input of a projection */
+    float *qkv;     /* (T, qkv_dim) */
+    float *att_out; /* (T, q_dim) */
+    float *h13;     /* (T, 2 * hidden_dim) */
+    float *h;       /* (T, hidden_dim) */
+    float *rope;    /* (T, head_dim) cos, sin interleaved per pair */
+    float *scores;  /* (n_threads, scores_per_thread) per thread: attention scores
                          (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
     size_t scores_per_thread;
-    int32_t *hot_list;/* (T, max_blocks) per sequence of the batch: its resident logical
+    int32_t *hot_list; /* (T, max_blocks) per sequence of the batch: its resident logical
                          blocks in order, so attention skips the others without looking */
-    int32_t *n_list;  /* (T) entries in each list */
-    int32_t *seq_last;/* (T) token_split's scratch: each sequence's last token */
-    int *cut;         /* (n_threads + 1) token_split's cuts */
-    double *share;    /* (n_threads) the batch's share each part of a token split gets,
+    int32_t *n_list;   /* (T) entries in each list */
+    int32_t *seq_last; /* (T) token_split's scratch: each sequence's last token */
+    int *cut;          /* (n_threads + 1) token_split's cuts */
+    double *share;     /* (n_threads) the batch's share each part of a token split gets,
                          learnt from how long the parts took (split_learn); sum 1 */
-    double *done_s;   /* (n_threads) when each part finished its layers, seconds
+    double *done_s;    /* (n_threads) when each part finished its layers, seconds
                          after the split region began */
-    double *cls_s;    /* (n_threads) each thread's seconds on its classifier panels */
-    int *pcut;        /* (n_threads + 1) the classifier's panel cuts */
-    float *xo;        /* (T, dim) the normed final states of the rows asked for */
-    int max_blocks;   /* max_ctx / block_size, rounded up */
+    double *cls_s;     /* (n_threads) each thread's seconds on its classifier panels */
+    int *pcut;         /* (n_threads + 1) the classifier's panel cuts */
+    float *xo;         /* (T, dim) the normed final states of the rows asked for */
+    int max_blocks;    /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;
     const float **att_blk;
     int *att_rows;
     float *att_mass;
-    size_t bytes;     /* everything above */
+    size_t bytes; /* everything above */
 } cpu_backend;
 
 /* ------------------------------------------------------------ the kernels */
@@ -349,8 +349,8 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
     }
     int b8 = v->blocks8 ? v->blocks8[j] : KV_NONE;
     if (b8 < 0) return 0;
-    const unsigned char *base = cb->kv8 + (size_t)b8 * cb->base.kv8_block_bytes +
-                                (size_t)layer * kvq_layer_bytes(&cb->shape);
+    const unsigned char *base =
+        cb->kv8 + (size_t)b8 * cb->base.kv8_block_bytes + (size_t)layer * kvq_layer_bytes(&cb->shape);
     r->f = NULL;
     r->q = (const int8_t *)base;
     const uint16_t *sc = (const uint16_t *)(base + 2 * (size_t)bs * kvd);
@@ -368,8 +368,8 @@ static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) 
 /* attend_token by cpu_attn.c when every block it reads is f32. Returns 1
  * when done, 0 when the general code must run. */
 static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
-                       const be_seq_view *v, const int32_t *list, int n_list, float *att,
-                       float mass_scale, int slot) {
+                       const be_seq_view *v, const int32_t *list, int n_list, float *att, float mass_scale,
+                       int slot) {
     const int bs = cb->base.opt.block_size;
     const float **blk = cb->att_blk + (size_t)slot * cb->max_blocks;
     int *rows = cb->att_rows + (size_t)slot * cb->max_blocks;
@@ -399,9 +399,9 @@ static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *
  * batch-32 decode spent a third of its time waiting for them.
  * att: (n_heads, max_ctx) scores, each head's in block order so the two
  * passes agree; qs: (q_dim) scratch for int8 blocks' scaled queries. */
-static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out,
-                         int pos, const be_seq_view *v, const int32_t *list, int n_list,
-                         float *restrict att, float *restrict qs, float mass_scale, int slot) {
+static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out, int pos,
+                         const be_seq_view *v, const int32_t *list, int n_list, float *restrict att,
+                         float *restrict qs, float mass_scale, int slot) {
     const model_config *c = &cb->base.m->cfg;
     const int bs = cb->base.opt.block_size, hd = c->head_dim, kvd = cb->kv_dim;
     const int H = c->n_heads, gqa = c->n_heads / c->n_kv_heads, ctx = cb->max_ctx;
@@ -410,8 +410,7 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     int n = 0;
     blk_ref r;
-    if (cb->attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot))
-        return;
+    if (cb->attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot)) return;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
         const char *pf = NULL; /* the next block's rows */
@@ -499,8 +498,7 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
         n_out += bt->out_row[i] >= 0;
         const be_seq_view *v = &bt->seqs[bt->seq[i]];
         int j = bt->pos[i] / b->opt.block_size;
-        if (j >= v->n_blocks || v->blocks[j] < 0 || v->blocks[j] >= b->opt.n_kv_blocks)
-            return CK_EINVAL;
+        if (j >= v->n_blocks || v->blocks[j] < 0 || v->blocks[j] >= b->opt.n_kv_blocks) return CK_EINVAL;
         if (v->blocks8) /* int8 blocks must exist; the forward only reads them */
             for (int k = 0; k < v->n_blocks; k++)
                 if (v->blocks8[k] >= b->opt.n_kv8_blocks) return CK_EINVAL;
@@ -515,17 +513,17 @@ static void attend_batch_token(cpu_backend *cb, const be_batch *bt, int l, int i
     const model_config *c = &cb->base.m->cfg;
     float *att = cb->scores + (size_t)slot * cb->scores_per_thread;
     int q = bt->seq[i];
-    attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * cb->q_dim,
-                 bt->pos[i], &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q],
-                 att, att + (size_t)c->n_heads * cb->max_ctx, mass_scale, slot);
+    attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * cb->q_dim, bt->pos[i],
+                 &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q], att,
+                 att + (size_t)c->n_heads * cb->max_ctx, mass_scale, slot);
 }
 
 /* One layer for tokens [i0, i1) of the batch (their rows of every activation
  * buffer). threads: how many the products and attention may wake; 1 inside a
  * token-split region, where the calling thread does it all with scratch slot
  * `slot` of cb->scores. */
-static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, int i1, int threads,
-                          int slot, float mass_scale) {
+static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, int i1, int threads, int slot,
+                          float mass_scale) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_layer *w = &cb->layers[l];
     const int D = c->dim, F = c->hidden_dim, hd = c->head_dim, M = i1 - i0;
@@ -533,8 +531,7 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     float *qkv = cb->qkv + (size_t)i0 * QKV, *att_out = cb->att_out + (size_t)i0 * QD;
 
-    for (int i = 0; i < M; i++)
-        rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
+    for (int i = 0; i < M; i++) rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->attn_norm, D, c->norm_eps);
     const cpu_mat *qkv_mats[3] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
     matmul(cb, qkv, QKV, xb, i0, qkv_mats, w->n_qkv, M, 0, threads);
     for (int i = i0; i < i1; i++) {
@@ -575,8 +572,7 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
     }
     const cpu_mat *wo = &w->wo, *w2 = &w->w2;
     matmul(cb, x, D, att_out, i0, &wo, 1, M, 1, threads);
-    for (int i = 0; i < M; i++)
-        rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
+    for (int i = 0; i < M; i++) rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->ffn_norm, D, c->norm_eps);
     ffn_up(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M, threads);
     matmul(cb, x, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 1, threads);
 }
@@ -670,8 +666,10 @@ static int classify_splits(const cpu_backend *cb, int n_out) {
  * panels) or its quantized rows xoq. */
 static void classify_units(cpu_backend *cb, float *logits, int n_out, int u0, int u1) {
     const cpu_mat *w = &cb->wcls;
-    if (w->f.p) gemm_panels(logits, w->f.n, cb->xo, &w->f, n_out, u0, u1, 0);
-    else cpu_qdot_rows(logits, w->q.n, cb->xoq, cb->xoq_stride, &w->q, n_out, u0, u1, 0);
+    if (w->f.p)
+        gemm_panels(logits, w->f.n, cb->xo, &w->f, n_out, u0, u1, 0);
+    else
+        cpu_qdot_rows(logits, w->q.n, cb->xoq, cb->xoq_stride, &w->q, n_out, u0, u1, 0);
 }
 
 /* pcut[0..n_threads] from the shares, at least one unit a thread. */
@@ -739,7 +737,8 @@ static void out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1) {
         int r = bt->out_row[i];
         if (r < 0) continue;
         rmsnorm(cb->xo + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
-        if (cb->xoq) qact_row(cb->wcls.q.t->act, cb->xo + (size_t)r * D, cb->xoq + (size_t)r * cb->xoq_stride, D);
+        if (cb->xoq)
+            qact_row(cb->wcls.q.t->act, cb->xo + (size_t)r * D, cb->xoq + (size_t)r * cb->xoq_stride, D);
     }
 }
 
@@ -981,9 +980,7 @@ static int pack(cpu_backend *cb, gemm_w *w, const float *src, int n, int k) {
 }
 
 /* Convert tensors into consecutive rows of one f32 matrix. */
-static int to_f32(float *dst, const model_tensor *t) {
-    return quant_to_f32(t->type, t->data, dst, t->n);
-}
+static int to_f32(float *dst, const model_tensor *t) { return quant_to_f32(t->type, t->data, dst, t->n); }
 
 /* The kernel entry of an (n, k) weight tensor computed in its own bytes, or
  * NULL: f32/f16/bf16 (packed f32), or a row that is not whole blocks (the
@@ -999,7 +996,7 @@ static const cpu_qtype *mat_qtype(const cpu_qdot *qd, const model_tensor *t, int
 typedef struct mat_spec {
     const model_tensor *t; /* the tensor (for fused QKV: wq; wk and wv follow) */
     int n, k;
-    const cpu_qtype *q;    /* NULL: f32 packed */
+    const cpu_qtype *q; /* NULL: f32 packed */
 } mat_spec;
 
 /* The layer's matrices in order qkv[0..n_qkv), wo, w1, w3, w2; returns how
@@ -1008,7 +1005,8 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
     const int D = c->dim, F = c->hidden_dim, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
-    const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D), *qv = mat_qtype(qd, &ml->wv, D);
+    const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
+                    *qv = mat_qtype(qd, &ml->wv, D);
     int n = 0;
     if (!qq && !qk && !qv) {
         sp[n++] = (mat_spec){&ml->wq, QD + 2 * KVD, D, NULL};
@@ -1058,14 +1056,16 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
                     const model_tensor *fused_v, int kv_rows) {
     memset(w, 0, sizeof *w);
     if (sp->q) {
-        w->q = (cpu_qmat){sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes};
+        w->q =
+            (cpu_qmat){sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes};
         cb->bytes += spec_bytes(sp);
         return CK_OK;
     }
     int rc = to_f32(tmp, sp->t);
     if (!rc && fused_k) {
         const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
-        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k))) rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
+        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)))
+            rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
     }
     return rc ? rc : pack(cb, &w->f, tmp, sp->n, sp->k);
 }
@@ -1136,8 +1136,10 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     cpu_qdot_init(&qd, CPU_ISA_C); /* which types are quantized does not depend on the ISA */
     size_t w = floats_bytes(D);
     const cpu_qtype *qemb = mat_qtype(&qd, &m->tok_emb, c->dim);
-    if (!m->tied) w = padd(&a, w, qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
-                                        : pfloats(&a, V, D));
+    if (!m->tied)
+        w = padd(&a, w,
+                 qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
+                      : pfloats(&a, V, D));
     const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
     w = padd(&a, w, spec_bytes(&cls));
     for (int l = 0; l < c->n_layers; l++) {
@@ -1259,7 +1261,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cpu_layer *w = &cb->layers[l];
         rc = CK_ENOMEM;
         if (!(w->attn_norm = alloc_floats(cb, D)) || !(w->ffn_norm = alloc_floats(cb, D))) goto fail;
-        if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim))) goto fail;
+        if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim)))
+            goto fail;
         if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
             (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)c->head_dim))))
             goto fail;
@@ -1269,14 +1272,17 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
-        if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm))) goto fail;
+        if ((rc = to_f32(w->attn_norm, &ml->attn_norm)) || (rc = to_f32(w->ffn_norm, &ml->ffn_norm)))
+            goto fail;
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
-        dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &w->w1, dst[w->n_qkv + 2] = &w->w3, dst[w->n_qkv + 3] = &w->w2;
+        dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &w->w1, dst[w->n_qkv + 2] = &w->w3,
+        dst[w->n_qkv + 3] = &w->w2;
         for (int i = 0; i < n; i++) {
             const int fused = i == 0 && w->n_qkv == 1;
-            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL, cb->kv_dim)))
+            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL,
+                               cb->kv_dim)))
                 goto fail;
             cb->layer_bytes += spec_bytes(&sp[i]);
         }
@@ -1287,7 +1293,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     act_strides(&cb->qd, m, cb->xq_stride);
     rc = CK_ENOMEM;
     for (int i = 0; i < ACT_N; i++)
-        if (cb->xq_stride[i] && !(cb->xq[i] = (unsigned char *)alloc_floats(cb, T * ((cb->xq_stride[i] + 3) / 4))))
+        if (cb->xq_stride[i] &&
+            !(cb->xq[i] = (unsigned char *)alloc_floats(cb, T * ((cb->xq_stride[i] + 3) / 4))))
             goto fail;
     if (cls.q) {
         cb->xoq_stride = qact_row_bytes(cls.q->act, c->dim);
@@ -1300,8 +1307,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
-        !(cb->xo = alloc_floats(cb, T * D)) ||
-        !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
+        !(cb->xo = alloc_floats(cb, T * D)) || !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
@@ -1353,7 +1359,8 @@ uint64_t be_cpu_step_bytes(const model *m) {
     for (int l = 0; l < c->n_layers; l++) {
         mat_spec sp[7];
         int nq, n = layer_specs(&qd, m, l, sp, &nq);
-        for (int i = 0; i < n; i++) b += sp[i].q ? spec_bytes(&sp[i]) : 4 * (uint64_t)sp[i].n * (uint64_t)sp[i].k;
+        for (int i = 0; i < n; i++)
+            b += sp[i].q ? spec_bytes(&sp[i]) : 4 * (uint64_t)sp[i].n * (uint64_t)sp[i].k;
         const model_tensor *x[MODEL_LAYER_EXTRAS];
         model_layer_extras(&m->layers[l], x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) t += x[i]->n;
@@ -1372,7 +1379,8 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
     for (int l = -1; l < b->m->cfg.n_layers; l++) {
         const cpu_mat *mats[8];
         int k = 0;
-        if (l < 0) mats[k++] = all[0];
+        if (l < 0)
+            mats[k++] = all[0];
         else {
             const cpu_layer *w = &cb->layers[l];
             for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];

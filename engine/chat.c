@@ -18,11 +18,11 @@ typedef struct chat_special {
 } chat_special;
 
 struct chat_template {
-    const tokenizer *tok;   /* borrowed */
-    jinja_template *jt;     /* NULL: no template (contents joined with "\n") */
-    int source;             /* CHAT_SRC_* */
+    const tokenizer *tok; /* borrowed */
+    jinja_template *jt;   /* NULL: no template (contents joined with "\n") */
+    int source;           /* CHAT_SRC_* */
     char hash[17];
-    char *bos, *eos;        /* the texts of BOS / EOS ("" when none) */
+    char *bos, *eos; /* the texts of BOS / EOS ("" when none) */
     /* special tokens by first byte: first[b] .. first[b + 1] in sp, each
      * range longest first (leftmost-longest matching) */
     chat_special *sp;
@@ -36,7 +36,10 @@ int chat_template_in_gguf(const gguf_file *f, const char **src, size_t *len) {
     if (!f) return CK_ENOTFOUND;
     int rc = gguf_get_str(f, "tokenizer.chat_template", src, len);
     if (rc == 0 && *len == 0) rc = CK_ENOTFOUND;
-    if (rc) { *src = NULL; *len = 0; }
+    if (rc) {
+        *src = NULL;
+        *len = 0;
+    }
     return rc;
 }
 
@@ -55,7 +58,7 @@ static int cmp_special(const void *a, const void *b) {
     unsigned char fx = (unsigned char)x->s[0], fy = (unsigned char)y->s[0];
     if (fx != fy) return fx < fy ? -1 : 1;
     if (x->n != y->n) return x->n > y->n ? -1 : 1; /* longest first */
-    return x->id < y->id ? -1 : x->id > y->id;      /* duplicates: the lowest id wins */
+    return x->id < y->id ? -1 : x->id > y->id;     /* duplicates: the lowest id wins */
 }
 
 static void set_err(jinja_error *err, int code, const char *kind, const char *msg) {
@@ -80,9 +83,15 @@ int chat_new(const tokenizer *tok, const char *src, size_t len, int source, chat
     if (!(c->bos = piece_text(tok, tok_bos(tok))) || !(c->eos = piece_text(tok, tok_eos(tok)))) goto nomem;
     if (len) {
         int rc = jinja_parse(src, len, NULL, &c->jt, err);
-        if (rc) { chat_free(c); return rc; }
+        if (rc) {
+            chat_free(c);
+            return rc;
+        }
         uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
-        for (size_t i = 0; i < len; i++) { h ^= (unsigned char)src[i]; h *= 1099511628211ull; }
+        for (size_t i = 0; i < len; i++) {
+            h ^= (unsigned char)src[i];
+            h *= 1099511628211ull;
+        }
         snprintf(c->hash, sizeof c->hash, "%016llx", (unsigned long long)h);
     }
     /* the pieces TOK_ENC_PARSE_SPECIAL would cut out: CONTROL and UNKNOWN */
@@ -126,7 +135,9 @@ void chat_free(chat_template *c) {
 }
 
 int chat_source(const chat_template *c) { return c ? c->source : CHAT_SRC_NONE; }
-const char *chat_source_name(int s) { return s == CHAT_SRC_MODEL ? "model" : s == CHAT_SRC_OVERRIDE ? "override" : "none"; }
+const char *chat_source_name(int s) {
+    return s == CHAT_SRC_MODEL ? "model" : s == CHAT_SRC_OVERRIDE ? "override" : "none";
+}
 const char *chat_template_hash(const chat_template *c) { return c ? c->hash : ""; }
 const char *chat_bos_text(const chat_template *c) { return c ? c->bos : ""; }
 const char *chat_eos_text(const chat_template *c) { return c ? c->eos : ""; }
@@ -151,7 +162,10 @@ int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int 
         size_t total = 0;
         for (size_t i = 0; i < n; i++) {
             size_t k = strlen(msgs[i].content) + (i > 0);
-            if (k > SIZE_MAX - 1 - total) { set_err(err, CK_ETOOLONG, "chat_template_limit", "chat_render: too long"); return CK_ETOOLONG; }
+            if (k > SIZE_MAX - 1 - total) {
+                set_err(err, CK_ETOOLONG, "chat_template_limit", "chat_render: too long");
+                return CK_ETOOLONG;
+            }
             total += k;
         }
         char *p = malloc(total + 1);
@@ -170,16 +184,23 @@ int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int 
             at += k;
         }
         p[at] = 0;
-        if (sp) { sp->start = 0; sp->len = total; }
+        if (sp) {
+            sp->start = 0;
+            sp->len = total;
+        }
         *text = p;
         if (len) *len = total;
-        if (spans) { *spans = sp; if (n_spans) *n_spans = sp ? 1 : 0; }
+        if (spans) {
+            *spans = sp;
+            if (n_spans) *n_spans = sp ? 1 : 0;
+        }
         return 0;
     }
     jinja_value *vars;
     int rc = jinja_chat_vars((const jinja_message *)msgs, n, c->bos, c->eos, add_generation_prompt, &vars);
     if (rc) {
-        set_err(err, rc, rc == CK_ENOMEM ? "out_of_memory" : "chat_template_error", "chat_render: cannot build the variables");
+        set_err(err, rc, rc == CK_ENOMEM ? "out_of_memory" : "chat_template_error",
+                "chat_render: cannot build the variables");
         return rc;
     }
     rc = jinja_render_spans(c->jt, vars, now, text, len, spans, n_spans, err);
@@ -188,7 +209,8 @@ int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int 
 }
 
 /* Encode text[a, z) as plain text (no special parsing) into out + *n. */
-static int encode_run(const chat_template *c, const char *text, size_t a, size_t z, int32_t *out, int max, int *n) {
+static int encode_run(const chat_template *c, const char *text, size_t a, size_t z, int32_t *out, int max,
+                      int *n) {
     if (a >= z) return 0;
     int got = 0;
     int rc = tok_encode_opts(c->tok, text + a, z - a, 0, out + *n, max - *n, &got);
@@ -219,7 +241,10 @@ int chat_tokenize(const chat_template *c, const char *text, size_t len, const ji
     int n = 0, bos = tok_bos(c->tok), eos = tok_eos(c->tok), add_bos = tok_adds_bos(c->tok) && bos >= 0;
     /* room for a BOS in front: encode from out + 1, move down if not needed */
     if (add_bos) {
-        if (max < 1) { *n_out = 1; return CK_ETOOLONG; }
+        if (max < 1) {
+            *n_out = 1;
+            return CK_ETOOLONG;
+        }
         n = 1;
     }
     size_t run = 0, i = 0, k = 0; /* run: start of the text not yet encoded; k: next data span */
@@ -233,10 +258,17 @@ int chat_tokenize(const chat_template *c, const char *text, size_t len, const ji
         size_t tz = k < n_spans ? spans[k].start : len; /* template bytes end here */
         if (tz > len) return CK_EINVAL;
         const chat_special *s = c->n_sp ? special_at(c, text, i, tz) : NULL;
-        if (!s) { i++; continue; }
+        if (!s) {
+            i++;
+            continue;
+        }
         rc = encode_run(c, text, run, i, out, max, &n);
         if (rc) break;
-        if (n >= max) { n = max + 1; rc = CK_ETOOLONG; break; }
+        if (n >= max) {
+            n = max + 1;
+            rc = CK_ETOOLONG;
+            break;
+        }
         out[n++] = s->id;
         i += s->n;
         run = i;
@@ -251,8 +283,11 @@ int chat_tokenize(const chat_template *c, const char *text, size_t len, const ji
         }
     }
     if (rc == 0 && tok_adds_eos(c->tok) && eos >= 0 && !(n > 0 && out[n - 1] == eos)) {
-        if (n >= max) { n = max + 1; rc = CK_ETOOLONG; }
-        else out[n++] = eos;
+        if (n >= max) {
+            n = max + 1;
+            rc = CK_ETOOLONG;
+        } else
+            out[n++] = eos;
     }
     *n_out = n;
     return rc;
@@ -261,8 +296,8 @@ int chat_tokenize(const chat_template *c, const char *text, size_t len, const ji
 int chat_tokenize_text(const chat_template *c, const char *text, size_t len, int parse_special, int32_t *out,
                        int max, int *n_out) {
     jinja_span all = {0, len};
-    return chat_tokenize(c, text, len, parse_special || !len ? NULL : &all, parse_special || !len ? 0 : 1, out, max,
-                         n_out);
+    return chat_tokenize(c, text, len, parse_special || !len ? NULL : &all, parse_special || !len ? 0 : 1,
+                         out, max, n_out);
 }
 
 /* model.h keeps the GGUF handle private (gguf_); its tokenizer.* keys are
@@ -283,7 +318,8 @@ static void copy_key(const gguf_file *f, const char *key, char *buf, size_t cap,
         memcpy(buf, s, n);
         buf[n] = 0;
         for (size_t i = 0; i < n; i++) /* for logs and JSON: printable ASCII, no quote or backslash */
-            if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] > 0x7e || buf[i] == '"' || buf[i] == '\\')
+            if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] > 0x7e || buf[i] == '"' ||
+                buf[i] == '\\')
                 buf[i] = '?';
     } else {
         snprintf(buf, cap, "%s", dflt);

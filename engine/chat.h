@@ -112,6 +112,7 @@ typedef struct chat_model_info {
 int chat_template_in_model(const struct model *m, const char **src, size_t *len);
 /* Fill *info for model m (a GGUF file f may stand in for m, for vocab-only
  * files: pass m NULL) and template c (may be NULL). */
-void chat_model_describe(const struct model *m, const gguf_file *f, const chat_template *c, chat_model_info *info);
+void chat_model_describe(const struct model *m, const gguf_file *f, const chat_template *c,
+                         chat_model_info *info);
 
 #endif

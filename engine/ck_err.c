@@ -4,8 +4,9 @@
 const char *ck_strerror(int code) {
     switch (code) {
     case CK_OK: return "success";
-#define CK_X_(name, c, msg) case c: return msg;
-    CK_ERR_MAP(CK_X_)
+#define CK_X_(name, c, msg) \
+    case c: return msg;
+        CK_ERR_MAP(CK_X_)
 #undef CK_X_
     default: return "unknown error";
     }
@@ -14,8 +15,9 @@ const char *ck_strerror(int code) {
 const char *ck_errname(int code) {
     switch (code) {
     case CK_OK: return "OK";
-#define CK_X_(name, c, msg) case c: return #name;
-    CK_ERR_MAP(CK_X_)
+#define CK_X_(name, c, msg) \
+    case c: return #name;
+        CK_ERR_MAP(CK_X_)
 #undef CK_X_
     default: return "EUNKNOWN";
     }

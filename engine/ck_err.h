@@ -7,18 +7,18 @@
 #ifndef CK_ERR_H
 #define CK_ERR_H
 
-#define CK_ERR_MAP(X)                                                        \
-    X(EINVAL, -1, "invalid argument")                                        \
-    X(ENOMEM, -2, "out of memory")                                           \
-    X(EIO, -3, "input/output error")                                         \
-    X(EFORMAT, -4, "malformed input")                                        \
-    X(EUNSUPPORTED, -5, "unsupported feature or type")                       \
-    X(ERANGE, -6, "value out of range")                                      \
-    X(ENOSPACE, -7, "KV budget exhausted")                                   \
-    X(ENOTFOUND, -8, "not found")                                            \
-    X(ESTATE, -9, "operation not valid in this state")                       \
-    X(EBACKEND, -10, "backend failure")                                      \
-    X(EBUSY, -11, "resource busy, try again")                                \
+#define CK_ERR_MAP(X)                                  \
+    X(EINVAL, -1, "invalid argument")                  \
+    X(ENOMEM, -2, "out of memory")                     \
+    X(EIO, -3, "input/output error")                   \
+    X(EFORMAT, -4, "malformed input")                  \
+    X(EUNSUPPORTED, -5, "unsupported feature or type") \
+    X(ERANGE, -6, "value out of range")                \
+    X(ENOSPACE, -7, "KV budget exhausted")             \
+    X(ENOTFOUND, -8, "not found")                      \
+    X(ESTATE, -9, "operation not valid in this state") \
+    X(EBACKEND, -10, "backend failure")                \
+    X(EBUSY, -11, "resource busy, try again")          \
     X(ETOOLONG, -12, "input too long")
 
 enum {

@@ -26,7 +26,8 @@ typedef void (*cold_cb)(void *ud, int status, const void *data, size_t len);
 
 typedef struct cold_store cold_store;
 typedef struct cold_ops {
-    int (*put)(cold_store *s, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb, void *ud);
+    int (*put)(cold_store *s, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb,
+               void *ud);
     int (*get)(cold_store *s, const char *key, cold_cb cb, void *ud);
     int (*del)(cold_store *s, const char *key);
     void (*poll)(cold_store *s);

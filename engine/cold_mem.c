@@ -57,8 +57,10 @@ static int enqueue(mem_store *m, int op, const char *key, int status, cold_cb cb
     r->status = status;
     r->cb = cb;
     r->ud = ud;
-    if (m->tail) m->tail->next = r;
-    else m->head = r;
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
     m->tail = r;
     return CK_OK;
 }
@@ -129,8 +131,10 @@ static void mem_poll(cold_store *s) {
         } else {
             mem_entry *e = *find(m, r->key);
             if (r->cb) {
-                if (e) r->cb(r->ud, CK_OK, e->val, e->len);
-                else r->cb(r->ud, CK_ENOTFOUND, NULL, 0);
+                if (e)
+                    r->cb(r->ud, CK_OK, e->val, e->len);
+                else
+                    r->cb(r->ud, CK_ENOTFOUND, NULL, 0);
             }
         }
         free(r->key);

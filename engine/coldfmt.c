@@ -12,9 +12,21 @@
 #define CODEC_ZSTD 1
 /* Header offsets (see the table in coldfmt.h). */
 enum {
-    OFF_MAGIC = 0, OFF_VERSION = 4, OFF_DTYPE = 6, OFF_CODEC = 7, OFF_FP = 8, OFF_LAYERS = 24,
-    OFF_BS = 28, OFF_KVDIM = 32, OFF_NTOK = 36, OFF_LOGICAL = 40, OFF_RAWLEN = 44, OFF_ZLEN = 48,
-    OFF_RESERVED = 52, OFF_TAG = 56, OFF_SUM = 64
+    OFF_MAGIC = 0,
+    OFF_VERSION = 4,
+    OFF_DTYPE = 6,
+    OFF_CODEC = 7,
+    OFF_FP = 8,
+    OFF_LAYERS = 24,
+    OFF_BS = 28,
+    OFF_KVDIM = 32,
+    OFF_NTOK = 36,
+    OFF_LOGICAL = 40,
+    OFF_RAWLEN = 44,
+    OFF_ZLEN = 48,
+    OFF_RESERVED = 52,
+    OFF_TAG = 56,
+    OFF_SUM = 64
 };
 /* A block is at most this many bytes (shapes beyond are refused): keeps
  * every length in 32 bits and a hostile header from asking for gigabytes. */
@@ -106,8 +118,8 @@ int coldfmt_encode(coldfmt *f, const coldfmt_meta *m, const void *payload, size_
     if (!meta_ok(m, 0) || payload_len != coldfmt_payload_bytes(&m->shape, m->dtype)) return CK_EINVAL;
     if (cap < coldfmt_bound(payload_len)) return CK_ENOSPACE;
     unsigned char *h = dst;
-    size_t z = ZSTD_compressCCtx(f->cctx, h + COLDFMT_HEADER_BYTES, cap - COLDFMT_HEADER_BYTES, payload, payload_len,
-                                 ZSTD_LEVEL);
+    size_t z = ZSTD_compressCCtx(f->cctx, h + COLDFMT_HEADER_BYTES, cap - COLDFMT_HEADER_BYTES, payload,
+                                 payload_len, ZSTD_LEVEL);
     if (ZSTD_isError(z)) return CK_ENOSPACE; /* cannot happen with cap >= the bound */
     memcpy(h + OFF_MAGIC, "CKVB", 4);
     put16(h + OFF_VERSION, COLDFMT_VERSION);
@@ -155,8 +167,8 @@ int coldfmt_decode(coldfmt *f, const coldfmt_meta *want, const void *src, size_t
     if (ntok > bs || logical > INT32_MAX) return CK_EFORMAT;
     m.n_tokens = (int)ntok;
     m.logical = (int)logical;
-    if ((want->n_tokens >= 0 && m.n_tokens != want->n_tokens) || (want->logical >= 0 && m.logical != want->logical) ||
-        (want->check_tag && m.tag != want->tag))
+    if ((want->n_tokens >= 0 && m.n_tokens != want->n_tokens) ||
+        (want->logical >= 0 && m.logical != want->logical) || (want->check_tag && m.tag != want->tag))
         return CK_EFORMAT;
     if (rawlen != raw || (size_t)zlen != len - COLDFMT_HEADER_BYTES) return CK_EFORMAT;
     const unsigned char *z = h + COLDFMT_HEADER_BYTES;

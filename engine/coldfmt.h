@@ -50,13 +50,13 @@ enum { COLDFMT_F32 = 1, COLDFMT_INT8 = 2 };
 
 /* What a header says about its block. */
 typedef struct coldfmt_meta {
-    char fingerprint[17];  /* 16 hex digits + NUL */
+    char fingerprint[17]; /* 16 hex digits + NUL */
     kvq_shape shape;
-    int dtype;             /* COLDFMT_F32 or COLDFMT_INT8 */
-    int n_tokens;          /* 0..block_size; in coldfmt_decode's want: -1 = any */
-    int logical;           /* >= 0; in want: -1 = any */
-    uint64_t tag;          /* in want: checked only when check_tag is set */
-    int check_tag;         /* want only */
+    int dtype;     /* COLDFMT_F32 or COLDFMT_INT8 */
+    int n_tokens;  /* 0..block_size; in coldfmt_decode's want: -1 = any */
+    int logical;   /* >= 0; in want: -1 = any */
+    uint64_t tag;  /* in want: checked only when check_tag is set */
+    int check_tag; /* want only */
 } coldfmt_meta;
 
 typedef struct coldfmt coldfmt;

@@ -7,7 +7,9 @@
 
 #include "ck_err.h"
 
-static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+static int is_hex(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
 
 static int fingerprint_ok(const char *fp) {
     if (!fp) return 0;
@@ -70,12 +72,14 @@ int coldkey_tpl_uses(char *buf, size_t cap, const char *ns) {
     return finish(buf, cap, snprintf(buf, cap, "%stpl-uses", ns));
 }
 
-int coldkey_kv(char *buf, size_t cap, const char *ns, uint64_t nonce, uint64_t instance, int record, uint32_t gen) {
+int coldkey_kv(char *buf, size_t cap, const char *ns, uint64_t nonce, uint64_t instance, int record,
+               uint32_t gen) {
     int rc = ns_check(&ns);
     if (!rc && (!buf || record < 0)) rc = CK_EINVAL;
     if (rc) return fail(buf, cap, rc);
     return finish(buf, cap,
-                  snprintf(buf, cap, "%skv:%016" PRIx64 ":%016" PRIx64 ":%d:%" PRIu32, ns, nonce, instance, record, gen));
+                  snprintf(buf, cap, "%skv:%016" PRIx64 ":%016" PRIx64 ":%d:%" PRIu32, ns, nonce, instance,
+                           record, gen));
 }
 
 int coldkey_tpl_glob(char *buf, size_t cap, const char *ns) {
@@ -109,9 +113,12 @@ static int hex16(const char *s, uint64_t *v) {
     uint64_t x = 0;
     for (int i = 0; i < 16; i++) {
         char c = s[i];
-        if (c >= '0' && c <= '9') x = x << 4 | (uint64_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') x = x << 4 | (uint64_t)(c - 'a' + 10);
-        else return CK_EFORMAT;
+        if (c >= '0' && c <= '9')
+            x = x << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            x = x << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return CK_EFORMAT;
     }
     *v = x;
     return CK_OK;
@@ -162,8 +169,8 @@ int coldkey_tpl_parse(const char *key, size_t len, const char *ns, const char **
     return CK_OK;
 }
 
-int coldkey_kv_parse(const char *key, size_t len, const char *ns, uint64_t *nonce, uint64_t *instance, int *record,
-                     uint32_t *gen) {
+int coldkey_kv_parse(const char *key, size_t len, const char *ns, uint64_t *nonce, uint64_t *instance,
+                     int *record, uint32_t *gen) {
     size_t n;
     const char *s = after(key, len, ns, "kv:", &n);
     if (!s || n < 16 + 1 + 16 + 1 + 1 + 1 + 1 || s[16] != ':' || s[33] != ':') return CK_EFORMAT;

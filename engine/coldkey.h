@@ -55,7 +55,8 @@ int coldkey_pfx(char *buf, size_t cap, const char *ns, const char *fingerprint, 
 int coldkey_sess(char *buf, size_t cap, const char *ns, const char *id);
 int coldkey_tpl(char *buf, size_t cap, const char *ns, const char *name);
 int coldkey_tpl_uses(char *buf, size_t cap, const char *ns);
-int coldkey_kv(char *buf, size_t cap, const char *ns, uint64_t nonce, uint64_t instance, int record, uint32_t gen);
+int coldkey_kv(char *buf, size_t cap, const char *ns, uint64_t nonce, uint64_t instance, int record,
+               uint32_t gen);
 
 /* A Redis SCAN MATCH glob that matches every tpl: key under ns (ns's own
  * glob characters *?[]\ escaped). Returns its length, CK_ETOOLONG. */
@@ -65,7 +66,7 @@ int coldkey_tpl_glob(char *buf, size_t cap, const char *ns);
 int coldkey_pfx_parse(const char *key, size_t len, const char *ns, char fingerprint[17], uint64_t *hash);
 int coldkey_sess_parse(const char *key, size_t len, const char *ns, const char **id, size_t *id_len);
 int coldkey_tpl_parse(const char *key, size_t len, const char *ns, const char **name, size_t *name_len);
-int coldkey_kv_parse(const char *key, size_t len, const char *ns, uint64_t *nonce, uint64_t *instance, int *record,
-                     uint32_t *gen);
+int coldkey_kv_parse(const char *key, size_t len, const char *ns, uint64_t *nonce, uint64_t *instance,
+                     int *record, uint32_t *gen);
 
 #endif

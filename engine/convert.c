@@ -37,8 +37,8 @@ static void bufs_free(bufs *b) {
 }
 
 /* Add an f32 tensor (rows x cols, cols innermost) converted to `type`. */
-static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src, uint64_t cols,
-                   uint64_t rows, int type) {
+static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src, uint64_t cols, uint64_t rows,
+                   int type) {
     if (type == QUANT_Q8_0 && cols % 32) type = QUANT_F16;
     uint64_t nb;
     int rc = quant_row_bytes(type, cols * rows, &nb);
@@ -51,8 +51,8 @@ static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src,
 }
 
 /* Same, from a model tensor of any type. */
-static int add_tensor(gguf_writer *w, bufs *bb, const char *name, const model_tensor *t,
-                      uint64_t cols, uint64_t rows, int type) {
+static int add_tensor(gguf_writer *w, bufs *bb, const char *name, const model_tensor *t, uint64_t cols,
+                      uint64_t rows, int type) {
     float *f = malloc((size_t)(cols * rows) * sizeof *f);
     if (!f) return CK_ENOMEM;
     int rc = quant_to_f32(t->type, t->data, f, cols * rows);
@@ -71,8 +71,7 @@ static int file_type_of(int type) {
     }
 }
 
-static int write_hparams(gguf_writer *w, const model_config *c, const char *name, int type,
-                         int stop_on_bos) {
+static int write_hparams(gguf_writer *w, const model_config *c, const char *name, int type, int stop_on_bos) {
     const arch_info *a = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
     if (!a) return CK_EINVAL;
     char k[128];
@@ -137,13 +136,17 @@ static int write_vocab(gguf_writer *w, const tokenizer *t) {
         types[i] = tok_type(t, i);
     }
     rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    if (!rc) rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)pieces,
-                                          lens, (uint64_t)V);
+    if (!rc)
+        rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)pieces, lens,
+                                     (uint64_t)V);
     if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)V);
     if (!rc) rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)V);
-    if (!rc && tok_bos(t) >= 0) rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tok_bos(t));
-    if (!rc && tok_eos(t) >= 0) rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tok_eos(t));
-    if (!rc && tok_unk(t) >= 0) rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)tok_unk(t));
+    if (!rc && tok_bos(t) >= 0)
+        rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tok_bos(t));
+    if (!rc && tok_eos(t) >= 0)
+        rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tok_eos(t));
+    if (!rc && tok_unk(t) >= 0)
+        rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)tok_unk(t));
 out:
     if (pieces)
         for (int i = 0; i < V; i++) free(pieces[i]);
@@ -181,11 +184,20 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
     if ((rc = add_tensor(w, &bb, "token_embd.weight", &m->tok_emb, D, V, type))) goto out;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ly = &m->layers[l];
-        struct { const char *n; const model_tensor *t; uint64_t cols, rows; int ty; } t[] = {
-            {"attn_norm", &ly->attn_norm, D, 1, QUANT_F32}, {"attn_q", &ly->wq, D, Q, type},
-            {"attn_k", &ly->wk, D, KV, type},               {"attn_v", &ly->wv, D, KV, type},
-            {"attn_output", &ly->wo, Q, D, type},           {"ffn_norm", &ly->ffn_norm, D, 1, QUANT_F32},
-            {"ffn_gate", &ly->w1, D, F, type},              {"ffn_down", &ly->w2, F, D, type},
+        struct {
+            const char *n;
+            const model_tensor *t;
+            uint64_t cols, rows;
+            int ty;
+        } t[] = {
+            {"attn_norm", &ly->attn_norm, D, 1, QUANT_F32},
+            {"attn_q", &ly->wq, D, Q, type},
+            {"attn_k", &ly->wk, D, KV, type},
+            {"attn_v", &ly->wv, D, KV, type},
+            {"attn_output", &ly->wo, Q, D, type},
+            {"ffn_norm", &ly->ffn_norm, D, 1, QUANT_F32},
+            {"ffn_gate", &ly->w1, D, F, type},
+            {"ffn_down", &ly->w2, F, D, type},
             {"ffn_up", &ly->w3, D, F, type},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -194,9 +206,15 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
             if ((rc = add_tensor(w, &bb, name, t[i].t, t[i].cols, t[i].rows, t[i].ty))) goto out;
         }
         /* the optional ones, in f32 as llama.cpp's converters write them */
-        struct { int at; const model_tensor *t; uint64_t cols; } x[] = {
-            {ARCH_T_ATTN_Q_B, &ly->bq, Q},       {ARCH_T_ATTN_K_B, &ly->bk, KV},
-            {ARCH_T_ATTN_V_B, &ly->bv, KV},      {ARCH_T_ATTN_Q_NORM, &ly->q_norm, (uint64_t)c->head_dim},
+        struct {
+            int at;
+            const model_tensor *t;
+            uint64_t cols;
+        } x[] = {
+            {ARCH_T_ATTN_Q_B, &ly->bq, Q},
+            {ARCH_T_ATTN_K_B, &ly->bk, KV},
+            {ARCH_T_ATTN_V_B, &ly->bv, KV},
+            {ARCH_T_ATTN_Q_NORM, &ly->q_norm, (uint64_t)c->head_dim},
             {ARCH_T_ATTN_K_NORM, &ly->k_norm, (uint64_t)c->head_dim},
         };
         for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
@@ -240,7 +258,7 @@ static void fill_uniform(float *x, uint64_t n, float a, uint64_t *s) {
 
 static int synth_vocab(gguf_writer *w, int V) {
     int rc = CK_ENOMEM;
-    char (*pieces)[16] = calloc((size_t)V, sizeof *pieces);
+    char(*pieces)[16] = calloc((size_t)V, sizeof *pieces);
     const char **ptrs = calloc((size_t)V, sizeof *ptrs);
     float *scores = malloc((size_t)V * sizeof *scores);
     int32_t *types = malloc((size_t)V * sizeof *types);
@@ -275,8 +293,11 @@ static int synth_vocab(gguf_writer *w, int V) {
             for (int k = 0; k < len; k++) {
                 int d = (int)(c % 27);
                 c /= 27;
-                if (alpha[d] == '_') { memcpy(p + o, "\xe2\x96\x81", 3); o += 3; }
-                else p[o++] = alpha[d];
+                if (alpha[d] == '_') {
+                    memcpy(p + o, "\xe2\x96\x81", 3);
+                    o += 3;
+                } else
+                    p[o++] = alpha[d];
             }
             p[o] = 0;
             n++;
@@ -382,14 +403,23 @@ static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err,
 }
 
 int convert_synth(const synth_params *p, const char *path, char *err, size_t errlen) {
-    model_config c = {.dim = p->dim, .hidden_dim = p->hidden_dim, .n_layers = p->n_layers,
-                      .n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads ? p->n_kv_heads : p->n_heads,
-                      .vocab_size = p->vocab_size, .seq_len = p->ctx, .norm_eps = 1e-5f,
+    model_config c = {.dim = p->dim,
+                      .hidden_dim = p->hidden_dim,
+                      .n_layers = p->n_layers,
+                      .n_heads = p->n_heads,
+                      .n_kv_heads = p->n_kv_heads ? p->n_kv_heads : p->n_heads,
+                      .vocab_size = p->vocab_size,
+                      .seq_len = p->ctx,
+                      .norm_eps = 1e-5f,
                       .rope_theta = p->rope_theta > 0 ? p->rope_theta : 10000.0f,
-                      .head_dim = p->head_dim, .arch = p->arch ? p->arch : ARCH_LLAMA,
-                      .rope_scaling = p->rope_scaling, .rope_factor = p->rope_factor,
-                      .rope_orig_ctx = p->rope_orig_ctx, .rope_attn_factor = p->rope_attn_factor,
-                      .yarn_ext_factor = p->yarn_ext_factor, .yarn_beta_fast = p->yarn_beta_fast,
+                      .head_dim = p->head_dim,
+                      .arch = p->arch ? p->arch : ARCH_LLAMA,
+                      .rope_scaling = p->rope_scaling,
+                      .rope_factor = p->rope_factor,
+                      .rope_orig_ctx = p->rope_orig_ctx,
+                      .rope_attn_factor = p->rope_attn_factor,
+                      .yarn_ext_factor = p->yarn_ext_factor,
+                      .yarn_beta_fast = p->yarn_beta_fast,
                       .yarn_beta_slow = p->yarn_beta_slow};
     const arch_info *a = arch_by_id(c.arch);
     if (!a) {
@@ -425,15 +455,14 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         goto done;
     }
     if (!p->vocab_from && c.vocab_size > 259 + 95 + 1 + 27 * 27 + 27 * 27 * 27 + 27 * 27 * 27 * 27) {
-        snprintf(err, errlen, "synth: vocab %d is larger than the n-gram vocabulary can fill",
-                 c.vocab_size);
+        snprintf(err, errlen, "synth: vocab %d is larger than the n-gram vocabulary can fill", c.vocab_size);
         rc = CK_EINVAL;
         goto done;
     }
     if (!quant_can_encode(p->type)) {
         const char *tn = quant_type_name(p->type);
-        snprintf(err, errlen, "synth: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)",
-                 tn ? tn : "type ", tn ? " (" : "", p->type, tn ? ")" : "");
+        snprintf(err, errlen, "synth: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)", tn ? tn : "type ",
+                 tn ? " (" : "", p->type, tn ? ")" : "");
         rc = CK_EUNSUPPORTED;
         goto done;
     }
@@ -460,7 +489,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, HD / 2, 1, QUANT_F32))) goto out;
     }
     for (int l = 0; l < c.n_layers; l++) {
-        struct { const char *n; uint64_t cols, rows; } t[] = {
+        struct {
+            const char *n;
+            uint64_t cols, rows;
+        } t[] = {
             {"attn_norm", D, 1}, {"attn_q", D, Q},      {"attn_k", D, KV},
             {"attn_v", D, KV},   {"attn_output", Q, D}, {"ffn_norm", D, 1},
             {"ffn_gate", D, F},  {"ffn_down", F, D},    {"ffn_up", D, F},
@@ -473,18 +505,21 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 for (uint64_t k = 0; k < t[i].cols; k++) tmp[k] = 1.0f;
             else
                 fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), &s);
-            if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : p->type)))
-                goto out;
+            if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : p->type))) goto out;
         }
         /* qwen2's biases (as big as the projections' outputs: Qwen2.5's are
          * large); qwen3's head norms around 1, unequal so a mix-up shows */
-        struct { int at; uint64_t n; float a, base; } x[] = {
-            {ARCH_T_ATTN_Q_B, Q, 1.0f, 0}, {ARCH_T_ATTN_K_B, KV, 1.0f, 0}, {ARCH_T_ATTN_V_B, KV, 1.0f, 0},
-            {ARCH_T_ATTN_Q_NORM, HD, 0.5f, 1}, {ARCH_T_ATTN_K_NORM, HD, 0.5f, 1},
+        struct {
+            int at;
+            uint64_t n;
+            float a, base;
+        } x[] = {
+            {ARCH_T_ATTN_Q_B, Q, 1.0f, 0},     {ARCH_T_ATTN_K_B, KV, 1.0f, 0},
+            {ARCH_T_ATTN_V_B, KV, 1.0f, 0},    {ARCH_T_ATTN_Q_NORM, HD, 0.5f, 1},
+            {ARCH_T_ATTN_K_NORM, HD, 0.5f, 1},
         };
         for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-            int want = c.arch == ARCH_QWEN2 ? x[i].at <= ARCH_T_ATTN_V_B
-                                            : a->need[x[i].at] == ARCH_REQUIRED;
+            int want = c.arch == ARCH_QWEN2 ? x[i].at <= ARCH_T_ATTN_V_B : a->need[x[i].at] == ARCH_REQUIRED;
             if (!want) continue;
             char tn[96];
             arch_tensor_file_name(tn, sizeof tn, x[i].at, l);

@@ -25,20 +25,20 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
  * set only the shape. */
 typedef struct synth_params {
     int dim, n_layers, n_heads, n_kv_heads, hidden_dim, vocab_size, ctx;
-    int type;       /* QUANT_* of the weight matrices */
+    int type; /* QUANT_* of the weight matrices */
     uint64_t seed;
-    float rope_theta;   /* 0: 10000 */
-    int arch;           /* ARCH_* (arch.h), 0: llama. qwen2 adds random q/k/v biases,
+    float rope_theta;  /* 0: 10000 */
+    int arch;          /* ARCH_* (arch.h), 0: llama. qwen2 adds random q/k/v biases,
                            qwen3 random q/k head norms */
-    int head_dim;       /* 0: dim / n_heads; else written as key_length/value_length */
-    int tied;           /* no output.weight: the classifier is the embedding */
-    int rope_scaling;   /* ARCH_SCALING_*; NONE writes no scaling keys */
-    float rope_factor;  /* rope.scaling.factor (with LINEAR or YARN) */
-    int rope_orig_ctx;  /* rope.scaling.original_context_length; 0: not written */
+    int head_dim;      /* 0: dim / n_heads; else written as key_length/value_length */
+    int tied;          /* no output.weight: the classifier is the embedding */
+    int rope_scaling;  /* ARCH_SCALING_*; NONE writes no scaling keys */
+    float rope_factor; /* rope.scaling.factor (with LINEAR or YARN) */
+    int rope_orig_ctx; /* rope.scaling.original_context_length; 0: not written */
     /* rope.scaling.attn_factor and YaRN's keys; 0: not written (the reader's
      * default: 1, yarn 1 / 32 / 1) */
     float rope_attn_factor, yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
-    int rope_freqs;     /* write rope_freqs.weight: Llama 3.1's factors from the llama3
+    int rope_freqs;         /* write rope_freqs.weight: Llama 3.1's factors from the llama3
                            formula (factor 8, low 1, high 4, original context 8192) */
     const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied, and whose token
                                count is the vocabulary (vocab_size ignored); NULL: synthetic */

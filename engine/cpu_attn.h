@@ -23,7 +23,6 @@ typedef struct attn_shape {
     int gqa; /* query heads per KV head */
 } attn_shape;
 
-
 /* A kernel: q (n_heads * head_dim) attends to n_blk blocks in order: blk[i] points at
  * block i's K rows of this layer (block_size rows of kv_dim floats, V rows
  * right after them), of which the first rows[i] count.

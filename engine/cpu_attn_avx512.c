@@ -24,7 +24,7 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-#define HV_MAX 8  /* head_dim / 16 at most: head_dim <= 128 */
+#define HV_MAX 8   /* head_dim / 16 at most: head_dim <= 128 */
 #define ACC_MAX 24 /* output vectors kept in registers in the values pass */
 
 int attn_f32_supported_avx512(const attn_shape *s) {
@@ -53,9 +53,8 @@ static inline __m512 hsum16(const __m512 *v) {
 
 /* The scores pass, HV = head_dim / 16 a constant once inlined. */
 static inline __attribute__((always_inline)) void scores(const attn_shape *s, const float *q,
-                                                         const float *const *blk, const int *rows,
-                                                         int n_blk, float *att, size_t stride,
-                                                         const int HV) {
+                                                         const float *const *blk, const int *rows, int n_blk,
+                                                         float *att, size_t stride, const int HV) {
     const int H = s->n_heads, hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size;
     const __m512 vscale = _mm512_set1_ps(sqrtf((float)hd));
     const size_t span = 2 * (size_t)bs * kvd * sizeof(float);
@@ -73,7 +72,8 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
                 for (int t = 0; t < 16; t++) {
                     /* a few lines at a time: asked in bursts, the requests
                      * filled the miss buffers and the core waited on them */
-                    if (next && (t & 3) == 0) prefetch_part(next, span, (ch * H + h) * 4 + t / 4, chunks * H * 4);
+                    if (next && (t & 3) == 0)
+                        prefetch_part(next, span, (ch * H + h) * 4 + t / 4, chunks * H * 4);
                     __m512 a = _mm512_setzero_ps();
                     if (t < c)
                         for (int j = 0; j < HV; j++)
@@ -145,20 +145,19 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
 }
 
 int attn_f32_avx512(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
-             float *att, size_t att_stride, float *out, float *mass) {
+                    float *att, size_t att_stride, float *out, float *mass) {
     if (!attn_f32_supported_avx512(s)) return -1;
     int n = 0;
     for (int b = 0; b < n_blk; b++) n += rows[b];
     if (n == 0 || (size_t)n > att_stride) return -1;
-#define CASE(hv)                                                                  \
-    case hv:                                                                      \
-        scores(s, q, blk, rows, n_blk, att, att_stride, hv);                      \
-        softmax(att, att_stride, s->n_heads, n);                                  \
-        values(s, blk, rows, n_blk, att, att_stride, out, hv);                    \
+#define CASE(hv)                                               \
+    case hv:                                                   \
+        scores(s, q, blk, rows, n_blk, att, att_stride, hv);   \
+        softmax(att, att_stride, s->n_heads, n);               \
+        values(s, blk, rows, n_blk, att, att_stride, out, hv); \
         break;
     switch (s->head_dim / 16) {
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-    default: return -1;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) default : return -1;
     }
 #undef CASE
     int n0 = 0;

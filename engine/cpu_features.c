@@ -47,7 +47,8 @@ char *cpu_model_name(char *buf, unsigned long len) {
         snprintf(buf, len, "unknown");
         return buf;
     }
-    for (unsigned i = 0; i < 3; i++) __cpuid(0x80000002 + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
+    for (unsigned i = 0; i < 3; i++)
+        __cpuid(0x80000002 + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
     char s[49];
     memcpy(s, r, 48);
     s[48] = 0;

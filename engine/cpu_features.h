@@ -22,13 +22,7 @@
 #ifndef CK_CPU_FEATURES_H
 #define CK_CPU_FEATURES_H
 
-enum cpu_isa {
-    CPU_ISA_C = 0,
-    CPU_ISA_AVX2 = 1,
-    CPU_ISA_AVX512 = 2,
-    CPU_ISA_VNNI = 3,
-    CPU_ISA_COUNT
-};
+enum cpu_isa { CPU_ISA_C = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2, CPU_ISA_VNNI = 3, CPU_ISA_COUNT };
 
 /* The environment variable that forces a level. */
 #define CPU_KERNELS_ENV "CONFKV_CPU_KERNELS"

@@ -56,8 +56,7 @@ const gemm_kernels *gemm_kernels_for(int isa) {
     return &gemm_kernels_c;
 }
 
-void gemm_panels(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
-                 int accumulate) {
+void gemm_panels(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1, int accumulate) {
     if (p0 >= p1) return;
     for (int m0 = 0; m0 < M; m0 += GEMM_M_BLOCK) {
         int mb = M - m0 < GEMM_M_BLOCK ? M - m0 : GEMM_M_BLOCK;

@@ -47,8 +47,8 @@ typedef struct gemm_kernels {
     float (*dot)(const float *w, const float *x, int K);
     void (*qk)(float *att, size_t att_stride, const float *q, const float *k, int kvd, int tn, int H, int hd,
                int gqa, float scale, const char *pf, size_t pf_bytes);
-    float (*av)(float *out, const float *att, size_t att_stride, const float *v, int kvd, int tn, int H, int hd,
-                int gqa);
+    float (*av)(float *out, const float *att, size_t att_stride, const float *v, int kvd, int tn, int H,
+                int hd, int gqa);
     void (*swiglu)(float *o, const float *g, const float *u, int n0, int n1);
 } gemm_kernels;
 
@@ -85,8 +85,7 @@ void gemm_row(const gemm_w *w, int r, float *dst);
  *   y[m * ldy + n] += that sum                          (accumulate != 0)
  * x: (M, w->k) row-major. Any M: batches above GEMM_M_BLOCK tokens are taken
  * a block at a time so the block's x rows stay in L2. */
-void gemm_panels(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
-                 int accumulate);
+void gemm_panels(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1, int accumulate);
 
 #define GEMM_M_BLOCK 64
 

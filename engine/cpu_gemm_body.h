@@ -42,11 +42,9 @@ typedef __m256 vec;
 #define PV (P / VW)
 
 /* Stores one token's accumulators of one panel: the first `valid` columns. */
-static inline __attribute__((always_inline)) void put(float *y, const vec *a, int valid,
-                                                      int accumulate) {
+static inline __attribute__((always_inline)) void put(float *y, const vec *a, int valid, int accumulate) {
     if (valid == P) {
-        for (int v = 0; v < PV; v++)
-            vstore(y + v * VW, accumulate ? vadd(vload(y + v * VW), a[v]) : a[v]);
+        for (int v = 0; v < PV; v++) vstore(y + v * VW, accumulate ? vadd(vload(y + v * VW), a[v]) : a[v]);
         return;
     }
     float t[P];
@@ -60,10 +58,9 @@ static inline __attribute__((always_inline)) void put(float *y, const vec *a, in
  * steps: pf_step floats of it a step, in 1/65536 of a float (one or two
  * lines a step). Always inlined with constant rm and rp, so acc[][] lives
  * in registers. */
-static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x,
-                                                       const float *wp, int K, int rm, int rp,
-                                                       int valid, int accumulate, const float *pf,
-                                                       size_t pf_step) {
+static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x, const float *wp,
+                                                       int K, int rm, int rp, int valid, int accumulate,
+                                                       const float *pf, size_t pf_step) {
     vec acc[TILE_M][ONE_RP * PV];
     for (int m = 0; m < rm; m++)
         for (int j = 0; j < rp * PV; j++) acc[m][j] = vzero();
@@ -99,15 +96,14 @@ static inline int valid_cols(const gemm_w *w, int p) {
 }
 
 /* One block of at most GEMM_M_BLOCK tokens against panels [p0, p1). */
-static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
-                  int accumulate) {
+static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1, int accumulate) {
     const int K = w->k;
     const size_t ps = (size_t)K * P;
     if (M == 1) {
         int p = p0;
         for (; p + ONE_RP <= p1; p += ONE_RP)
-            tile(y + p * P, ldy, x, w->p + p * ps, K, 1, ONE_RP, valid_cols(w, p + ONE_RP - 1),
-                 accumulate, NULL, 0);
+            tile(y + p * P, ldy, x, w->p + p * ps, K, 1, ONE_RP, valid_cols(w, p + ONE_RP - 1), accumulate,
+                 NULL, 0);
         float *yp = y + p * P;
         const float *wp = w->p + p * ps;
         int valid = valid_cols(w, p1 - 1);
@@ -161,8 +157,7 @@ static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int
 
 #else /* plain C: the same sums in the same order */
 
-static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1,
-                  int accumulate) {
+static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int p0, int p1, int accumulate) {
     const int K = w->k;
     for (int p = p0; p < p1; p++) {
         const float *wp = w->p + (size_t)p * K * P;
@@ -176,7 +171,6 @@ static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int
     }
 }
 #endif
-
 
 /* ------------------------------------------------- row dot and SwiGLU */
 
@@ -213,7 +207,8 @@ static void qk(float *att, size_t att_stride, const float *q, const float *k, in
         prefetch_part(pf, pf_bytes, t, tn);
         const float *kt = k + (size_t)t * kvd;
         for (int h = 0; h < H; h++)
-            att[(size_t)h * att_stride + t] = row_dot(q + (size_t)h * hd, kt + (size_t)(h / gqa) * hd, hd) / scale;
+            att[(size_t)h * att_stride + t] =
+                row_dot(q + (size_t)h * hd, kt + (size_t)(h / gqa) * hd, hd) / scale;
     }
 }
 
@@ -221,8 +216,8 @@ static void qk(float *att, size_t att_stride, const float *q, const float *k, in
  * returns the sum of the weights (the block's attention mass). Plain C
  * loops: the compile flags vectorize them, and without FMA contraction
  * (ISO C) every ISA gives the same bits. */
-static float av(float *restrict out, const float *att, size_t att_stride, const float *v, int kvd, int tn, int H,
-                int hd, int gqa) {
+static float av(float *restrict out, const float *att, size_t att_stride, const float *v, int kvd, int tn,
+                int H, int hd, int gqa) {
     float m = 0.0f;
     for (int t = 0; t < tn; t++) {
         const float *vt = v + (size_t)t * kvd;

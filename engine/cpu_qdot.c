@@ -40,9 +40,9 @@ int cpu_vdot_generic(int type, int act, int n, float *s, const void *w, const vo
 }
 
 /* The contract's signature for each type, by the generic code. */
-#define GENERIC(t, act)                                                          \
-    static void generic_##t(int n, float *s, const void *w, const void *a) {    \
-        if (cpu_vdot_generic(QB_##t, act, n, s, w, a)) *s = 0.0f;                 \
+#define GENERIC(t, act)                                                      \
+    static void generic_##t(int n, float *s, const void *w, const void *a) { \
+        if (cpu_vdot_generic(QB_##t, act, n, s, w, a)) *s = 0.0f;            \
     }
 GENERIC(Q4_0, QB_Q8_0)
 GENERIC(Q4_1, QB_Q8_1)
@@ -87,10 +87,12 @@ typedef struct qdot_row {
 #define X86(f) NULL
 #endif
 
-#define ROW_MORE(T, t, ACT, BLK, S)                                                               \
-    {QB_##T, ACT, BLK, (int)sizeof(S), generic_##T,                                               \
-     {cpu_vdot_##t##_c, X86(MORE2(cpu_vdot_##t##_avx2)), X86(MORE5(cpu_vdot_##t##_avx512)), NULL}, \
-     {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0}
+#define ROW_MORE(T, t, ACT, BLK, S)                                                                       \
+    {                                                                                                     \
+        QB_##T, ACT, BLK, (int)sizeof(S), generic_##T,                                                    \
+            {cpu_vdot_##t##_c, X86(MORE2(cpu_vdot_##t##_avx2)), X86(MORE5(cpu_vdot_##t##_avx512)), NULL}, \
+            {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0                                         \
+    }
 
 /* dot2_min_m, measured on an AVX2 EPYC (one thread, alternated, against
  * dot / dotn on the same matrix): where the weights stream from memory
@@ -103,18 +105,42 @@ typedef struct qdot_row {
  * and ran 0.94x, so it has none. */
 #define CK_DOT2_MIN_M 8
 static const qdot_row rows[] = {
-    {QB_Q8_0, QB_Q8_0, QBLOCK_32, (int)sizeof(qblock_q8_0), generic_Q8_0,
-     {cpu_vdot_q8_0_c, X86(cpu_vdot_q8_0_avx2), NULL, NULL}, {NULL, X86(cpu_vdotn_q8_0_avx2), NULL, NULL},
-     {NULL, X86(cpu_vdot2_q8_0_avx2), NULL, NULL}, CK_DOT2_MIN_M},
-    {QB_Q4_0, QB_Q8_0, QBLOCK_32, (int)sizeof(qblock_q4_0), generic_Q4_0,
-     {cpu_vdot_q4_0_c, X86(cpu_vdot_q4_0_avx2), NULL, NULL}, {NULL, X86(cpu_vdotn_q4_0_avx2), NULL, NULL},
-     {NULL, X86(cpu_vdot2_q4_0_avx2), NULL, NULL}, CK_DOT2_MIN_M},
-    {QB_Q4_K, QB_Q8_K, QBLOCK_K, (int)sizeof(qblock_q4_K), generic_Q4_K,
-     {cpu_vdot_q4_K_c, X86(cpu_vdot_q4_K_avx2), NULL, NULL}, {NULL, X86(cpu_vdotn_q4_K_avx2), NULL, NULL},
-     {NULL, X86(cpu_vdot2_q4_K_avx2), NULL, NULL}, CK_DOT2_MIN_M},
-    {QB_Q6_K, QB_Q8_K, QBLOCK_K, (int)sizeof(qblock_q6_K), generic_Q6_K,
-     {cpu_vdot_q6_K_c, X86(cpu_vdot_q6_K_avx2), NULL, NULL}, {NULL, X86(cpu_vdotn_q6_K_avx2), NULL, NULL},
-     {NULL, NULL, NULL, NULL}, 0},
+    {QB_Q8_0,
+     QB_Q8_0,
+     QBLOCK_32,
+     (int)sizeof(qblock_q8_0),
+     generic_Q8_0,
+     {cpu_vdot_q8_0_c, X86(cpu_vdot_q8_0_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdotn_q8_0_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdot2_q8_0_avx2), NULL, NULL},
+     CK_DOT2_MIN_M},
+    {QB_Q4_0,
+     QB_Q8_0,
+     QBLOCK_32,
+     (int)sizeof(qblock_q4_0),
+     generic_Q4_0,
+     {cpu_vdot_q4_0_c, X86(cpu_vdot_q4_0_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdotn_q4_0_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdot2_q4_0_avx2), NULL, NULL},
+     CK_DOT2_MIN_M},
+    {QB_Q4_K,
+     QB_Q8_K,
+     QBLOCK_K,
+     (int)sizeof(qblock_q4_K),
+     generic_Q4_K,
+     {cpu_vdot_q4_K_c, X86(cpu_vdot_q4_K_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdotn_q4_K_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdot2_q4_K_avx2), NULL, NULL},
+     CK_DOT2_MIN_M},
+    {QB_Q6_K,
+     QB_Q8_K,
+     QBLOCK_K,
+     (int)sizeof(qblock_q6_K),
+     generic_Q6_K,
+     {cpu_vdot_q6_K_c, X86(cpu_vdot_q6_K_avx2), NULL, NULL},
+     {NULL, X86(cpu_vdotn_q6_K_avx2), NULL, NULL},
+     {NULL, NULL, NULL, NULL},
+     0},
     ROW_MORE(Q4_1, q4_1, QB_Q8_1, QBLOCK_32, qblock_q4_1),
     ROW_MORE(Q5_0, q5_0, QB_Q8_0, QBLOCK_32, qblock_q5_0),
     ROW_MORE(Q5_1, q5_1, QB_Q8_1, QBLOCK_32, qblock_q5_1),

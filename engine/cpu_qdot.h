@@ -80,10 +80,10 @@ const cpu_qtype *cpu_qdot_type(const cpu_qdot *q, int type);
 
 /* A quantized matrix (n rows of k elements) in its file's bytes. */
 typedef struct cpu_qmat {
-    const void *data;     /* n rows of row_bytes, in the file mapping (not owned) */
+    const void *data; /* n rows of row_bytes, in the file mapping (not owned) */
     const cpu_qtype *t;
     int n, k;
-    size_t row_bytes;     /* k / t->block * t->block_bytes */
+    size_t row_bytes; /* k / t->block * t->block_bytes */
 } cpu_qmat;
 
 /* For rows r in [r0, r1) of w and m in [0, M):
@@ -109,9 +109,12 @@ void cpu_vdotn_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *
 void cpu_vdotn_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdotn_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
-void cpu_vdot2_q8_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
-void cpu_vdot2_q4_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
-void cpu_vdot2_q4_K_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, size_t a_stride);
+void cpu_vdot2_q8_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
+                         size_t a_stride);
+void cpu_vdot2_q4_0_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
+                         size_t a_stride);
+void cpu_vdot2_q4_K_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
+                         size_t a_stride);
 
 /* The generic fallback: w's blocks expanded by quant_to_f32, a's by their
  * scales, summed in f32. `type` as in the table; for tests and types with

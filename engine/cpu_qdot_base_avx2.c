@@ -94,7 +94,7 @@ void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a) {
 }
 
 static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int ncols, float *s, const void *w,
-                                                             const void *a, size_t a_stride) {
+                                                            const void *a, size_t a_stride) {
     const qblock_q8_0 *x = w;
     const int nb = n / QBLOCK_32;
     __m256 acc[CPU_QDOT_NCOLS];
@@ -104,16 +104,17 @@ static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int nco
         const __m256 dx = scales8(&x[i].d, sizeof *x);
         __m256 d[CPU_QDOT_NCOLS];
         for (int c = 0; c < ncols; c++)
-            d[c] = _mm256_mul_ps(dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
-                                             sizeof(qblock_q8_0)));
+            d[c] = _mm256_mul_ps(
+                dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
+                            sizeof(qblock_q8_0)));
         for (int k = 0; k < 8; k++) {
             const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i + k].qs);
             const __m256i ax = _mm256_sign_epi8(qx, qx);
             for (int c = 0; c < ncols; c++) {
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                 const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-                const __m256 q = _mm256_cvtepi32_ps(
-                    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+                const __m256 q =
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
                 acc[c] = _mm256_fmadd_ps(lane(d[c], k), q, acc[c]);
             }
         }
@@ -125,8 +126,8 @@ static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int nco
         for (int c = 0; c < ncols; c++) {
             const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
             const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-            const __m256 q = _mm256_cvtepi32_ps(
-                _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+            const __m256 q =
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), q, acc[c]);
         }
     }
@@ -181,7 +182,7 @@ void cpu_vdot_q4_0_avx2(int n, float *s, const void *w, const void *a) {
 }
 
 static inline __attribute__((always_inline)) void dotn_q4_0(int n, const int ncols, float *s, const void *w,
-                                                             const void *a, size_t a_stride) {
+                                                            const void *a, size_t a_stride) {
     const qblock_q4_0 *x = w;
     const int nb = n / QBLOCK_32;
     const __m256i off = _mm256_set1_epi8(8);
@@ -192,16 +193,17 @@ static inline __attribute__((always_inline)) void dotn_q4_0(int n, const int nco
         const __m256 dx = scales8(&x[i].d, sizeof *x);
         __m256 d[CPU_QDOT_NCOLS];
         for (int c = 0; c < ncols; c++)
-            d[c] = _mm256_mul_ps(dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
-                                             sizeof(qblock_q8_0)));
+            d[c] = _mm256_mul_ps(
+                dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
+                            sizeof(qblock_q8_0)));
         for (int k = 0; k < 8; k++) {
             const __m256i qx = _mm256_sub_epi8(nibbles32(x[i + k].qs), off);
             const __m256i ax = _mm256_sign_epi8(qx, qx);
             for (int c = 0; c < ncols; c++) {
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                 const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-                const __m256 q = _mm256_cvtepi32_ps(
-                    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+                const __m256 q =
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
                 acc[c] = _mm256_fmadd_ps(lane(d[c], k), q, acc[c]);
             }
         }
@@ -213,8 +215,8 @@ static inline __attribute__((always_inline)) void dotn_q4_0(int n, const int nco
         for (int c = 0; c < ncols; c++) {
             const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
             const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-            const __m256 q = _mm256_cvtepi32_ps(
-                _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
+            const __m256 q =
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), q, acc[c]);
         }
     }
@@ -265,10 +267,11 @@ void cpu_vdot_q4_K_avx2(int n, float *s, const void *w, const void *a) {
         const float d = y[i].d * f16(x[i].d), dmin = -y[i].d * f16(x[i].dmin);
         uint32_t utmp[4];
         q4k_unpack(x[i].scales, utmp);
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2],
-                                                                           (int)utmp[1], (int)utmp[0]));
+        const __m256i mins_and_scales =
+            _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
         const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+        const __m128i q8s =
+            _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
         const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
         const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
@@ -285,7 +288,8 @@ void cpu_vdot_q4_K_avx2(int n, float *s, const void *w, const void *a) {
             const __m256i q8h = _mm256_loadu_si256((const __m256i *)(q8 + 32));
             q8 += 64;
             const __m256i pl = _mm256_madd_epi16(scale_pair(scales, 2 * j), _mm256_maddubs_epi16(q4l, q8l));
-            const __m256i ph = _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(q4h, q8h));
+            const __m256i ph =
+                _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(q4h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -296,7 +300,7 @@ void cpu_vdot_q4_K_avx2(int n, float *s, const void *w, const void *a) {
 }
 
 static inline __attribute__((always_inline)) void dotn_q4_K(int n, const int ncols, float *s, const void *w,
-                                                             const void *a, size_t a_stride) {
+                                                            const void *a, size_t a_stride) {
     const qblock_q4_K *x = w;
     const int nb = n / QBLOCK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -306,8 +310,8 @@ static inline __attribute__((always_inline)) void dotn_q4_K(int n, const int nco
     for (int i = 0; i < nb; i++) {
         uint32_t utmp[4];
         q4k_unpack(x[i].scales, utmp);
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2],
-                                                                           (int)utmp[1], (int)utmp[0]));
+        const __m256i mins_and_scales =
+            _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
         const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
         const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
         const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
@@ -321,15 +325,18 @@ static inline __attribute__((always_inline)) void dotn_q4_K(int n, const int nco
         for (int c = 0; c < ncols; c++) {
             const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
             const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y->bsums);
-            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0),
-                                               _mm256_extracti128_si256(q8sums, 1));
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(mx * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[c]);
+            const __m128i q8s =
+                _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+            acc_m[c] =
+                _mm_fmadd_ps(_mm_set1_ps(mx * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[c]);
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 const __m256i q8l = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
                 const __m256i q8h = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
-                const __m256i pl = _mm256_madd_epi16(scale_pair(scales, 2 * j), _mm256_maddubs_epi16(ql[j], q8l));
-                const __m256i ph = _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(qh[j], q8h));
+                const __m256i pl =
+                    _mm256_madd_epi16(scale_pair(scales, 2 * j), _mm256_maddubs_epi16(ql[j], q8l));
+                const __m256i ph =
+                    _mm256_madd_epi16(scale_pair(scales, 2 * j + 1), _mm256_maddubs_epi16(qh[j], q8h));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
             }
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(sumi), acc[c]);
@@ -378,8 +385,8 @@ static inline void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) 
  * were a third of the batch-1 kernel's instructions). */
 static inline __m256i scale16(__m128i sc, int k) {
     const __m128i sh = _mm_set_epi8((char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1),
-                                    (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)k, (char)k, (char)k, (char)k,
-                                    (char)k, (char)k, (char)k, (char)k);
+                                    (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)k, (char)k, (char)k,
+                                    (char)k, (char)k, (char)k, (char)k, (char)k);
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sh));
 }
 
@@ -402,7 +409,8 @@ void cpu_vdot_q6_K_avx2(int n, float *s, const void *w, const void *a) {
             q6k_half(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
             const int8_t *q8 = y[i].qs + 128 * h;
             for (int p = 0; p < 4; p++) {
-                const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
+                const __m256i p16 =
+                    _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale16(sc8, 8 * h + 2 * p), p16));
             }
         }
@@ -413,7 +421,7 @@ void cpu_vdot_q6_K_avx2(int n, float *s, const void *w, const void *a) {
 }
 
 static inline __attribute__((always_inline)) void dotn_q6_K(int n, const int ncols, float *s, const void *w,
-                                                             const void *a, size_t a_stride) {
+                                                            const void *a, size_t a_stride) {
     const qblock_q6_K *x = w;
     const int nb = n / QBLOCK_K;
     __m256 acc[CPU_QDOT_NCOLS];
@@ -432,7 +440,8 @@ static inline __attribute__((always_inline)) void dotn_q6_K(int n, const int nco
             __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
                                             _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5));
             for (int p = 0; p < 8; p++) {
-                const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * p)));
+                const __m256i p16 =
+                    _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * p)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[p], p16));
             }
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(sumi), acc[c]);
@@ -457,15 +466,16 @@ void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *
 /* The per-block float scales dx * dy of 8 blocks from i on, for both rows
  * and ncols columns, stored so that the inner loop broadcasts each from
  * memory (a load, not a shuffle: the shuffle port is the maddubs one). */
-#define DOT2_SCALES(XT, x0, x1, i, ncols, a, a_stride, dd)                                             \
-    do {                                                                                               \
-        const __m256 dx0_ = scales8(&(x0)[i].d, sizeof(XT)), dx1_ = scales8(&(x1)[i].d, sizeof(XT));   \
-        for (int c_ = 0; c_ < (ncols); c_++) {                                                         \
-            const __m256 dy_ = scales8(&((const qblock_q8_0 *)((const char *)(a) + (size_t)c_ * (a_stride)) + (i))->d, \
-                                       sizeof(qblock_q8_0));                                           \
-            _mm256_store_ps((dd)[0][c_], _mm256_mul_ps(dx0_, dy_));                                    \
-            _mm256_store_ps((dd)[1][c_], _mm256_mul_ps(dx1_, dy_));                                    \
-        }                                                                                              \
+#define DOT2_SCALES(XT, x0, x1, i, ncols, a, a_stride, dd)                                              \
+    do {                                                                                                \
+        const __m256 dx0_ = scales8(&(x0)[i].d, sizeof(XT)), dx1_ = scales8(&(x1)[i].d, sizeof(XT));    \
+        for (int c_ = 0; c_ < (ncols); c_++) {                                                          \
+            const __m256 dy_ =                                                                          \
+                scales8(&((const qblock_q8_0 *)((const char *)(a) + (size_t)c_ * (a_stride)) + (i))->d, \
+                        sizeof(qblock_q8_0));                                                           \
+            _mm256_store_ps((dd)[0][c_], _mm256_mul_ps(dx0_, dy_));                                     \
+            _mm256_store_ps((dd)[1][c_], _mm256_mul_ps(dx1_, dy_));                                     \
+        }                                                                                               \
     } while (0)
 
 /* Q4_0 against q8_0 without the sign trick: the nibbles q (0..15) stay
@@ -473,7 +483,7 @@ void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *
  * term one maddubs per activation block shared by both rows. Pair sums stay
  * within int16 (15 * 127 * 2 = 3810; minus 8 * 127 * 2 still inside). */
 static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int ncols, float *s, const void *w,
-                                                             size_t w_stride, const void *a, size_t a_stride) {
+                                                            size_t w_stride, const void *a, size_t a_stride) {
     const qblock_q4_0 *x0 = w, *x1 = (const qblock_q4_0 *)((const char *)w + w_stride);
     const int nb = n / QBLOCK_32;
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
@@ -482,11 +492,13 @@ static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int nco
     _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
     for (int i = 0; i < nb; i += 8) {
         const int kn = nb - i < 8 ? nb - i : 8;
-        if (kn == 8) DOT2_SCALES(qblock_q4_0, x0, x1, i, ncols, a, a_stride, dd);
+        if (kn == 8)
+            DOT2_SCALES(qblock_q4_0, x0, x1, i, ncols, a, a_stride, dd);
         else
             for (int c = 0; c < ncols; c++)
                 for (int k = 0; k < kn; k++) {
-                    const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                    const qblock_q8_0 *y =
+                        (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                     dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
                     dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
                 }
@@ -496,8 +508,10 @@ static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int nco
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                 const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
                 const __m256i corr = _mm256_maddubs_epi16(eight, yv);
-                const __m256i p0 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q0, yv), corr));
-                const __m256i p1 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q1, yv), corr));
+                const __m256i p0 =
+                    _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q0, yv), corr));
+                const __m256i p1 =
+                    _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q1, yv), corr));
                 acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
                 acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
             }
@@ -512,7 +526,7 @@ static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int nco
 /* Q8_0: signed weights, so the sign trick stays, its |w| shared by the
  * columns and each activation load by both rows. */
 static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int ncols, float *s, const void *w,
-                                                             size_t w_stride, const void *a, size_t a_stride) {
+                                                            size_t w_stride, const void *a, size_t a_stride) {
     const qblock_q8_0 *x0 = w, *x1 = (const qblock_q8_0 *)((const char *)w + w_stride);
     const int nb = n / QBLOCK_32;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -521,11 +535,13 @@ static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int nco
     _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
     for (int i = 0; i < nb; i += 8) {
         const int kn = nb - i < 8 ? nb - i : 8;
-        if (kn == 8) DOT2_SCALES(qblock_q8_0, x0, x1, i, ncols, a, a_stride, dd);
+        if (kn == 8)
+            DOT2_SCALES(qblock_q8_0, x0, x1, i, ncols, a, a_stride, dd);
         else
             for (int c = 0; c < ncols; c++)
                 for (int k = 0; k < kn; k++) {
-                    const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
+                    const qblock_q8_0 *y =
+                        (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                     dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
                     dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
                 }
@@ -536,8 +552,10 @@ static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int nco
             for (int c = 0; c < ncols; c++) {
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                 const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-                const __m256i p0 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u0, _mm256_sign_epi8(yv, q0)));
-                const __m256i p1 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u1, _mm256_sign_epi8(yv, q1)));
+                const __m256i p0 =
+                    _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u0, _mm256_sign_epi8(yv, q0)));
+                const __m256i p1 =
+                    _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u1, _mm256_sign_epi8(yv, q1)));
                 acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
                 acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
             }
@@ -555,7 +573,7 @@ static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int nco
  * (Unpacking whole blocks first, as dotn_q4_K does, spilled 16 vectors to
  * the stack and ran slower than one row at a time.) */
 static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int ncols, float *s, const void *w,
-                                                             size_t w_stride, const void *a, size_t a_stride) {
+                                                            size_t w_stride, const void *a, size_t a_stride) {
     const qblock_q4_K *x0 = w, *x1 = (const qblock_q4_K *)((const char *)w + w_stride);
     const int nb = n / QBLOCK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -567,8 +585,10 @@ static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int nco
         uint32_t u0[4], u1[4];
         q4k_unpack(x0[i].scales, u0);
         q4k_unpack(x1[i].scales, u1);
-        const __m256i ms0 = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u0[3], (int)u0[2], (int)u0[1], (int)u0[0]));
-        const __m256i ms1 = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u1[3], (int)u1[2], (int)u1[1], (int)u1[0]));
+        const __m256i ms0 =
+            _mm256_cvtepu8_epi16(_mm_set_epi32((int)u0[3], (int)u0[2], (int)u0[1], (int)u0[0]));
+        const __m256i ms1 =
+            _mm256_cvtepu8_epi16(_mm_set_epi32((int)u1[3], (int)u1[2], (int)u1[1], (int)u1[0]));
         const __m128i sc0 = _mm256_extracti128_si256(ms0, 0), sc1 = _mm256_extracti128_si256(ms1, 0);
         const __m256i scales0 = _mm256_insertf128_si256(_mm256_castsi128_si256(sc0), sc0, 1);
         const __m256i scales1 = _mm256_insertf128_si256(_mm256_castsi128_si256(sc1), sc1, 1);
@@ -585,12 +605,12 @@ static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int nco
                 const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
                 const __m256i q8l = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
                 const __m256i q8h = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
-                sumi0[c] = _mm256_add_epi32(sumi0[c], _mm256_add_epi32(
-                    _mm256_madd_epi16(s0l, _mm256_maddubs_epi16(l0, q8l)),
-                    _mm256_madd_epi16(s0h, _mm256_maddubs_epi16(h0, q8h))));
-                sumi1[c] = _mm256_add_epi32(sumi1[c], _mm256_add_epi32(
-                    _mm256_madd_epi16(s1l, _mm256_maddubs_epi16(l1, q8l)),
-                    _mm256_madd_epi16(s1h, _mm256_maddubs_epi16(h1, q8h))));
+                sumi0[c] = _mm256_add_epi32(
+                    sumi0[c], _mm256_add_epi32(_mm256_madd_epi16(s0l, _mm256_maddubs_epi16(l0, q8l)),
+                                               _mm256_madd_epi16(s0h, _mm256_maddubs_epi16(h0, q8h))));
+                sumi1[c] = _mm256_add_epi32(
+                    sumi1[c], _mm256_add_epi32(_mm256_madd_epi16(s1l, _mm256_maddubs_epi16(l1, q8l)),
+                                               _mm256_madd_epi16(s1h, _mm256_maddubs_epi16(h1, q8h))));
             }
         }
         const __m128i mins0 = _mm256_extracti128_si256(ms0, 1), mins1 = _mm256_extracti128_si256(ms1, 1);
@@ -598,12 +618,14 @@ static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int nco
         for (int c = 0; c < ncols; c++) {
             const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride) + i;
             const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y->bsums);
-            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0),
-                                               _mm256_extracti128_si256(q8sums, 1));
+            const __m128i q8s =
+                _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
             acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx0 * y->d), _mm256_cvtepi32_ps(sumi0[c]), acc0[c]);
             acc1[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx1 * y->d), _mm256_cvtepi32_ps(sumi1[c]), acc1[c]);
-            accm0[c] = _mm_fmadd_ps(_mm_set1_ps(mx0 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins0, q8s)), accm0[c]);
-            accm1[c] = _mm_fmadd_ps(_mm_set1_ps(mx1 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins1, q8s)), accm1[c]);
+            accm0[c] =
+                _mm_fmadd_ps(_mm_set1_ps(mx0 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins0, q8s)), accm0[c]);
+            accm1[c] =
+                _mm_fmadd_ps(_mm_set1_ps(mx1 * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins1, q8s)), accm1[c]);
         }
     }
     for (int c = 0; c < ncols; c++) {
@@ -616,15 +638,15 @@ static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int nco
     }
 }
 
-#define DOT2_ENTRY(t)                                                                                     \
+#define DOT2_ENTRY(t)                                                                                    \
     void cpu_vdot2_##t##_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a, \
-                              size_t a_stride) {                                                          \
+                              size_t a_stride) {                                                         \
         switch (ncols) { /* constants: the accumulators stay in registers */                             \
-        case 1: dot2_##t(n, 1, s, w, w_stride, a, a_stride); break;                                       \
-        case 2: dot2_##t(n, 2, s, w, w_stride, a, a_stride); break;                                       \
-        case 3: dot2_##t(n, 3, s, w, w_stride, a, a_stride); break;                                       \
-        default: dot2_##t(n, 4, s, w, w_stride, a, a_stride); break;                                      \
-        }                                                                                                 \
+        case 1: dot2_##t(n, 1, s, w, w_stride, a, a_stride); break;                                      \
+        case 2: dot2_##t(n, 2, s, w, w_stride, a, a_stride); break;                                      \
+        case 3: dot2_##t(n, 3, s, w, w_stride, a, a_stride); break;                                      \
+        default: dot2_##t(n, 4, s, w, w_stride, a, a_stride); break;                                     \
+        }                                                                                                \
     }
 DOT2_ENTRY(q4_0)
 DOT2_ENTRY(q8_0)

@@ -48,6 +48,7 @@ static inline void k4_scale_min(const uint8_t p[QBLOCK_K_SCALES], int k, int *sc
     } else { /* k is 4..7 (8 sub-blocks): p[k + 4] is at most p[11] */
         // cppcheck-suppress arrayIndexOutOfBoundsCond
         *sc = (p[k + 4] & 0x0f) | (p[k - 4] >> 6) << 4;
+        // cppcheck-suppress arrayIndexOutOfBoundsCond
         *m = (p[k + 4] >> 4) | (p[k] >> 6) << 4;
     }
 }

@@ -95,13 +95,14 @@ CK_AVX2 void cpu_vdot_q3_K_avx2(int n, float *s, const void *w, const void *a) {
     for (int b = 0; b < n / QBLOCK_K; b++) {
         uint32_t sw[4];
         q3k_scales_packed(x[b].scales, sw);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_set_epi32((int)sw[3], (int)sw[2], (int)sw[1], (int)sw[0]));
+        const __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_set_epi32((int)sw[3], (int)sw[2], (int)sw[1], (int)sw[0]));
         const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
                                 _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         /* u = q + 4 hbit; the -4 of every element comes back as
          * -4 sum_k s_k bsums[k] */
-        __m256i acc = _mm256_slli_epi32(
-            _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[b].bsums)), 2);
+        __m256i acc =
+            _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[b].bsums)), 2);
         acc = _mm256_sub_epi32(_mm256_setzero_si256(), acc);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
         for (int h = 0; h < 2; h++) {
@@ -137,14 +138,14 @@ CK_AVX2 void cpu_vdot_q5_K_avx2(int n, float *s, const void *w, const void *a) {
             const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), m1);
             const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), m1);
             const __m256i q0 = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                                               _mm256_slli_epi16(h1, 4));
+            const __m256i q1 =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
             const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * c));
             const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * c + 32));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, a0),
-                                                          _mm256_set1_epi16((short)sc0)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q1, a1),
-                                                          _mm256_set1_epi16((short)sc1)));
+            acc = _mm256_add_epi32(
+                acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, a0), _mm256_set1_epi16((short)sc0)));
+            acc = _mm256_add_epi32(
+                acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q1, a1), _mm256_set1_epi16((short)sc1)));
         }
         const float d = f16(x[b].d) * y[b].d;
         const float dmin = f16(x[b].dmin) * y[b].d;

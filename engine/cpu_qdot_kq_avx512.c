@@ -49,8 +49,8 @@ CK_AVX512 void cpu_vdot_q2_K_avx512(int n, float *s, const void *w, const void *
             const int k = 2 * i;
             const __m512i q = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * i), m3);
             const __m512i a8 = act_pair(y[b].qs + 32 * i, y[b].qs + 128 + 32 * i);
-            const __m512i sv = lane_scales4(sc[k] & 0x0f, sc[k + 1] & 0x0f, sc[k + 8] & 0x0f,
-                                            sc[k + 9] & 0x0f);
+            const __m512i sv =
+                lane_scales4(sc[k] & 0x0f, sc[k + 1] & 0x0f, sc[k + 8] & 0x0f, sc[k + 9] & 0x0f);
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(q, a8), sv));
         }
         int msum = 0;
@@ -112,12 +112,14 @@ CK_AVX512 void cpu_vdot_q5_K_avx512(int n, float *s, const void *w, const void *
             const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(hx, 4 * p), m1);
             const __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(hx, 4 * p + 1), m1);
             const __m512i q0 = _mm512_or_si512(_mm512_and_si512(bits, m4), _mm512_slli_epi16(h0, 4));
-            const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4),
-                                               _mm512_slli_epi16(h1, 4));
+            const __m512i q1 =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4), _mm512_slli_epi16(h1, 4));
             const int8_t *a8 = y[b].qs + 128 * p;
             const __m512i a0 = act_pair(a8, a8 + 64), a1 = act_pair(a8 + 32, a8 + 96);
-            const __m512i s0 = join256(_mm256_set1_epi16((short)sc[4 * p]), _mm256_set1_epi16((short)sc[4 * p + 2]));
-            const __m512i s1 = join256(_mm256_set1_epi16((short)sc[4 * p + 1]), _mm256_set1_epi16((short)sc[4 * p + 3]));
+            const __m512i s0 =
+                join256(_mm256_set1_epi16((short)sc[4 * p]), _mm256_set1_epi16((short)sc[4 * p + 2]));
+            const __m512i s1 =
+                join256(_mm256_set1_epi16((short)sc[4 * p + 1]), _mm256_set1_epi16((short)sc[4 * p + 3]));
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(q0, a0), s0));
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(q1, a1), s1));
         }
@@ -139,8 +141,9 @@ CK_AVX512 void cpu_vdot_iq4_xs_avx512(int n, float *s, const void *w, const void
         for (int k = 0; k < 8; k += 2) {
             const __m128i v0 = _mm_loadu_si128((const __m128i *)(x[b].qs + 16 * k));
             const __m128i v1 = _mm_loadu_si128((const __m128i *)(x[b].qs + 16 * k + 16));
-            const __m512i nib = _mm512_and_si512(
-                join256(_mm256_set_m128i(_mm_srli_epi16(v0, 4), v0), _mm256_set_m128i(_mm_srli_epi16(v1, 4), v1)), m4);
+            const __m512i nib = _mm512_and_si512(join256(_mm256_set_m128i(_mm_srli_epi16(v0, 4), v0),
+                                                         _mm256_set_m128i(_mm_srli_epi16(v1, 4), v1)),
+                                                 m4);
             const __m512i q = _mm512_shuffle_epi8(table, nib);
             const __m512i a8 = _mm512_loadu_si512((const void *)(y[b].qs + 32 * k));
             /* |q| times a negated where q < 0 (no vpsignb in AVX-512) */

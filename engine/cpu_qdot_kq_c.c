@@ -71,7 +71,8 @@ void cpu_vdot_q3_K_c(int n, float *s, const void *w, const void *a) {
                 int s0 = 0, s1 = 0;
                 for (int l = 0; l < 16; l++) {
                     s0 += (((q[l] >> (2 * i)) & 3) - ((x[b].hmask[l] >> hb) & 1 ? 0 : 4)) * a8[l];
-                    s1 += (((q[l + 16] >> (2 * i)) & 3) - ((x[b].hmask[l + 16] >> hb) & 1 ? 0 : 4)) * a8[l + 16];
+                    s1 += (((q[l + 16] >> (2 * i)) & 3) - ((x[b].hmask[l + 16] >> hb) & 1 ? 0 : 4)) *
+                          a8[l + 16];
                 }
                 isum += sc[k] * s0 + sc[k + 1] * s1;
             }
@@ -94,8 +95,7 @@ void cpu_vdot_q5_K_c(int n, float *s, const void *w, const void *a) {
              * qs[32 c + l], fifth bit = bit k of qh[l] */
             const int c = k / 2, hi = k % 2;
             for (int l = 0; l < 32; l++) {
-                const int q = ((x[b].qs[32 * c + l] >> (4 * hi)) & 0x0f) |
-                              ((x[b].qh[l] >> k) & 1) << 4;
+                const int q = ((x[b].qs[32 * c + l] >> (4 * hi)) & 0x0f) | ((x[b].qh[l] >> k) & 1) << 4;
                 ksum += q * y[b].qs[32 * k + l];
             }
             isum += sc * ksum;
@@ -118,8 +118,8 @@ void cpu_vdot_iq4_xs_c(int n, float *s, const void *w, const void *a) {
             const int8_t *a8 = y[b].qs + 32 * k;
             int ksum = 0;
             for (int l = 0; l < 16; l++)
-                ksum += qblock_iq4nl_values[q[l] & 0x0f] * a8[l] +
-                        qblock_iq4nl_values[q[l] >> 4] * a8[l + 16];
+                ksum +=
+                    qblock_iq4nl_values[q[l] & 0x0f] * a8[l] + qblock_iq4nl_values[q[l] >> 4] * a8[l + 16];
             isum += iq4xs_scale(&x[b], k) * ksum;
         }
         sum += quant_f16_to_f32(x[b].d) * y[b].d * (float)isum;

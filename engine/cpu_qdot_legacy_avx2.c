@@ -44,10 +44,9 @@ static inline CK_AVX2 __m256i nibbles32(const uint8_t *qs) {
  * bytes, 0xff where the bit is set: every byte i first gets byte i / 8 of
  * the word, then is tested against its own bit i % 8. */
 static inline CK_AVX2 __m256i bits_to_bytes(const uint8_t qh[4]) {
-    const uint32_t w = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
-                       (uint32_t)qh[3] << 24;
-    const __m256i sel = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                          0x0101010101010101LL, 0);
+    const uint32_t w = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    const __m256i sel =
+        _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
     const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w), sel);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);

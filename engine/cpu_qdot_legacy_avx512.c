@@ -101,8 +101,8 @@ CK_AVX512 void cpu_vdot_q5_1_avx512(int n, float *s, const void *w, const void *
     int b = 0;
     for (; b + 1 < nb; b += 2) {
         const __mmask64 hb = (__mmask64)qh_word(x[b].qh) | (__mmask64)qh_word(x[b + 1].qh) << 32;
-        const __m512i q = _mm512_or_si512(nib64(x[b].qs, x[b + 1].qs),
-                                          _mm512_maskz_mov_epi8(hb, _mm512_set1_epi8(0x10)));
+        const __m512i q =
+            _mm512_or_si512(nib64(x[b].qs, x[b + 1].qs), _mm512_maskz_mov_epi8(hb, _mm512_set1_epi8(0x10)));
         const __m512i p = dot_us512(q, act64(y[b].qs, y[b + 1].qs));
         const __m512 dd = scales2(f16(x[b].d) * f16(y[b].d), f16(x[b + 1].d) * f16(y[b + 1].d));
         acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(p), acc);
@@ -138,7 +138,8 @@ CK_AVX512 void cpu_vdot_q5_0_avx512(int n, float *s, const void *w, const void *
     float tail = 0.0f;
     if (b < nb) {
         const __mmask32 clear = ~(__mmask32)qh_word(x[b].qh);
-        const __m256i q = _mm256_or_si256(nib32(x[b].qs), _mm256_maskz_mov_epi8(clear, _mm256_set1_epi8((char)0xf0)));
+        const __m256i q =
+            _mm256_or_si256(nib32(x[b].qs), _mm256_maskz_mov_epi8(clear, _mm256_set1_epi8((char)0xf0)));
         const __m256i p = dot_ss256(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
         tail = hsum256(_mm256_mul_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p)));
     }

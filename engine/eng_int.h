@@ -31,14 +31,14 @@ enum { RES_SESSION = 1, RES_TEMPLATE = 2, RES_PREFIX = 3 };
 
 typedef struct req req;
 struct req {
-    sched_entry se;          /* first: a sched_entry * in a queue is a req * */
-    req *prev, *next;        /* every live request (eng.all) */
-    req *zombie_next;        /* delivered last event: freed at the next eng_step */
-    req *res_next;           /* eng.resolving */
+    sched_entry se;   /* first: a sched_entry * in a queue is a req * */
+    req *prev, *next; /* every live request (eng.all) */
+    req *zombie_next; /* delivered last event: freed at the next eng_step */
+    req *res_next;    /* eng.resolving */
     uint64_t id, user_tag;
-    int state;               /* REQ_* */
+    int state; /* REQ_* */
     /* the request, copied */
-    int32_t *hist;           /* (n_prompt + limit) the prompt, then the completion */
+    int32_t *hist; /* (n_prompt + limit) the prompt, then the completion */
     int n_prompt, n_hist, limit;
     samp_params samp;
     int n_stop;
@@ -47,57 +47,57 @@ struct req {
     kvpol_config pc;
     int64_t deadline_ms;
     /* prefixes and sessions */
-    char *session;           /* session id, or NULL */
-    char *tpl;               /* template name to resolve, or NULL */
-    int32_t *cont;           /* (n_cont) the prompt as a continuation (no BOS) */
-    int n_cont, max_tokens;  /* max_tokens as asked (0 = up to the context) */
-    int stage, pending;      /* RES_* while resolving; cold answers awaited */
+    char *session;          /* session id, or NULL */
+    char *tpl;              /* template name to resolve, or NULL */
+    int32_t *cont;          /* (n_cont) the prompt as a continuation (no BOS) */
+    int n_cont, max_tokens; /* max_tokens as asked (0 = up to the context) */
+    int stage, pending;     /* RES_* while resolving; cold answers awaited */
     int fetched_session, fetched_tpl, fetched_prefix, has_prefix; /* asked the cold store; prefix given */
-    int has_msg;             /* an ERROR event's message is in text */
-    int reason;              /* ENG_REJECT_* of its ERROR event (0: ENG_REJECT_ENGINE) */
-    int internal;            /* the engine's own (a session's settling): no events */
+    int has_msg;                                                  /* an ERROR event's message is in text */
+    int reason;   /* ENG_REJECT_* of its ERROR event (0: ENG_REJECT_ENGINE) */
+    int internal; /* the engine's own (a session's settling): no events */
     int prefill_only, keep_prefix;
-    int n_keep;              /* leading tokens whose blocks are pinned and persisted (a template) */
-    int n_session;           /* tokens of hist that are the session's context */
-    uint64_t *bhash;         /* (max_ctx / bs + 1) prefix names of hist's blocks */
-    int n_bhash;             /* computed so far */
-    int pfx_blocks;          /* leading blocks the prefix cache had at resolution */
-    int cached;              /* tokens copied from the prefix cache */
-    int exact;               /* positions whose KV saw every earlier block hot (f32) */
-    int step_exact;          /* this step reads every block hot */
-    int commit;              /* pool blocks counted for it while running */
+    int n_keep;      /* leading tokens whose blocks are pinned and persisted (a template) */
+    int n_session;   /* tokens of hist that are the session's context */
+    uint64_t *bhash; /* (max_ctx / bs + 1) prefix names of hist's blocks */
+    int n_bhash;     /* computed so far */
+    int pfx_blocks;  /* leading blocks the prefix cache had at resolution */
+    int cached;      /* tokens copied from the prefix cache */
+    int exact;       /* positions whose KV saw every earlier block hot (f32) */
+    int step_exact;  /* this step reads every block hot */
+    int commit;      /* pool blocks counted for it while running */
     /* run state, from its first admission to its end */
     int started;
     kv_seq seq;
     kvpol *pol;
     sampler *sm;
-    uint8_t *moved;          /* (seq.max_blocks) blocks a preemption parked warm */
-    int swapped;             /* preempted, blocks warm: resume instead of recompute */
-    int prefill_done;        /* kvpol_after_prefill ran for the current KV */
-    int retrying;            /* the pending token is a rerun: no retry check again */
-    int step_n;              /* tokens it has in the step being built */
-    uint64_t shrink_stamp;   /* step at which room() last shrank it */
+    uint8_t *moved;        /* (seq.max_blocks) blocks a preemption parked warm */
+    int swapped;           /* preempted, blocks warm: resume instead of recompute */
+    int prefill_done;      /* kvpol_after_prefill ran for the current KV */
+    int retrying;          /* the pending token is a rerun: no retry check again */
+    int step_n;            /* tokens it has in the step being built */
+    uint64_t shrink_stamp; /* step at which room() last shrank it */
     /* results */
     char *text;
     size_t text_len, text_cap, emitted; /* emitted: bytes released in events */
-    samp_conf *trace;        /* (limit) when want_trace */
-    int n_steps;             /* sampling steps (the EOS one included) */
+    samp_conf *trace;                   /* (limit) when want_trace */
+    int n_steps;                        /* sampling steps (the EOS one included) */
     double sum_h, sum_gap, sum_pmax;
     double hot_steps, full_steps;
     size_t hot_peak;
-    kvpol_stats pst;         /* the policy's, kept when it is freed */
+    kvpol_stats pst; /* the policy's, kept when it is freed */
     uint64_t preemptions;
     double t_arrival, t_admit, t_first, t_finish; /* ms, engine clock */
     eng_result res;
 };
 
 typedef struct pend {
-    int type;                /* ENG_EV_* */
+    int type; /* ENG_EV_* */
     req *r;
     int32_t token;
     samp_conf conf;
-    size_t off, len;         /* piece: r->text + off, at delivery time */
-    int error, reason;       /* ENG_EV_ERROR: CK_E*, ENG_REJECT_* */
+    size_t off, len;   /* piece: r->text + off, at delivery time */
+    int error, reason; /* ENG_EV_ERROR: CK_E*, ENG_REJECT_* */
 } pend;
 
 /* eng_tune.c: tuning on/off from the default policy's thresholds now
@@ -113,50 +113,49 @@ struct eng {
     eng_config c;
     model *m;
     backend *b;
-    kvm kv;                  /* the KV manager: pools, tiers, movers (kvm.h) */
-    int bs, max_ctx, vocab;  /* max_ctx: the planned context (eng_fit_context), <= seq_len */
-    size_t block_bytes;      /* one f32 block */
-    eng_memory mem;          /* the plan eng_new followed */
+    kvm kv;                 /* the KV manager: pools, tiers, movers (kvm.h) */
+    int bs, max_ctx, vocab; /* max_ctx: the planned context (eng_fit_context), <= seq_len */
+    size_t block_bytes;     /* one f32 block */
+    eng_memory mem;         /* the plan eng_new followed */
     sched_queue waitq, runq;
-    int committed;           /* sum of the running requests' commitments */
+    int committed; /* sum of the running requests' commitments */
     req *all;
     /* the step being built: sized at eng_new */
     int32_t *tok, *pos, *seqix, *out_row; /* (max_batch_tokens) */
-    be_seq_view *views;      /* (max_running) */
-    req **batch;             /* (max_running) sequences in the step */
-    req **cand;              /* (max_running) the running set, best first */
-    float *logits;           /* (max_running, vocab) */
-    samp_conf *conf;         /* (max_running) each logits row's confidence */
-    int32_t *amax;           /* (max_running) each row's argmax, -1 when its confidence failed */
-    int32_t *scratch;        /* (max_ctx) prompt ids at submit */
+    be_seq_view *views;                   /* (max_running) */
+    req **batch;                          /* (max_running) sequences in the step */
+    req **cand;                           /* (max_running) the running set, best first */
+    float *logits;                        /* (max_running, vocab) */
+    samp_conf *conf;                      /* (max_running) each logits row's confidence */
+    int32_t *amax;                        /* (max_running) each row's argmax, -1 when its confidence failed */
+    int32_t *scratch;                     /* (max_ctx) prompt ids at submit */
     /* The client form (rq.c): */
-    int32_t *client_ids;     /* (max_ctx) its prompt ids */
-    chat_template *chat;     /* for `messages`; NULL when the model's does not parse */
-    jinja_error chat_err;    /* why, when chat is NULL */
-    eng_prompt_format pf;    /* eng_get_prompt_format */
-    int left;                /* tokens still free in the step */
-    uint64_t stamp;          /* step counter */
+    int32_t *client_ids;  /* (max_ctx) its prompt ids */
+    chat_template *chat;  /* for `messages`; NULL when the model's does not parse */
+    jinja_error chat_err; /* why, when chat is NULL */
+    eng_prompt_format pf; /* eng_get_prompt_format */
+    int left;             /* tokens still free in the step */
+    uint64_t stamp;       /* step counter */
     /* events not yet delivered: pend[pend_head, pend_n) */
     pend *pend;
     int pend_head, pend_n, pend_cap;
     req *zombies;
     uint64_t next_id, next_order;
-    int next_owner;          /* labels pool blocks (kv_pool.owner) */
-    int n_deadlines;         /* live requests with a deadline */
-    int broken;              /* CK_EBACKEND once the backend failed */
-    pfx *pfx;                /* prefix cache, NULL when off */
+    int next_owner;  /* labels pool blocks (kv_pool.owner) */
+    int n_deadlines; /* live requests with a deadline */
+    int broken;      /* CK_EBACKEND once the backend failed */
+    pfx *pfx;        /* prefix cache, NULL when off */
     sess_store *sess;
     tpl_cache *tpl;
-    req *resolving;          /* REQ_RESOLVING requests */
+    req *resolving; /* REQ_RESOLVING requests */
     int n_resolving;
     eng_stats st;
     /* The default policy's thresholds under the load (tuner.h, eng_set_defaults) */
     tuner tun;
-    int tuning;              /* 1: the tuner moves e->c.policy's thresholds */
+    int tuning;                         /* 1: the tuner moves e->c.policy's thresholds */
     eng_tune_move moves[ENG_TUNE_RING]; /* not yet taken by eng_take_tune_moves */
     int n_moves;
 };
-
 
 static inline double now_ms(void) {
     struct timespec ts;

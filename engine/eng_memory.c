@@ -55,8 +55,10 @@ static void human(size_t b, char *out, size_t n) {
     double v = (double)b;
     int u = 0;
     while (v >= 1024 && u < 4) v /= 1024, u++;
-    if (u == 0) snprintf(out, n, "%zu B", b);
-    else snprintf(out, n, v >= 100 ? "%.0f %s" : "%.1f %s", v, unit[u]);
+    if (u == 0)
+        snprintf(out, n, "%zu B", b);
+    else
+        snprintf(out, n, v >= 100 ? "%.0f %s" : "%.1f %s", v, unit[u]);
 }
 
 int eng_memory_describe(const eng_memory *p, char *buf, size_t len) {
@@ -78,8 +80,8 @@ int eng_memory_describe(const eng_memory *p, char *buf, size_t len) {
                     t, p->max_ctx, w, kv, kv8, wa, pf, act, h, sc, p->be.n_threads, spt, f);
 }
 
-int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size,
-                    eng_plan_cb plan, void *ud, eng_memory *p, char *err, size_t errlen) {
+int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size, eng_plan_cb plan,
+                    void *ud, eng_memory *p, char *err, size_t errlen) {
     const int seq = m->cfg.seq_len, bs = block_size > 0 ? block_size : 1;
     int ctx = max_context > 0 ? (max_context < seq ? max_context : seq) : be_default_ctx(m);
     int rc = plan(ud, ctx, p);
@@ -126,8 +128,11 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
     const eng_config *c = u->c;
     const model_config *mc = &u->m->cfg;
     memset(p, 0, sizeof *p);
-    be_options bo = {.max_batch_tokens = c->max_batch_tokens, .n_kv_blocks = (int)u->n_blocks,
-                     .block_size = u->bs, .n_threads = c->threads, .max_ctx = ctx,
+    be_options bo = {.max_batch_tokens = c->max_batch_tokens,
+                     .n_kv_blocks = (int)u->n_blocks,
+                     .block_size = u->bs,
+                     .n_threads = c->threads,
+                     .max_ctx = ctx,
                      .n_kv8_blocks = (int)u->n_blocks};
     int rc = be_cpu_plan(u->m, &bo, &p->be);
     if (rc) return rc;
@@ -153,7 +158,8 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
      * pools' bookkeeping (three int32 a block each) */
     const size_t R = (size_t)c->max_running, T = (size_t)c->max_batch_tokens;
     p->host = R * (size_t)mc->vocab_size * sizeof(float) + 4 * T * sizeof(int32_t) +
-              (size_t)ctx * sizeof(int32_t) + kvm_host_bytes(u->block_bytes, kvq_block_bytes(&shape), ENG_STAGING_BYTES) +
+              (size_t)ctx * sizeof(int32_t) +
+              kvm_host_bytes(u->block_bytes, kvq_block_bytes(&shape), ENG_STAGING_BYTES) +
               2 * 3 * u->n_blocks * sizeof(int32_t);
     p->total = p->be.total + p->warm + p->prefix + p->host;
     p->max_ctx = ctx;
@@ -162,14 +168,13 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
 }
 
 /* The plan, and the pool geometry eng_new builds with. */
-int eng__plan(const eng_config *c, const model *m, eng_memory *p, eng_plan_ud *u, char *err,
-                       size_t errlen) {
+int eng__plan(const eng_config *c, const model *m, eng_memory *p, eng_plan_ud *u, char *err, size_t errlen) {
     const model_config *mc = &m->cfg;
     u->c = c;
     u->m = m;
     u->bs = c->block_size > 0 ? c->block_size : kv_default_block_size(mc->seq_len);
-    u->block_bytes = (size_t)mc->n_layers * 2 * (size_t)u->bs * (size_t)(mc->n_kv_heads * mc->head_dim) *
-                     sizeof(float);
+    u->block_bytes =
+        (size_t)mc->n_layers * 2 * (size_t)u->bs * (size_t)(mc->n_kv_heads * mc->head_dim) * sizeof(float);
     u->n_blocks = c->kv_budget_bytes / u->block_bytes;
     if (u->n_blocks < 1 || u->n_blocks > (1u << 30)) {
         snprintf(err, errlen, "a KV budget of %zu bytes holds %zu blocks of %zu bytes", c->kv_budget_bytes,
@@ -187,5 +192,3 @@ int eng_memory_plan(const eng_config *cfg, const model *m, eng_memory *p, char *
     eng_plan_ud u;
     return eng__plan(&c, m, p, &u, err, errlen);
 }
-
-

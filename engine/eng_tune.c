@@ -45,8 +45,8 @@ void eng__tune_tick(eng *e) {
             memmove(e->moves, e->moves + 1, (ENG_TUNE_RING - 1) * sizeof *e->moves);
             e->n_moves--;
         }
-        e->moves[e->n_moves++] = (eng_tune_move){tuner_param_name(mv[i].signal), mv[i].from, mv[i].to, mv[i].share,
-                                                 mv[i].quantile, mv[i].samples};
+        e->moves[e->n_moves++] = (eng_tune_move){
+            tuner_param_name(mv[i].signal), mv[i].from, mv[i].to, mv[i].share, mv[i].quantile, mv[i].samples};
     }
 }
 
@@ -73,8 +73,8 @@ int eng_set_defaults(eng *e, const char *policy, int tuning, double window_s, do
         return CK_EINVAL;
     }
     e->c.policy = pc;
-    if (tuning < 0) tuning = e->tuning, window_s = window_s > 0 ? window_s : e->c.tuning_window_s,
-                    target = target > 0 ? target : e->c.tuning_target;
+    if (tuning < 0)
+        tuning = e->tuning, window_s = window_s > 0 ? window_s : e->c.tuning_window_s,
+        target = target > 0 ? target : e->c.tuning_target;
     return eng__tune_configure(e, tuning, window_s, target, err, errlen);
 }
-

@@ -132,8 +132,10 @@ void eng__free_loose(req *r) {
 }
 
 static void free_req(eng *e, req *r) {
-    if (r->prev) r->prev->next = r->next;
-    else e->all = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        e->all = r->next;
     if (r->next) r->next->prev = r->prev;
     free(r->text);
     free(r->trace);
@@ -340,26 +342,36 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
                      .max_ctx = e->max_ctx,
                      .n_kv8_blocks = (int)n_blocks};
     if ((rc = be_new(c.backend, e->m, &bo, &e->b, err, errlen))) goto fail;
-    kvm_config kc = {.b = e->b, .n_blocks = (int)n_blocks, .block_size = e->bs,
-                     .warm_budget_bytes = c.warm_budget_bytes, .cold = c.cold,
-                     .instance = (uint64_t)(uintptr_t)e << 1, .staging_bytes = ENG_STAGING_BYTES};
+    kvm_config kc = {.b = e->b,
+                     .n_blocks = (int)n_blocks,
+                     .block_size = e->bs,
+                     .warm_budget_bytes = c.warm_budget_bytes,
+                     .cold = c.cold,
+                     .instance = (uint64_t)(uintptr_t)e << 1,
+                     .staging_bytes = ENG_STAGING_BYTES};
     if ((rc = kvm_init(&e->kv, &kc, err, errlen))) goto fail;
     e->c.warm_budget_bytes = e->kv.warm_budget_bytes;
     tier_config tc;
     tier_config_default(&tc, e->b);
     if (!c.prefix_cache_off) {
         pfx_config pc = {.shape = tc.shape,
-                         .budget_bytes = c.prefix_cache_bytes ? c.prefix_cache_bytes : n_blocks * e->block_bytes,
+                         .budget_bytes =
+                             c.prefix_cache_bytes ? c.prefix_cache_bytes : n_blocks * e->block_bytes,
                          .fingerprint = e->m->fingerprint,
                          .cold = c.cold,
-                         .promote_hits = c.promote_hits < 0 ? 0 : c.promote_hits ? c.promote_hits : 4};
+                         .promote_hits = c.promote_hits < 0 ? 0
+                                         : c.promote_hits   ? c.promote_hits
+                                                            : 4};
         if ((rc = pfx_new(&pc, &e->pfx))) {
             snprintf(err, errlen, "prefix cache: %s", ck_strerror(rc));
             goto fail;
         }
     }
-    sess_config sc = {.max_sessions = c.max_sessions, .max_tokens = e->max_ctx, .vocab = e->vocab,
-                      .fingerprint = e->m->fingerprint, .cold = c.cold};
+    sess_config sc = {.max_sessions = c.max_sessions,
+                      .max_tokens = e->max_ctx,
+                      .vocab = e->vocab,
+                      .fingerprint = e->m->fingerprint,
+                      .cold = c.cold};
     if ((rc = sess_new(&sc, &e->sess)) || (rc = tpl_cache_new(256, 10000, c.cold, &e->tpl))) {
         snprintf(err, errlen, "sessions and templates: %s", ck_strerror(rc));
         goto fail;
@@ -380,8 +392,8 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->amax = malloc(R * sizeof *e->amax);
     e->scratch = malloc((size_t)e->max_ctx * sizeof *e->scratch);
     rc = CK_ENOMEM;
-    if (!e->tok || !e->pos || !e->seqix || !e->out_row || !e->views || !e->batch || !e->cand ||
-        !e->logits || !e->conf || !e->amax || !e->scratch || ensure_pend(e, 2 * c.max_running + 64))
+    if (!e->tok || !e->pos || !e->seqix || !e->out_row || !e->views || !e->batch || !e->cand || !e->logits ||
+        !e->conf || !e->amax || !e->scratch || ensure_pend(e, 2 * c.max_running + 64))
         goto fail;
     e->st.hot_blocks = (int)n_blocks;
     e->st.hot_capacity_bytes = n_blocks * e->block_bytes;
@@ -389,8 +401,10 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
      * can turn it on without allocating. */
     tuner_config tuc;
     tuner_config_default(&tuc);
-    double th[TUNER_N] = {c.policy.entropy_threshold, c.policy.prob_gap_threshold, c.policy.max_prob_threshold};
-    if ((rc = tuner_init(&e->tun, &tuc, th, log((double)e->vocab) / log(32000.0), ENG_TUNE_SAMPLES, now_ms() / 1e3)))
+    double th[TUNER_N] = {c.policy.entropy_threshold, c.policy.prob_gap_threshold,
+                          c.policy.max_prob_threshold};
+    if ((rc = tuner_init(&e->tun, &tuc, th, log((double)e->vocab) / log(32000.0), ENG_TUNE_SAMPLES,
+                         now_ms() / 1e3)))
         goto fail;
     if ((rc = eng__tune_configure(e, c.tuning, c.tuning_window_s, c.tuning_target, err, errlen))) goto fail;
     /* last: a chat_template override that fails is reported after the model's own errors */
@@ -540,16 +554,32 @@ static void on_logits(eng *e, req *r, float *logits, const samp_conf *row_conf, 
     /* The token pipeline (pipeline.h) over r's own fields, which keep their
      * names because the rest of this file reads them: handed over here,
      * taken back below, whatever pipeline_token answers. */
-    const pipeline_rules ru = {.m = e->m, .b = e->b, .limit = r->limit, .max_ctx = e->max_ctx,
-                               .n_stop = r->n_stop, .stop = (const char *const *)r->stop,
+    const pipeline_rules ru = {.m = e->m,
+                               .b = e->b,
+                               .limit = r->limit,
+                               .max_ctx = e->max_ctx,
+                               .n_stop = r->n_stop,
+                               .stop = (const char *const *)r->stop,
                                .ignore_eos = r->ignore_eos};
-    pipeline_seq ps = {.seq = &r->seq, .pol = r->pol, .sm = r->sm, .hist = r->hist,
-                       .n_prompt = r->n_prompt, .n_hist = r->n_hist,
-                       .text = r->text, .text_len = r->text_len, .text_cap = r->text_cap, .emitted = r->emitted,
-                       .trace = r->want_trace ? r->trace : NULL, .retrying = r->retrying,
-                       .st = {.n_steps = r->n_steps, .sum_entropy = r->sum_h, .sum_gap = r->sum_gap,
-                              .sum_pmax = r->sum_pmax, .hot_token_steps = r->hot_steps,
-                              .full_token_steps = r->full_steps, .hot_peak_bytes = r->hot_peak}};
+    pipeline_seq ps = {.seq = &r->seq,
+                       .pol = r->pol,
+                       .sm = r->sm,
+                       .hist = r->hist,
+                       .n_prompt = r->n_prompt,
+                       .n_hist = r->n_hist,
+                       .text = r->text,
+                       .text_len = r->text_len,
+                       .text_cap = r->text_cap,
+                       .emitted = r->emitted,
+                       .trace = r->want_trace ? r->trace : NULL,
+                       .retrying = r->retrying,
+                       .st = {.n_steps = r->n_steps,
+                              .sum_entropy = r->sum_h,
+                              .sum_gap = r->sum_gap,
+                              .sum_pmax = r->sum_pmax,
+                              .hot_token_steps = r->hot_steps,
+                              .full_token_steps = r->full_steps,
+                              .hot_peak_bytes = r->hot_peak}};
     pipeline_out o;
     rc = pipeline_token(&ru, &ps, logits, row_conf, amax, &o);
     if (ps.st.n_steps > r->n_steps && r->t_first <= 0) r->t_first = now_ms();
@@ -590,7 +620,8 @@ static int iterate(eng *e) {
     /* Room for this step's events: a token and an end per request at most. */
     if (ensure_pend(e, 2 * (e->runq.n + e->waitq.n) + 8)) return CK_ENOMEM;
     sched_expire(e);
-    if (e->c.cold) cold_poll(e->c.cold); /* one poll of the shared store answers every tier, prefix and session */
+    if (e->c.cold)
+        cold_poll(e->c.cold); /* one poll of the shared store answers every tier, prefix and session */
     /* Requests whose cold-store answers are in join the queue. */
     for (req *r = e->resolving, *nx; r; r = nx) {
         nx = r->res_next;
@@ -617,8 +648,10 @@ static int iterate(eng *e) {
         req *r = (req *)sched_rank(&e->runq, k);
         if (!r->step_n) continue;
         kv_seq *s = &r->seq;
-        e->views[ns] = (be_seq_view){.blocks = s->hot, .n_blocks = s->n_blocks,
-                                     .blocks8 = s->n_hot8 ? s->hot8 : NULL, .mass = s->mass};
+        e->views[ns] = (be_seq_view){.blocks = s->hot,
+                                     .n_blocks = s->n_blocks,
+                                     .blocks8 = s->n_hot8 ? s->hot8 : NULL,
+                                     .mass = s->mass};
         r->step_exact = s->n_hot == s->n_blocks && s->n_hot8 == 0 && r->exact == s->n_tokens;
         int ends = s->n_tokens + r->step_n == r->n_hist;
         for (int i = 0; i < r->step_n; i++, nt++) {
@@ -636,8 +669,14 @@ static int iterate(eng *e) {
     double t1 = now_ms();
     /* 4. Forward. */
     if (nt > 0) {
-        be_batch bt = {.n_tokens = nt, .token = e->tok, .pos = e->pos, .seq = e->seqix,
-                       .out_row = e->out_row, .n_seqs = ns, .seqs = e->views, .n_out = n_out};
+        be_batch bt = {.n_tokens = nt,
+                       .token = e->tok,
+                       .pos = e->pos,
+                       .seq = e->seqix,
+                       .out_row = e->out_row,
+                       .n_seqs = ns,
+                       .seqs = e->views,
+                       .n_out = n_out};
         int rc = e->b->ops->forward(e->b, &bt, e->logits);
         if (rc) return rc == CK_EBACKEND ? rc : CK_EBACKEND;
     }
@@ -732,7 +771,8 @@ int eng_idle(const eng *e) {
 int eng_flush(eng *e, int timeout_ms) {
     double end = now_ms() + timeout_ms;
     for (;;) {
-        int left = (e->pfx ? pfx_in_flight(e->pfx) : 0) + sess_in_flight(e->sess) + tpl_cache_in_flight(e->tpl);
+        int left =
+            (e->pfx ? pfx_in_flight(e->pfx) : 0) + sess_in_flight(e->sess) + tpl_cache_in_flight(e->tpl);
         if (!left) return CK_OK;
         if (now_ms() >= end || !e->c.cold) return CK_EBUSY;
         cold_poll(e->c.cold);
@@ -748,7 +788,8 @@ void eng_get_stats(const eng *e, eng_stats *s) {
     s->threshold_pmax = e->c.policy.max_prob_threshold;
     s->running = e->runq.n;
     s->breaker_engaged = 0;
-    for (req *r = e->all; r; r = r->next) s->breaker_engaged += r->state == REQ_RUNNING && kvpol_breaker_engaged(r->pol);
+    for (req *r = e->all; r; r = r->next)
+        s->breaker_engaged += r->state == REQ_RUNNING && kvpol_breaker_engaged(r->pol);
     s->waiting = e->waitq.n;
     s->hot_blocks_used = kv_pool_used(&e->kv.pool);
     s->hot_blocks = e->kv.pool.n_blocks;

@@ -72,44 +72,44 @@ typedef struct cold_store cold_store;
 enum { ENG_FINISH_LENGTH = 0, ENG_FINISH_STOP = 1 };
 
 typedef struct eng_config {
-    const char *model_path;      /* GGUF or llama2.c checkpoint */
-    const char *tokenizer_path;  /* llama2.c only */
-    const char *backend;         /* "cpu", "cuda", "auto" */
-    int threads;                 /* CPU threads, 0 = all cores */
-    int block_size;              /* tokens per KV block (0 = kv_default_block_size of the
+    const char *model_path;     /* GGUF or llama2.c checkpoint */
+    const char *tokenizer_path; /* llama2.c only */
+    const char *backend;        /* "cpu", "cuda", "auto" */
+    int threads;                /* CPU threads, 0 = all cores */
+    int block_size;             /* tokens per KV block (0 = kv_default_block_size of the
                                     model's context: 16, fewer for short contexts) */
-    size_t kv_budget_bytes;      /* hot KV pool, f32 blocks (0 = 64 MiB) */
-    size_t warm_budget_bytes;    /* warm tier (0 = 4x the hot budget) */
-    int max_running;             /* sequences decoding at once (64; at most max_batch_tokens) */
-    int max_batch_tokens;        /* tokens per step, decode + prefill (512) */
-    int max_queue;               /* waiting requests at most (4096) */
-    int aging_ms;                /* one priority level per aging_ms waited (1000) */
-    kvpol_config policy;         /* default policy (kvpol_parse; default: conf) */
-    cold_store *cold;            /* borrowed; NULL = no cold tier */
+    size_t kv_budget_bytes;     /* hot KV pool, f32 blocks (0 = 64 MiB) */
+    size_t warm_budget_bytes;   /* warm tier (0 = 4x the hot budget) */
+    int max_running;            /* sequences decoding at once (64; at most max_batch_tokens) */
+    int max_batch_tokens;       /* tokens per step, decode + prefill (512) */
+    int max_queue;              /* waiting requests at most (4096) */
+    int aging_ms;               /* one priority level per aging_ms waited (1000) */
+    kvpol_config policy;        /* default policy (kvpol_parse; default: conf) */
+    cold_store *cold;           /* borrowed; NULL = no cold tier */
     /* Prefix cache and sessions (pfx.h, sess.h). */
-    size_t prefix_cache_bytes;   /* host slab for prefix blocks (0 = the hot budget) */
-    int prefix_cache_off;        /* no prefix cache: every prompt is computed */
-    int promote_hits;            /* hits that make a prefix block a template (0 = 4; -1 = never) */
-    int max_sessions;            /* session contexts kept in host memory (0 = 1024) */
+    size_t prefix_cache_bytes; /* host slab for prefix blocks (0 = the hot budget) */
+    int prefix_cache_off;      /* no prefix cache: every prompt is computed */
+    int promote_hits;          /* hits that make a prefix block a template (0 = 4; -1 = never) */
+    int max_sessions;          /* session contexts kept in host memory (0 = 1024) */
     /* Memory bounds (docs/ARCHITECTURE.md, Memory plan). */
-    int max_context;             /* tokens a sequence may hold, at most the model's (0 = the
+    int max_context;      /* tokens a sequence may hold, at most the model's (0 = the
                                     model's, at most BE_DEFAULT_MAX_CTX, less where
                                     max_memory_mb needs it) */
-    size_t max_memory_mb;        /* refuse a load whose plan exceeds this (0 = no limit) */
+    size_t max_memory_mb; /* refuse a load whose plan exceeds this (0 = no limit) */
     /* The chat template of requests that give `messages` (a client form):
      * this Jinja file (1 byte to 1 MiB) instead of the model's
      * tokenizer.chat_template. A file that cannot be read or parsed fails
      * the load; a model template that does not parse does not (prompts and
      * tokens still run; each `messages` request is refused with its error). */
-    const char *chat_template;   /* borrowed for eng_new only; NULL = the model's */
+    const char *chat_template; /* borrowed for eng_new only; NULL = the model's */
     /* Thresholds that follow the load (tuner.h): the default policy's three
      * thresholds move, window by window, so the share of decode steps CONF-KV
      * treats as uncertain stays at tuning_target. New requests under the
      * default policy take them; running ones and requests naming a policy
      * keep theirs. */
-    int tuning;                  /* 0 = off (the default), 1 = adaptive */
-    double tuning_window_s;      /* seconds per window (0 = 30) */
-    double tuning_target;        /* share of uncertain steps (0 = 0.25) */
+    int tuning;             /* 0 = off (the default), 1 = adaptive */
+    double tuning_window_s; /* seconds per window (0 = 30) */
+    double tuning_target;   /* share of uncertain steps (0 = 0.25) */
 } eng_config;
 
 /* backend "auto", every core, block size 0, 64 MiB hot, warm 0, 64 running,
@@ -118,25 +118,25 @@ void eng_config_default(eng_config *c);
 
 /* A chat message of eng_request.messages (chat.h's chat_message). */
 typedef struct eng_message {
-    const char *role;            /* NUL-terminated UTF-8 */
-    const char *content;         /* NUL-terminated UTF-8 */
+    const char *role;    /* NUL-terminated UTF-8 */
+    const char *content; /* NUL-terminated UTF-8 */
 } eng_message;
 
 typedef struct eng_request {
-    const char *prompt;          /* text (BOS prepended), or NULL when tokens given */
+    const char *prompt; /* text (BOS prepended), or NULL when tokens given */
     size_t prompt_len;
-    const int32_t *tokens;       /* prompt ids (taken as given: include BOS yourself) */
+    const int32_t *tokens; /* prompt ids (taken as given: include BOS yourself) */
     int n_tokens;
     samp_params samp;
-    int max_tokens;              /* completion tokens at most; 0 = up to the context */
+    int max_tokens; /* completion tokens at most; 0 = up to the context */
     int n_stop;
     const char *stop[ENG_MAX_STOPS];
     int ignore_eos;
-    int want_trace;              /* per-token confidence in the finished event */
-    const char *policy;          /* policy spec for this request, NULL = the default */
-    int priority;                /* higher runs first */
-    int64_t deadline_ms;         /* on eng_now_ms()'s clock; 0 = none */
-    uint64_t user_tag;           /* opaque, echoed in every event */
+    int want_trace;      /* per-token confidence in the finished event */
+    const char *policy;  /* policy spec for this request, NULL = the default */
+    int priority;        /* higher runs first */
+    int64_t deadline_ms; /* on eng_now_ms()'s clock; 0 = none */
+    uint64_t user_tag;   /* opaque, echoed in every event */
     /* Prefixes and sessions. The tokens run are, in order: the session's
      * context when session_id names one this engine or its cold store knows
      * (then `prefix` is ignored: the context began with it); else BOS and
@@ -144,15 +144,15 @@ typedef struct eng_request {
      * before it, with SentencePiece's leading space as always). Leading
      * blocks found in the prefix cache are copied, not computed
      * (eng_result.cached_tokens). */
-    const char *session_id;      /* NULL = none; at most 256 bytes (sess.h: SESS_ID_MAX) */
-    const char *prefix;          /* text (a template's), or NULL */
+    const char *session_id; /* NULL = none; at most 256 bytes (sess.h: SESS_ID_MAX) */
+    const char *prefix;     /* text (a template's), or NULL */
     size_t prefix_len;
-    int keep_prefix;             /* pin the prompt's blocks and write them to the cold store */
-    const char *template_name;   /* a template's text is the prefix (tpl.h; fetched from the
+    int keep_prefix;           /* pin the prompt's blocks and write them to the cold store */
+    const char *template_name; /* a template's text is the prefix (tpl.h; fetched from the
                                     cold store when not known here; unknown: CK_ENOTFOUND) */
-    int save_template;           /* instead: the prompt text becomes template_name (saved here
+    int save_template;         /* instead: the prompt text becomes template_name (saved here
                                     and in the cold store) and runs as a kept prefix */
-    int prefill_only;            /* compute (or fetch) the prompt's KV, generate nothing */
+    int prefill_only;          /* compute (or fetch) the prompt's KV, generate nothing */
     /* The client form (a service's job): when set, the engine makes the
      * prompt ids as the vocabulary and the chat template ask (chat.h), and
      * applies the client's limits, before everything above runs on those
@@ -181,21 +181,23 @@ typedef struct eng_request {
  * event: one stable code per rule, so that a client (the service) maps each
  * to its own error code without reading CK_E* codes or messages.
  *   X(name, value, what) */
-#define ENG_REJECT_MAP(X)                                                                 \
-    X(INVALID, 1, "a parameter is invalid or out of range")                               \
-    X(CONTEXT, 2, "prompt (with a session's context or a template) + max_tokens exceed "  \
-                  "the context")                                                          \
-    X(QUEUE_FULL, 3, "the waiting queue is full: submit again later")                     \
-    X(KV_ROOM, 4, "the request needs more KV blocks hot than the pool has")               \
-    X(UNKNOWN_TEMPLATE, 5, "the request names a template this engine and its cold store " \
-                           "do not know")                                                 \
-    X(ENGINE, 6, "the engine failed on this request (memory, backend, a stored text)")          \
-    X(PROMPT_TOO_LONG, 7, "the prompt has more tokens than the client allows (client form)")   \
-    X(PROMPT_INVALID, 8, "the prompt text or the chat cannot be tokenized (client form)")      \
+#define ENG_REJECT_MAP(X)                                                                        \
+    X(INVALID, 1, "a parameter is invalid or out of range")                                      \
+    X(CONTEXT, 2,                                                                                \
+      "prompt (with a session's context or a template) + max_tokens exceed "                     \
+      "the context")                                                                             \
+    X(QUEUE_FULL, 3, "the waiting queue is full: submit again later")                            \
+    X(KV_ROOM, 4, "the request needs more KV blocks hot than the pool has")                      \
+    X(UNKNOWN_TEMPLATE, 5,                                                                       \
+      "the request names a template this engine and its cold store "                             \
+      "do not know")                                                                             \
+    X(ENGINE, 6, "the engine failed on this request (memory, backend, a stored text)")           \
+    X(PROMPT_TOO_LONG, 7, "the prompt has more tokens than the client allows (client form)")     \
+    X(PROMPT_INVALID, 8, "the prompt text or the chat cannot be tokenized (client form)")        \
     X(CHAT_TEMPLATE_UNSUPPORTED, 9, "the chat template uses Jinja outside the supported subset") \
-    X(CHAT_TEMPLATE_EXCEPTION, 10, "the chat template refused these messages")                 \
-    X(CHAT_TEMPLATE_ERROR, 11, "the chat template failed on these messages")                   \
-    X(CHAT_TEMPLATE_LIMIT, 12, "rendering the chat template hit a limit")                      \
+    X(CHAT_TEMPLATE_EXCEPTION, 10, "the chat template refused these messages")                   \
+    X(CHAT_TEMPLATE_ERROR, 11, "the chat template failed on these messages")                     \
+    X(CHAT_TEMPLATE_LIMIT, 12, "rendering the chat template hit a limit")                        \
     X(CHAT_TEMPLATE_FAILED, 13, "rendering the chat template failed otherwise (memory)")
 
 enum {
@@ -203,7 +205,7 @@ enum {
 #define ENG_RJ_(name, value, what) ENG_REJECT_##name = value,
     ENG_REJECT_MAP(ENG_RJ_)
 #undef ENG_RJ_
-    ENG_REJECT_COUNT
+        ENG_REJECT_COUNT
 };
 
 enum { ENG_EV_TOKEN = 1, ENG_EV_FINISHED = 2, ENG_EV_ERROR = 3 };
@@ -211,30 +213,30 @@ enum { ENG_FINISH_EXPIRED = 10, ENG_FINISH_CANCELLED = 11 }; /* besides ENG_FINI
 
 /* What a finished request reports. */
 typedef struct eng_result {
-    int finish;                  /* ENG_FINISH_* (LENGTH and STOP are GEN_FINISH_*'s values) */
-    const char *text;            /* completion text (text_len bytes, NUL-terminated) */
+    int finish;       /* ENG_FINISH_* (LENGTH and STOP are GEN_FINISH_*'s values) */
+    const char *text; /* completion text (text_len bytes, NUL-terminated) */
     size_t text_len;
-    const int32_t *tokens;       /* completion ids */
+    const int32_t *tokens; /* completion ids */
     int n_tokens;
-    const samp_conf *trace;      /* (n_tokens) when want_trace, else NULL */
+    const samp_conf *trace; /* (n_tokens) when want_trace, else NULL */
     int prompt_tokens;
-    int cached_tokens;           /* prompt tokens whose KV was reused, not computed */
-    int session_tokens;          /* of prompt_tokens: the session's earlier context */
+    int cached_tokens;  /* prompt tokens whose KV was reused, not computed */
+    int session_tokens; /* of prompt_tokens: the session's earlier context */
     double mean_entropy, mean_gap, mean_pmax;
     double queue_ms, ttft_ms, total_ms;
-    double kv_retained_mean;     /* hot tokens / full tokens over its decode steps */
+    double kv_retained_mean; /* hot tokens / full tokens over its decode steps */
     size_t hot_peak_bytes;
     uint64_t recalls, demotions, spills, preemptions;
-    char policy[64];             /* the policy it ran under, canonical (kvpol_name) */
+    char policy[64]; /* the policy it ran under, canonical (kvpol_name) */
 } eng_result;
 
 typedef struct eng_event {
-    int type;                    /* ENG_EV_* */
+    int type; /* ENG_EV_* */
     uint64_t id;
     uint64_t user_tag;
     /* ENG_EV_TOKEN */
     int32_t token;
-    const char *piece;           /* text released with it (piece_len bytes): the token's
+    const char *piece; /* text released with it (piece_len bytes): the token's
                                     piece, except that bytes which may begin a stop string
                                     are held back until the next token shows they do not
                                     (ENG_EV_FINISHED: what was still held back). The
@@ -245,8 +247,8 @@ typedef struct eng_event {
     /* ENG_EV_FINISHED */
     const eng_result *result;
     /* ENG_EV_ERROR (the request is gone) */
-    int error;                   /* CK_E* */
-    int reason;                  /* ENG_REJECT_* */
+    int error;  /* CK_E* */
+    int reason; /* ENG_REJECT_* */
     const char *message;
 } eng_event;
 /* Every pointer in an event stays valid until the next eng_step or
@@ -259,18 +261,18 @@ typedef struct eng_stats {
     uint64_t steps, tokens_generated, tokens_prefilled;
     int last_batch_tokens, last_batch_seqs;
     size_t hot_bytes, hot_capacity_bytes, warm_bytes, int8_bytes;
-    size_t warm_capacity_bytes;  /* the warm tiers' slabs (the memory plan's warm) */
+    size_t warm_capacity_bytes; /* the warm tiers' slabs (the memory plan's warm) */
     uint64_t cold_spills, cold_fetch_hits, cold_fetch_misses;
     uint64_t integrity_failures; /* cold blocks refused on reload (checksum, fingerprint, shape) */
     int hot_blocks_used, hot_blocks;
     double step_ms_last, sched_ms_last; /* time of the last step; of which scheduling */
     double sched_ms_total, step_ms_total;
     /* Added with the scheduler: */
-    double forward_ms_total;     /* of step_ms_total: the backend's forward passes */
-    double token_ms_total;       /* of step_ms_total: confidence, sampling, policy, text */
-    uint64_t recomputes;         /* preemptions that fell back to recomputation */
-    int running_peak;            /* most sequences running in one step */
-    size_t hot_peak_bytes;       /* most hot KV bytes (f32 + int8) in one step */
+    double forward_ms_total; /* of step_ms_total: the backend's forward passes */
+    double token_ms_total;   /* of step_ms_total: confidence, sampling, policy, text */
+    uint64_t recomputes;     /* preemptions that fell back to recomputation */
+    int running_peak;        /* most sequences running in one step */
+    size_t hot_peak_bytes;   /* most hot KV bytes (f32 + int8) in one step */
     /* Cache hits per tier, in blocks. hot: at every decode step, the blocks a
      * sequence has written (lookups) and those attention read hot (hits).
      * warm/cold/template: prompt blocks looked up in the prefix cache at
@@ -279,20 +281,20 @@ typedef struct eng_stats {
     uint64_t hot_lookups, hot_hits;
     uint64_t prefix_lookups, prefix_hits_warm, prefix_hits_cold, prefix_hits_template;
     uint64_t prefix_promotions, prefix_persisted, prefix_integrity_failures;
-    uint64_t cached_tokens;      /* prompt tokens copied instead of computed */
-    size_t prefix_bytes;         /* host prefix cache in use */
-    int prefix_pinned;           /* blocks pinned (templates) */
+    uint64_t cached_tokens; /* prompt tokens copied instead of computed */
+    size_t prefix_bytes;    /* host prefix cache in use */
+    int prefix_pinned;      /* blocks pinned (templates) */
     uint64_t sessions_saved, sessions_resumed, sessions_fetched, session_misses;
     uint64_t session_integrity_failures;
-    uint64_t session_settles;    /* turns whose KV was recomputed with the full cache (engine.c) */
-    int resolving;               /* requests waiting on the cold store (session, prefix) */
+    uint64_t session_settles; /* turns whose KV was recomputed with the full cache (engine.c) */
+    int resolving;            /* requests waiting on the cold store (session, prefix) */
     uint64_t template_fetches, template_misses, template_saves;
     /* CONF-KV, summed over finished requests (kvpol.h, kvpol_stats) */
     uint64_t window_grows, window_shrinks; /* hot budget moves */
-    uint64_t breaker_trips;      /* the circuit breaker engaged (pool past breaker_threshold) */
-    int breaker_engaged;         /* running sequences whose breaker holds them at min_size now */
-    uint64_t reruns;             /* uncertain steps rerun with recalled blocks */
-    uint64_t recalls, demotions; /* blocks moved warm -> hot, hot -> warm (or dropped) */
+    uint64_t breaker_trips;                /* the circuit breaker engaged (pool past breaker_threshold) */
+    int breaker_engaged;                   /* running sequences whose breaker holds them at min_size now */
+    uint64_t reruns;                       /* uncertain steps rerun with recalled blocks */
+    uint64_t recalls, demotions;           /* blocks moved warm -> hot, hot -> warm (or dropped) */
     /* The default policy's thresholds now (tuned when tuning is on), and the
      * tuner's work: windows closed, thresholds moved. */
     double threshold_entropy, threshold_gap, threshold_pmax;
@@ -302,14 +304,14 @@ typedef struct eng_stats {
 /* The memory a load will hold, computed before anything large is allocated
  * (the model file is only mapped by then). */
 typedef struct eng_memory {
-    be_memory be;                /* the backend's: weights, hot and int8 KV, batch, scratch */
-    size_t warm;                 /* warm tier slab(s) */
-    size_t prefix;               /* prefix cache slab (0 when off) */
-    size_t host;                 /* the engine's own step buffers (logits of max_running rows, ...) */
-    size_t total;                /* be.total + warm + prefix + host */
-    size_t file_bytes;           /* the model file, mapped read-only (page cache: not in total) */
-    int max_ctx;                 /* the context everything is sized for */
-    size_t limit_mb;             /* max_memory_mb it was planned against (0 = none) */
+    be_memory be;      /* the backend's: weights, hot and int8 KV, batch, scratch */
+    size_t warm;       /* warm tier slab(s) */
+    size_t prefix;     /* prefix cache slab (0 when off) */
+    size_t host;       /* the engine's own step buffers (logits of max_running rows, ...) */
+    size_t total;      /* be.total + warm + prefix + host */
+    size_t file_bytes; /* the model file, mapped read-only (page cache: not in total) */
+    int max_ctx;       /* the context everything is sized for */
+    size_t limit_mb;   /* max_memory_mb it was planned against (0 = none) */
 } eng_memory;
 
 /* Sizes of one candidate context `ctx` for eng_fit_context: fill p (at least
@@ -322,8 +324,8 @@ typedef int (*eng_plan_cb)(void *ud, int ctx, eng_memory *p);
  * lowered to the largest multiple of block_size that fits max_memory_mb.
  * Refusal: CK_ENOSPACE with err naming the planned sizes (eng_memory_describe).
  * On success *p is the plan at the chosen context. */
-int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size,
-                    eng_plan_cb plan, void *ud, eng_memory *p, char *err, size_t errlen);
+int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size, eng_plan_cb plan,
+                    void *ud, eng_memory *p, char *err, size_t errlen);
 /* The plan eng_new would follow for config c and the loaded model m: the
  * context by eng_fit_context, then every pool's size. Returns as it. */
 int eng_memory_plan(const eng_config *c, const model *m, eng_memory *p, char *err, size_t errlen);
@@ -348,13 +350,13 @@ const model *eng_model(const eng *e);
  * are refused with that error). Printable ASCII, no quote or backslash,
  * except template_error. Valid while e lives. */
 typedef struct eng_prompt_format {
-    char arch[32];               /* general.architecture ("llama" for llama2.c checkpoints) */
-    char tok_model[16];          /* "llama", "gpt2"; "llama2c" for a llama2.c tokenizer */
-    char tok_pre[48];            /* tokenizer.ggml.pre ("" for SentencePiece) */
-    const char *template_source; /* "none", "model", "override" (static) */
-    char template_hash[17];      /* 16 hex digits, "" without a template */
+    char arch[32];                   /* general.architecture ("llama" for llama2.c checkpoints) */
+    char tok_model[16];              /* "llama", "gpt2"; "llama2c" for a llama2.c tokenizer */
+    char tok_pre[48];                /* tokenizer.ggml.pre ("" for SentencePiece) */
+    const char *template_source;     /* "none", "model", "override" (static) */
+    char template_hash[17];          /* 16 hex digits, "" without a template */
     const char *template_error_kind; /* jinja's kind (static) when the template is unusable, else NULL */
-    char template_error[512];    /* its message */
+    char template_error[512];        /* its message */
 } eng_prompt_format;
 const eng_prompt_format *eng_get_prompt_format(const eng *e);
 /* Queue a request. Everything it points to is copied. On success *id is
@@ -398,7 +400,7 @@ int eng_set_defaults(eng *e, const char *policy, int tuning, double window_s, do
 
 /* One threshold move of the tuner (tuner.h's tuner_move, in plain terms). */
 typedef struct eng_tune_move {
-    const char *param;           /* "entropy_threshold", "prob_gap_threshold", "max_prob_threshold" */
+    const char *param; /* "entropy_threshold", "prob_gap_threshold", "max_prob_threshold" */
     double from, to, share, quantile;
     int samples;
 } eng_tune_move;

@@ -11,11 +11,11 @@
 #include "tier.h"
 
 typedef struct eval_prompt {
-    int32_t *ids;     /* prompt, BOS first */
+    int32_t *ids; /* prompt, BOS first */
     int n;
-    int32_t *ref;     /* reference continuation (gen_tokens) */
+    int32_t *ref; /* reference continuation (gen_tokens) */
     int n_ref;
-    int32_t *probe;   /* the probe name's tokens (as it appears after a space) */
+    int32_t *probe; /* the probe name's tokens (as it appears after a space) */
     int n_probe;
     int probe_from;
 } eval_prompt;
@@ -30,8 +30,7 @@ struct eval_ctx {
     int n, cap;
 };
 
-int eval_new(const model *m, backend *b, kv_pool *pool, kv_pool *pool8, int gen_tokens,
-             eval_ctx **out) {
+int eval_new(const model *m, backend *b, kv_pool *pool, kv_pool *pool8, int gen_tokens, eval_ctx **out) {
     *out = NULL;
     eval_ctx *e = calloc(1, sizeof *e);
     if (!e) return CK_ENOMEM;
@@ -215,8 +214,10 @@ int eval_match(eval_ctx *e, const kvpol_config *c, double target, double tol, co
             best.greedy_match_tokens_mean = k.budget; /* remember the budget */
         }
         if (err <= tol / 2) break;
-        if (cur.kv_retained_mean < target) lo = k.budget + 1;
-        else hi = k.budget - 1;
+        if (cur.kv_retained_mean < target)
+            lo = k.budget + 1;
+        else
+            hi = k.budget - 1;
     }
     k.budget = (int)best.greedy_match_tokens_mean;
     /* the chosen budget again, with the free runs */

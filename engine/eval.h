@@ -21,27 +21,26 @@
 #include "kvpol.h"
 
 typedef struct eval_row {
-    char policy[64];            /* canonical name, e.g. "window:57" */
-    char matched_to[64];        /* "" unless budget-matched */
-    double kv_retained_mean;    /* sum hot tokens / sum full tokens over steps */
-    double kv_retained_peak;    /* max hot tokens / max full tokens (per run, worst) */
-    double kv_hot_bytes_ratio;  /* like retained_mean, in bytes (int8 at real size) */
+    char policy[64];           /* canonical name, e.g. "window:57" */
+    char matched_to[64];       /* "" unless budget-matched */
+    double kv_retained_mean;   /* sum hot tokens / sum full tokens over steps */
+    double kv_retained_peak;   /* max hot tokens / max full tokens (per run, worst) */
+    double kv_hot_bytes_ratio; /* like retained_mean, in bytes (int8 at real size) */
     double nll, ppl, nll_delta_pct;
-    double top1_agreement;      /* argmax == reference token */
+    double top1_agreement; /* argmax == reference token */
     double greedy_match_tokens_mean;
     double free_kv_retained_mean; /* free runs: mean over prompts of each run's hot / full token-steps
                                      (what confkvd reports per job as kv.retained_mean) */
     double recalls_per_1k, demotions_per_1k;
-    double tokens_per_s;        /* forced decode */
-    int probe_occurrences;      /* probe names after the probe start, in references */
-    double probe_accuracy;      /* of those, fraction whose first token the policy predicts */
+    double tokens_per_s;   /* forced decode */
+    int probe_occurrences; /* probe names after the probe start, in references */
+    double probe_accuracy; /* of those, fraction whose first token the policy predicts */
 } eval_row;
 
 typedef struct eval_ctx eval_ctx;
 
 /* Borrow m, b, pool and pool8 (int8 blocks; may be empty). */
-int eval_new(const model *m, backend *b, kv_pool *pool, kv_pool *pool8, int gen_tokens,
-             eval_ctx **out);
+int eval_new(const model *m, backend *b, kv_pool *pool, kv_pool *pool8, int gen_tokens, eval_ctx **out);
 void eval_free(eval_ctx *e);
 /* Add a prompt (text; BOS is prepended) and compute its reference.
  * probe_name: NULL, or a word whose occurrences at completion positions >=

@@ -14,11 +14,11 @@ struct gen_ctx {
     const model *m;
     backend *b;
     kv_pool *pool;
-    kvpol *pol;      /* borrowed, may be NULL */
+    kvpol *pol; /* borrowed, may be NULL */
     kv_seq seq;
     sampler *samp;
-    float *logits;   /* (vocab) */
-    int32_t *pos;    /* (max_batch_tokens) batch arrays */
+    float *logits; /* (vocab) */
+    int32_t *pos;  /* (max_batch_tokens) batch arrays */
     int32_t *seqix;
     int32_t *out_row;
 };
@@ -29,9 +29,7 @@ void gen_params_default(gen_params *p) {
     p->max_tokens = 256;
 }
 
-const char *gen_finish_name(int finish) {
-    return finish == GEN_FINISH_STOP ? "stop" : "length";
-}
+const char *gen_finish_name(int finish) { return finish == GEN_FINISH_STOP ? "stop" : "length"; }
 
 void gen_result_free(gen_result *r) {
     free(r->tokens);
@@ -98,10 +96,18 @@ static int step(gen_ctx *g, const int32_t *tokens, int n) {
         g->pos[i] = g->seq.n_tokens + i;
         g->out_row[i] = i == n - 1 ? 0 : -1;
     }
-    be_seq_view v = {.blocks = g->seq.hot, .n_blocks = g->seq.n_blocks,
-                     .blocks8 = g->seq.n_hot8 ? g->seq.hot8 : NULL, .mass = g->seq.mass};
-    be_batch bt = {.n_tokens = n, .token = tokens, .pos = g->pos, .seq = g->seqix,
-                   .out_row = g->out_row, .n_seqs = 1, .seqs = &v, .n_out = 1};
+    be_seq_view v = {.blocks = g->seq.hot,
+                     .n_blocks = g->seq.n_blocks,
+                     .blocks8 = g->seq.n_hot8 ? g->seq.hot8 : NULL,
+                     .mass = g->seq.mass};
+    be_batch bt = {.n_tokens = n,
+                   .token = tokens,
+                   .pos = g->pos,
+                   .seq = g->seqix,
+                   .out_row = g->out_row,
+                   .n_seqs = 1,
+                   .seqs = &v,
+                   .n_out = 1};
     rc = g->b->ops->forward(g->b, &bt, g->logits);
     if (rc) return rc;
     kv_seq_commit(&g->seq, n);
@@ -127,12 +133,14 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
      * limit tokens, and no more than the context leaves after the prompt. */
     const int limit = p->force ? p->n_force : p->max_tokens;
     const int cap = limit < max_ctx - n_prompt ? (limit > 0 ? limit : 0) : max_ctx - n_prompt;
-    pipeline_seq ps = {.seq = &g->seq, .pol = g->pol, .sm = g->samp, .n_prompt = n_prompt, .n_hist = n_prompt};
+    pipeline_seq ps = {
+        .seq = &g->seq, .pol = g->pol, .sm = g->samp, .n_prompt = n_prompt, .n_hist = n_prompt};
     rc = CK_ENOMEM;
     if (!(ps.hist = malloc(((size_t)n_prompt + (size_t)cap) * sizeof *ps.hist))) goto out;
     if (p->want_trace && cap && !(r->trace = malloc((size_t)cap * sizeof *r->trace))) goto out;
-    if (p->force && cap && (!(r->logp = malloc((size_t)cap * sizeof *r->logp)) ||
-                            !(r->argmax = malloc((size_t)cap * sizeof *r->argmax))))
+    if (p->force && cap &&
+        (!(r->logp = malloc((size_t)cap * sizeof *r->logp)) ||
+         !(r->argmax = malloc((size_t)cap * sizeof *r->argmax))))
         goto out;
     if ((rc = tb_append(&ps.text, &ps.text_len, &ps.text_cap, "", 0))) goto out;
     memcpy(ps.hist, prompt, (size_t)n_prompt * sizeof *ps.hist);
@@ -156,9 +164,16 @@ int gen_run(gen_ctx *g, const int32_t *prompt, int n_prompt, const gen_params *p
 
     /* Decode: the token pipeline chooses, this loop only runs the forward
      * passes it asks for. */
-    const pipeline_rules ru = {.m = g->m, .b = g->b, .limit = limit, .max_ctx = max_ctx,
-                               .n_stop = p->n_stop, .stop = p->stop, .ignore_eos = p->ignore_eos,
-                               .force = p->force, .tap = p->on_logits, .tap_ud = p->on_logits_ud};
+    const pipeline_rules ru = {.m = g->m,
+                               .b = g->b,
+                               .limit = limit,
+                               .max_ctx = max_ctx,
+                               .n_stop = p->n_stop,
+                               .stop = p->stop,
+                               .ignore_eos = p->ignore_eos,
+                               .force = p->force,
+                               .tap = p->on_logits,
+                               .tap_ud = p->on_logits_ud};
     r->finish = GEN_FINISH_LENGTH;
     while (ps.n_hist - n_prompt < limit) {
         pipeline_out o;

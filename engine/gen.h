@@ -27,11 +27,11 @@ struct kvpol;
 
 typedef struct gen_params {
     samp_params samp;
-    int max_tokens;                 /* completion tokens at most */
+    int max_tokens; /* completion tokens at most */
     int n_stop;
-    const char *stop[GEN_MAX_STOPS];/* stop strings (borrowed); the text ends before one */
-    int want_trace;                 /* keep every token's confidence */
-    int ignore_eos;                 /* do not stop on EOS/BOS (benchmarks, eval) */
+    const char *stop[GEN_MAX_STOPS]; /* stop strings (borrowed); the text ends before one */
+    int want_trace;                  /* keep every token's confidence */
+    int ignore_eos;                  /* do not stop on EOS/BOS (benchmarks, eval) */
     /* Teacher forcing (eval): when force != NULL, decode these tokens instead
      * of sampling, and report each step's log-probability of the forced token. */
     const int32_t *force;
@@ -55,15 +55,15 @@ enum {
 };
 
 typedef struct gen_result {
-    int n_prompt;        /* prompt tokens (BOS included) */
-    int n_tokens;        /* completion tokens */
-    int32_t *tokens;     /* (n_tokens) completion ids */
-    samp_conf *trace;    /* (n_tokens) when want_trace */
-    double *logp;        /* (n_tokens) log p(token) under the model, when force */
-    int32_t *argmax;     /* (n_tokens) the model's argmax at each step, when force */
-    char *text;          /* completion text, NUL-terminated (may hold NUL bytes: use text_len) */
+    int n_prompt;     /* prompt tokens (BOS included) */
+    int n_tokens;     /* completion tokens */
+    int32_t *tokens;  /* (n_tokens) completion ids */
+    samp_conf *trace; /* (n_tokens) when want_trace */
+    double *logp;     /* (n_tokens) log p(token) under the model, when force */
+    int32_t *argmax;  /* (n_tokens) the model's argmax at each step, when force */
+    char *text;       /* completion text, NUL-terminated (may hold NUL bytes: use text_len) */
     size_t text_len;
-    int finish;          /* GEN_FINISH_* */
+    int finish; /* GEN_FINISH_* */
     double sum_entropy, sum_gap, sum_pmax;
     double prefill_s, decode_s;
     /* KV accounting, in tokens, summed over decode steps */
@@ -73,8 +73,8 @@ typedef struct gen_result {
      * the full cache is all f32 */
     double hot_byte_steps, full_byte_steps;
     size_t hot_peak_bytes;
-    int retries;         /* steps run again with a larger cache (kvpol_retry) */
-    size_t cap_;         /* entries the arrays above were sized for */
+    int retries; /* steps run again with a larger cache (kvpol_retry) */
+    size_t cap_; /* entries the arrays above were sized for */
 } gen_result;
 
 void gen_result_free(gen_result *r);

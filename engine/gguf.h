@@ -149,24 +149,20 @@ int gguf_get_float(const gguf_file *f, const char *key, double *out);
 /* bool only: *out is 0 or 1. */
 int gguf_get_bool(const gguf_file *f, const char *key, int *out);
 /* string: *s is BORROWED from the mapping and NOT NUL-terminated; *len bytes. */
-int gguf_get_str(const gguf_file *f, const char *key, const char **s,
-                 size_t *len);
+int gguf_get_str(const gguf_file *f, const char *key, const char **s, size_t *len);
 /* array: element type, count, and for fixed-size element types the raw
  * little-endian elements inside the mapping. That pointer may be unaligned:
  * copy elements out with memcpy, never cast it to int32_t * or float *.
  * For string arrays *data is NULL (use gguf_get_arr_str). Any of elem_type,
  * n, data may be NULL when not wanted. */
-int gguf_get_arr(const gguf_file *f, const char *key, int *elem_type,
-                 uint64_t *n, const void **data);
+int gguf_get_arr(const gguf_file *f, const char *key, int *elem_type, uint64_t *n, const void **data);
 /* Any fixed-size scalar (not STRING/ARRAY): its GGUF_TYPE_* and a pointer
  * to its raw little-endian bytes in the mapping (possibly unaligned: memcpy
  * them out). For tools that handle every type, such as a dump. */
-int gguf_get_val(const gguf_file *f, const char *key, int *type,
-                 const void **data);
+int gguf_get_val(const gguf_file *f, const char *key, int *type, const void **data);
 /* i-th string of a string array, O(1); borrowed, NOT NUL-terminated.
  * CK_EFORMAT if the array's elements are not strings, CK_ERANGE if i >= n. */
-int gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
-                     const char **s, size_t *len);
+int gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s, size_t *len);
 
 /* Tensors, in file order. gguf_tensor_at returns NULL for i out of range;
  * gguf_find_tensor is a binary search over the sorted names (O(log n)) and
@@ -206,18 +202,15 @@ int gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
 int gguf_writer_set_bool(gguf_writer *w, const char *key, int v);
 /* Any fixed-size scalar type: `v` points at one value of that type in host
  * (little-endian) layout. Covers u8/i8/u16/i16 too. */
-int gguf_writer_set_val(gguf_writer *w, const char *key, int type,
-                        const void *v);
+int gguf_writer_set_val(gguf_writer *w, const char *key, int type, const void *v);
 /* NUL-terminated string, copied. */
 int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s);
 /* n elements of a fixed-size type (not STRING/ARRAY) at data, copied; for
  * BOOL each byte must be 0 or 1. data may be NULL when n is 0. */
-int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type,
-                        const void *data, uint64_t n);
+int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type, const void *data, uint64_t n);
 /* n strings, copied: s[i] with lens[i] bytes (may hold NUL bytes), or, when
  * lens is NULL, NUL-terminated. */
-int gguf_writer_set_arr_str(gguf_writer *w, const char *key,
-                            const char *const *s, const size_t *lens,
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *s, const size_t *lens,
                             uint64_t n);
 
 /* Add a tensor of ggml type `type` and shape ne[0..n_dims-1] (ne[0]
@@ -227,8 +220,7 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key,
  * CK_EUNSUPPORTED for a type quant.h does not know, CK_EFORMAT if ne[0] is
  * not a multiple of the block size, CK_ERANGE if the size overflows.
  * Duplicate detection is a linear scan: O(n) per call. */
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type,
-                           uint32_t n_dims, const uint64_t *ne,
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims, const uint64_t *ne,
                            const void *data);
 
 /* Write the file: version 3, the key/values, the tensor infos, and the data
@@ -237,7 +229,6 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type,
  * the complete new one. Returns 0; CK_EIO (err says why, and the temporary
  * file is removed), CK_ENOMEM, CK_EINVAL. The writer is unchanged and can
  * write again. */
-int gguf_writer_write(gguf_writer *w, const char *path, char *err,
-                      size_t errlen);
+int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
 
 #endif

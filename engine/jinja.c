@@ -51,14 +51,24 @@ jinja_value *jinja__jv_ref(jinja_value *v) {
 static void jv_free_contents(jinja_value *v) {
     size_t i;
     switch (v->type) {
-    case JV_STR: case JV_UNDEF: free(v->u.s.s); free(v->u.s.sp); break;
+    case JV_STR:
+    case JV_UNDEF:
+        free(v->u.s.s);
+        free(v->u.s.sp);
+        break;
     case JV_LIST:
         for (i = 0; i < v->u.l.n; i++) jinja_release(v->u.l.v[i]);
         free(v->u.l.v);
         break;
-    case JV_DICT: case JV_NS:
-        for (i = 0; i < v->u.d.n; i++) { free(v->u.d.k[i]); jinja_release(v->u.d.v[i]); }
-        free(v->u.d.k); free(v->u.d.kn); free(v->u.d.v);
+    case JV_DICT:
+    case JV_NS:
+        for (i = 0; i < v->u.d.n; i++) {
+            free(v->u.d.k[i]);
+            jinja_release(v->u.d.v[i]);
+        }
+        free(v->u.d.k);
+        free(v->u.d.kn);
+        free(v->u.d.v);
         break;
     default: break;
     }
@@ -73,20 +83,38 @@ void jinja_release(jinja_value *v) {
 
 jinja_value *jinja__jv_new(int type) {
     jinja_value *v = calloc(1, sizeof *v);
-    if (v) { v->type = type; v->refs = 1; }
+    if (v) {
+        v->type = type;
+        v->refs = 1;
+    }
     return v;
 }
 
 jinja_value *jinja_none(void) { return jinja__jv_new(JV_NONE); }
-jinja_value *jinja_bool(int b) { jinja_value *v = jinja__jv_new(JV_BOOL); if (v) v->u.b = !!b; return v; }
-jinja_value *jinja_int(long long i) { jinja_value *v = jinja__jv_new(JV_INT); if (v) v->u.i = i; return v; }
-jinja_value *jinja_float(double f) { jinja_value *v = jinja__jv_new(JV_FLOAT); if (v) v->u.f = f; return v; }
+jinja_value *jinja_bool(int b) {
+    jinja_value *v = jinja__jv_new(JV_BOOL);
+    if (v) v->u.b = !!b;
+    return v;
+}
+jinja_value *jinja_int(long long i) {
+    jinja_value *v = jinja__jv_new(JV_INT);
+    if (v) v->u.i = i;
+    return v;
+}
+jinja_value *jinja_float(double f) {
+    jinja_value *v = jinja__jv_new(JV_FLOAT);
+    if (v) v->u.f = f;
+    return v;
+}
 /* A string of the template's own (no data bytes). */
 jinja_value *jinja__jv_str_plain(const char *s, size_t n) {
     jinja_value *v = jinja__jv_new(JV_STR);
     if (!v) return NULL;
     v->u.s.s = malloc(n + 1);
-    if (!v->u.s.s) { free(v); return NULL; }
+    if (!v->u.s.s) {
+        free(v);
+        return NULL;
+    }
     if (n) memcpy(v->u.s.s, s, n);
     v->u.s.s[n] = 0;
     v->u.s.n = n;
@@ -96,7 +124,10 @@ jinja_value *jinja_str(const char *s, size_t n) {
     jinja_value *v = jinja__jv_str_plain(s, n);
     if (v && n) {
         v->u.s.sp = malloc(2 * sizeof *v->u.s.sp);
-        if (!v->u.s.sp) { jinja_release(v); return NULL; }
+        if (!v->u.s.sp) {
+            jinja_release(v);
+            return NULL;
+        }
         v->u.s.sp[0] = 0;
         v->u.s.sp[1] = n;
         v->u.s.nsp = 1;
@@ -113,11 +144,17 @@ jinja_value *jinja_dict(void) {
 
 int jinja_list_append(jinja_value *list, jinja_value *item) {
     if (!item) return CK_ENOMEM;
-    if (!list || list->type != JV_LIST) { jinja_release(item); return CK_EINVAL; }
+    if (!list || list->type != JV_LIST) {
+        jinja_release(item);
+        return CK_EINVAL;
+    }
     if (list->u.l.n == list->u.l.cap) {
         size_t nc = list->u.l.cap ? list->u.l.cap * 2 : 4;
         jinja_value **nv = realloc(list->u.l.v, nc * sizeof *nv);
-        if (!nv) { jinja_release(item); return CK_ENOMEM; }
+        if (!nv) {
+            jinja_release(item);
+            return CK_ENOMEM;
+        }
         list->u.l.v = nv;
         list->u.l.cap = nc;
     }
@@ -152,11 +189,17 @@ int jinja_dict_set(jinja_value *dict, const char *key, size_t kn, jinja_value *v
         if (nl) dict->u.d.kn = nl;
         jinja_value **nv = realloc(dict->u.d.v, nc * sizeof *nv);
         if (nv) dict->u.d.v = nv;
-        if (!nk || !nl || !nv) { jinja_release(val); return CK_ENOMEM; }
+        if (!nk || !nl || !nv) {
+            jinja_release(val);
+            return CK_ENOMEM;
+        }
         dict->u.d.cap = nc;
     }
     char *k = malloc(kn + 1);
-    if (!k) { jinja_release(val); return CK_ENOMEM; }
+    if (!k) {
+        jinja_release(val);
+        return CK_ENOMEM;
+    }
     if (kn) memcpy(k, key, kn);
     k[kn] = 0;
     dict->u.d.k[dict->u.d.n] = k;
@@ -177,23 +220,42 @@ int jinja_chat_vars(const jinja_message *msgs, size_t n, const char *bos, const 
     jinja_value *vars = jinja_dict(), *list = jinja_list();
     int rc = vars && list ? 0 : CK_ENOMEM;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (!msgs[i].role || !msgs[i].content) { rc = CK_EINVAL; break; }
+        if (!msgs[i].role || !msgs[i].content) {
+            rc = CK_EINVAL;
+            break;
+        }
         jinja_value *m = jinja_dict();
-        if (!m) { rc = CK_ENOMEM; break; }
+        if (!m) {
+            rc = CK_ENOMEM;
+            break;
+        }
         rc = jinja__dict_set_cstr(m, "role", jinja_str(msgs[i].role, strlen(msgs[i].role)));
-        if (rc == 0) rc = jinja__dict_set_cstr(m, "content", jinja_str(msgs[i].content, strlen(msgs[i].content)));
-        if (rc == 0) rc = jinja_list_append(list, m);
-        else jinja_release(m);
+        if (rc == 0)
+            rc = jinja__dict_set_cstr(m, "content", jinja_str(msgs[i].content, strlen(msgs[i].content)));
+        if (rc == 0)
+            rc = jinja_list_append(list, m);
+        else
+            jinja_release(m);
     }
-    if (rc == 0) { rc = jinja__dict_set_cstr(vars, "messages", list); list = NULL; }
+    if (rc == 0) {
+        rc = jinja__dict_set_cstr(vars, "messages", list);
+        list = NULL;
+    }
     if (rc == 0) rc = jinja__dict_set_cstr(vars, "tools", jinja_none());
     if (rc == 0) rc = jinja__dict_set_cstr(vars, "documents", jinja_none());
     /* the vocabulary's own marker texts: trusted, as template text */
-    if (rc == 0) rc = jinja__dict_set_cstr(vars, "bos_token", jinja_str_trusted(bos ? bos : "", bos ? strlen(bos) : 0));
-    if (rc == 0) rc = jinja__dict_set_cstr(vars, "eos_token", jinja_str_trusted(eos ? eos : "", eos ? strlen(eos) : 0));
+    if (rc == 0)
+        rc =
+            jinja__dict_set_cstr(vars, "bos_token", jinja_str_trusted(bos ? bos : "", bos ? strlen(bos) : 0));
+    if (rc == 0)
+        rc =
+            jinja__dict_set_cstr(vars, "eos_token", jinja_str_trusted(eos ? eos : "", eos ? strlen(eos) : 0));
     if (rc == 0) rc = jinja__dict_set_cstr(vars, "add_generation_prompt", jinja_bool(add_generation_prompt));
     jinja_release(list);
-    if (rc) { jinja_release(vars); return rc; }
+    if (rc) {
+        jinja_release(vars);
+        return rc;
+    }
     *out = vars;
     return 0;
 }

@@ -35,24 +35,24 @@
 #include <time.h>
 
 typedef struct jinja_limits {
-    size_t max_template;      /* bytes of template source (default 1 MiB) */
-    int max_depth;            /* nesting of blocks and expressions when parsing,
+    size_t max_template;     /* bytes of template source (default 1 MiB) */
+    int max_depth;           /* nesting of blocks and expressions when parsing,
                                  of expressions and macro calls when rendering (64) */
-    size_t max_output;        /* bytes of rendered text (16 MiB) */
-    uint64_t max_loop_iters;  /* for-loop iterations and range() items, all loops
+    size_t max_output;       /* bytes of rendered text (16 MiB) */
+    uint64_t max_loop_iters; /* for-loop iterations and range() items, all loops
                                  of one render together (1,000,000) */
-    uint64_t max_steps;       /* expression and statement evaluations per render
+    uint64_t max_steps;      /* expression and statement evaluations per render
                                  (20,000,000: about a second of work) */
-    size_t max_alloc;         /* bytes of strings and containers made during one
+    size_t max_alloc;        /* bytes of strings and containers made during one
                                  render, counted as made, not as live (256 MiB) */
 } jinja_limits;
 
 void jinja_limits_default(jinja_limits *l);
 
 typedef struct jinja_error {
-    int code;          /* the CK_E* code the call returned */
-    const char *kind;  /* one of the kinds above (static), "" when code is 0 */
-    int line;          /* 1-based template line, 0 when not tied to one */
+    int code;         /* the CK_E* code the call returned */
+    const char *kind; /* one of the kinds above (static), "" when code is 0 */
+    int line;         /* 1-based template line, 0 when not tied to one */
     char msg[512];
 } jinja_error;
 
@@ -101,8 +101,8 @@ typedef struct jinja_message {
  * (jinja_str: a user may send the role "<|im_start|>"); bos_token and
  * eos_token are trusted (jinja_str_trusted). The caller owns *out and may
  * add further variables to it with jinja_dict_set (enable_thinking, tools...). */
-int jinja_chat_vars(const jinja_message *msgs, size_t n_msgs, const char *bos_token,
-                    const char *eos_token, int add_generation_prompt, jinja_value **out);
+int jinja_chat_vars(const jinja_message *msgs, size_t n_msgs, const char *bos_token, const char *eos_token,
+                    int add_generation_prompt, jinja_value **out);
 
 /* ---- templates ----------------------------------------------------------- */
 typedef struct jinja_template jinja_template;

@@ -29,10 +29,11 @@ jinja_value *jinja__arg(const cargs *A, int i, const char *name) {
 
 /* A's keyword names must be among `allowed` (NULL-terminated) and at most
  * max_pos positional arguments given. */
-int jinja__check_args(rctx *R, int line, const cargs *A, int max_pos, const char *what, const char *const *allowed) {
+int jinja__check_args(rctx *R, int line, const cargs *A, int max_pos, const char *what,
+                      const char *const *allowed) {
     if (A->npos > max_pos) {
-        jinja__rerr(R, line, CK_EFORMAT, "line %d: %s takes at most %d positional argument(s), %d given", line, what, max_pos,
-                    A->npos);
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: %s takes at most %d positional argument(s), %d given",
+                    line, what, max_pos, A->npos);
         return -1;
     }
     for (int k = 0; k < A->nkw; k++) {
@@ -40,8 +41,8 @@ int jinja__check_args(rctx *R, int line, const cargs *A, int max_pos, const char
         for (int j = 0; allowed && allowed[j]; j++)
             if (A->kl[k] == strlen(allowed[j]) && memcmp(A->kn[k], allowed[j], A->kl[k]) == 0) ok = 1;
         if (!ok) {
-            jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: %s: unsupported keyword argument '%.*s'", line, what, (int)A->kl[k],
-                        A->kn[k]);
+            jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: %s: unsupported keyword argument '%.*s'", line,
+                        what, (int)A->kl[k], A->kn[k]);
             return -1;
         }
     }
@@ -57,11 +58,17 @@ static int eval_args(rctx *R, const jnode *e, frame *F, cargs *A) {
         return -1;
     }
     for (int i = 0; i < e->args.n; i++) {
-        if (!(A->pos[i] = ev(R, e->args.v[i], F))) { cargs_free(A); return -1; }
+        if (!(A->pos[i] = ev(R, e->args.v[i], F))) {
+            cargs_free(A);
+            return -1;
+        }
         A->npos++;
     }
     for (int i = 0; i < e->kwv.n; i++) {
-        if (!(A->kv[i] = ev(R, e->kwv.v[i], F))) { cargs_free(A); return -1; }
+        if (!(A->kv[i] = ev(R, e->kwv.v[i], F))) {
+            cargs_free(A);
+            return -1;
+        }
         A->kn[i] = e->kw.v[i];
         A->kl[i] = e->kw.len[i];
         A->nkw++;
@@ -80,12 +87,14 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
         for (int i = 0; i < A->npos; i++)
             if (A->pos[i]->type != JV_INT && A->pos[i]->type != JV_BOOL)
                 return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() takes integers", line);
-        if (A->npos == 1) z = jinja__num_i(A->pos[0]);
+        if (A->npos == 1)
+            z = jinja__num_i(A->pos[0]);
         else if (A->npos == 2 || A->npos == 3) {
             a = jinja__num_i(A->pos[0]);
             z = jinja__num_i(A->pos[1]);
             if (A->npos == 3) st = jinja__num_i(A->pos[2]);
-        } else return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() takes 1 to 3 integers", line);
+        } else
+            return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() takes 1 to 3 integers", line);
         if (st == 0) return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() step must not be zero", line);
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
         for (long long i = a; out && (st > 0 ? i < z : i > z); i += st) {
@@ -94,12 +103,16 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
                 return jinja__rerr(R, line, CK_ERANGE, "line %d: more than %llu loop iterations", line,
                                    (unsigned long long)R->lim->max_loop_iters);
             }
-            if (jinja__rpush(R, line, out, jinja__mk_int(R, line, i))) { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out, jinja__mk_int(R, line, i))) {
+                jinja_release(out);
+                return NULL;
+            }
             if (__builtin_add_overflow(i, st, &(long long){0})) break;
         }
         return out;
     }
-    case FN_NAMESPACE: case FN_DICT: {
+    case FN_NAMESPACE:
+    case FN_DICT: {
         if (A->npos > (fn == FN_NAMESPACE ? 1 : 1))
             return jinja__rerr(R, line, CK_EFORMAT, "line %d: %s() takes keyword arguments", line,
                                fn == FN_DICT ? "dict" : "namespace");
@@ -109,7 +122,10 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
             if (R->n_ns == R->cap_ns) {
                 size_t nc = R->cap_ns ? R->cap_ns * 2 : 8;
                 jinja_value **nn = realloc(R->nss, nc * sizeof *nn);
-                if (!nn) { jinja_release(d); return jinja__nomem(R, line); }
+                if (!nn) {
+                    jinja_release(d);
+                    return jinja__nomem(R, line);
+                }
                 R->nss = nn;
                 R->cap_ns = nc;
             }
@@ -129,7 +145,10 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
                 }
         }
         for (int i = 0; i < A->nkw; i++)
-            if (jinja__rset(R, line, d, A->kn[i], A->kl[i], jinja__jv_ref(A->kv[i]))) { jinja_release(d); return NULL; }
+            if (jinja__rset(R, line, d, A->kn[i], A->kl[i], jinja__jv_ref(A->kv[i]))) {
+                jinja_release(d);
+                return NULL;
+            }
         return d;
     }
     case FN_RAISE: {
@@ -144,12 +163,16 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
     case FN_STRFTIME: {
         jinja_value *f = jinja__arg(A, 0, NULL);
         if (!f || f->type != JV_STR || f->u.s.n > 256 || memchr(f->u.s.s, 0, f->u.s.n))
-            return jinja__rerr(R, line, CK_EFORMAT, "line %d: strftime_now() takes a format string (at most 256 bytes)", line);
+            return jinja__rerr(R, line, CK_EFORMAT,
+                               "line %d: strftime_now() takes a format string (at most 256 bytes)", line);
         char buf[2048];
         size_t k = f->u.s.n ? strftime(buf, sizeof buf, f->u.s.s, &R->now) : 0;
         jinja_value *r = jinja__rstr(R, line, buf, k);
         if (r && f->u.s.nsp && k) { /* a format from data makes data */
-            if (!(r->u.s.sp = malloc(2 * sizeof *r->u.s.sp))) { jinja_release(r); return jinja__nomem(R, line); }
+            if (!(r->u.s.sp = malloc(2 * sizeof *r->u.s.sp))) {
+                jinja_release(r);
+                return jinja__nomem(R, line);
+            }
             r->u.s.sp[0] = 0;
             r->u.s.sp[1] = k;
             r->u.s.nsp = 1;
@@ -162,8 +185,8 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
 
 static jinja_value *call_macro(rctx *R, int line, const jnode *m, const cargs *A) {
     if (A->npos > m->names.n)
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: macro '%.*s' takes %d argument(s), %d given", line, (int)m->nlen,
-                           m->name, m->names.n, A->npos);
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: macro '%.*s' takes %d argument(s), %d given", line,
+                           (int)m->nlen, m->name, m->names.n, A->npos);
     frame f = {R->top, jinja__rnew(R, line, JV_DICT)};
     if (!f.vars) return NULL;
     for (int k = 0; k < A->nkw; k++) {
@@ -172,22 +195,30 @@ static jinja_value *call_macro(rctx *R, int line, const jnode *m, const cargs *A
             found |= m->names.len[i] == A->kl[k] && memcmp(A->kn[k], m->names.v[i], A->kl[k]) == 0;
         if (!found) {
             jinja_release(f.vars);
-            return jinja__rerr(R, line, CK_EFORMAT, "line %d: macro '%.*s' takes no keyword argument '%.*s'", line,
-                               (int)m->nlen, m->name, (int)A->kl[k], A->kn[k]);
+            return jinja__rerr(R, line, CK_EFORMAT, "line %d: macro '%.*s' takes no keyword argument '%.*s'",
+                               line, (int)m->nlen, m->name, (int)A->kl[k], A->kn[k]);
         }
     }
     for (int i = 0; i < m->names.n; i++) {
         jinja_value *v = NULL;
         if (i < A->npos) v = jinja__jv_ref(A->pos[i]);
         for (int k = 0; !v && k < A->nkw; k++)
-            if (A->kl[k] == m->names.len[i] && memcmp(A->kn[k], m->names.v[i], A->kl[k]) == 0) v = jinja__jv_ref(A->kv[k]);
-        if (!v) v = m->kwv.v[i] ? ev(R, m->kwv.v[i], &f) : jinja__rundef(R, line, m->names.v[i], m->names.len[i]);
-        if (jinja__rset(R, line, f.vars, m->names.v[i], m->names.len[i], v)) { jinja_release(f.vars); return NULL; }
+            if (A->kl[k] == m->names.len[i] && memcmp(A->kn[k], m->names.v[i], A->kl[k]) == 0)
+                v = jinja__jv_ref(A->kv[k]);
+        if (!v)
+            v = m->kwv.v[i] ? ev(R, m->kwv.v[i], &f) : jinja__rundef(R, line, m->names.v[i], m->names.len[i]);
+        if (jinja__rset(R, line, f.vars, m->names.v[i], m->names.len[i], v)) {
+            jinja_release(f.vars);
+            return NULL;
+        }
     }
     sbuf b = jinja__sb_for(R);
     int rc = exec_body(R, &m->body, &f, &b);
     jinja_release(f.vars);
-    if (rc < 0) { jinja__sb_free(&b); return NULL; }
+    if (rc < 0) {
+        jinja__sb_free(&b);
+        return NULL;
+    }
     return jinja__sb_take(R, line, &b);
 }
 
@@ -198,21 +229,25 @@ static jinja_value *eval_call(rctx *R, const jnode *e, frame *F) {
     if (callee->kind == E_ATTR) {
         if (!(obj = ev(R, callee->a, F))) return NULL;
         if (obj->type == JV_UNDEF) {
-            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' is undefined (calling its '%.*s')", e->line, jinja__undef_name(obj),
-                        (int)callee->nlen, callee->name);
+            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' is undefined (calling its '%.*s')", e->line,
+                        jinja__undef_name(obj), (int)callee->nlen, callee->name);
             jinja_release(obj);
             return NULL;
         }
         if (obj->type == JV_STR || obj->type == JV_DICT || obj->type == JV_LIST) {
             long has_key = obj->type == JV_DICT ? jinja__dict_find(obj, callee->name, callee->nlen) : -1;
-            if (has_key < 0 || (obj->u.d.v[has_key]->type != JV_MACRO && obj->u.d.v[has_key]->type != JV_FUNC)) {
-                if (eval_args(R, e, F, &A)) { jinja_release(obj); return NULL; }
+            if (has_key < 0 ||
+                (obj->u.d.v[has_key]->type != JV_MACRO && obj->u.d.v[has_key]->type != JV_FUNC)) {
+                if (eval_args(R, e, F, &A)) {
+                    jinja_release(obj);
+                    return NULL;
+                }
                 int handled;
                 r = jinja__call_method(R, e->line, obj, callee->name, callee->nlen, &A, &handled);
                 cargs_free(&A);
                 if (!handled)
-                    jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported method '%.*s' of %s", e->line,
-                                (int)callee->nlen, callee->name, jinja__type_name(obj));
+                    jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported method '%.*s' of %s",
+                                e->line, (int)callee->nlen, callee->name, jinja__type_name(obj));
                 jinja_release(obj);
                 return r;
             }
@@ -225,13 +260,18 @@ static jinja_value *eval_call(rctx *R, const jnode *e, frame *F) {
     if (!fn) return NULL;
     if (fn->type != JV_FUNC && fn->type != JV_MACRO) {
         if (fn->type == JV_UNDEF)
-            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' is undefined (called as a function)", e->line, jinja__undef_name(fn));
+            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' is undefined (called as a function)", e->line,
+                        jinja__undef_name(fn));
         else
-            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' object is not callable", e->line, jinja__type_name(fn));
+            jinja__rerr(R, e->line, CK_EFORMAT, "line %d: '%s' object is not callable", e->line,
+                        jinja__type_name(fn));
         jinja_release(fn);
         return NULL;
     }
-    if (eval_args(R, e, F, &A)) { jinja_release(fn); return NULL; }
+    if (eval_args(R, e, F, &A)) {
+        jinja_release(fn);
+        return NULL;
+    }
     r = fn->type == JV_FUNC ? call_builtin(R, e->line, fn->u.fn, &A) : call_macro(R, e->line, fn->u.m, &A);
     cargs_free(&A);
     jinja_release(fn);
@@ -243,7 +283,8 @@ static jinja_value *eval_call(rctx *R, const jnode *e, frame *F) {
 static int tick(rctx *R, int line) {
     if (R->failed) return R->failed;
     if (++R->steps > R->lim->max_steps) {
-        jinja__rerr(R, line, CK_ERANGE, "line %d: more than %llu evaluation steps", line, (unsigned long long)R->lim->max_steps);
+        jinja__rerr(R, line, CK_ERANGE, "line %d: more than %llu evaluation steps", line,
+                    (unsigned long long)R->lim->max_steps);
         return R->failed;
     }
     return 0;
@@ -305,13 +346,17 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
             r = jinja__binop(R, e->line, e->op, a, b);
         }
         break;
-    case E_NEG: case E_POS:
+    case E_NEG:
+    case E_POS:
         if (!(a = ev(R, e->a, F))) return NULL;
-        if (a->type == JV_FLOAT) r = jinja__mk_float(R, e->line, e->kind == E_NEG ? -a->u.f : a->u.f);
+        if (a->type == JV_FLOAT)
+            r = jinja__mk_float(R, e->line, e->kind == E_NEG ? -a->u.f : a->u.f);
         else if (a->type == JV_INT || a->type == JV_BOOL) {
             long long x = jinja__num_i(a);
-            if (e->kind == E_NEG && x == LLONG_MIN) jinja__rerr(R, e->line, CK_ERANGE, "line %d: integer overflow", e->line);
-            else r = jinja__mk_int(R, e->line, e->kind == E_NEG ? -x : x);
+            if (e->kind == E_NEG && x == LLONG_MIN)
+                jinja__rerr(R, e->line, CK_ERANGE, "line %d: integer overflow", e->line);
+            else
+                r = jinja__mk_int(R, e->line, e->kind == E_NEG ? -x : x);
         } else
             jinja__rerr(R, e->line, CK_EFORMAT, "line %d: bad operand type for unary %c: '%s'", e->line,
                         e->kind == E_NEG ? '-' : '+', jinja__type_name(a));
@@ -320,29 +365,38 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
         if (!(a = ev(R, e->a, F))) return NULL;
         r = jinja__mk_bool(R, e->line, !jinja__truthy(a));
         break;
-    case E_AND: case E_OR:
+    case E_AND:
+    case E_OR:
         if (!(a = ev(R, e->a, F))) return NULL;
         if (jinja__truthy(a) == (e->kind == E_OR)) return a;
         jinja_release(a);
         return ev(R, e->b, F);
     case E_COND:
         if (!(a = ev(R, e->a, F))) return NULL;
-        if (jinja__truthy(a)) r = ev(R, e->b, F);
-        else r = e->c ? ev(R, e->c, F) : jinja__rundef(R, e->line, NULL, 0);
+        if (jinja__truthy(a))
+            r = ev(R, e->b, F);
+        else
+            r = e->c ? ev(R, e->c, F) : jinja__rundef(R, e->line, NULL, 0);
         break;
-    case E_LIST: case E_TUPLE:
+    case E_LIST:
+    case E_TUPLE:
         r = jinja__rnew(R, e->line, JV_LIST);
         if (r) r->u.l.tuple = e->kind == E_TUPLE;
         for (int i = 0; r && i < e->args.n; i++)
-            if (jinja__rpush(R, e->line, r, ev(R, e->args.v[i], F))) { jinja_release(r); r = NULL; }
+            if (jinja__rpush(R, e->line, r, ev(R, e->args.v[i], F))) {
+                jinja_release(r);
+                r = NULL;
+            }
         break;
     case E_DICT:
         r = jinja__rnew(R, e->line, JV_DICT);
         for (int i = 0; r && i < e->args.n; i++) {
             jinja_value *k = ev(R, e->args.v[i], F);
             if (k && k->type != JV_STR)
-                jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: dict keys other than strings are not supported", e->line);
-            if (k && k->type == JV_STR && k->u.s.nsp) r->dkeys = 1; /* keys are whole strings: any data taints them */
+                jinja__rerr(R, e->line, CK_EUNSUPPORTED,
+                            "line %d: dict keys other than strings are not supported", e->line);
+            if (k && k->type == JV_STR && k->u.s.nsp)
+                r->dkeys = 1; /* keys are whole strings: any data taints them */
             if (!k || R->failed || jinja__rset(R, e->line, r, k->u.s.s, k->u.s.n, ev(R, e->kwv.v[i], F))) {
                 jinja_release(k);
                 jinja_release(r);
@@ -352,12 +406,14 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
             jinja_release(k);
         }
         break;
-    default:
-        jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported expression", e->line);
+    default: jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported expression", e->line);
     }
     jinja_release(a);
     jinja_release(b);
-    if (R->failed && r) { jinja_release(r); r = NULL; }
+    if (R->failed && r) {
+        jinja_release(r);
+        r = NULL;
+    }
     return r;
 }
 
@@ -365,7 +421,8 @@ static jinja_value *ev(rctx *R, const jnode *e, frame *F) {
     if (tick(R, e->line)) return NULL;
     if (++R->depth > R->max_depth) {
         R->depth--;
-        return jinja__rerr(R, e->line, CK_ERANGE, "line %d: evaluation nested deeper than %d", e->line, R->max_depth);
+        return jinja__rerr(R, e->line, CK_ERANGE, "line %d: evaluation nested deeper than %d", e->line,
+                           R->max_depth);
     }
     jinja_value *r = ev_(R, e, F);
     R->depth--;
@@ -377,7 +434,8 @@ static jinja_value *ev(rctx *R, const jnode *e, frame *F) {
 static int bind(rctx *R, int line, frame *F, const slist *names, jinja_value *v) {
     if (names->n == 1) return jinja__rset(R, line, F->vars, names->v[0], names->len[0], v);
     if (v->type != JV_LIST || v->u.l.n != (size_t)names->n) {
-        jinja__rerr(R, line, CK_EFORMAT, "line %d: cannot unpack %s into %d names", line, jinja__type_name(v), names->n);
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: cannot unpack %s into %d names", line, jinja__type_name(v),
+                    names->n);
         jinja_release(v);
         return R->failed;
     }
@@ -429,7 +487,8 @@ static int exec_for(rctx *R, const jnode *s, frame *F, sbuf *out) {
         for (size_t i = 0; kept && i < items->u.l.n; i++) {
             frame f = {F, jinja__rnew(R, s->line, JV_DICT)};
             jinja_value *c = NULL;
-            if (f.vars && bind(R, s->line, &f, &s->names, jinja__jv_ref(items->u.l.v[i])) == 0) c = ev(R, s->b, &f);
+            if (f.vars && bind(R, s->line, &f, &s->names, jinja__jv_ref(items->u.l.v[i])) == 0)
+                c = ev(R, s->b, &f);
             int keep = c && jinja__truthy(c);
             jinja_release(c);
             jinja_release(f.vars);
@@ -462,7 +521,10 @@ static int exec_for(rctx *R, const jnode *s, frame *F, sbuf *out) {
         rc = exec_body(R, &s->body, &f, out);
         jinja_release(f.vars);
         if (rc == FL_CONTINUE) rc = FL_OK;
-        if (rc == FL_BREAK) { rc = FL_OK; break; }
+        if (rc == FL_BREAK) {
+            rc = FL_OK;
+            break;
+        }
         if (rc < 0) break;
     }
     jinja_release(items);
@@ -499,7 +561,8 @@ static int exec_stmt(rctx *R, const jnode *s, frame *F, sbuf *out) {
         jinja_value *ns = jinja__lookup(R, s->line, F, s->name, s->nlen);
         if (!ns) return FL_ERR;
         if (ns->type != JV_NS) {
-            jinja__rerr(R, s->line, CK_EFORMAT, "line %d: cannot assign attribute on non-namespace object '%.*s'", s->line,
+            jinja__rerr(R, s->line, CK_EFORMAT,
+                        "line %d: cannot assign attribute on non-namespace object '%.*s'", s->line,
                         (int)s->nlen, s->name);
             jinja_release(ns);
             return FL_ERR;
@@ -512,7 +575,10 @@ static int exec_stmt(rctx *R, const jnode *s, frame *F, sbuf *out) {
     case S_SETBLOCK: {
         sbuf b = jinja__sb_for(R);
         int rc = exec_body(R, &s->body, F, &b);
-        if (rc < 0) { jinja__sb_free(&b); return FL_ERR; }
+        if (rc < 0) {
+            jinja__sb_free(&b);
+            return FL_ERR;
+        }
         v = jinja__sb_take(R, s->line, &b);
         return v && jinja__rset(R, s->line, F->vars, s->name, s->nlen, v) == 0 ? rc : FL_ERR;
     }
@@ -531,8 +597,8 @@ static int exec_stmt(rctx *R, const jnode *s, frame *F, sbuf *out) {
 static int exec_body(rctx *R, const nlist *body, frame *F, sbuf *out) {
     if (++R->depth > R->max_depth) {
         R->depth--;
-        jinja__rerr(R, body->n ? body->v[0]->line : 0, CK_ERANGE, "render nested deeper than %d (recursive macro?)",
-                    R->max_depth);
+        jinja__rerr(R, body->n ? body->v[0]->line : 0, CK_ERANGE,
+                    "render nested deeper than %d (recursive macro?)", R->max_depth);
         return FL_ERR;
     }
     int rc = FL_OK;
@@ -541,8 +607,8 @@ static int exec_body(rctx *R, const nlist *body, frame *F, sbuf *out) {
     return R->failed ? FL_ERR : rc;
 }
 
-int jinja_render(const jinja_template *t, jinja_value *vars, const struct tm *now, char **out, size_t *out_len,
-                 jinja_error *err) {
+int jinja_render(const jinja_template *t, jinja_value *vars, const struct tm *now, char **out,
+                 size_t *out_len, jinja_error *err) {
     return jinja_render_spans(t, vars, now, out, out_len, NULL, NULL, err);
 }
 
@@ -565,8 +631,12 @@ int jinja_render_spans(const jinja_template *t, jinja_value *vars, const struct 
     /* expressions and bodies nest about four deep per parsed level, and a
      * chain `a + b + c ...` parses flat but evaluates nested */
     R.max_depth = t->lim.max_depth * 4;
-    if (now) R.now = *now;
-    else { time_t tt = time(NULL); localtime_r(&tt, &R.now); }
+    if (now)
+        R.now = *now;
+    else {
+        time_t tt = time(NULL);
+        localtime_r(&tt, &R.now);
+    }
 
     jinja_value *globals = jinja__jv_new(JV_DICT), *top = jinja__jv_new(JV_DICT), *empty = NULL;
     static const char *const fnames[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
@@ -577,20 +647,28 @@ int jinja_render_spans(const jinja_template *t, jinja_value *vars, const struct 
         if (f) f->u.fn = fids[i];
         rc = jinja__dict_set_cstr(globals, fnames[i], f);
     }
-    if (!vars && rc == 0) { vars = empty = jinja__jv_new(JV_DICT); if (!vars) rc = CK_ENOMEM; }
+    if (!vars && rc == 0) {
+        vars = empty = jinja__jv_new(JV_DICT);
+        if (!vars) rc = CK_ENOMEM;
+    }
     sbuf b = jinja__sb_for(&R);
     if (rc == 0) {
         frame fg = {NULL, globals}, fu = {&fg, vars}, ft = {&fu, top};
         R.top = &ft;
-        if (exec_body(&R, &t->root->body, &ft, &b) < 0) rc = R.failed ? R.failed : CK_EFORMAT;
-        else if (R.failed) rc = R.failed;
+        if (exec_body(&R, &t->root->body, &ft, &b) < 0)
+            rc = R.failed ? R.failed : CK_EFORMAT;
+        else if (R.failed)
+            rc = R.failed;
     } else {
         jinja__rerr(&R, 0, CK_ENOMEM, "%s: out of memory", __func__);
     }
     /* namespaces may hold themselves: empty them so every value is freed */
     for (size_t i = 0; i < R.n_ns; i++) {
         jinja_value *ns = R.nss[i];
-        for (size_t k = 0; k < ns->u.d.n; k++) { free(ns->u.d.k[k]); jinja_release(ns->u.d.v[k]); }
+        for (size_t k = 0; k < ns->u.d.n; k++) {
+            free(ns->u.d.k[k]);
+            jinja_release(ns->u.d.v[k]);
+        }
         ns->u.d.n = 0;
         jinja_release(ns);
     }
@@ -598,7 +676,10 @@ int jinja_render_spans(const jinja_template *t, jinja_value *vars, const struct 
     jinja_release(top);
     jinja_release(globals);
     jinja_release(empty);
-    if (rc) { jinja__sb_free(&b); return rc; }
+    if (rc) {
+        jinja__sb_free(&b);
+        return rc;
+    }
     jinja_span *sp = NULL;
     int nomem_ = (spans && b.nsp && !(sp = malloc(b.nsp * sizeof *sp))) || (!b.p && !(b.p = calloc(1, 1)));
     if (nomem_) {

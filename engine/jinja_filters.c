@@ -14,16 +14,20 @@ static jinja_value *len_of(rctx *R, int line, const jinja_value *v) {
     switch (v->type) {
     case JV_STR: return jinja__mk_int(R, line, (long long)jinja__utf8_count(v->u.s.s, v->u.s.n));
     case JV_LIST: return jinja__mk_int(R, line, (long long)v->u.l.n);
-    case JV_DICT: case JV_NS: return jinja__mk_int(R, line, (long long)v->u.d.n);
+    case JV_DICT:
+    case JV_NS: return jinja__mk_int(R, line, (long long)v->u.d.n);
     case JV_UNDEF: return jinja__mk_int(R, line, 0);
-    default: return jinja__rerr(R, line, CK_EFORMAT, "line %d: object of type '%s' has no len()", line, jinja__type_name(v));
+    default:
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: object of type '%s' has no len()", line,
+                           jinja__type_name(v));
     }
 }
 
 /* item's attribute for selectattr/map/join(attribute=): dotted names walk */
 static jinja_value *attr_path(rctx *R, int line, jinja_value *item, const jinja_value *path) {
     if (path->type == JV_INT) return jinja__get_item(R, line, item, (jinja_value *)path);
-    if (path->type != JV_STR) return jinja__rerr(R, line, CK_EFORMAT, "line %d: attribute must be a string", line);
+    if (path->type != JV_STR)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: attribute must be a string", line);
     jinja_value *cur = jinja__jv_ref(item);
     const char *p = path->u.s.s, *end = p + path->u.s.n;
     while (cur) {
@@ -40,7 +44,8 @@ static jinja_value *attr_path(rctx *R, int line, jinja_value *item, const jinja_
 
 /* select / reject / selectattr / rejectattr */
 static jinja_value *filter_select(rctx *R, int line, jinja_value *v, const cargs *A, int by_attr, int keep) {
-    jinja_value *items = jinja__truthy(v) ? jinja__iter_list(R, line, v) : jinja__rnew(R, line, JV_LIST); /* Jinja: `if seq:` */
+    jinja_value *items = jinja__truthy(v) ? jinja__iter_list(R, line, v)
+                                          : jinja__rnew(R, line, JV_LIST); /* Jinja: `if seq:` */
     if (!items) return NULL;
     jinja_value *out = jinja__rnew(R, line, JV_LIST);
     int first = by_attr ? 1 : 0;
@@ -60,7 +65,8 @@ static jinja_value *filter_select(rctx *R, int line, jinja_value *v, const cargs
     cargs T = {0};
     for (int i = first + 1; i < A->npos; i++) T.pos[T.npos++] = A->pos[i];
     for (size_t i = 0; out && i < items->u.l.n; i++) {
-        jinja_value *x = by_attr ? attr_path(R, line, items->u.l.v[i], jinja__arg(A, 0, NULL)) : jinja__jv_ref(items->u.l.v[i]);
+        jinja_value *x = by_attr ? attr_path(R, line, items->u.l.v[i], jinja__arg(A, 0, NULL))
+                                 : jinja__jv_ref(items->u.l.v[i]);
         if (!x) goto fail;
         int r = tname ? jinja__run_test(R, line, tname->u.s.s, tname->u.s.n, x, &T) : jinja__truthy(x);
         jinja_release(x);
@@ -76,9 +82,11 @@ fail:
 }
 
 static jinja_value *filter_map(rctx *R, int line, jinja_value *v, const cargs *A) {
-    jinja_value *items = jinja__truthy(v) ? jinja__iter_list(R, line, v) : jinja__rnew(R, line, JV_LIST); /* Jinja: `if value:` */
+    jinja_value *items = jinja__truthy(v) ? jinja__iter_list(R, line, v)
+                                          : jinja__rnew(R, line, JV_LIST); /* Jinja: `if value:` */
     if (!items) return NULL;
-    jinja_value *out = jinja__rnew(R, line, JV_LIST), *attr = jinja__arg(A, -1, "attribute"), *def = jinja__arg(A, -1, "default");
+    jinja_value *out = jinja__rnew(R, line, JV_LIST), *attr = jinja__arg(A, -1, "attribute"),
+                *def = jinja__arg(A, -1, "default");
     jinja_value *fname = jinja__arg(A, 0, NULL);
     if (!attr && (!fname || fname->type != JV_STR)) {
         jinja__rerr(R, line, CK_EFORMAT, "line %d: map needs attribute= or a filter name", line);
@@ -94,7 +102,10 @@ static jinja_value *filter_map(rctx *R, int line, jinja_value *v, const cargs *A
         jinja_value *x;
         if (attr) {
             x = attr_path(R, line, items->u.l.v[i], attr);
-            if (x && x->type == JV_UNDEF && def) { jinja_release(x); x = jinja__jv_ref(def); }
+            if (x && x->type == JV_UNDEF && def) {
+                jinja_release(x);
+                x = jinja__jv_ref(def);
+            }
         } else {
             x = jinja__apply_filter(R, line, fname->u.s.s, fname->u.s.n, items->u.l.v[i], &T);
         }
@@ -112,19 +123,21 @@ static jinja_value *filter_tojson(rctx *R, int line, jinja_value *v, const cargs
     static const char *const kw[] = {"ensure_ascii", "indent", "separators", "sort_keys", NULL};
     if (jinja__check_args(R, line, A, 4, "tojson", kw)) return NULL;
     jopts o = {-1, 0, 0, ", ", ": ", 2, 2};
-    jinja_value *ea = jinja__arg(A, 0, "ensure_ascii"), *ind = jinja__arg(A, 1, "indent"), *sep = jinja__arg(A, 2, "separators"),
-                *sk = jinja__arg(A, 3, "sort_keys");
+    jinja_value *ea = jinja__arg(A, 0, "ensure_ascii"), *ind = jinja__arg(A, 1, "indent"),
+                *sep = jinja__arg(A, 2, "separators"), *sk = jinja__arg(A, 3, "sort_keys");
     if (ea) o.ensure_ascii = jinja__truthy(ea);
     if (sk) o.sort_keys = jinja__truthy(sk);
     if (ind && ind->type != JV_NONE) {
         if (ind->type != JV_INT || ind->u.i < 0 || ind->u.i > 64)
-            return jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: tojson: indent must be an integer 0..64", line);
+            return jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: tojson: indent must be an integer 0..64",
+                               line);
         o.indent = (int)ind->u.i;
         o.item_sep = ",";
         o.item_sep_n = 1;
     }
     if (sep && sep->type != JV_NONE) {
-        if (sep->type != JV_LIST || sep->u.l.n != 2 || sep->u.l.v[0]->type != JV_STR || sep->u.l.v[1]->type != JV_STR)
+        if (sep->type != JV_LIST || sep->u.l.n != 2 || sep->u.l.v[0]->type != JV_STR ||
+            sep->u.l.v[1]->type != JV_STR)
             return jinja__rerr(R, line, CK_EFORMAT, "line %d: tojson: separators must be two strings", line);
         o.item_sep = sep->u.l.v[0]->u.s.s;
         o.item_sep_n = sep->u.l.v[0]->u.s.n;
@@ -135,11 +148,16 @@ static jinja_value *filter_tojson(rctx *R, int line, jinja_value *v, const cargs
     int rc = jinja__json_dump(R, line, &b, v, &o, 0);
     /* separators from data: everything between the values is data too */
     if (rc == 0 && sep && sep->type != JV_NONE) rc = jinja__sb_taint_from(&b, 0, jinja__jv_tainted(sep, 0));
-    if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+    if (rc) {
+        jinja__sb_free(&b);
+        jinja__sb_fail(R, line, rc);
+        return NULL;
+    }
     return jinja__sb_take(R, line, &b);
 }
 
-jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v, const cargs *A) {
+jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v,
+                                 const cargs *A) {
     jinja_value *a0 = jinja__arg(A, 0, NULL);
 #define IS(s) jinja__name_is(name, n, s)
     if (IS("safe")) {
@@ -165,19 +183,24 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         jinja_release(l);
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
         for (size_t i = 0; out && i < v->u.l.n; i++)
-            if (jinja__rpush(R, line, out, jinja__jv_ref(v->u.l.v[i]))) { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out, jinja__jv_ref(v->u.l.v[i]))) {
+                jinja_release(out);
+                return NULL;
+            }
         return out;
     }
     if (IS("items")) {
         if (v->type == JV_UNDEF) return jinja__rnew(R, line, JV_LIST);
         if (v->type != JV_DICT)
-            return jinja__rerr(R, line, CK_EFORMAT, "line %d: items: '%s' is not a mapping", line, jinja__type_name(v));
+            return jinja__rerr(R, line, CK_EFORMAT, "line %d: items: '%s' is not a mapping", line,
+                               jinja__type_name(v));
         return jinja__dict_items(R, line, v, 0);
     }
     if (IS("first") || IS("last")) {
         jinja_value *l = jinja__iter_list(R, line, v);
         if (!l) return NULL;
-        jinja_value *r = l->u.l.n ? jinja__jv_ref(l->u.l.v[IS("first") ? 0 : l->u.l.n - 1]) : jinja__rundef(R, line, NULL, 0);
+        jinja_value *r = l->u.l.n ? jinja__jv_ref(l->u.l.v[IS("first") ? 0 : l->u.l.n - 1])
+                                  : jinja__rundef(R, line, NULL, 0);
         jinja_release(l);
         return r;
     }
@@ -194,12 +217,16 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         if (!l) return NULL;
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
         for (size_t i = l->u.l.n; out && i-- > 0;)
-            if (jinja__rpush(R, line, out, jinja__jv_ref(l->u.l.v[i]))) { jinja_release(out); out = NULL; }
+            if (jinja__rpush(R, line, out, jinja__jv_ref(l->u.l.v[i]))) {
+                jinja_release(out);
+                out = NULL;
+            }
         jinja_release(l);
         return out;
     }
     if (IS("join")) {
-        jinja_value *l = jinja__iter_list(R, line, v), *sep = jinja__arg(A, 0, "d"), *attr = jinja__arg(A, 1, "attribute");
+        jinja_value *l = jinja__iter_list(R, line, v), *sep = jinja__arg(A, 0, "d"),
+                    *attr = jinja__arg(A, 1, "attribute");
         if (!l) return NULL;
         if (sep && sep->type != JV_STR) {
             jinja_release(l);
@@ -210,19 +237,27 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         for (size_t i = 0; rc == 0 && i < l->u.l.n; i++) {
             if (i && sep) rc = jinja__sb_addv(&b, sep, 0, sep->u.s.n);
             jinja_value *x = attr ? attr_path(R, line, l->u.l.v[i], attr) : jinja__jv_ref(l->u.l.v[i]);
-            if (!x) { rc = R->failed; break; }
+            if (!x) {
+                rc = R->failed;
+                break;
+            }
             if (rc == 0) rc = jinja__py_str(R, &b, x, 0);
             jinja_release(x);
         }
         jinja_release(l);
-        if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+        if (rc) {
+            jinja__sb_free(&b);
+            jinja__sb_fail(R, line, rc);
+            return NULL;
+        }
         return jinja__sb_take(R, line, &b);
     }
     if (IS("int")) {
         jinja_value *def = jinja__arg(A, 0, "default");
         if (v->type == JV_INT) return jinja__jv_ref(v);
         if (v->type == JV_BOOL) return jinja__mk_int(R, line, v->u.b);
-        if (v->type == JV_FLOAT && isfinite(v->u.f) && fabs(v->u.f) < 9.2e18) return jinja__mk_int(R, line, (long long)v->u.f);
+        if (v->type == JV_FLOAT && isfinite(v->u.f) && fabs(v->u.f) < 9.2e18)
+            return jinja__mk_int(R, line, (long long)v->u.f);
         if (v->type == JV_STR && v->u.s.n && v->u.s.n < 64) {
             char buf[64], *e;
             memcpy(buf, v->u.s.s, v->u.s.n);
@@ -254,22 +289,32 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         if (v->type == JV_FLOAT) return jinja__mk_float(R, line, fabs(v->u.f));
         if (v->type == JV_INT || v->type == JV_BOOL) {
             long long x = jinja__num_i(v);
-            if (x == LLONG_MIN) return jinja__rerr(R, line, CK_ERANGE, "line %d: integer overflow in abs", line);
+            if (x == LLONG_MIN)
+                return jinja__rerr(R, line, CK_ERANGE, "line %d: integer overflow in abs", line);
             return jinja__mk_int(R, line, x < 0 ? -x : x);
         }
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: bad operand type for abs(): '%s'", line, jinja__type_name(v));
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: bad operand type for abs(): '%s'", line,
+                           jinja__type_name(v));
     }
     /* the rest work on str(v) */
     jinja_value *s = jinja__to_strv(R, line, v), *r = NULL;
     if (!s) return NULL;
-    if (IS("string")) r = jinja__jv_ref(s);
-    else if (IS("trim")) r = jinja__str_strip(R, line, s, 3, jinja__arg(A, 0, "chars"));
-    else if (IS("upper")) r = jinja__str_case(R, line, s, 'u');
-    else if (IS("lower")) r = jinja__str_case(R, line, s, 'l');
-    else if (IS("title")) r = jinja__str_case(R, line, s, 't');
-    else if (IS("capitalize")) r = jinja__str_case(R, line, s, 'c');
-    else if (IS("replace")) r = jinja__str_replace(R, line, s, a0, jinja__arg(A, 1, "new"), jinja__arg(A, 2, "count"));
-    else jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: unsupported filter '%.*s'", line, (int)n, name);
+    if (IS("string"))
+        r = jinja__jv_ref(s);
+    else if (IS("trim"))
+        r = jinja__str_strip(R, line, s, 3, jinja__arg(A, 0, "chars"));
+    else if (IS("upper"))
+        r = jinja__str_case(R, line, s, 'u');
+    else if (IS("lower"))
+        r = jinja__str_case(R, line, s, 'l');
+    else if (IS("title"))
+        r = jinja__str_case(R, line, s, 't');
+    else if (IS("capitalize"))
+        r = jinja__str_case(R, line, s, 'c');
+    else if (IS("replace"))
+        r = jinja__str_replace(R, line, s, a0, jinja__arg(A, 1, "new"), jinja__arg(A, 2, "count"));
+    else
+        jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: unsupported filter '%.*s'", line, (int)n, name);
 #undef IS
     jinja_release(s);
     return r;

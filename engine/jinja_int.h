@@ -36,8 +36,8 @@ enum { FN_RANGE, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME };
 struct jnode;
 struct jinja_value {
     int type;
-    int refs; /* < 0: immortal, a template's literal (so renders never write it) */
-    int safe; /* JV_STR made by |safe: a markupsafe.Markup in Jinja (see binop) */
+    int refs;  /* < 0: immortal, a template's literal (so renders never write it) */
+    int safe;  /* JV_STR made by |safe: a markupsafe.Markup in Jinja (see binop) */
     int dkeys; /* JV_DICT: its keys are data (a caller's dict, or keys computed from data) */
     union {
         int b;
@@ -47,9 +47,23 @@ struct jinja_value {
          * [start, end) byte ranges (sp[2k], sp[2k+1]), sorted, disjoint and
          * not touching, of the bytes that came from the caller's data; the
          * other bytes are the template's (see jinja_render_spans) */
-        struct { char *s; size_t n; size_t *sp; size_t nsp; } s;
-        struct { jinja_value **v; size_t n, cap; int tuple; } l;
-        struct { char **k; size_t *kn; jinja_value **v; size_t n, cap; } d; /* JV_DICT, JV_NS */
+        struct {
+            char *s;
+            size_t n;
+            size_t *sp;
+            size_t nsp;
+        } s;
+        struct {
+            jinja_value **v;
+            size_t n, cap;
+            int tuple;
+        } l;
+        struct {
+            char **k;
+            size_t *kn;
+            jinja_value **v;
+            size_t n, cap;
+        } d; /* JV_DICT, JV_NS */
         int fn;
         const struct jnode *m;
     } u;
@@ -102,13 +116,55 @@ typedef struct parser {
 
 enum {
     /* expressions */
-    E_LIT, E_NAME, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST, E_BIN, E_NEG, E_POS, E_NOT, E_AND, E_OR,
-    E_COND, E_LIST, E_TUPLE, E_DICT,
+    E_LIT,
+    E_NAME,
+    E_ATTR,
+    E_ITEM,
+    E_SLICE,
+    E_CALL,
+    E_FILTER,
+    E_TEST,
+    E_BIN,
+    E_NEG,
+    E_POS,
+    E_NOT,
+    E_AND,
+    E_OR,
+    E_COND,
+    E_LIST,
+    E_TUPLE,
+    E_DICT,
     /* statements */
-    S_BODY, S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SETNS, S_SETBLOCK, S_MACRO, S_BREAK, S_CONTINUE
+    S_BODY,
+    S_TEXT,
+    S_OUT,
+    S_IF,
+    S_FOR,
+    S_SET,
+    S_SETNS,
+    S_SETBLOCK,
+    S_MACRO,
+    S_BREAK,
+    S_CONTINUE
 };
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT, OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT,
-       OP_GE, OP_IN, OP_NOTIN };
+enum {
+    OP_ADD,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CONCAT,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_LE,
+    OP_GT,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN
+};
 
 typedef struct nlist {
     jnode **v;
@@ -157,8 +213,8 @@ typedef struct rctx {
     size_t alloc;
     int depth, max_depth;
     struct tm now;
-    frame *top;           /* the template's own frame: macros run above it */
-    jinja_value **nss;    /* namespaces made: emptied at the end (they can hold themselves) */
+    frame *top;        /* the template's own frame: macros run above it */
+    jinja_value **nss; /* namespaces made: emptied at the end (they can hold themselves) */
     size_t n_ns, cap_ns;
 } rctx;
 
@@ -271,7 +327,8 @@ jinja_value *jinja__str_strip(rctx *R, int line, const jinja_value *s, int which
 jinja_value *jinja__str_case(rctx *R, int line, const jinja_value *s, int mode);
 jinja_value *jinja__str_replace(rctx *R, int line, const jinja_value *s, const jinja_value *old,
                                 const jinja_value *new_, const jinja_value *count);
-jinja_value *jinja__dict_items(rctx *R, int line, const jinja_value *d, int what /* 0 items 1 keys 2 values */);
+jinja_value *jinja__dict_items(rctx *R, int line, const jinja_value *d,
+                               int what /* 0 items 1 keys 2 values */);
 int jinja__name_is(const char *s, size_t n, const char *lit);
 jinja_value *jinja__call_method(rctx *R, int line, jinja_value *obj, const char *m, size_t mn, const cargs *A,
                                 int *handled);
@@ -279,11 +336,13 @@ int jinja__run_test(rctx *R, int line, const char *name, size_t n, jinja_value *
 
 /* ---- jinja_filters.c: filters */
 
-jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v, const cargs *A);
+jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v,
+                                 const cargs *A);
 
 /* ---- jinja_eval.c: calls and arguments */
 
 jinja_value *jinja__arg(const cargs *A, int i, const char *name);
-int jinja__check_args(rctx *R, int line, const cargs *A, int max_pos, const char *what, const char *const *allowed);
+int jinja__check_args(rctx *R, int line, const cargs *A, int max_pos, const char *what,
+                      const char *const *allowed);
 
 #endif

@@ -51,8 +51,10 @@ jinja_value *jinja__str_case(rctx *R, int line, const jinja_value *s, int mode) 
         char c = p[i];
         int lo = c >= 'a' && c <= 'z', up = c >= 'A' && c <= 'Z';
         int to_up = mode == 'u' || (mode == 't' && !prev_cased) || (mode == 'c' && i == 0);
-        if (to_up && lo) p[i] = (char)(c - 32);
-        else if (!to_up && up && mode != 'u') p[i] = (char)(c + 32);
+        if (to_up && lo)
+            p[i] = (char)(c - 32);
+        else if (!to_up && up && mode != 'u')
+            p[i] = (char)(c + 32);
         prev_cased = lo || up || (unsigned char)c >= 0x80;
     }
     return v;
@@ -88,8 +90,12 @@ jinja_value *jinja__str_replace(rctx *R, int line, const jinja_value *s, const j
         if (rc == 0 && i < s->u.s.n) rc = jinja__sb_addv(&b, s, i, s->u.s.n - i);
     } else {
         while (rc == 0) {
-            const char *hit = max >= 0 && done >= max ? NULL : find_bytes(p, (size_t)(end - p), old->u.s.s, old->u.s.n);
-            if (!hit) { rc = jinja__sb_addv(&b, s, (size_t)(p - s->u.s.s), (size_t)(end - p)); break; }
+            const char *hit =
+                max >= 0 && done >= max ? NULL : find_bytes(p, (size_t)(end - p), old->u.s.s, old->u.s.n);
+            if (!hit) {
+                rc = jinja__sb_addv(&b, s, (size_t)(p - s->u.s.s), (size_t)(end - p));
+                break;
+            }
             rc = jinja__sb_addv(&b, s, (size_t)(p - s->u.s.s), (size_t)(hit - p));
             if (rc == 0) rc = jinja__sb_addv(&b, new_, 0, new_->u.s.n);
             p = hit + old->u.s.n;
@@ -97,12 +103,20 @@ jinja_value *jinja__str_replace(rctx *R, int line, const jinja_value *s, const j
             if (R->steps++ > R->lim->max_steps) rc = CK_ERANGE;
         }
     }
-    if (rc == CK_ERANGE) { jinja__sb_free(&b); return jinja__rerr(R, line, CK_ERANGE, "line %d: step limit", line); }
-    if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+    if (rc == CK_ERANGE) {
+        jinja__sb_free(&b);
+        return jinja__rerr(R, line, CK_ERANGE, "line %d: step limit", line);
+    }
+    if (rc) {
+        jinja__sb_free(&b);
+        jinja__sb_fail(R, line, rc);
+        return NULL;
+    }
     return jinja__sb_take(R, line, &b);
 }
 
-static jinja_value *str_split(rctx *R, int line, const jinja_value *s, const jinja_value *sep, const jinja_value *maxs) {
+static jinja_value *str_split(rctx *R, int line, const jinja_value *s, const jinja_value *sep,
+                              const jinja_value *maxs) {
     long long max = maxs && maxs->type != JV_NONE ? jinja__num_i(maxs) : -1;
     jinja_value *out = jinja__rnew(R, line, JV_LIST);
     if (!out) return NULL;
@@ -126,11 +140,20 @@ static jinja_value *str_split(rctx *R, int line, const jinja_value *s, const jin
         }
         return out;
     }
-    if (sep->type != JV_STR) { jinja__rerr(R, line, CK_EFORMAT, "line %d: split() separator must be a string", line); goto fail; }
-    if (!sep->u.s.n) { jinja__rerr(R, line, CK_EFORMAT, "line %d: split(): empty separator", line); goto fail; }
+    if (sep->type != JV_STR) {
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: split() separator must be a string", line);
+        goto fail;
+    }
+    if (!sep->u.s.n) {
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: split(): empty separator", line);
+        goto fail;
+    }
     for (;;) {
         const char *hit = max >= 0 && done >= max ? NULL : find_bytes(p + i, n - i, sep->u.s.s, sep->u.s.n);
-        if (!hit) { if (jinja__rpush(R, line, out, jinja__rsub(R, line, s, i, n - i))) goto fail; break; }
+        if (!hit) {
+            if (jinja__rpush(R, line, out, jinja__rsub(R, line, s, i, n - i))) goto fail;
+            break;
+        }
         if (jinja__rpush(R, line, out, jinja__rsub(R, line, s, i, (size_t)(hit - (p + i))))) goto fail;
         i = (size_t)(hit - p) + sep->u.s.n;
         done++;
@@ -143,13 +166,15 @@ fail:
 
 /* startswith / endswith with a string or a tuple/list of strings */
 static jinja_value *str_affix(rctx *R, int line, const jinja_value *s, const jinja_value *a, int end) {
-    if (!a) return jinja__rerr(R, line, CK_EFORMAT, "line %d: %s() takes one argument", line, end ? "endswith" : "startswith");
+    if (!a)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: %s() takes one argument", line,
+                           end ? "endswith" : "startswith");
     size_t n = a->type == JV_LIST ? a->u.l.n : 1;
     for (size_t i = 0; i < n; i++) {
         const jinja_value *x = a->type == JV_LIST ? a->u.l.v[i] : a;
         if (x->type != JV_STR)
-            return jinja__rerr(R, line, CK_EFORMAT, "line %d: %s() argument must be str or a tuple of str", line,
-                               end ? "endswith" : "startswith");
+            return jinja__rerr(R, line, CK_EFORMAT, "line %d: %s() argument must be str or a tuple of str",
+                               line, end ? "endswith" : "startswith");
         if (x->u.s.n <= s->u.s.n &&
             memcmp(s->u.s.s + (end ? s->u.s.n - x->u.s.n : 0), x->u.s.s, x->u.s.n) == 0)
             return jinja__mk_bool(R, line, 1);
@@ -157,26 +182,37 @@ static jinja_value *str_affix(rctx *R, int line, const jinja_value *s, const jin
     return jinja__mk_bool(R, line, 0);
 }
 
-jinja_value *jinja__dict_items(rctx *R, int line, const jinja_value *d, int what /* 0 items 1 keys 2 values */) {
+jinja_value *jinja__dict_items(rctx *R, int line, const jinja_value *d,
+                               int what /* 0 items 1 keys 2 values */) {
     jinja_value *out = jinja__rnew(R, line, JV_LIST);
     for (size_t i = 0; out && i < d->u.d.n; i++) {
         jinja_value *x;
-        if (what == 2) x = jinja__jv_ref(d->u.d.v[i]);
-        else if (what == 1) x = jinja__rkey(R, line, d, i);
+        if (what == 2)
+            x = jinja__jv_ref(d->u.d.v[i]);
+        else if (what == 1)
+            x = jinja__rkey(R, line, d, i);
         else {
             x = jinja__rnew(R, line, JV_LIST);
             if (x) {
                 x->u.l.tuple = 1;
                 if (jinja__rpush(R, line, x, jinja__rkey(R, line, d, i)) ||
-                    jinja__rpush(R, line, x, jinja__jv_ref(d->u.d.v[i]))) { jinja_release(x); x = NULL; }
+                    jinja__rpush(R, line, x, jinja__jv_ref(d->u.d.v[i]))) {
+                    jinja_release(x);
+                    x = NULL;
+                }
             }
         }
-        if (jinja__rpush(R, line, out, x)) { jinja_release(out); return NULL; }
+        if (jinja__rpush(R, line, out, x)) {
+            jinja_release(out);
+            return NULL;
+        }
     }
     return out;
 }
 
-int jinja__name_is(const char *s, size_t n, const char *lit) { return n == strlen(lit) && memcmp(s, lit, n) == 0; }
+int jinja__name_is(const char *s, size_t n, const char *lit) {
+    return n == strlen(lit) && memcmp(s, lit, n) == 0;
+}
 
 /* obj.name(args) for str and dict methods; *handled = 0 when obj has no
  * such method (the caller then reports it). */
@@ -190,16 +226,20 @@ jinja_value *jinja__call_method(rctx *R, int line, jinja_value *obj, const char 
         if (jinja__name_is(m, mn, "rstrip")) return jinja__str_strip(R, line, obj, 2, a0);
         if (jinja__name_is(m, mn, "startswith")) return str_affix(R, line, obj, a0, 0);
         if (jinja__name_is(m, mn, "endswith")) return str_affix(R, line, obj, a0, 1);
-        if (jinja__name_is(m, mn, "split")) return str_split(R, line, obj, jinja__arg(A, 0, "sep"), jinja__arg(A, 1, "maxsplit"));
-        if (jinja__name_is(m, mn, "replace")) return jinja__str_replace(R, line, obj, a0, a1, jinja__arg(A, 2, "count"));
+        if (jinja__name_is(m, mn, "split"))
+            return str_split(R, line, obj, jinja__arg(A, 0, "sep"), jinja__arg(A, 1, "maxsplit"));
+        if (jinja__name_is(m, mn, "replace"))
+            return jinja__str_replace(R, line, obj, a0, a1, jinja__arg(A, 2, "count"));
         if (jinja__name_is(m, mn, "upper")) return jinja__str_case(R, line, obj, 'u');
         if (jinja__name_is(m, mn, "lower")) return jinja__str_case(R, line, obj, 'l');
         if (jinja__name_is(m, mn, "title")) return jinja__str_case(R, line, obj, 't');
         if (jinja__name_is(m, mn, "capitalize")) return jinja__str_case(R, line, obj, 'c');
         if (jinja__name_is(m, mn, "find")) {
-            if (!a0 || a0->type != JV_STR) return jinja__rerr(R, line, CK_EFORMAT, "line %d: find() takes a string", line);
+            if (!a0 || a0->type != JV_STR)
+                return jinja__rerr(R, line, CK_EFORMAT, "line %d: find() takes a string", line);
             const char *hit = find_bytes(obj->u.s.s, obj->u.s.n, a0->u.s.s, a0->u.s.n);
-            return jinja__mk_int(R, line, hit ? (long long)jinja__utf8_count(obj->u.s.s, (size_t)(hit - obj->u.s.s)) : -1);
+            return jinja__mk_int(
+                R, line, hit ? (long long)jinja__utf8_count(obj->u.s.s, (size_t)(hit - obj->u.s.s)) : -1);
         }
     } else if (obj->type == JV_DICT) {
         if (jinja__name_is(m, mn, "items")) return jinja__dict_items(R, line, obj, 0);
@@ -222,8 +262,14 @@ static int ascii_case_all(const jinja_value *s, int upper) {
     int cased = 0;
     for (size_t i = 0; i < s->u.s.n; i++) {
         char c = s->u.s.s[i];
-        if (c >= 'a' && c <= 'z') { if (upper) return 0; cased = 1; }
-        if (c >= 'A' && c <= 'Z') { if (!upper) return 0; cased = 1; }
+        if (c >= 'a' && c <= 'z') {
+            if (upper) return 0;
+            cased = 1;
+        }
+        if (c >= 'A' && c <= 'Z') {
+            if (!upper) return 0;
+            cased = 1;
+        }
     }
     return cased;
 }
@@ -243,8 +289,10 @@ int jinja__run_test(rctx *R, int line, const char *name, size_t n, jinja_value *
     if (IS("integer")) return v->type == JV_INT;
     if (IS("float")) return v->type == JV_FLOAT;
     if (IS("mapping")) return v->type == JV_DICT;
-    if (IS("iterable")) return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
-    if (IS("sequence")) return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
+    if (IS("iterable"))
+        return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
+    if (IS("sequence"))
+        return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
     if (IS("callable")) return v->type == JV_FUNC || v->type == JV_MACRO;
     if (IS("lower") || IS("upper")) return v->type == JV_STR && ascii_case_all(v, IS("upper"));
     if (!a0 && !IS("odd") && !IS("even")) {
@@ -257,12 +305,18 @@ int jinja__run_test(rctx *R, int line, const char *name, size_t n, jinja_value *
             return -1;
         }
         long long x = jinja__num_i(v), d = IS("divisibleby") ? (a0->type == JV_INT ? a0->u.i : 0) : 2;
-        if (d == 0) { jinja__rerr(R, line, CK_EFORMAT, "line %d: divisibleby needs a nonzero integer", line); return -1; }
+        if (d == 0) {
+            jinja__rerr(R, line, CK_EFORMAT, "line %d: divisibleby needs a nonzero integer", line);
+            return -1;
+        }
         int rem = x % d != 0;
         return IS("odd") ? rem : !rem;
     }
     if (IS("eq") || IS("equalto") || IS("==")) return jinja__py_eq(R, v, a0, 0);
-    if (IS("ne") || IS("!=")) { int e = jinja__py_eq(R, v, a0, 0); return e < 0 ? e : !e; }
+    if (IS("ne") || IS("!=")) {
+        int e = jinja__py_eq(R, v, a0, 0);
+        return e < 0 ? e : !e;
+    }
     if (IS("lt") || IS("<")) return jinja__py_order(R, line, OP_LT, v, a0);
     if (IS("le") || IS("<=")) return jinja__py_order(R, line, OP_LE, v, a0);
     if (IS("gt") || IS(">")) return jinja__py_order(R, line, OP_GT, v, a0);

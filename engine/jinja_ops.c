@@ -19,8 +19,8 @@ jinja_value *jinja__lookup(rctx *R, int line, frame *F, const char *name, size_t
 
 jinja_value *jinja__get_attr(rctx *R, int line, jinja_value *obj, const char *name, size_t n) {
     if (obj->type == JV_UNDEF)
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (reading its attribute '%.*s')", line,
-                           jinja__undef_name(obj), (int)(n > 64 ? 64 : n), name);
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (reading its attribute '%.*s')",
+                           line, jinja__undef_name(obj), (int)(n > 64 ? 64 : n), name);
     if (obj->type == JV_DICT || obj->type == JV_NS) {
         long i = jinja__dict_find(obj, name, n);
         if (i >= 0) return jinja__jv_ref(obj->u.d.v[i]);
@@ -36,7 +36,8 @@ static long long py_index(long long i, size_t len) {
 
 jinja_value *jinja__get_item(rctx *R, int line, jinja_value *obj, jinja_value *key) {
     if (obj->type == JV_UNDEF)
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (reading an item of it)", line, jinja__undef_name(obj));
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (reading an item of it)", line,
+                           jinja__undef_name(obj));
     if ((obj->type == JV_DICT || obj->type == JV_NS) && key->type == JV_STR)
         return jinja__get_attr(R, line, obj, key->u.s.s, key->u.s.n);
     if ((key->type == JV_INT || key->type == JV_BOOL) && obj->type == JV_LIST) {
@@ -57,8 +58,8 @@ jinja_value *jinja__get_item(rctx *R, int line, jinja_value *obj, jinja_value *k
 }
 
 /* Python's slice.indices(); 0 or -1 when a bound is not an integer. */
-static int slice_bounds(rctx *R, int line, jinja_value *const se[3], size_t len, long long *start, long long *stop,
-                        long long *step) {
+static int slice_bounds(rctx *R, int line, jinja_value *const se[3], size_t len, long long *start,
+                        long long *stop, long long *step) {
     long long L = (long long)len, v[3];
     int given[3];
     for (int k = 0; k < 3; k++) {
@@ -70,17 +71,27 @@ static int slice_bounds(rctx *R, int line, jinja_value *const se[3], size_t len,
         v[k] = given[k] ? jinja__num_i(se[k]) : 0;
     }
     *step = given[2] ? v[2] : 1;
-    if (*step == 0) { jinja__rerr(R, line, CK_EFORMAT, "line %d: slice step cannot be zero", line); return -1; }
+    if (*step == 0) {
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: slice step cannot be zero", line);
+        return -1;
+    }
     int back = *step < 0;
     for (int k = 0; k < 2; k++) {
         long long x;
-        if (!given[k]) x = k == 0 ? (back ? L - 1 : 0) : (back ? -1 : L);
+        if (!given[k])
+            x = k == 0 ? (back ? L - 1 : 0) : (back ? -1 : L);
         else {
             x = v[k];
-            if (x < 0) { x += L; if (x < 0) x = back ? -1 : 0; }
-            else if (x >= L) x = back ? L - 1 : L;
+            if (x < 0) {
+                x += L;
+                if (x < 0) x = back ? -1 : 0;
+            } else if (x >= L)
+                x = back ? L - 1 : L;
         }
-        if (k == 0) *start = x; else *stop = x;
+        if (k == 0)
+            *start = x;
+        else
+            *stop = x;
     }
     return 0;
 }
@@ -93,7 +104,10 @@ jinja_value *jinja__get_slice(rctx *R, int line, jinja_value *obj, jinja_value *
         if (!out) return NULL;
         out->u.l.tuple = obj->u.l.tuple;
         for (long long i = a; st > 0 ? i < z : i > z; i += st)
-            if (jinja__rpush(R, line, out, jinja__jv_ref(obj->u.l.v[i]))) { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out, jinja__jv_ref(obj->u.l.v[i]))) {
+                jinja_release(out);
+                return NULL;
+            }
         return out;
     }
     if (obj->type == JV_STR) {
@@ -102,25 +116,36 @@ jinja_value *jinja__get_slice(rctx *R, int line, jinja_value *obj, jinja_value *
         if (slice_bounds(R, line, se, cps, &a, &z, &st)) return NULL;
         if (st == 1) {
             if (z <= a) return jinja__rstr(R, line, "", 0);
-            size_t ba = jinja__utf8_offset(s, n, (size_t)a), bz = ba + jinja__utf8_offset(s + ba, n - ba, (size_t)(z - a));
+            size_t ba = jinja__utf8_offset(s, n, (size_t)a),
+                   bz = ba + jinja__utf8_offset(s + ba, n - ba, (size_t)(z - a));
             return jinja__rsub(R, line, obj, ba, bz - ba);
         }
         size_t *off = malloc((cps + 1) * sizeof *off);
         if (!off) return jinja__nomem(R, line);
         size_t i = 0, k = 0, len;
-        while (i < n) { off[k++] = i; jinja__utf8_dec((const unsigned char *)s, i, n, &len); i += len; }
+        while (i < n) {
+            off[k++] = i;
+            jinja__utf8_dec((const unsigned char *)s, i, n, &len);
+            i += len;
+        }
         off[k] = n;
         sbuf b = jinja__sb_for(R);
         int rc = 0;
         for (long long j = a; rc == 0 && (st > 0 ? j < z : j > z); j += st)
             rc = jinja__sb_addv(&b, obj, off[j], off[j + 1] - off[j]);
         free(off);
-        if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+        if (rc) {
+            jinja__sb_free(&b);
+            jinja__sb_fail(R, line, rc);
+            return NULL;
+        }
         return jinja__sb_take(R, line, &b);
     }
     if (obj->type == JV_UNDEF)
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (slicing it)", line, jinja__undef_name(obj));
-    return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' object is not subscriptable", line, jinja__type_name(obj));
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' is undefined (slicing it)", line,
+                           jinja__undef_name(obj));
+    return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' object is not subscriptable", line,
+                       jinja__type_name(obj));
 }
 
 /* The items a for loop (or a filter) walks: a new list. Lists as they are,
@@ -131,24 +156,33 @@ jinja_value *jinja__iter_list(rctx *R, int line, jinja_value *v) {
     if (!out) return NULL;
     if (v->type == JV_DICT) {
         for (size_t i = 0; i < v->u.d.n; i++)
-            if (jinja__rpush(R, line, out, jinja__rkey(R, line, v, i))) { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out, jinja__rkey(R, line, v, i))) {
+                jinja_release(out);
+                return NULL;
+            }
     } else if (v->type == JV_STR) {
         size_t i = 0, len;
         while (i < v->u.s.n) {
             jinja__utf8_dec((const unsigned char *)v->u.s.s, i, v->u.s.n, &len);
-            if (jinja__rpush(R, line, out, jinja__rsub(R, line, v, i, len))) { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out, jinja__rsub(R, line, v, i, len))) {
+                jinja_release(out);
+                return NULL;
+            }
             i += len;
         }
     } else if (v->type != JV_UNDEF) {
         jinja_release(out);
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' object is not iterable", line, jinja__type_name(v));
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' object is not iterable", line,
+                           jinja__type_name(v));
     }
     return out;
 }
 
 /* ---- operators */
 
-jinja_value *jinja__mk_str_copy(rctx *R, int line, const jinja_value *v) { return jinja__rsub(R, line, v, 0, v->u.s.n); }
+jinja_value *jinja__mk_str_copy(rctx *R, int line, const jinja_value *v) {
+    return jinja__rsub(R, line, v, 0, v->u.s.n);
+}
 
 jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value *b) {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -156,7 +190,11 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
         sbuf s = jinja__sb_for(R);
         int rc = jinja__py_str(R, &s, a, 0);
         if (rc == 0) rc = jinja__py_str(R, &s, b, 0);
-        if (rc) { jinja__sb_free(&s); jinja__sb_fail(R, line, rc); return NULL; }
+        if (rc) {
+            jinja__sb_free(&s);
+            jinja__sb_fail(R, line, rc);
+            return NULL;
+        }
         return jinja__sb_take(R, line, &s);
     }
     if (jinja__is_num(a) && jinja__is_num(b)) {
@@ -167,9 +205,15 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
             case OP_ADD: ovf = __builtin_add_overflow(x, y, &r); break;
             case OP_SUB: ovf = __builtin_sub_overflow(x, y, &r); break;
             case OP_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
-            case OP_FLOORDIV: case OP_MOD:
-                if (y == 0) return jinja__rerr(R, line, CK_EFORMAT, "line %d: integer division or modulo by zero", line);
-                if (x == LLONG_MIN && y == -1) { ovf = 1; break; }
+            case OP_FLOORDIV:
+            case OP_MOD:
+                if (y == 0)
+                    return jinja__rerr(R, line, CK_EFORMAT, "line %d: integer division or modulo by zero",
+                                       line);
+                if (x == LLONG_MIN && y == -1) {
+                    ovf = 1;
+                    break;
+                }
                 r = op == OP_FLOORDIV ? x / y : x % y;
                 if (op == OP_FLOORDIV && (x % y != 0) && ((x < 0) != (y < 0))) r--;
                 if (op == OP_MOD && r != 0 && ((r < 0) != (y < 0))) r += y;
@@ -180,11 +224,15 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
                 for (long long k = 0; k < y && !ovf; k++) {
                     ovf = __builtin_mul_overflow(r, x, &r);
                     if (r == 0 || r == 1) break;
-                    if (r == -1) { r = (y - k - 1) % 2 ? -r : r; break; }
+                    if (r == -1) {
+                        r = (y - k - 1) % 2 ? -r : r;
+                        break;
+                    }
                 }
                 break;
             }
-            if (ovf) return jinja__rerr(R, line, CK_ERANGE, "line %d: integer overflow in '%s'", line, sym[op]);
+            if (ovf)
+                return jinja__rerr(R, line, CK_ERANGE, "line %d: integer overflow in '%s'", line, sym[op]);
             return jinja__mk_int(R, line, r);
         }
         double x = jinja__num_f(a), y = jinja__num_f(b), r = 0;
@@ -192,11 +240,18 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
         case OP_ADD: r = x + y; break;
         case OP_SUB: r = x - y; break;
         case OP_MUL: r = x * y; break;
-        case OP_DIV: case OP_FLOORDIV: case OP_MOD:
+        case OP_DIV:
+        case OP_FLOORDIV:
+        case OP_MOD:
             if (y == 0) return jinja__rerr(R, line, CK_EFORMAT, "line %d: division by zero", line);
-            if (op == OP_DIV) r = x / y;
-            else if (op == OP_FLOORDIV) r = floor(x / y);
-            else { r = fmod(x, y); if (r != 0 && ((r < 0) != (y < 0))) r += y; }
+            if (op == OP_DIV)
+                r = x / y;
+            else if (op == OP_FLOORDIV)
+                r = floor(x / y);
+            else {
+                r = fmod(x, y);
+                if (r != 0 && ((r < 0) != (y < 0))) r += y;
+            }
             break;
         case OP_POW: r = pow(x, y); break;
         }
@@ -206,13 +261,18 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
         /* Markup + str HTML-escapes the str in Jinja: refuse rather than
          * render something else than apply_chat_template */
         if (a->safe != b->safe)
-            return jinja__rerr(R, line, CK_EUNSUPPORTED,
-                               "line %d: '+' of a |safe string and a plain one (Jinja escapes HTML there) is not supported",
-                               line);
+            return jinja__rerr(
+                R, line, CK_EUNSUPPORTED,
+                "line %d: '+' of a |safe string and a plain one (Jinja escapes HTML there) is not supported",
+                line);
         sbuf s = jinja__sb_for(R);
         int rc = jinja__sb_addv(&s, a, 0, a->u.s.n);
         if (rc == 0) rc = jinja__sb_addv(&s, b, 0, b->u.s.n);
-        if (rc) { jinja__sb_free(&s); jinja__sb_fail(R, line, rc); return NULL; }
+        if (rc) {
+            jinja__sb_free(&s);
+            jinja__sb_fail(R, line, rc);
+            return NULL;
+        }
         return jinja__sb_take(R, line, &s);
     }
     if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->u.l.tuple == b->u.l.tuple) {
@@ -220,11 +280,15 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
         if (!out) return NULL;
         out->u.l.tuple = a->u.l.tuple;
         for (size_t i = 0; i < a->u.l.n + b->u.l.n; i++)
-            if (jinja__rpush(R, line, out, jinja__jv_ref(i < a->u.l.n ? a->u.l.v[i] : b->u.l.v[i - a->u.l.n])))
-                { jinja_release(out); return NULL; }
+            if (jinja__rpush(R, line, out,
+                             jinja__jv_ref(i < a->u.l.n ? a->u.l.v[i] : b->u.l.v[i - a->u.l.n]))) {
+                jinja_release(out);
+                return NULL;
+            }
         return out;
     }
-    if (op == OP_MUL && (a->type == JV_STR || a->type == JV_LIST || b->type == JV_STR || b->type == JV_LIST)) {
+    if (op == OP_MUL &&
+        (a->type == JV_STR || a->type == JV_LIST || b->type == JV_STR || b->type == JV_LIST)) {
         jinja_value *seq = a->type == JV_STR || a->type == JV_LIST ? a : b, *cnt = seq == a ? b : a;
         if (cnt->type == JV_INT || cnt->type == JV_BOOL) {
             long long k = jinja__num_i(cnt) < 0 ? 0 : jinja__num_i(cnt);
@@ -237,13 +301,20 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
                 sbuf s = jinja__sb_for(R);
                 int rc = 0;
                 for (long long i = 0; i < k && rc == 0; i++) rc = jinja__sb_addv(&s, seq, 0, seq->u.s.n);
-                if (rc) { jinja__sb_free(&s); jinja__sb_fail(R, line, rc); return NULL; }
+                if (rc) {
+                    jinja__sb_free(&s);
+                    jinja__sb_fail(R, line, rc);
+                    return NULL;
+                }
                 return jinja__sb_take(R, line, &s);
             }
             jinja_value *out = jinja__rnew(R, line, JV_LIST);
             for (long long i = 0; out && i < k; i++)
                 for (size_t j = 0; j < seq->u.l.n; j++)
-                    if (jinja__rpush(R, line, out, jinja__jv_ref(seq->u.l.v[j]))) { jinja_release(out); return NULL; }
+                    if (jinja__rpush(R, line, out, jinja__jv_ref(seq->u.l.v[j]))) {
+                        jinja_release(out);
+                        return NULL;
+                    }
             return out;
         }
     }
@@ -252,6 +323,6 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
                            jinja__undef_name(a->type == JV_UNDEF ? a : b), sym[op]);
     if (op == OP_MOD && a->type == JV_STR)
         return jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: string %% formatting is not supported", line);
-    return jinja__rerr(R, line, CK_EFORMAT, "line %d: unsupported operand type(s) for %s: '%s' and '%s'", line, sym[op],
-                       jinja__type_name(a), jinja__type_name(b));
+    return jinja__rerr(R, line, CK_EFORMAT, "line %d: unsupported operand type(s) for %s: '%s' and '%s'",
+                       line, sym[op], jinja__type_name(a), jinja__type_name(b));
 }

@@ -23,12 +23,18 @@ static jnode *new_node(parser *P, int kind, int line) {
     if (t->n_nodes == t->cap_nodes) {
         size_t nc = t->cap_nodes ? t->cap_nodes * 2 : 128;
         jnode **nn = realloc(t->nodes, nc * sizeof *nn);
-        if (!nn) { jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__); return NULL; }
+        if (!nn) {
+            jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__);
+            return NULL;
+        }
         t->nodes = nn;
         t->cap_nodes = nc;
     }
     jnode *e = calloc(1, sizeof *e);
-    if (!e) { jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__); return NULL; }
+    if (!e) {
+        jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__);
+        return NULL;
+    }
     e->kind = kind;
     e->line = line;
     t->nodes[t->n_nodes++] = e;
@@ -67,7 +73,9 @@ static token *peek(parser *P, size_t k) {
     size_t i = P->pos + k;
     return &P->tk[i < P->n_tk ? i : P->n_tk - 1];
 }
-static void advance(parser *P) { if (P->tk[P->pos].type != TK_EOF) P->pos++; }
+static void advance(parser *P) {
+    if (P->tk[P->pos].type != TK_EOF) P->pos++;
+}
 static int tok_is(const token *t, int type, const char *s) {
     return t->type == type && (!s || (t->n == strlen(s) && memcmp(t->p, s, t->n) == 0));
 }
@@ -87,14 +95,20 @@ static const char *tok_desc(const token *t, char *buf, size_t n) {
 }
 
 static int expect_op(parser *P, const char *s) {
-    if (is_op(P, s)) { advance(P); return 0; }
+    if (is_op(P, s)) {
+        advance(P);
+        return 0;
+    }
     char b[64];
     return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: expected '%s', found %s", cur(P)->line, s,
                        tok_desc(cur(P), b, sizeof b));
 }
 
 static int expect_block_end(parser *P) {
-    if (cur(P)->type == TK_BLK_E) { advance(P); return 0; }
+    if (cur(P)->type == TK_BLK_E) {
+        advance(P);
+        return 0;
+    }
     char b[64];
     return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: expected '%%}', found %s", cur(P)->line,
                        tok_desc(cur(P), b, sizeof b));
@@ -102,20 +116,23 @@ static int expect_block_end(parser *P) {
 
 static int enter(parser *P) {
     if (++P->depth > P->t->lim.max_depth)
-        return jinja__perr(P, cur(P)->line, CK_ERANGE, "line %d: nesting deeper than %d", cur(P)->line, P->t->lim.max_depth);
+        return jinja__perr(P, cur(P)->line, CK_ERANGE, "line %d: nesting deeper than %d", cur(P)->line,
+                           P->t->lim.max_depth);
     return 0;
 }
 
 /* The filters, tests and methods the renderer has: a name outside these
  * tables is refused when parsing (as Jinja refuses an unknown filter). */
 const char *const jinja__filters[] = {
-    "abs", "capitalize", "count", "d", "default", "first", "float", "int", "items", "join", "last", "length",
-    "list", "lower", "map", "reject", "rejectattr", "replace", "reverse", "safe", "select", "selectattr",
-    "string", "title", "tojson", "trim", "upper", NULL};
+    "abs",        "capitalize", "count",      "d",       "default", "first", "float",
+    "int",        "items",      "join",       "last",    "length",  "list",  "lower",
+    "map",        "reject",     "rejectattr", "replace", "reverse", "safe",  "select",
+    "selectattr", "string",     "title",      "tojson",  "trim",    "upper", NULL};
 const char *const jinja__tests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even", "false", "float", "ge", "gt", "in",
-    "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence",
-    "string", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">=", NULL};
+    "boolean", "callable", "defined", "divisibleby", "eq",       "equalto",  "even",   "false", "float",
+    "ge",      "gt",       "in",      "integer",     "iterable", "le",       "lower",  "lt",    "mapping",
+    "ne",      "none",     "number",  "odd",         "sameas",   "sequence", "string", "true",  "undefined",
+    "upper",   "==",       "!=",      "<",           "<=",       ">",        ">=",     NULL};
 
 int jinja__table_find(const char *const *tab, const char *s, size_t n) {
     for (int i = 0; tab[i]; i++)
@@ -140,18 +157,19 @@ static int p_call_args(parser *P, jnode *e) {
         if (e->args.n + e->kwv.n > 0 && expect_op(P, ",")) return P->failed;
         if (is_op(P, ")")) break; /* trailing comma */
         if (is_op(P, "*") || is_op(P, "**"))
-            return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: *args and **kwargs are not supported",
-                               cur(P)->line);
+            return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED,
+                               "line %d: *args and **kwargs are not supported", cur(P)->line);
         if (cur(P)->type == TK_NAME && tok_is(peek(P, 1), TK_OP, "=")) {
             token *nt = cur(P);
             advance(P);
             advance(P);
             jnode *v = p_expr(P, 1);
-            if (!v || sl_push(P, &e->kw, nt->p, nt->n) || nl_push(P, &e->kwv, v)) return P->failed ? P->failed : -1;
+            if (!v || sl_push(P, &e->kw, nt->p, nt->n) || nl_push(P, &e->kwv, v))
+                return P->failed ? P->failed : -1;
         } else {
             if (e->kwv.n)
-                return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: positional argument after keyword argument",
-                                   cur(P)->line);
+                return jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED,
+                                   "line %d: positional argument after keyword argument", cur(P)->line);
             jnode *v = p_expr(P, 1);
             if (!v || nl_push(P, &e->args, v)) return P->failed ? P->failed : -1;
         }
@@ -167,10 +185,16 @@ static jnode *p_primary(parser *P) {
     jnode *e = NULL;
     if (t->type == TK_NAME) {
         advance(P);
-        if (tok_is(t, TK_NAME, "true") || tok_is(t, TK_NAME, "True")) e = lit_node(P, line, jinja_bool(1));
-        else if (tok_is(t, TK_NAME, "false") || tok_is(t, TK_NAME, "False")) e = lit_node(P, line, jinja_bool(0));
-        else if (tok_is(t, TK_NAME, "none") || tok_is(t, TK_NAME, "None")) e = lit_node(P, line, jinja_none());
-        else if ((e = new_node(P, E_NAME, line))) { e->name = t->p; e->nlen = t->n; }
+        if (tok_is(t, TK_NAME, "true") || tok_is(t, TK_NAME, "True"))
+            e = lit_node(P, line, jinja_bool(1));
+        else if (tok_is(t, TK_NAME, "false") || tok_is(t, TK_NAME, "False"))
+            e = lit_node(P, line, jinja_bool(0));
+        else if (tok_is(t, TK_NAME, "none") || tok_is(t, TK_NAME, "None"))
+            e = lit_node(P, line, jinja_none());
+        else if ((e = new_node(P, E_NAME, line))) {
+            e->name = t->p;
+            e->nlen = t->n;
+        }
     } else if (t->type == TK_STR) {
         advance(P);
         if (cur(P)->type != TK_STR) {
@@ -184,8 +208,10 @@ static jnode *p_primary(parser *P) {
                 rc = jinja__sb_add(&b, cur(P)->lit->u.s.s, cur(P)->lit->u.s.n);
                 advance(P);
             }
-            if (rc) jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__);
-            else e = lit_node(P, line, jinja__jv_str_plain(b.p, b.n));
+            if (rc)
+                jinja__perr(P, line, CK_ENOMEM, "%s: out of memory", __func__);
+            else
+                e = lit_node(P, line, jinja__jv_str_plain(b.p, b.n));
             free(b.p);
         }
     } else if (t->type == TK_INT) {
@@ -204,12 +230,18 @@ static jnode *p_primary(parser *P) {
             if (!first) goto out;
             if (is_op(P, ",")) {
                 e = new_node(P, E_TUPLE, line);
-                if (!e || nl_push(P, &e->args, first)) { e = NULL; goto out; }
+                if (!e || nl_push(P, &e->args, first)) {
+                    e = NULL;
+                    goto out;
+                }
                 while (is_op(P, ",")) {
                     advance(P);
                     if (is_op(P, ")")) break;
                     jnode *x = p_expr(P, 1);
-                    if (!x || nl_push(P, &e->args, x)) { e = NULL; goto out; }
+                    if (!x || nl_push(P, &e->args, x)) {
+                        e = NULL;
+                        goto out;
+                    }
                 }
             } else {
                 e = first;
@@ -220,7 +252,10 @@ static jnode *p_primary(parser *P) {
         advance(P);
         e = new_node(P, E_LIST, line);
         while (e && !is_op(P, "]")) {
-            if (e->args.n && expect_op(P, ",")) { e = NULL; break; }
+            if (e->args.n && expect_op(P, ",")) {
+                e = NULL;
+                break;
+            }
             if (is_op(P, "]")) break;
             jnode *x = p_expr(P, 1);
             if (!x || nl_push(P, &e->args, x)) e = NULL;
@@ -230,17 +265,24 @@ static jnode *p_primary(parser *P) {
         advance(P);
         e = new_node(P, E_DICT, line);
         while (e && !is_op(P, "}")) {
-            if (e->args.n && expect_op(P, ",")) { e = NULL; break; }
+            if (e->args.n && expect_op(P, ",")) {
+                e = NULL;
+                break;
+            }
             if (is_op(P, "}")) break;
             jnode *k = p_expr(P, 1);
-            if (!k || expect_op(P, ":")) { e = NULL; break; }
+            if (!k || expect_op(P, ":")) {
+                e = NULL;
+                break;
+            }
             jnode *v = p_expr(P, 1);
             if (!v || nl_push(P, &e->args, k) || nl_push(P, &e->kwv, v)) e = NULL;
         }
         if (e) advance(P);
     } else {
         char b[64];
-        jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unexpected %s in an expression", line, tok_desc(t, b, sizeof b));
+        jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unexpected %s in an expression", line,
+                    tok_desc(t, b, sizeof b));
     }
 out:
     P->depth--;
@@ -261,7 +303,8 @@ static jnode *p_subscript(parser *P, jnode *obj) {
         }
         if (is_op(P, ":")) {
             is_slice = 1;
-            if (++nparts > 2) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: malformed slice", line), NULL;
+            if (++nparts > 2)
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: malformed slice", line), NULL;
             advance(P);
             continue;
         }
@@ -303,7 +346,8 @@ static jnode *p_postfix(parser *P, jnode *e) {
                 if (!x->b) return NULL;
                 e = x;
             } else {
-                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a name after '.'", line), NULL;
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a name after '.'", line),
+                       NULL;
             }
         } else if (is_op(P, "[")) {
             e = p_subscript(P, e);
@@ -326,10 +370,13 @@ static jnode *p_filter_test(parser *P, jnode *e) {
         if (is_op(P, "|")) {
             advance(P);
             token *t = cur(P);
-            if (t->type != TK_NAME) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a filter name", line), NULL;
+            if (t->type != TK_NAME)
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a filter name", line), NULL;
             int id = jinja__table_find(jinja__filters, t->p, t->n);
             if (id < 0)
-                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported filter '%.*s'", line, (int)t->n, t->p), NULL;
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported filter '%.*s'", line,
+                                   (int)t->n, t->p),
+                       NULL;
             advance(P);
             jnode *x = new_node(P, E_FILTER, line);
             if (!x) return NULL;
@@ -342,13 +389,20 @@ static jnode *p_filter_test(parser *P, jnode *e) {
         } else if (is_name(P, "is")) {
             advance(P);
             int neg = 0;
-            if (is_name(P, "not")) { neg = 1; advance(P); }
+            if (is_name(P, "not")) {
+                neg = 1;
+                advance(P);
+            }
             token *t = cur(P);
             if (t->type != TK_NAME && !(t->type == TK_OP && jinja__table_find(jinja__tests, t->p, t->n) >= 0))
-                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a test name after 'is'", line), NULL;
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a test name after 'is'",
+                                   line),
+                       NULL;
             int id = jinja__table_find(jinja__tests, t->p, t->n);
             if (id < 0)
-                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported test '%.*s'", line, (int)t->n, t->p), NULL;
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported test '%.*s'", line,
+                                   (int)t->n, t->p),
+                       NULL;
             advance(P);
             jnode *x = new_node(P, E_TEST, line);
             if (!x) return NULL;
@@ -362,9 +416,11 @@ static jnode *p_filter_test(parser *P, jnode *e) {
                 if (p_call_args(P, x)) return NULL;
             } else if ((c->type == TK_NAME || c->type == TK_STR || c->type == TK_INT || c->type == TK_FLOAT ||
                         tok_is(c, TK_OP, "[") || tok_is(c, TK_OP, "{")) &&
-                       !tok_is(c, TK_NAME, "else") && !tok_is(c, TK_NAME, "or") && !tok_is(c, TK_NAME, "and")) {
+                       !tok_is(c, TK_NAME, "else") && !tok_is(c, TK_NAME, "or") &&
+                       !tok_is(c, TK_NAME, "and")) {
                 if (tok_is(c, TK_NAME, "is"))
-                    return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: tests cannot be chained", line), NULL;
+                    return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: tests cannot be chained", line),
+                           NULL;
                 /* one bare argument: `x is divisibleby 3` */
                 jnode *arg = p_postfix(P, p_primary(P));
                 if (!arg || nl_push(P, &x->args, arg)) return NULL;
@@ -405,19 +461,31 @@ static jnode *p_unary(parser *P, int with_filter) {
 static jnode *bin(parser *P, int line, int op, jnode *a, jnode *b) {
     if (!a || !b) return NULL;
     jnode *e = new_node(P, E_BIN, line);
-    if (e) { e->op = op; e->a = a; e->b = b; }
+    if (e) {
+        e->op = op;
+        e->a = a;
+        e->b = b;
+    }
     return e;
 }
 
 static jnode *p_pow(parser *P) {
     jnode *e = p_unary(P, 1);
-    while (e && is_op(P, "**")) { int l = cur(P)->line; advance(P); e = bin(P, l, OP_POW, e, p_unary(P, 1)); }
+    while (e && is_op(P, "**")) {
+        int l = cur(P)->line;
+        advance(P);
+        e = bin(P, l, OP_POW, e, p_unary(P, 1));
+    }
     return e;
 }
 static jnode *p_math2(parser *P) {
     jnode *e = p_pow(P);
     for (;;) {
-        int op = is_op(P, "*") ? OP_MUL : is_op(P, "/") ? OP_DIV : is_op(P, "//") ? OP_FLOORDIV : is_op(P, "%") ? OP_MOD : -1;
+        int op = is_op(P, "*")    ? OP_MUL
+                 : is_op(P, "/")  ? OP_DIV
+                 : is_op(P, "//") ? OP_FLOORDIV
+                 : is_op(P, "%")  ? OP_MOD
+                                  : -1;
         if (!e || op < 0) return e;
         int l = cur(P)->line;
         advance(P);
@@ -426,7 +494,11 @@ static jnode *p_math2(parser *P) {
 }
 static jnode *p_concat(parser *P) {
     jnode *e = p_math2(P);
-    while (e && is_op(P, "~")) { int l = cur(P)->line; advance(P); e = bin(P, l, OP_CONCAT, e, p_math2(P)); }
+    while (e && is_op(P, "~")) {
+        int l = cur(P)->line;
+        advance(P);
+        e = bin(P, l, OP_CONCAT, e, p_math2(P));
+    }
     return e;
 }
 static jnode *p_math1(parser *P) {
@@ -445,20 +517,31 @@ static jnode *p_compare(parser *P) {
     jnode *e = p_math1(P), *prev = e, *chain = NULL;
     for (;;) {
         int l = cur(P)->line, op = -1;
-        if (is_op(P, "==")) op = OP_EQ;
-        else if (is_op(P, "!=")) op = OP_NE;
-        else if (is_op(P, "<")) op = OP_LT;
-        else if (is_op(P, "<=")) op = OP_LE;
-        else if (is_op(P, ">")) op = OP_GT;
-        else if (is_op(P, ">=")) op = OP_GE;
-        else if (is_name(P, "in")) op = OP_IN;
-        else if (is_name(P, "not") && tok_is(peek(P, 1), TK_NAME, "in")) { op = OP_NOTIN; advance(P); }
+        if (is_op(P, "=="))
+            op = OP_EQ;
+        else if (is_op(P, "!="))
+            op = OP_NE;
+        else if (is_op(P, "<"))
+            op = OP_LT;
+        else if (is_op(P, "<="))
+            op = OP_LE;
+        else if (is_op(P, ">"))
+            op = OP_GT;
+        else if (is_op(P, ">="))
+            op = OP_GE;
+        else if (is_name(P, "in"))
+            op = OP_IN;
+        else if (is_name(P, "not") && tok_is(peek(P, 1), TK_NAME, "in")) {
+            op = OP_NOTIN;
+            advance(P);
+        }
         if (!prev || op < 0) break;
         advance(P);
         jnode *rhs = p_math1(P);
         jnode *c = bin(P, l, op, prev, rhs);
         if (!c) return NULL;
-        if (!chain) chain = c;
+        if (!chain)
+            chain = c;
         else {
             jnode *a = new_node(P, E_AND, l);
             if (!a) return NULL;
@@ -490,7 +573,9 @@ static jnode *p_and(parser *P) {
         advance(P);
         jnode *r = p_not(P), *x = r ? new_node(P, E_AND, l) : NULL;
         if (!x) return NULL;
-        x->a = e; x->b = r; e = x;
+        x->a = e;
+        x->b = r;
+        e = x;
     }
     return e;
 }
@@ -501,7 +586,9 @@ static jnode *p_or(parser *P) {
         advance(P);
         jnode *r = p_and(P), *x = r ? new_node(P, E_OR, l) : NULL;
         if (!x) return NULL;
-        x->a = e; x->b = r; e = x;
+        x->a = e;
+        x->b = r;
+        e = x;
     }
     return e;
 }
@@ -512,14 +599,25 @@ static jnode *p_expr(parser *P, int with_cond) {
         int l = cur(P)->line;
         advance(P);
         jnode *c = p_or(P), *other = NULL;
-        if (!c) { e = NULL; break; }
+        if (!c) {
+            e = NULL;
+            break;
+        }
         if (is_name(P, "else")) {
             advance(P);
-            if (!(other = p_expr(P, 1))) { e = NULL; break; }
+            if (!(other = p_expr(P, 1))) {
+                e = NULL;
+                break;
+            }
         }
         jnode *x = new_node(P, E_COND, l);
-        if (!x) { e = NULL; break; }
-        x->a = c; x->b = e; x->c = other;
+        if (!x) {
+            e = NULL;
+            break;
+        }
+        x->a = c;
+        x->b = e;
+        x->c = other;
         e = x;
     }
     P->depth--;
@@ -572,7 +670,8 @@ static jnode *p_if(parser *P, int line) {
 static jnode *p_stmt(parser *P) {
     token *t = cur(P);
     int line = t->line;
-    if (t->type != TK_NAME) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a tag name after '{%%'", line), NULL;
+    if (t->type != TK_NAME)
+        return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a tag name after '{%%'", line), NULL;
     advance(P);
     jnode *e = NULL;
     if (tok_is(t, TK_NAME, "if")) {
@@ -580,12 +679,15 @@ static jnode *p_stmt(parser *P) {
     } else if (tok_is(t, TK_NAME, "for")) {
         e = new_node(P, S_FOR, line);
         if (!e || p_targets(P, &e->names)) return NULL;
-        if (!is_name(P, "in")) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected 'in' in a for tag", line), NULL;
+        if (!is_name(P, "in"))
+            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected 'in' in a for tag", line), NULL;
         advance(P);
         if (!(e->a = p_expr(P, 0))) return NULL;
         if (is_name(P, "if") && (advance(P), !(e->b = p_expr(P, 0)))) return NULL;
         if (is_name(P, "recursive"))
-            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: recursive for loops are not supported", line), NULL;
+            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: recursive for loops are not supported",
+                               line),
+                   NULL;
         if (expect_block_end(P)) return NULL;
         P->loop_depth++;
         int rc = p_body(P, &e->body, END_FOR);
@@ -600,52 +702,82 @@ static jnode *p_stmt(parser *P) {
         token *n1 = cur(P);
         if (n1->type == TK_NAME && tok_is(peek(P, 1), TK_OP, ".")) {
             token *n2 = peek(P, 2);
-            if (n2->type != TK_NAME) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: malformed set target", line), NULL;
+            if (n2->type != TK_NAME)
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: malformed set target", line), NULL;
             e = new_node(P, S_SETNS, line);
             if (!e) return NULL;
-            e->name = n1->p; e->nlen = n1->n; e->name2 = n2->p; e->nlen2 = n2->n;
-            advance(P); advance(P); advance(P);
+            e->name = n1->p;
+            e->nlen = n1->n;
+            e->name2 = n2->p;
+            e->nlen2 = n2->n;
+            advance(P);
+            advance(P);
+            advance(P);
             if (expect_op(P, "=") || !(e->a = p_expr(P, 1))) return NULL;
         } else {
             slist names = {0};
-            if (p_targets(P, &names)) { free(names.v); free(names.len); return NULL; }
+            if (p_targets(P, &names)) {
+                free(names.v);
+                free(names.len);
+                return NULL;
+            }
             if (is_op(P, "=")) {
                 advance(P);
                 e = new_node(P, S_SET, line);
-                if (!e) { free(names.v); free(names.len); return NULL; }
+                if (!e) {
+                    free(names.v);
+                    free(names.len);
+                    return NULL;
+                }
                 e->names = names;
                 if (!(e->a = p_expr(P, 1))) return NULL;
                 if (is_op(P, ","))
-                    return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: tuple on the right of set is not supported", line),
+                    return jinja__perr(P, line, CK_EUNSUPPORTED,
+                                       "line %d: tuple on the right of set is not supported", line),
                            NULL;
             } else if (cur(P)->type == TK_BLK_E && names.n == 1) {
                 e = new_node(P, S_SETBLOCK, line);
-                if (!e) { free(names.v); free(names.len); return NULL; }
-                e->name = names.v[0]; e->nlen = names.len[0];
-                free(names.v); free(names.len);
+                if (!e) {
+                    free(names.v);
+                    free(names.len);
+                    return NULL;
+                }
+                e->name = names.v[0];
+                e->nlen = names.len[0];
+                free(names.v);
+                free(names.len);
                 advance(P);
                 if (p_body(P, &e->body, END_SET)) return NULL;
                 advance(P);
             } else {
-                free(names.v); free(names.len);
-                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported form of set (filtered block set?)", line),
+                free(names.v);
+                free(names.len);
+                return jinja__perr(P, line, CK_EUNSUPPORTED,
+                                   "line %d: unsupported form of set (filtered block set?)", line),
                        NULL;
             }
         }
     } else if (tok_is(t, TK_NAME, "macro")) {
         token *n = cur(P);
-        if (n->type != TK_NAME) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a macro name", line), NULL;
+        if (n->type != TK_NAME)
+            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a macro name", line), NULL;
         advance(P);
         e = new_node(P, S_MACRO, line);
         if (!e || expect_op(P, "(")) return NULL;
-        e->name = n->p; e->nlen = n->n;
+        e->name = n->p;
+        e->nlen = n->n;
         while (!is_op(P, ")")) {
             if (e->names.n && expect_op(P, ",")) return NULL;
             token *pn = cur(P);
-            if (pn->type != TK_NAME) return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a parameter name", line), NULL;
+            if (pn->type != TK_NAME)
+                return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: expected a parameter name", line),
+                       NULL;
             advance(P);
             jnode *def = NULL;
-            if (is_op(P, "=")) { advance(P); if (!(def = p_expr(P, 1))) return NULL; }
+            if (is_op(P, "=")) {
+                advance(P);
+                if (!(def = p_expr(P, 1))) return NULL;
+            }
             if (sl_push(P, &e->names, pn->p, pn->n) || nl_push(P, &e->kwv, def)) return NULL;
         }
         advance(P);
@@ -658,7 +790,9 @@ static jnode *p_stmt(parser *P) {
         advance(P);
     } else if (tok_is(t, TK_NAME, "break") || tok_is(t, TK_NAME, "continue")) {
         if (!P->loop_depth)
-            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: '%.*s' outside a for loop", line, (int)t->n, t->p), NULL;
+            return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: '%.*s' outside a for loop", line,
+                               (int)t->n, t->p),
+                   NULL;
         e = new_node(P, tok_is(t, TK_NAME, "break") ? S_BREAK : S_CONTINUE, line);
     } else if (tok_is(t, TK_NAME, "generation")) {
         /* HF's AssistantTracker: marks assistant text, renders its body */
@@ -666,7 +800,9 @@ static jnode *p_stmt(parser *P) {
         if (!e || expect_block_end(P) || p_body(P, &e->body, END_GEN)) return NULL;
         advance(P);
     } else {
-        return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported tag '%.*s'", line, (int)t->n, t->p), NULL;
+        return jinja__perr(P, line, CK_EUNSUPPORTED, "line %d: unsupported tag '%.*s'", line, (int)t->n,
+                           t->p),
+               NULL;
     }
     if (!e || expect_block_end(P)) return NULL;
     return e;
@@ -684,14 +820,17 @@ static int p_body(parser *P, nlist *body, const char *const *ends) {
             if (!ends) break;
             int last = 0;
             while (ends[last + 1]) last++;
-            jinja__perr(P, open_line, CK_EUNSUPPORTED, "line %d: missing {%% %s %%} for the block opened here", open_line,
-                        ends[last]);
+            jinja__perr(P, open_line, CK_EUNSUPPORTED,
+                        "line %d: missing {%% %s %%} for the block opened here", open_line, ends[last]);
             break;
         }
         if (t->type == TK_DATA) {
             advance(P);
             jinja_value *v = jinja__jv_str_plain(t->p, t->n);
-            if (!v) { jinja__perr(P, t->line, CK_ENOMEM, "%s: out of memory", __func__); break; }
+            if (!v) {
+                jinja__perr(P, t->line, CK_ENOMEM, "%s: out of memory", __func__);
+                break;
+            }
             if (!(e = lit_node(P, t->line, v))) break;
             e->kind = S_TEXT;
         } else if (t->type == TK_VAR_B) {
@@ -700,26 +839,31 @@ static int p_body(parser *P, nlist *body, const char *const *ends) {
             if (!e || !(e->a = p_expr(P, 1))) break;
             if (cur(P)->type != TK_VAR_E) {
                 char b[64];
-                jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: expected '}}', found %s", cur(P)->line,
-                            tok_desc(cur(P), b, sizeof b));
+                jinja__perr(P, cur(P)->line, CK_EUNSUPPORTED, "line %d: expected '}}', found %s",
+                            cur(P)->line, tok_desc(cur(P), b, sizeof b));
                 break;
             }
             advance(P);
         } else if (t->type == TK_BLK_B) {
             token *n = peek(P, 1);
-            if (ends && n->type == TK_NAME && jinja__table_find(ends, n->p, n->n) >= 0) { advance(P); break; }
+            if (ends && n->type == TK_NAME && jinja__table_find(ends, n->p, n->n) >= 0) {
+                advance(P);
+                break;
+            }
             if (n->type == TK_NAME &&
                 (tok_is(n, TK_NAME, "endif") || tok_is(n, TK_NAME, "endfor") || tok_is(n, TK_NAME, "elif") ||
-                 tok_is(n, TK_NAME, "else") || tok_is(n, TK_NAME, "endset") || tok_is(n, TK_NAME, "endmacro") ||
-                 tok_is(n, TK_NAME, "endgeneration"))) {
-                jinja__perr(P, n->line, CK_EUNSUPPORTED, "line %d: unexpected '%.*s'", n->line, (int)n->n, n->p);
+                 tok_is(n, TK_NAME, "else") || tok_is(n, TK_NAME, "endset") ||
+                 tok_is(n, TK_NAME, "endmacro") || tok_is(n, TK_NAME, "endgeneration"))) {
+                jinja__perr(P, n->line, CK_EUNSUPPORTED, "line %d: unexpected '%.*s'", n->line, (int)n->n,
+                            n->p);
                 break;
             }
             advance(P);
             if (!(e = p_stmt(P))) break;
         } else {
             char b[64];
-            jinja__perr(P, t->line, CK_EUNSUPPORTED, "line %d: unexpected %s", t->line, tok_desc(t, b, sizeof b));
+            jinja__perr(P, t->line, CK_EUNSUPPORTED, "line %d: unexpected %s", t->line,
+                        tok_desc(t, b, sizeof b));
             break;
         }
         if (nl_push(P, body, e)) break;
@@ -732,8 +876,14 @@ void jinja_template_free(jinja_template *t) {
     if (!t) return;
     for (size_t i = 0; i < t->n_nodes; i++) {
         jnode *e = t->nodes[i];
-        free(e->args.v); free(e->kwv.v); free(e->body.v); free(e->els.v);
-        free(e->kw.v); free(e->kw.len); free(e->names.v); free(e->names.len);
+        free(e->args.v);
+        free(e->kwv.v);
+        free(e->body.v);
+        free(e->els.v);
+        free(e->kw.v);
+        free(e->kw.len);
+        free(e->names.v);
+        free(e->names.len);
         free(e);
     }
     free(t->nodes);
@@ -746,7 +896,8 @@ void jinja_template_free(jinja_template *t) {
     free(t);
 }
 
-int jinja_parse(const char *src, size_t len, const jinja_limits *limits, jinja_template **out, jinja_error *err) {
+int jinja_parse(const char *src, size_t len, const jinja_limits *limits, jinja_template **out,
+                jinja_error *err) {
     jinja__clear_err(err);
     if (out) *out = NULL;
     parser P = {0};
@@ -758,21 +909,30 @@ int jinja_parse(const char *src, size_t len, const jinja_limits *limits, jinja_t
     }
     jinja_template *t = calloc(1, sizeof *t);
     if (!t) return jinja__perr(&P, 0, CK_ENOMEM, "%s: out of memory", __func__);
-    if (limits) t->lim = *limits;
-    else jinja_limits_default(&t->lim);
+    if (limits)
+        t->lim = *limits;
+    else
+        jinja_limits_default(&t->lim);
     P.t = t;
     if (len > t->lim.max_template) {
-        jinja__perr(&P, 0, CK_ETOOLONG, "%s: template of %zu bytes is over the limit of %zu", __func__, len, t->lim.max_template);
+        jinja__perr(&P, 0, CK_ETOOLONG, "%s: template of %zu bytes is over the limit of %zu", __func__, len,
+                    t->lim.max_template);
         goto fail;
     }
     /* newlines normalised to \n; one trailing newline dropped (Jinja's
      * keep_trailing_newline=False) */
     t->src = malloc(len + 1);
-    if (!t->src) { jinja__perr(&P, 0, CK_ENOMEM, "%s: out of memory", __func__); goto fail; }
+    if (!t->src) {
+        jinja__perr(&P, 0, CK_ENOMEM, "%s: out of memory", __func__);
+        goto fail;
+    }
     size_t j = 0;
     for (size_t i = 0; i < len; i++) {
-        if (src[i] == '\r') { t->src[j++] = '\n'; if (i + 1 < len && src[i + 1] == '\n') i++; }
-        else t->src[j++] = src[i];
+        if (src[i] == '\r') {
+            t->src[j++] = '\n';
+            if (i + 1 < len && src[i + 1] == '\n') i++;
+        } else
+            t->src[j++] = src[i];
     }
     if (j && t->src[j - 1] == '\n') j--;
     t->src[j] = 0;

@@ -15,7 +15,8 @@ static const char *kind_of(int code) {
     case CK_EUNSUPPORTED: return jinja__k_unsup;
     case CK_EINVAL: return jinja__k_raise;
     case CK_ENOMEM: return jinja__k_nomem;
-    case CK_ERANGE: case CK_ETOOLONG: return jinja__k_limit;
+    case CK_ERANGE:
+    case CK_ETOOLONG: return jinja__k_limit;
     default: return jinja__k_error;
     }
 }
@@ -34,7 +35,8 @@ static int charge(rctx *R, int line, size_t n) {
     if (R->failed) return R->failed;
     if (n > R->lim->max_alloc - R->alloc || R->alloc > R->lim->max_alloc) {
         R->alloc = R->lim->max_alloc;
-        jinja__rerr(R, line, CK_ERANGE, "line %d: the render made more than %zu bytes of values", line, R->lim->max_alloc);
+        jinja__rerr(R, line, CK_ERANGE, "line %d: the render made more than %zu bytes of values", line,
+                    R->lim->max_alloc);
         return R->failed;
     }
     R->alloc += n;
@@ -43,7 +45,8 @@ static int charge(rctx *R, int line, size_t n) {
 
 int jinja__sb_fail(rctx *R, int line, int rc) {
     if (rc == CK_ETOOLONG)
-        jinja__rerr(R, line, CK_ETOOLONG, "line %d: text longer than the limit of %zu bytes", line, R->lim->max_output);
+        jinja__rerr(R, line, CK_ETOOLONG, "line %d: text longer than the limit of %zu bytes", line,
+                    R->lim->max_output);
     else if (rc)
         jinja__rerr(R, line, CK_ENOMEM, "line %d: out of memory", line);
     return R->failed;
@@ -55,7 +58,9 @@ sbuf jinja__sb_for(rctx *R) {
     return b;
 }
 
-jinja_value *jinja__nomem(rctx *R, int line) { return jinja__rerr(R, line, CK_ENOMEM, "line %d: out of memory", line); }
+jinja_value *jinja__nomem(rctx *R, int line) {
+    return jinja__rerr(R, line, CK_ENOMEM, "line %d: out of memory", line);
+}
 
 jinja_value *jinja__rstr(rctx *R, int line, const char *s, size_t n) {
     if (n > R->lim->max_output) {
@@ -70,10 +75,24 @@ jinja_value *jinja__rstr(rctx *R, int line, const char *s, size_t n) {
 /* The buffer's bytes and provenance become the string (b is emptied, also
  * on failure). */
 jinja_value *jinja__sb_take(rctx *R, int line, sbuf *b) {
-    if (charge(R, line, b->n + 2 * b->nsp * sizeof(size_t) + sizeof(jinja_value))) { jinja__sb_free(b); return NULL; }
+    if (charge(R, line, b->n + 2 * b->nsp * sizeof(size_t) + sizeof(jinja_value))) {
+        jinja__sb_free(b);
+        return NULL;
+    }
     jinja_value *v = jinja__jv_new(JV_STR);
-    if (!v) { jinja__sb_free(b); return jinja__nomem(R, line); }
-    if (!b->p) { b->p = malloc(1); if (!b->p) { free(v); jinja__sb_free(b); return jinja__nomem(R, line); } b->p[0] = 0; }
+    if (!v) {
+        jinja__sb_free(b);
+        return jinja__nomem(R, line);
+    }
+    if (!b->p) {
+        b->p = malloc(1);
+        if (!b->p) {
+            free(v);
+            jinja__sb_free(b);
+            return jinja__nomem(R, line);
+        }
+        b->p[0] = 0;
+    }
     v->u.s.s = b->p;
     v->u.s.n = b->n;
     v->u.s.sp = b->sp;
@@ -89,7 +108,11 @@ jinja_value *jinja__rsub(rctx *R, int line, const jinja_value *v, size_t off, si
     if (!v->u.s.nsp) return jinja__rstr(R, line, v->u.s.s + off, len);
     sbuf b = jinja__sb_for(R);
     int rc = jinja__sb_addv(&b, v, off, len);
-    if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+    if (rc) {
+        jinja__sb_free(&b);
+        jinja__sb_fail(R, line, rc);
+        return NULL;
+    }
     return jinja__sb_take(R, line, &b);
 }
 
@@ -98,7 +121,10 @@ jinja_value *jinja__rkey(rctx *R, int line, const jinja_value *d, size_t i) {
     jinja_value *k = jinja__rstr(R, line, d->u.d.k[i], d->u.d.kn[i]);
     if (k && d->dkeys && k->u.s.n) {
         k->u.s.sp = malloc(2 * sizeof *k->u.s.sp);
-        if (!k->u.s.sp) { jinja_release(k); return jinja__nomem(R, line); }
+        if (!k->u.s.sp) {
+            jinja_release(k);
+            return jinja__nomem(R, line);
+        }
         k->u.s.sp[0] = 0;
         k->u.s.sp[1] = k->u.s.n;
         k->u.s.nsp = 1;
@@ -116,7 +142,8 @@ int jinja__jv_tainted(const jinja_value *v, int depth) {
         for (size_t i = 0; i < v->u.l.n; i++)
             if (jinja__jv_tainted(v->u.l.v[i], depth + 1)) return 1;
         return 0;
-    case JV_DICT: case JV_NS:
+    case JV_DICT:
+    case JV_NS:
         if (v->dkeys) return 1;
         for (size_t i = 0; i < v->u.d.n; i++)
             if (jinja__jv_tainted(v->u.d.v[i], depth + 1)) return 1;
@@ -150,7 +177,10 @@ jinja_value *jinja__rundef(rctx *R, int line, const char *name, size_t n) {
     if (v && name && n) {
         if (n > 64) n = 64;
         v->u.s.s = malloc(n + 1);
-        if (!v->u.s.s) { jinja_release(v); return jinja__nomem(R, line); }
+        if (!v->u.s.s) {
+            jinja_release(v);
+            return jinja__nomem(R, line);
+        }
         memcpy(v->u.s.s, name, n);
         v->u.s.s[n] = 0;
         v->u.s.n = n;
@@ -160,20 +190,32 @@ jinja_value *jinja__rundef(rctx *R, int line, const char *name, size_t n) {
 /* Takes item (also on failure). */
 int jinja__rpush(rctx *R, int line, jinja_value *list, jinja_value *item) {
     if (!item) return R->failed ? R->failed : CK_ENOMEM;
-    if (charge(R, line, 2 * sizeof(void *))) { jinja_release(item); return R->failed; }
-    if (jinja_list_append(list, item)) { jinja__nomem(R, line); return R->failed; }
+    if (charge(R, line, 2 * sizeof(void *))) {
+        jinja_release(item);
+        return R->failed;
+    }
+    if (jinja_list_append(list, item)) {
+        jinja__nomem(R, line);
+        return R->failed;
+    }
     return 0;
 }
 int jinja__rset(rctx *R, int line, jinja_value *d, const char *k, size_t kn, jinja_value *v) {
     if (!v) return R->failed ? R->failed : CK_ENOMEM;
-    if (charge(R, line, kn + 4 * sizeof(void *))) { jinja_release(v); return R->failed; }
-    if (jinja_dict_set(d, k, kn, v)) { jinja__nomem(R, line); return R->failed; }
+    if (charge(R, line, kn + 4 * sizeof(void *))) {
+        jinja_release(v);
+        return R->failed;
+    }
+    if (jinja_dict_set(d, k, kn, v)) {
+        jinja__nomem(R, line);
+        return R->failed;
+    }
     return 0;
 }
 
 const char *jinja__type_name(const jinja_value *v) {
-    static const char *const names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list", "dict",
-                                        "Namespace", "function", "macro"};
+    static const char *const names[] = {"undefined", "NoneType", "bool",      "int",      "float", "str",
+                                        "list",      "dict",     "Namespace", "function", "macro"};
     if (v->type == JV_LIST && v->u.l.tuple) return "tuple";
     return names[v->type];
 }
@@ -182,7 +224,8 @@ const char *jinja__undef_name(const jinja_value *v) { return v->u.s.s ? v->u.s.s
 
 int jinja__truthy(const jinja_value *v) {
     switch (v->type) {
-    case JV_UNDEF: case JV_NONE: return 0;
+    case JV_UNDEF:
+    case JV_NONE: return 0;
     case JV_BOOL: return v->u.b;
     case JV_INT: return v->u.i != 0;
     case JV_FLOAT: return v->u.f != 0;
@@ -193,7 +236,9 @@ int jinja__truthy(const jinja_value *v) {
     }
 }
 
-int jinja__is_num(const jinja_value *v) { return v->type == JV_INT || v->type == JV_BOOL || v->type == JV_FLOAT; }
+int jinja__is_num(const jinja_value *v) {
+    return v->type == JV_INT || v->type == JV_BOOL || v->type == JV_FLOAT;
+}
 double jinja__num_f(const jinja_value *v) {
     return v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
@@ -211,16 +256,25 @@ static int repr_str(sbuf *b, const char *s, size_t n) {
     while (rc == 0 && i < n) {
         unsigned c = jinja__utf8_dec((const unsigned char *)s, i, n, &len);
         char e[16];
-        if (c == (unsigned)q || c == '\\') { e[0] = '\\'; e[1] = (char)c; rc = jinja__sb_add(b, e, 2); }
-        else if (c == '\n') rc = jinja__sb_add(b, "\\n", 2);
-        else if (c == '\r') rc = jinja__sb_add(b, "\\r", 2);
-        else if (c == '\t') rc = jinja__sb_add(b, "\\t", 2);
-        else if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) { snprintf(e, sizeof e, "\\x%02x", c); rc = jinja__sb_cstr(b, e); }
-        else if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) || c == 0x205f ||
-                 (c >= 0x2060 && c <= 0x2064) || c == 0x3000 || c == 0xfeff) {
+        if (c == (unsigned)q || c == '\\') {
+            e[0] = '\\';
+            e[1] = (char)c;
+            rc = jinja__sb_add(b, e, 2);
+        } else if (c == '\n')
+            rc = jinja__sb_add(b, "\\n", 2);
+        else if (c == '\r')
+            rc = jinja__sb_add(b, "\\r", 2);
+        else if (c == '\t')
+            rc = jinja__sb_add(b, "\\t", 2);
+        else if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) {
+            snprintf(e, sizeof e, "\\x%02x", c);
+            rc = jinja__sb_cstr(b, e);
+        } else if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
+                   c == 0x205f || (c >= 0x2060 && c <= 0x2064) || c == 0x3000 || c == 0xfeff) {
             snprintf(e, sizeof e, "\\u%04x", c);
             rc = jinja__sb_cstr(b, e);
-        } else rc = jinja__sb_add(b, s + i, len);
+        } else
+            rc = jinja__sb_add(b, s + i, len);
         i += len;
     }
     return rc ? rc : jinja__sb_ch(b, q);
@@ -237,7 +291,8 @@ int jinja__py_str(rctx *R, sbuf *b, const jinja_value *v, int depth) {
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", v->u.i); return jinja__sb_cstr(b, tmp);
     case JV_FLOAT: jinja__py_float(v->u.f, tmp, sizeof tmp); return jinja__sb_cstr(b, tmp);
     case JV_STR: return jinja__sb_addv(b, v, 0, v->u.s.n);
-    case JV_FUNC: case JV_MACRO: return jinja__sb_cstr(b, "<function>");
+    case JV_FUNC:
+    case JV_MACRO: return jinja__sb_cstr(b, "<function>");
     default: return py_repr(R, b, v, depth);
     }
 }
@@ -262,7 +317,8 @@ static int py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth) {
         }
         if (rc == 0 && v->u.l.tuple && v->u.l.n == 1) rc = jinja__sb_ch(b, ',');
         return rc ? rc : jinja__sb_ch(b, v->u.l.tuple ? ')' : ']');
-    case JV_DICT: case JV_NS:
+    case JV_DICT:
+    case JV_NS:
         rc = v->type == JV_NS ? jinja__sb_cstr(b, "<Namespace {") : jinja__sb_ch(b, '{');
         for (size_t i = 0; rc == 0 && i < v->u.d.n; i++) {
             if (i) rc = jinja__sb_add(b, ", ", 2);
@@ -282,7 +338,11 @@ jinja_value *jinja__to_strv(rctx *R, int line, jinja_value *v) {
     if (v->type == JV_STR) return jinja__jv_ref(v);
     sbuf b = jinja__sb_for(R);
     int rc = jinja__py_str(R, &b, v, 0);
-    if (rc) { jinja__sb_free(&b); jinja__sb_fail(R, line, rc); return NULL; }
+    if (rc) {
+        jinja__sb_free(&b);
+        jinja__sb_fail(R, line, rc);
+        return NULL;
+    }
     return jinja__sb_take(R, line, &b);
 }
 
@@ -387,7 +447,8 @@ int jinja__json_dump(rctx *R, int line, sbuf *b, const jinja_value *v, const jop
         return rc ? rc : jinja__sb_ch(b, '}');
     }
     default:
-        jinja__rerr(R, line, CK_EFORMAT, "line %d: tojson: object of type %s is not JSON serializable", line, jinja__type_name(v));
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: tojson: object of type %s is not JSON serializable", line,
+                    jinja__type_name(v));
         return R->failed;
     }
 }
@@ -398,7 +459,10 @@ int jinja__json_dump(rctx *R, int line, sbuf *b, const jinja_value *v, const jop
  * float and bool; lists and dicts by content; an undefined equals only an
  * undefined. */
 int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth) {
-    if (depth > R->max_depth) { jinja__rerr(R, 0, CK_ERANGE, "values nested deeper than %d", R->max_depth); return -1; }
+    if (depth > R->max_depth) {
+        jinja__rerr(R, 0, CK_ERANGE, "values nested deeper than %d", R->max_depth);
+        return -1;
+    }
     if (a == b) return 1;
     if (jinja__is_num(a) && jinja__is_num(b)) {
         if (a->type != JV_FLOAT && b->type != JV_FLOAT) return jinja__num_i(a) == jinja__num_i(b);
@@ -406,7 +470,8 @@ int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth)
     }
     if (a->type != b->type) return 0;
     switch (a->type) {
-    case JV_UNDEF: case JV_NONE: return 1;
+    case JV_UNDEF:
+    case JV_NONE: return 1;
     case JV_STR: return a->u.s.n == b->u.s.n && memcmp(a->u.s.s, b->u.s.s, a->u.s.n) == 0;
     case JV_LIST:
         if (a->u.l.n != b->u.l.n || a->u.l.tuple != b->u.l.tuple) return 0;
@@ -447,8 +512,8 @@ int jinja__py_order(rctx *R, int line, int op, const jinja_value *a, const jinja
         c = memcmp(a->u.s.s, b->u.s.s, n);
         if (c == 0) c = a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n;
     } else {
-        jinja__rerr(R, line, CK_EFORMAT, "line %d: '<' not supported between instances of '%s' and '%s'", line, jinja__type_name(a),
-                    jinja__type_name(b));
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: '<' not supported between instances of '%s' and '%s'",
+                    line, jinja__type_name(a), jinja__type_name(b));
         return -1;
     }
     switch (op) {
@@ -464,8 +529,8 @@ int jinja__py_in(rctx *R, int line, const jinja_value *needle, const jinja_value
     switch (hay->type) {
     case JV_STR: {
         if (needle->type != JV_STR) {
-            jinja__rerr(R, line, CK_EFORMAT, "line %d: 'in <string>' requires string as left operand, not %s", line,
-                        jinja__type_name(needle));
+            jinja__rerr(R, line, CK_EFORMAT, "line %d: 'in <string>' requires string as left operand, not %s",
+                        line, jinja__type_name(needle));
             return -1;
         }
         size_t n = needle->u.s.n, h = hay->u.s.n;
@@ -480,11 +545,12 @@ int jinja__py_in(rctx *R, int line, const jinja_value *needle, const jinja_value
             if (e) return e;
         }
         return 0;
-    case JV_DICT: case JV_NS:
-        return needle->type == JV_STR && jinja__dict_find(hay, needle->u.s.s, needle->u.s.n) >= 0;
+    case JV_DICT:
+    case JV_NS: return needle->type == JV_STR && jinja__dict_find(hay, needle->u.s.s, needle->u.s.n) >= 0;
     case JV_UNDEF: return 0;
     default:
-        jinja__rerr(R, line, CK_EFORMAT, "line %d: argument of type '%s' is not iterable", line, jinja__type_name(hay));
+        jinja__rerr(R, line, CK_EFORMAT, "line %d: argument of type '%s' is not iterable", line,
+                    jinja__type_name(hay));
         return -1;
     }
 }

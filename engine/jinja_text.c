@@ -28,14 +28,25 @@ unsigned jinja__utf8_dec(const unsigned char *s, size_t i, size_t n, size_t *len
 }
 
 size_t jinja__utf8_enc(unsigned cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
     if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
         return 3;
     }
-    o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
     return 4;
 }
 
@@ -51,7 +62,10 @@ int jinja__py_space(unsigned c) {
 size_t jinja__utf8_prev(const char *s, size_t start, size_t end) {
     size_t i = end - 1;
     int back = 0;
-    while (i > start && back < 3 && ((unsigned char)s[i] & 0xc0) == 0x80) { i--; back++; }
+    while (i > start && back < 3 && ((unsigned char)s[i] & 0xc0) == 0x80) {
+        i--;
+        back++;
+    }
     size_t len;
     jinja__utf8_dec((const unsigned char *)s, i, end, &len);
     return i + len == end ? i : end - 1;
@@ -77,14 +91,21 @@ size_t jinja__skip_space_back(const char *s, size_t start, size_t end) {
 
 size_t jinja__utf8_count(const char *s, size_t n) {
     size_t c = 0, i = 0, len;
-    while (i < n) { jinja__utf8_dec((const unsigned char *)s, i, n, &len); i += len; c++; }
+    while (i < n) {
+        jinja__utf8_dec((const unsigned char *)s, i, n, &len);
+        i += len;
+        c++;
+    }
     return c;
 }
 
 /* Byte offset of code point `cp` (cp <= count). */
 size_t jinja__utf8_offset(const char *s, size_t n, size_t cp) {
     size_t i = 0, len;
-    while (cp-- && i < n) { jinja__utf8_dec((const unsigned char *)s, i, n, &len); i += len; }
+    while (cp-- && i < n) {
+        jinja__utf8_dec((const unsigned char *)s, i, n, &len);
+        i += len;
+    }
     return i;
 }
 
@@ -144,8 +165,10 @@ int jinja__sb_addv(sbuf *b, const jinja_value *v, size_t off, size_t len) {
     /* the first span that ends after off: spans are sorted */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (v->u.s.sp[2 * mid + 1] <= off) lo = mid + 1;
-        else hi = mid;
+        if (v->u.s.sp[2 * mid + 1] <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     for (size_t k = lo; rc == 0 && k < v->u.s.nsp && v->u.s.sp[2 * k] < end; k++) {
         size_t a = v->u.s.sp[2 * k], z = v->u.s.sp[2 * k + 1];
@@ -160,9 +183,18 @@ int jinja__sb_taint_from(sbuf *b, size_t from, int tainted) { return tainted ? s
 
 /* Python's repr() of a float (also str() and json.dumps of one). */
 void jinja__py_float(double d, char *out, size_t outsz) {
-    if (isnan(d)) { snprintf(out, outsz, "nan"); return; }
-    if (isinf(d)) { snprintf(out, outsz, d < 0 ? "-inf" : "inf"); return; }
-    if (d == 0) { snprintf(out, outsz, signbit(d) ? "-0.0" : "0.0"); return; }
+    if (isnan(d)) {
+        snprintf(out, outsz, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        snprintf(out, outsz, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (d == 0) {
+        snprintf(out, outsz, signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
     char tmp[48];
     int prec;
     for (prec = 1; prec <= 17; prec++) {
@@ -173,7 +205,10 @@ void jinja__py_float(double d, char *out, size_t outsz) {
     char digits[24] = {0}; /* every byte read is written first; zeroed for cppcheck */
     int nd = 0, neg = 0;
     const char *p = tmp;
-    if (*p == '-') { neg = 1; p++; }
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
     for (; *p && *p != 'e'; p++)
         if (*p >= '0' && *p <= '9' && nd < 20) digits[nd++] = *p;
     int ex = *p == 'e' ? atoi(p + 1) : 0;
@@ -181,23 +216,35 @@ void jinja__py_float(double d, char *out, size_t outsz) {
     digits[nd] = 0;
     char *o = out;
     size_t left = outsz;
-#define PUT_(c) do { if (left > 1) { *o++ = (c); left--; } } while (0)
+#define PUT_(c)         \
+    do {                \
+        if (left > 1) { \
+            *o++ = (c); \
+            left--;     \
+        }               \
+    } while (0)
     if (neg) PUT_('-');
     if (ex >= -4 && ex < 16) {
         if (ex >= 0) {
             for (int i = 0; i <= ex; i++) PUT_(i < nd ? digits[i] : '0');
             PUT_('.');
-            if (nd > ex + 1) for (int i = ex + 1; i < nd; i++) PUT_(digits[i]);
-            else PUT_('0');
+            if (nd > ex + 1)
+                for (int i = ex + 1; i < nd; i++) PUT_(digits[i]);
+            else
+                PUT_('0');
         } else {
-            PUT_('0'); PUT_('.');
+            PUT_('0');
+            PUT_('.');
             for (int i = 0; i < -ex - 1; i++) PUT_('0');
             for (int i = 0; i < nd; i++) PUT_(digits[i]);
         }
         *o = 0;
     } else {
         PUT_(digits[0]);
-        if (nd > 1) { PUT_('.'); for (int i = 1; i < nd; i++) PUT_(digits[i]); }
+        if (nd > 1) {
+            PUT_('.');
+            for (int i = 1; i < nd; i++) PUT_(digits[i]);
+        }
         *o = 0;
         size_t used = (size_t)(o - out);
         snprintf(o, outsz - used, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);

@@ -32,20 +32,20 @@ static inline int kv_default_block_size(int ctx) {
 }
 
 enum {
-    KV_TIER_EMPTY = 0, /* not yet written */
-    KV_TIER_HOT = 1,   /* in a pool block, visible to attention */
-    KV_TIER_WARM = 2,  /* in host memory (tier.h), invisible until recalled */
-    KV_TIER_COLD = 3,  /* in the cold store, invisible until recalled */
-    KV_TIER_DROPPED = 4/* gone for good (policy without tiers, or store failure) */
+    KV_TIER_EMPTY = 0,  /* not yet written */
+    KV_TIER_HOT = 1,    /* in a pool block, visible to attention */
+    KV_TIER_WARM = 2,   /* in host memory (tier.h), invisible until recalled */
+    KV_TIER_COLD = 3,   /* in the cold store, invisible until recalled */
+    KV_TIER_DROPPED = 4 /* gone for good (policy without tiers, or store failure) */
 };
 
 typedef struct kv_pool {
-    int n_blocks;       /* capacity */
-    int block_size;     /* tokens per block */
+    int n_blocks;   /* capacity */
+    int block_size; /* tokens per block */
     int n_free;
-    int32_t *free_stack;/* (n_blocks) free block ids; top at n_free - 1 */
-    int32_t *owner;     /* (n_blocks) owning sequence id, KV_NONE when free */
-    int32_t *logical;   /* (n_blocks) logical index in the owner's table */
+    int32_t *free_stack; /* (n_blocks) free block ids; top at n_free - 1 */
+    int32_t *owner;      /* (n_blocks) owning sequence id, KV_NONE when free */
+    int32_t *logical;    /* (n_blocks) logical index in the owner's table */
 } kv_pool;
 
 int kv_pool_init(kv_pool *p, int n_blocks, int block_size);
@@ -59,7 +59,7 @@ int kv_pool_release(kv_pool *p, int block);
 static inline int kv_pool_used(const kv_pool *p) { return p->n_blocks - p->n_free; }
 
 typedef struct kv_seq {
-    int id;             /* owner id written into the pool */
+    int id; /* owner id written into the pool */
     int block_size;
     int max_blocks;     /* capacity of the tables (context / block_size, rounded up) */
     int n_blocks;       /* logical blocks in use: ceil(n_tokens / block_size) */

@@ -16,7 +16,8 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 size_t kvm_host_bytes(size_t block_bytes, size_t block8_bytes, size_t staging_bytes) {
     int batch = mv_batch_for(staging_bytes, block_bytes);
-    return block_bytes + (block8_bytes ? block8_bytes : 1) + 2 * mv_staging_bytes(batch, block_bytes, block8_bytes);
+    return block_bytes + (block8_bytes ? block8_bytes : 1) +
+           2 * mv_staging_bytes(batch, block_bytes, block8_bytes);
 }
 
 int kvm_init(kvm *k, const kvm_config *c, char *err, size_t errlen) {
@@ -184,8 +185,10 @@ int kvm_resume(kvm *k, kv_seq *s, uint8_t *moved) {
         if (!moved[j]) continue;
         tier *t = moved[j] == MOVED_INT8 ? k->warm8 : k->warm;
         if (s->tier[j] == KV_TIER_COLD) {
-            if (tier_fetch(t, s, j)) lost_any = 1, moved[j] = MOVED_NONE;
-            else busy = 1; /* arrives warm during a later tier_poll */
+            if (tier_fetch(t, s, j))
+                lost_any = 1, moved[j] = MOVED_NONE;
+            else
+                busy = 1; /* arrives warm during a later tier_poll */
             continue;
         }
         if (s->tier[j] != KV_TIER_WARM) {

@@ -35,8 +35,8 @@ struct pfx;
 enum { KVM_NO_ROOM = 0, KVM_PLACED = 1 };
 
 typedef struct kvm_config {
-    struct backend *b;        /* borrowed */
-    int n_blocks;             /* hot pool blocks (f32; the int8 pool has as many) */
+    struct backend *b; /* borrowed */
+    int n_blocks;      /* hot pool blocks (f32; the int8 pool has as many) */
     int block_size;
     size_t warm_budget_bytes; /* each warm tier (0 = tier_config_default's) */
     cold_store *cold;         /* borrowed; NULL = no cold tier */

@@ -31,18 +31,18 @@
 
 struct kvpol {
     kvpol_config c;
-    mover *mv;        /* executes the plans (NULL: a planner) */
-    int own_mv;       /* kvpol_new made it */
-    kv_pool *pool;    /* the hot pool (the breaker reads its use) */
-    int int8;         /* hot blocks outside the tail become int8 */
-    int has_tier;     /* demoted blocks can go warm */
+    mover *mv;     /* executes the plans (NULL: a planner) */
+    int own_mv;    /* kvpol_new made it */
+    kv_pool *pool; /* the hot pool (the breaker reads its use) */
+    int int8;      /* hot blocks outside the tail become int8 */
+    int has_tier;  /* demoted blocks can go warm */
     int vocab;
     int max_blocks;
-    int32_t *order;   /* (max_blocks) candidates, ranked */
-    float *rank;      /* (max_blocks) */
-    uint8_t *want;    /* (max_blocks) target hot set */
+    int32_t *order;       /* (max_blocks) candidates, ranked */
+    float *rank;          /* (max_blocks) */
+    uint8_t *want;        /* (max_blocks) target hot set */
     int32_t *demote, *up; /* (max_blocks) the plan's lists */
-    uint8_t *up_op;   /* (max_blocks) */
+    uint8_t *up_op;       /* (max_blocks) */
     kv_plan plan;
     /* per-sequence state (kvpol_begin resets it) */
     float budget;
@@ -83,26 +83,36 @@ void kvpol_config_default(kvpol_config *c, int kind) {
     c->breaker_release = 0.75f;
 }
 
-static int parse_param(kvpol_config *c, const char *k, size_t kl, const char *v, char *err,
-                       size_t errlen) {
+static int parse_param(kvpol_config *c, const char *k, size_t kl, const char *v, char *err, size_t errlen) {
     char *end;
     double x = strtod(v, &end);
     int is_num = end != v && (*end == 0 || *end == ',');
 #define KEY(name) (kl == strlen(name) && !strncmp(k, name, kl))
     if (KEY("thresholds")) {
-        if (!strncmp(v, "adaptive", 8)) c->adaptive = 1;
-        else if (!strncmp(v, "fixed", 5)) c->adaptive = 0;
-        else goto bad;
+        if (!strncmp(v, "adaptive", 8))
+            c->adaptive = 1;
+        else if (!strncmp(v, "fixed", 5))
+            c->adaptive = 0;
+        else
+            goto bad;
         return 0;
     }
     if (KEY("cache_compression")) {
-        if (!strncmp(v, "on", 2) || !strncmp(v, "1", 1) || !strncmp(v, "true", 4)) c->cache_compression = 1;
-        else if (!strncmp(v, "off", 3) || !strncmp(v, "0", 1) || !strncmp(v, "false", 5)) c->cache_compression = 0;
-        else goto bad;
+        if (!strncmp(v, "on", 2) || !strncmp(v, "1", 1) || !strncmp(v, "true", 4))
+            c->cache_compression = 1;
+        else if (!strncmp(v, "off", 3) || !strncmp(v, "0", 1) || !strncmp(v, "false", 5))
+            c->cache_compression = 0;
+        else
+            goto bad;
         return 0;
     }
     if (!is_num) goto bad;
-    struct { const char *n; int *i; float *f; double lo, hi; } t[] = {
+    struct {
+        const char *n;
+        int *i;
+        float *f;
+        double lo, hi;
+    } t[] = {
         {"budget", &c->budget, NULL, 1, 1 << 24},
         {"sink_tokens", &c->sink_tokens, NULL, 0, 1 << 16},
         {"recent_window", &c->recent_window, NULL, 0, 1 << 24},
@@ -129,8 +139,10 @@ static int parse_param(kvpol_config *c, const char *k, size_t kl, const char *v,
             snprintf(err, errlen, "%s = %g is outside %g..%g", t[i].n, x, t[i].lo, t[i].hi);
             return CK_EINVAL;
         }
-        if (t[i].i) *t[i].i = (int)x;
-        else *t[i].f = (float)x;
+        if (t[i].i)
+            *t[i].i = (int)x;
+        else
+            *t[i].f = (float)x;
         return 0;
     }
 #undef KEY
@@ -142,9 +154,12 @@ bad:
 }
 
 int kvpol_parse(const char *spec, kvpol_config *c, char *err, size_t errlen) {
-    static const struct { const char *name; int kind, int8, needs_n; } kinds[] = {
-        {"full", KVPOL_FULL, 0, 0},   {"window", KVPOL_WINDOW, 0, 1}, {"sinks", KVPOL_SINKS, 0, 1},
-        {"h2o", KVPOL_H2O, 0, 1},     {"conf", KVPOL_CONF, 0, 0},     {"conf-int8", KVPOL_CONF, 1, 0},
+    static const struct {
+        const char *name;
+        int kind, int8, needs_n;
+    } kinds[] = {
+        {"full", KVPOL_FULL, 0, 0}, {"window", KVPOL_WINDOW, 0, 1}, {"sinks", KVPOL_SINKS, 0, 1},
+        {"h2o", KVPOL_H2O, 0, 1},   {"conf", KVPOL_CONF, 0, 0},     {"conf-int8", KVPOL_CONF, 1, 0},
     };
     if (!spec || !*spec) {
         snprintf(err, errlen, "empty policy");
@@ -276,8 +291,7 @@ static int with_mover(const kvpol_config *c, mover *mv, int own, kvpol **out) {
     return CK_OK;
 }
 
-int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, kv_pool *pool8, tier *warm,
-              kvpol **out) {
+int kvpol_new(const kvpol_config *c, backend *b, kv_pool *pool, kv_pool *pool8, tier *warm, kvpol **out) {
     *out = NULL;
     mover *mv;
     int rc = mv_new(b, pool, int8_ok(c, b, pool8) ? pool8 : NULL, warm, 1, &mv);
@@ -440,9 +454,12 @@ static const kv_plan *build_plan(kvpol *p, const kv_seq *s) {
     for (int j = 0; j < s->n_blocks; j++) {
         if (!p->want[j]) continue;
         int int8 = p->int8 && !in_f32_tail(p, s, j), op = 0;
-        if (s->tier[j] == KV_TIER_WARM) op = int8 ? MV_RECALL8 : MV_RECALL;
-        else if (s->tier[j] == KV_TIER_COLD && p->has_tier) op = MV_FETCH;
-        else if (int8 && s->hot[j] != KV_NONE) op = MV_COMPRESS;
+        if (s->tier[j] == KV_TIER_WARM)
+            op = int8 ? MV_RECALL8 : MV_RECALL;
+        else if (s->tier[j] == KV_TIER_COLD && p->has_tier)
+            op = MV_FETCH;
+        else if (int8 && s->hot[j] != KV_NONE)
+            op = MV_COMPRESS;
         if (!op) continue;
         p->up[pl->n_up] = j;
         p->up_op[pl->n_up++] = (uint8_t)op;
@@ -489,8 +506,10 @@ static void update_budget(kvpol *p, const samp_conf *conf) {
     p->dir = dir;
     float old = p->budget;
     if (p->dir_run >= c->hysteresis) {
-        if (dir > 0) p->budget = fminf((float)c->max_size, p->budget / c->scaling_factor);
-        else p->budget = fmaxf((float)c->min_size, p->budget * c->scaling_factor);
+        if (dir > 0)
+            p->budget = fminf((float)c->max_size, p->budget / c->scaling_factor);
+        else
+            p->budget = fmaxf((float)c->min_size, p->budget * c->scaling_factor);
     }
     /* The circuit breaker: a pool nearly full forces minimum budgets. */
     float use = p->pool->n_blocks ? (float)kv_pool_used(p->pool) / (float)p->pool->n_blocks : 0;
@@ -503,8 +522,10 @@ static void update_budget(kvpol *p, const samp_conf *conf) {
     if (p->breaker) p->budget = (float)c->min_size;
     if ((int)p->budget != (int)old) {
         p->st.budget_changes++;
-        if ((int)p->budget > (int)old) p->st.budget_grows++;
-        else p->st.budget_shrinks++;
+        if ((int)p->budget > (int)old)
+            p->st.budget_grows++;
+        else
+            p->st.budget_shrinks++;
     }
     p->st.budget = (int)p->budget;
 }

@@ -44,16 +44,16 @@ void kvpol_config_default(kvpol_config *c, int kind);
 void kvpol_name(const kvpol_config *c, char *buf, size_t cap);
 
 typedef struct kvpol_stats {
-    uint64_t demotions;   /* hot -> warm (or dropped) */
-    uint64_t recalls;     /* warm -> hot */
-    uint64_t drops;       /* blocks lost for good */
-    uint64_t spills;      /* warm -> cold */
+    uint64_t demotions;      /* hot -> warm (or dropped) */
+    uint64_t recalls;        /* warm -> hot */
+    uint64_t drops;          /* blocks lost for good */
+    uint64_t spills;         /* warm -> cold */
     uint64_t budget_changes; /* = budget_grows + budget_shrinks */
     uint64_t budget_grows, budget_shrinks;
     uint64_t breaker_trips;
     uint64_t compressions; /* f32 hot -> int8 hot */
     uint64_t retries;      /* uncertain steps rerun with recalled blocks */
-    int budget;           /* current hot budget, tokens */
+    int budget;            /* current hot budget, tokens */
 } kvpol_stats;
 
 struct backend;
@@ -81,8 +81,8 @@ int kvpol_breaker_engaged(const kvpol *p);
  * (NULL, or a backend without int8 blocks: hot blocks stay f32 and only the
  * warm tier is int8). warm: NULL = demoted blocks are dropped. The policy
  * makes a mover of its own (mv.h) for these. */
-int kvpol_new(const kvpol_config *c, struct backend *b, kv_pool *pool, kv_pool *pool8,
-              struct tier *warm, kvpol **out);
+int kvpol_new(const kvpol_config *c, struct backend *b, kv_pool *pool, kv_pool *pool8, struct tier *warm,
+              kvpol **out);
 /* The same with a shared mover (borrowed; it must outlive the policy): its
  * backend, pools and tier are the policy's. */
 int kvpol_new_mv(const kvpol_config *c, struct mover *mv, kvpol **out);
@@ -91,8 +91,8 @@ int kvpol_new_mv(const kvpol_config *c, struct mover *mv, kvpol **out);
  * int8: hot blocks may be compressed; tiered: a warm tier takes demoted
  * blocks. */
 typedef struct kvpol_geom {
-    int vocab;        /* the model's vocabulary (entropy thresholds scale with it) */
-    int max_blocks;   /* the longest sequence's block table */
+    int vocab;      /* the model's vocabulary (entropy thresholds scale with it) */
+    int max_blocks; /* the longest sequence's block table */
     kv_pool *pool;
     int int8, tiered;
 } kvpol_geom;

@@ -34,7 +34,10 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 int model_config_check(const model_config *c, char *err, size_t errlen) {
-    struct { const char *name; int v, max; } f[] = {
+    struct {
+        const char *name;
+        int v, max;
+    } f[] = {
         {"dim", c->dim, MODEL_MAX_DIM},
         {"hidden_dim", c->hidden_dim, MODEL_MAX_HIDDEN},
         {"n_layers", c->n_layers, MODEL_MAX_LAYERS},
@@ -54,8 +57,7 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
         return CK_EFORMAT;
     }
     if (c->n_heads % c->n_kv_heads) {
-        seterr(err, errlen, "n_heads %d is not a multiple of n_kv_heads %d", c->n_heads,
-               c->n_kv_heads);
+        seterr(err, errlen, "n_heads %d is not a multiple of n_kv_heads %d", c->n_heads, c->n_kv_heads);
         return CK_EFORMAT;
     }
     const int hd = c->head_dim ? c->head_dim : c->dim / c->n_heads;
@@ -120,11 +122,9 @@ static const char *base_name(const char *path) {
  * (L, hidden, dim), w2 (L, dim, hidden), w3 (L, hidden, dim), rms_final (dim),
  * two legacy RoPE tables (seq_len, head_dim / 2) each, then wcls (vocab, dim)
  * when vocab_size was negative. */
-static int load_llama2c(model *m, const char *path, const char *tok_path, char *err,
-                        size_t errlen) {
+static int load_llama2c(model *m, const char *path, const char *tok_path, char *err, size_t errlen) {
     if (m->map_len_ < 7 * sizeof(int32_t)) {
-        seterr(err, errlen, "%s: file too short for a llama2.c header (%zu bytes)", path,
-               m->map_len_);
+        seterr(err, errlen, "%s: file too short for a llama2.c header (%zu bytes)", path, m->map_len_);
         return CK_EFORMAT;
     }
     int32_t h[7];
@@ -152,12 +152,11 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
     uint64_t KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, V = (uint64_t)c->vocab_size;
     uint64_t rope = (uint64_t)c->seq_len * (uint64_t)(c->head_dim / 2);
     /* All factors are bounded above, so these products cannot overflow 64 bits. */
-    uint64_t need = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D +
-                    3 * L * F * D + D + 2 * rope + (m->tied ? 0 : V * D);
+    uint64_t need = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * F * D + D +
+                    2 * rope + (m->tied ? 0 : V * D);
     uint64_t have = (m->map_len_ - 28) / 4;
     if (need > have) {
-        seterr(err, errlen,
-               "%s: truncated llama2.c checkpoint: header needs %llu floats, file has %llu",
+        seterr(err, errlen, "%s: truncated llama2.c checkpoint: header needs %llu floats, file has %llu",
                path, (unsigned long long)need, (unsigned long long)have);
         return CK_EFORMAT;
     }
@@ -166,7 +165,13 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
     /* a llama2.c checkpoint is its header then little-endian floats */
     // cppcheck-suppress invalidPointerCast
     const float *p = (const float *)((const char *)m->map_ + 28);
-#define TAKE(t, count) do { (t).type = QUANT_F32; (t).n = (count); (t).data = p; p += (count); } while (0)
+#define TAKE(t, count)        \
+    do {                      \
+        (t).type = QUANT_F32; \
+        (t).n = (count);      \
+        (t).data = p;         \
+        p += (count);         \
+    } while (0)
     model_tensor emb, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3;
     TAKE(emb, V * D);
     TAKE(rms_att, L * D);
@@ -181,13 +186,19 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
     TAKE(m->out_norm, D);
     p += 2 * rope;
     m->tok_emb = emb;
-    if (m->tied) m->wcls = emb;
-    else TAKE(m->wcls, V * D);
+    if (m->tied)
+        m->wcls = emb;
+    else
+        TAKE(m->wcls, V * D);
 #undef TAKE
     for (uint64_t l = 0; l < L; l++) {
         model_layer *ly = &m->layers[l];
-#define SLICE(dst, src, per) do { (dst).type = QUANT_F32; (dst).n = (per); \
-        (dst).data = (const float *)(src).data + l * (per); } while (0)
+#define SLICE(dst, src, per)                                \
+    do {                                                    \
+        (dst).type = QUANT_F32;                             \
+        (dst).n = (per);                                    \
+        (dst).data = (const float *)(src).data + l * (per); \
+    } while (0)
         SLICE(ly->attn_norm, rms_att, D);
         SLICE(ly->wq, wq, D * D);
         SLICE(ly->wk, wk, KV * D);
@@ -213,8 +224,8 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
 
 /* -------------------------------------------------------------------- GGUF */
 
-static int gguf_int_key(gguf_file *f, const char *key, int required, int dflt, int *out,
-                        const char *path, char *err, size_t errlen) {
+static int gguf_int_key(gguf_file *f, const char *key, int required, int dflt, int *out, const char *path,
+                        char *err, size_t errlen) {
     int64_t v;
     int rc = gguf_get_int(f, key, &v);
     if (rc == CK_ENOTFOUND && !required) {
@@ -247,8 +258,8 @@ static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne
     uint32_t want_dims = ne1 ? 2 : 1;
     int ok = g->n_dims == want_dims && g->ne[0] == ne0 && (ne1 == 0 || g->ne[1] == ne1);
     if (!ok) {
-        seterr(err, errlen, "%s: tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
-               path, name, (unsigned long long)g->ne[0], (unsigned long long)g->ne[1], g->n_dims,
+        seterr(err, errlen, "%s: tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]", path,
+               name, (unsigned long long)g->ne[0], (unsigned long long)g->ne[1], g->n_dims,
                (unsigned long long)ne0, (unsigned long long)(ne1 ? ne1 : 1));
         return CK_EFORMAT;
     }
@@ -278,8 +289,8 @@ static int gguf_tokenizer(model *m, gguf_file *f, const char *path, char *err, s
 }
 
 /* "<arch>.<suffix>" as an int (gguf_int_key's rules). */
-static int arch_int(gguf_file *f, const arch_info *a, const char *suffix, int required, int dflt,
-                    int *out, const char *path, char *err, size_t errlen) {
+static int arch_int(gguf_file *f, const arch_info *a, const char *suffix, int required, int dflt, int *out,
+                    const char *path, char *err, size_t errlen) {
     char key[128];
     return gguf_int_key(f, arch_key(key, sizeof key, a, suffix), required, dflt, out, path, err, errlen);
 }
@@ -316,8 +327,8 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_TYPE);
     if ((rc = gguf_get_str(f, key, &s, &len)) == CK_OK) {
         if ((type = arch_scaling_from_name(s, len)) < 0) {
-            seterr(err, errlen, "%s: %s \"%.*s\" is not computed by the engine (none, linear, yarn)",
-                   path, key, (int)(len < 40 ? len : 40), s);
+            seterr(err, errlen, "%s: %s \"%.*s\" is not computed by the engine (none, linear, yarn)", path,
+                   key, (int)(len < 40 ? len : 40), s);
             return CK_EUNSUPPORTED;
         }
     } else if (rc != CK_ENOTFOUND) {
@@ -326,10 +337,11 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     }
     float factor = 0, lm = 0;
     arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
-    if ((rc = arch_float(f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR
-                                                           : ARCH_KEY_ROPE_SCALE_LINEAR,
-                         0, &factor, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err, errlen)) ||
+    if ((rc = arch_float(
+             f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR : ARCH_KEY_ROPE_SCALE_LINEAR, 0,
+             &factor, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
+                         errlen)) ||
         (rc = arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path, err,
                        errlen)))
@@ -376,8 +388,8 @@ static int gguf_known_tensors(gguf_file *f, const arch_info *a, int n_layers, co
         const char *name = gguf_tensor_at(f, i)->name;
         int t, layer;
         if (arch_parse_tensor(name, n_layers, &t, &layer) || a->need[t] == ARCH_NO) {
-            seterr(err, errlen, "%s: tensor '%.80s' is not one the engine computes for architecture %s",
-                   path, name, a->name);
+            seterr(err, errlen, "%s: tensor '%.80s' is not one the engine computes for architecture %s", path,
+                   name, a->name);
             return CK_EUNSUPPORTED;
         }
     }
@@ -446,8 +458,8 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         return rc;
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > MODEL_MAX_VOCAB) {
-        seterr(err, errlen, "%s: token_embd.weight missing or not a 2-D tensor of at most %d rows",
-               path, MODEL_MAX_VOCAB);
+        seterr(err, errlen, "%s: token_embd.weight missing or not a 2-D tensor of at most %d rows", path,
+               MODEL_MAX_VOCAB);
         return CK_EFORMAT;
     }
     c->vocab_size = (int)emb->ne[1];
@@ -486,7 +498,11 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     if (!m->layers) return CK_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
-        struct { int t; uint64_t ne0, ne1; model_tensor *dst; } w[] = {
+        struct {
+            int t;
+            uint64_t ne0, ne1;
+            model_tensor *dst;
+        } w[] = {
             {ARCH_T_ATTN_NORM, D, 0, &ly->attn_norm}, {ARCH_T_ATTN_Q, D, Q, &ly->wq},
             {ARCH_T_ATTN_K, D, KV, &ly->wk},          {ARCH_T_ATTN_V, D, KV, &ly->wv},
             {ARCH_T_ATTN_OUT, Q, D, &ly->wo},         {ARCH_T_FFN_NORM, D, 0, &ly->ffn_norm},
@@ -496,7 +512,8 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_ATTN_Q_NORM, HD, 0, &ly->q_norm}, {ARCH_T_ATTN_K_NORM, HD, 0, &ly->k_norm},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if ((rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].dst, path, err, errlen))) return rc;
+            if ((rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].dst, path, err, errlen)))
+                return rc;
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
     }
@@ -558,8 +575,7 @@ static void fingerprint(model *m) {
 
 /* -------------------------------------------------------------------- API */
 
-int model_load(const char *path, const char *tokenizer_path, model **out, char *err,
-               size_t errlen) {
+int model_load(const char *path, const char *tokenizer_path, model **out, char *err, size_t errlen) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) return CK_ENOMEM;
@@ -645,11 +661,15 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
             if (!(ff[i] > 0 && ff[i] < 1e30f)) return CK_EFORMAT; /* divisors of the angle */
     }
     arch_rope_params p = {
-        .n_dims = c->head_dim, .freq_base = c->rope_theta, .scaling = c->rope_scaling,
+        .n_dims = c->head_dim,
+        .freq_base = c->rope_theta,
+        .scaling = c->rope_scaling,
         .factor = c->rope_factor > 0 ? c->rope_factor : 1.0f,
         .orig_ctx = c->rope_orig_ctx ? c->rope_orig_ctx : c->seq_len,
-        .attn_factor = c->rope_attn_factor > 0 ? c->rope_attn_factor : 1.0f, .ext_factor = c->yarn_ext_factor,
-        .beta_fast = c->yarn_beta_fast, .beta_slow = c->yarn_beta_slow,
+        .attn_factor = c->rope_attn_factor > 0 ? c->rope_attn_factor : 1.0f,
+        .ext_factor = c->yarn_ext_factor,
+        .beta_fast = c->yarn_beta_fast,
+        .beta_slow = c->yarn_beta_slow,
     };
     arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
     return CK_OK;

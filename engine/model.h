@@ -27,24 +27,24 @@
 #include "tokenizer.h"
 
 typedef struct model_config {
-    int dim;         /* residual stream width */
-    int hidden_dim;  /* FFN inner width */
-    int n_layers;    /* transformer blocks */
-    int n_heads;     /* query heads */
-    int n_kv_heads;  /* key/value heads; n_heads % n_kv_heads == 0 (GQA) */
-    int head_dim;    /* values per q/k/v head: attention.key_length, else dim / n_heads */
-    int vocab_size;  /* rows of the embedding and the classifier */
-    int seq_len;     /* context length the model was trained for */
-    float norm_eps;  /* RMSNorm epsilon (also of the qwen3 q/k head norms) */
-    float rope_theta;/* RoPE base */
+    int dim;          /* residual stream width */
+    int hidden_dim;   /* FFN inner width */
+    int n_layers;     /* transformer blocks */
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* key/value heads; n_heads % n_kv_heads == 0 (GQA) */
+    int head_dim;     /* values per q/k/v head: attention.key_length, else dim / n_heads */
+    int vocab_size;   /* rows of the embedding and the classifier */
+    int seq_len;      /* context length the model was trained for */
+    float norm_eps;   /* RMSNorm epsilon (also of the qwen3 q/k head norms) */
+    float rope_theta; /* RoPE base */
     /* Architecture (arch.h); all zero means plain llama, adjacent-pair RoPE,
      * no scaling (llama2.c checkpoints, and configs built by hand). */
-    int arch;        /* ARCH_*; 0 is read as ARCH_LLAMA */
-    int rope_style;  /* ARCH_ROPE_NORMAL (pairs (2i, 2i+1)) or ARCH_ROPE_NEOX (i, i+hd/2) */
-    int rope_scaling;/* ARCH_SCALING_* */
-    float rope_factor;     /* rope.scaling.factor (0 or 1: none) */
-    float rope_attn_factor;/* rope.scaling.attn_factor (0: 1) */
-    int rope_orig_ctx;     /* YaRN's original context length */
+    int arch;               /* ARCH_*; 0 is read as ARCH_LLAMA */
+    int rope_style;         /* ARCH_ROPE_NORMAL (pairs (2i, 2i+1)) or ARCH_ROPE_NEOX (i, i+hd/2) */
+    int rope_scaling;       /* ARCH_SCALING_* */
+    float rope_factor;      /* rope.scaling.factor (0 or 1: none) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (0: 1) */
+    int rope_orig_ctx;      /* YaRN's original context length */
     float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's mix and range */
 } model_config;
 
@@ -66,24 +66,35 @@ typedef struct model_layer {
     model_tensor w2;        /* down: (dim, hidden_dim) */
     model_tensor w3;        /* up:   (hidden_dim, dim) */
     /* Optional (n == 0, data NULL when the file has none; arch.h says who has them): */
-    model_tensor bq;        /* (n_heads * head_dim) added to q */
-    model_tensor bk;        /* (n_kv_heads * head_dim) added to k */
-    model_tensor bv;        /* (n_kv_heads * head_dim) added to v */
-    model_tensor q_norm;    /* (head_dim) RMSNorm weight of every q head, before RoPE */
-    model_tensor k_norm;    /* (head_dim) RMSNorm weight of every k head, before RoPE */
+    model_tensor bq;     /* (n_heads * head_dim) added to q */
+    model_tensor bk;     /* (n_kv_heads * head_dim) added to k */
+    model_tensor bv;     /* (n_kv_heads * head_dim) added to v */
+    model_tensor q_norm; /* (head_dim) RMSNorm weight of every q head, before RoPE */
+    model_tensor k_norm; /* (head_dim) RMSNorm weight of every k head, before RoPE */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
 #define MODEL_LAYER_TENSORS 9
 static inline void model_layer_list(const model_layer *l, const model_tensor *t[MODEL_LAYER_TENSORS]) {
-    t[0] = &l->attn_norm; t[1] = &l->wq; t[2] = &l->wk; t[3] = &l->wv; t[4] = &l->wo;
-    t[5] = &l->ffn_norm; t[6] = &l->w1; t[7] = &l->w2; t[8] = &l->w3;
+    t[0] = &l->attn_norm;
+    t[1] = &l->wq;
+    t[2] = &l->wk;
+    t[3] = &l->wv;
+    t[4] = &l->wo;
+    t[5] = &l->ffn_norm;
+    t[6] = &l->w1;
+    t[7] = &l->w2;
+    t[8] = &l->w3;
 }
 
 /* The optional tensors of a layer (each may have n == 0). */
 #define MODEL_LAYER_EXTRAS 5
 static inline void model_layer_extras(const model_layer *l, const model_tensor *t[MODEL_LAYER_EXTRAS]) {
-    t[0] = &l->bq; t[1] = &l->bk; t[2] = &l->bv; t[3] = &l->q_norm; t[4] = &l->k_norm;
+    t[0] = &l->bq;
+    t[1] = &l->bk;
+    t[2] = &l->bv;
+    t[3] = &l->q_norm;
+    t[4] = &l->k_norm;
 }
 
 /* Largest head_dim (attention.key_length) a model may have. */
@@ -109,14 +120,13 @@ typedef struct model {
     /* private */
     void *map_;
     size_t map_len_;
-    void *gguf_;             /* gguf_file* for GGUF models */
+    void *gguf_; /* gguf_file* for GGUF models */
 } model;
 
 /* Load a model. tokenizer_path is required for llama2.c checkpoints and
  * ignored (may be NULL) for GGUF, whose tokenizer is inside the file.
  * Returns 0 and sets *out, or a CK_E* code with a sentence in err. */
-int model_load(const char *path, const char *tokenizer_path, model **out,
-               char *err, size_t errlen);
+int model_load(const char *path, const char *tokenizer_path, model **out, char *err, size_t errlen);
 void model_free(model *m);
 
 /* Weight bytes one forward step reads when every weight is read once in its

@@ -20,11 +20,11 @@ struct mover {
     kv_pool *pool, *pool8;
     tier *warm;
     int batch;
-    size_t floats;        /* one f32 block */
-    float *f32;           /* (batch, floats) blocks in transit */
-    void *i8;             /* (kv8_block_bytes) one int8 block in transit */
-    int32_t *blk, *lj;    /* (batch) pool block and logical index of each staged block */
-    int n;                /* staged */
+    size_t floats;     /* one f32 block */
+    float *f32;        /* (batch, floats) blocks in transit */
+    void *i8;          /* (kv8_block_bytes) one int8 block in transit */
+    int32_t *blk, *lj; /* (batch) pool block and logical index of each staged block */
+    int n;             /* staged */
 };
 
 int mv_batch_for(size_t bytes, size_t block_bytes) {
@@ -128,8 +128,10 @@ static int demote(mover *m, kv_seq *s, int j, int drop, mv_counts *c) {
         int b8 = s->hot8[j], rc;
         if ((rc = flush_demotes(m, s, c))) return rc; /* keep the tier's order */
         if ((rc = m->b->ops->kv8_read(m->b, b8, m->i8))) return rc;
-        if (m->warm) tier_put_raw(m->warm, s, j, m->i8, kv_seq_block_tokens(s, j)); /* drops on failure */
-        else lost(s, j, c);
+        if (m->warm)
+            tier_put_raw(m->warm, s, j, m->i8, kv_seq_block_tokens(s, j)); /* drops on failure */
+        else
+            lost(s, j, c);
         kv_pool_release(m->pool8, b8);
         s->hot8[j] = KV_NONE;
         s->n_hot8--;
@@ -229,7 +231,10 @@ int mv_run(mover *m, kv_seq *s, const kv_plan *p, mv_counts *c) {
         switch (p->up_op[i]) {
         case MV_RECALL:
         case MV_RECALL8: rc = recall(m, s, j, p->up_op[i] == MV_RECALL8, c); break;
-        case MV_FETCH: tier_fetch(m->warm, s, j); rc = CK_OK; break; /* arrives warm in a later step */
+        case MV_FETCH:
+            tier_fetch(m->warm, s, j);
+            rc = CK_OK;
+            break; /* arrives warm in a later step */
         case MV_COMPRESS: rc = compress(m, s, j, c); break;
         default: rc = CK_OK; break;
         }

@@ -26,10 +26,10 @@ struct tier;
 
 /* What to do with a block that is wanted hot (kv_plan.up_op). */
 enum {
-    MV_RECALL = 1,   /* warm -> hot f32 block */
-    MV_RECALL8 = 2,  /* warm -> hot int8 block */
-    MV_FETCH = 3,    /* cold -> warm (asynchronous: hot in a later plan) */
-    MV_COMPRESS = 4  /* f32 hot -> int8 hot */
+    MV_RECALL = 1,  /* warm -> hot f32 block */
+    MV_RECALL8 = 2, /* warm -> hot int8 block */
+    MV_FETCH = 3,   /* cold -> warm (asynchronous: hot in a later plan) */
+    MV_COMPRESS = 4 /* f32 hot -> int8 hot */
 };
 
 /* A policy's decision for one sequence. demote[] come first (they free the
@@ -38,19 +38,19 @@ enum {
  * the policy's, max_blocks long, valid until its next plan. */
 typedef struct kv_plan {
     int n_demote;
-    const int32_t *demote;   /* logical blocks that leave the hot pools */
-    int drop;                /* demoted f32 blocks are dropped (no warm tier for them) */
+    const int32_t *demote; /* logical blocks that leave the hot pools */
+    int drop;              /* demoted f32 blocks are dropped (no warm tier for them) */
     int n_up;
-    const int32_t *up;       /* logical blocks wanted hot, ascending */
-    const uint8_t *up_op;    /* (n_up) MV_* */
+    const int32_t *up;    /* logical blocks wanted hot, ascending */
+    const uint8_t *up_op; /* (n_up) MV_* */
 } kv_plan;
 
 /* What a plan did (added to the caller's counts). */
 typedef struct mv_counts {
-    uint64_t demoted;     /* blocks out of the hot pools (warm or dropped) */
-    uint64_t dropped;     /* of which lost for good, and recalls that found a block gone */
-    uint64_t recalled;    /* warm -> hot */
-    uint64_t compressed;  /* f32 hot -> int8 hot */
+    uint64_t demoted;    /* blocks out of the hot pools (warm or dropped) */
+    uint64_t dropped;    /* of which lost for good, and recalls that found a block gone */
+    uint64_t recalled;   /* warm -> hot */
+    uint64_t compressed; /* f32 hot -> int8 hot */
 } mv_counts;
 
 typedef struct mover mover;
@@ -68,7 +68,7 @@ size_t mv_staging_bytes(int batch, size_t block_bytes, size_t block8_bytes);
 
 struct backend *mv_backend(const mover *m);
 kv_pool *mv_pool(const mover *m);
-kv_pool *mv_pool8(const mover *m);  /* NULL when int8 hot blocks are off */
+kv_pool *mv_pool8(const mover *m); /* NULL when int8 hot blocks are off */
 struct tier *mv_tier(const mover *m);
 
 /* Execute plan p on s. Returns 0, or the backend's error of a block that

@@ -15,8 +15,8 @@ enum { FROM_COMPUTE = 0, FROM_COLD = 1 };
 
 typedef struct pslot {
     uint64_t hash;
-    uint64_t stamp;   /* LRU clock; 0 = free */
-    int32_t next;     /* hash chain */
+    uint64_t stamp; /* LRU clock; 0 = free */
+    int32_t next;   /* hash chain */
     int32_t logical;
     uint32_t hits;
     uint8_t pinned, persisted, from;
@@ -24,7 +24,7 @@ typedef struct pslot {
 
 typedef struct pfetch {
     pfx *p;
-    uint64_t hash;    /* 0 = free record */
+    uint64_t hash; /* 0 = free record */
     int logical;
     int *waiter;
 } pfetch;
@@ -39,11 +39,11 @@ struct pfx {
     int32_t *free_slots;
     int n_free;
     uint64_t clock;
-    pfetch *fetch;          /* (max_fetches) */
+    pfetch *fetch; /* (max_fetches) */
     int puts_in_flight, gets_in_flight;
     coldfmt *fmt;
-    unsigned char *enc;     /* (coldfmt_bound(block_bytes)) */
-    float *dec;             /* (block_bytes) */
+    unsigned char *enc; /* (coldfmt_bound(block_bytes)) */
+    float *dec;         /* (block_bytes) */
     pfx_stats st;
 };
 
@@ -125,7 +125,9 @@ void pfx_free(pfx *p) {
     free(p);
 }
 
-static float *slot_data(const pfx *p, int s) { return p->slab + (size_t)s * (p->block_bytes / sizeof(float)); }
+static float *slot_data(const pfx *p, int s) {
+    return p->slab + (size_t)s * (p->block_bytes / sizeof(float));
+}
 static int32_t *bucket_of(pfx *p, uint64_t h) { return &p->bucket[h & (uint64_t)(p->n_buckets - 1)]; }
 
 static int lookup(const pfx *p, uint64_t h) {
@@ -187,7 +189,8 @@ static void persist(pfx *p, int s) {
     size_t len = 0;
     char key[COLDKEY_MAX];
     if (key_of(p, ps->hash, key, sizeof key) ||
-        coldfmt_encode(p->fmt, &m, slot_data(p, s), p->block_bytes, p->enc, coldfmt_bound(p->block_bytes), &len) ||
+        coldfmt_encode(p->fmt, &m, slot_data(p, s), p->block_bytes, p->enc, coldfmt_bound(p->block_bytes),
+                       &len) ||
         p->c.cold->ops->put(p->c.cold, key, p->enc, len, 0, put_done, p)) {
         p->st.persist_failures++;
         return;
@@ -209,7 +212,8 @@ static int insert(pfx *p, uint64_t h, int logical, const float *block, int flags
         if (!p->n_slots) return CK_ENOSPACE;
         if ((s = take_slot(p)) < 0) return s;
         memcpy(slot_data(p, s), block, p->block_bytes);
-        p->slots[s] = (pslot){.hash = h, .logical = logical, .from = (uint8_t)from, .persisted = from == FROM_COLD};
+        p->slots[s] =
+            (pslot){.hash = h, .logical = logical, .from = (uint8_t)from, .persisted = from == FROM_COLD};
         int32_t *b = bucket_of(p, h);
         p->slots[s].next = *b;
         *b = s;
@@ -236,9 +240,12 @@ int pfx_find(pfx *p, uint64_t hash, int *tier) {
     ps->stamp = ++p->clock;
     ps->hits++;
     int t = ps->pinned ? PFX_HIT_TEMPLATE : ps->from == FROM_COLD ? PFX_HIT_COLD : PFX_HIT_WARM;
-    if (t == PFX_HIT_TEMPLATE) p->st.hits_template++;
-    else if (t == PFX_HIT_COLD) p->st.hits_cold++;
-    else p->st.hits_warm++;
+    if (t == PFX_HIT_TEMPLATE)
+        p->st.hits_template++;
+    else if (t == PFX_HIT_COLD)
+        p->st.hits_cold++;
+    else
+        p->st.hits_warm++;
     /* Only the first use after a fetch counts as a cold hit. */
     if (ps->from == FROM_COLD) ps->from = FROM_COMPUTE;
     if (p->c.promote_hits && ps->hits == (uint32_t)p->c.promote_hits && !ps->pinned) {
@@ -270,8 +277,10 @@ static void get_done(void *ud, int status, const void *data, size_t len) {
             status = CK_ENOSPACE;
         }
     }
-    if (status) p->st.fetch_misses++;
-    else p->st.fetch_hits++;
+    if (status)
+        p->st.fetch_misses++;
+    else
+        p->st.fetch_hits++;
     if (f->waiter) (*f->waiter)--;
     f->hash = 0;
     f->waiter = NULL;

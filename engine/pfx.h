@@ -34,19 +34,19 @@ enum { PFX_PIN = 1, PFX_PERSIST = 2 };
 enum { PFX_HIT_WARM = 1, PFX_HIT_COLD = 2, PFX_HIT_TEMPLATE = 3 };
 
 typedef struct pfx_config {
-    kvq_shape shape;          /* block geometry: f32 blocks, kv.h layout */
-    size_t budget_bytes;      /* host slab (0 = no host cache: everything misses) */
-    const char *fingerprint;  /* borrowed: model->fingerprint, 16 hex digits */
-    cold_store *cold;         /* borrowed; NULL = host only */
-    int promote_hits;         /* hits that promote a block (0 = never) */
-    int max_fetches;          /* cold gets in flight at most (256) */
+    kvq_shape shape;         /* block geometry: f32 blocks, kv.h layout */
+    size_t budget_bytes;     /* host slab (0 = no host cache: everything misses) */
+    const char *fingerprint; /* borrowed: model->fingerprint, 16 hex digits */
+    cold_store *cold;        /* borrowed; NULL = host only */
+    int promote_hits;        /* hits that promote a block (0 = never) */
+    int max_fetches;         /* cold gets in flight at most (256) */
 } pfx_config;
 
 typedef struct pfx_stats {
-    uint64_t lookups;         /* pfx_find calls */
+    uint64_t lookups;                             /* pfx_find calls */
     uint64_t hits_warm, hits_cold, hits_template; /* by where the block came from */
     uint64_t inserts, evictions, promotions;
-    uint64_t persisted;       /* cold writes started */
+    uint64_t persisted; /* cold writes started */
     uint64_t persist_failures;
     uint64_t fetches, fetch_hits, fetch_misses;
     uint64_t integrity_failures;

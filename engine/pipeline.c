@@ -120,8 +120,9 @@ int pipeline_token(const pipeline_rules *ru, pipeline_seq *s, float *logits, con
         out->finish = PIPELINE_FINISH_LENGTH;
     }
     /* 8. */
-    size_t end = out->action == PIPELINE_END ? s->text_len
-                                         : s->text_len - tb_stop_holdback(s->text, s->text_len, stops, n_stop);
+    size_t end = out->action == PIPELINE_END
+                     ? s->text_len
+                     : s->text_len - tb_stop_holdback(s->text, s->text_len, stops, n_stop);
     out->off = s->emitted;
     out->len = end > s->emitted ? end - s->emitted : 0;
     if (end > s->emitted) s->emitted = end;

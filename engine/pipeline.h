@@ -49,13 +49,13 @@ enum {
 /* A sequence's rules, fixed from its first token to its last. Every pointer
  * is borrowed and must outlive the sequence. */
 typedef struct pipeline_rules {
-    const model *m;             /* tokenizer (pieces, end-of-text), stop_on_bos */
-    const backend *b;           /* KV block sizes, for the byte accounting */
-    int limit;                  /* completion tokens at most, >= 1 */
-    int max_ctx;                /* it ends when prompt + completion reach this */
+    const model *m;   /* tokenizer (pieces, end-of-text), stop_on_bos */
+    const backend *b; /* KV block sizes, for the byte accounting */
+    int limit;        /* completion tokens at most, >= 1 */
+    int max_ctx;      /* it ends when prompt + completion reach this */
     int n_stop;
-    const char *const *stop;    /* (n_stop) the text ends before the first one found */
-    int ignore_eos;             /* end-of-text tokens do not end it */
+    const char *const *stop; /* (n_stop) the text ends before the first one found */
+    int ignore_eos;          /* end-of-text tokens do not end it */
     /* Teacher forcing (eval): when force != NULL, force[i] is completion
      * token i instead of a choice (there must be limit of them), each step's
      * log p(force[i]) and argmax are recorded, and neither end-of-text nor a
@@ -73,7 +73,7 @@ typedef struct pipeline_rules {
  * one included). */
 typedef struct pipeline_stats {
     int n_steps;
-    int retries;                        /* steps run again (PIPELINE_RETRY) */
+    int retries; /* steps run again (PIPELINE_RETRY) */
     double sum_entropy, sum_gap, sum_pmax;
     /* KV accounting: what attention read at each step, in tokens ... */
     double hot_token_steps, full_token_steps;
@@ -82,7 +82,7 @@ typedef struct pipeline_stats {
      * the full cache all f32) */
     double hot_byte_steps, full_byte_steps;
     size_t hot_peak_bytes;
-    uint64_t hot_lookups, hot_hits;     /* logical blocks read; of them hot */
+    uint64_t hot_lookups, hot_hits; /* logical blocks read; of them hot */
 } pipeline_stats;
 
 /* One sequence's token state. The caller owns it and every buffer in it,
@@ -98,21 +98,21 @@ typedef struct pipeline_seq {
     int n_prompt, n_hist; /* n_hist starts at n_prompt */
     char *text;           /* the completion's text (tb.h); free() it */
     size_t text_len, text_cap;
-    size_t emitted;       /* bytes of text released so far (pipeline_out.off/len) */
-    samp_conf *trace;     /* (cap) each step's confidence, or NULL */
-    double *logp;         /* (cap) with force: log p(forced token), or NULL */
-    int32_t *argmax;      /* (cap) with force: the model's argmax, or NULL */
-    int retrying;         /* the pending token is a rerun: no second retry check */
+    size_t emitted;   /* bytes of text released so far (pipeline_out.off/len) */
+    samp_conf *trace; /* (cap) each step's confidence, or NULL */
+    double *logp;     /* (cap) with force: log p(forced token), or NULL */
+    int32_t *argmax;  /* (cap) with force: the model's argmax, or NULL */
+    int retrying;     /* the pending token is a rerun: no second retry check */
     pipeline_stats st;
 } pipeline_seq;
 
 typedef struct pipeline_out {
-    int action;           /* PIPELINE_* */
-    int finish;           /* with PIPELINE_END: PIPELINE_FINISH_* */
-    int32_t token;        /* this step's token (at end-of-text: not in hist) */
-    int appended;         /* the token joined hist and text */
-    samp_conf conf;       /* its confidence */
-    size_t off, len;      /* text bytes released by this step: text + off, len of them;
+    int action;      /* PIPELINE_* */
+    int finish;      /* with PIPELINE_END: PIPELINE_FINISH_* */
+    int32_t token;   /* this step's token (at end-of-text: not in hist) */
+    int appended;    /* the token joined hist and text */
+    samp_conf conf;  /* its confidence */
+    size_t off, len; /* text bytes released by this step: text + off, len of them;
                              at a stop string or a limit all the rest, at end-of-text
                              none (the caller releases text + emitted with the end) */
 } pipeline_out;

@@ -19,8 +19,8 @@
 #define CK_QBLOCK_H
 #include <stdint.h>
 
-#define QBLOCK_32 32 /* elements of a legacy / IQ4_NL block */
-#define QBLOCK_K 256 /* elements of a K-quant / IQ4_XS super-block */
+#define QBLOCK_32 32       /* elements of a legacy / IQ4_NL block */
+#define QBLOCK_K 256       /* elements of a K-quant / IQ4_XS super-block */
 #define QBLOCK_K_SCALES 12 /* bytes of the packed 6-bit scales of Q3_K/Q4_K/Q5_K */
 
 /* ggml type ids (GGUF tensor info "type"). Only those confkv knows. */
@@ -54,17 +54,37 @@ enum qblock_type {
 #pragma pack(push, 1)
 /* x = d * (q - 8), q the 4-bit nibble: low nibbles are elements 0..15,
  * high nibbles 16..31. */
-typedef struct qblock_q4_0 { uint16_t d; uint8_t qs[QBLOCK_32 / 2]; } qblock_q4_0;
+typedef struct qblock_q4_0 {
+    uint16_t d;
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_q4_0;
 /* x = d * q + m */
-typedef struct qblock_q4_1 { uint16_t d, m; uint8_t qs[QBLOCK_32 / 2]; } qblock_q4_1;
+typedef struct qblock_q4_1 {
+    uint16_t d, m;
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_q4_1;
 /* 5-bit q = nibble | (bit j of qh) << 4; x = d * (q - 16) */
-typedef struct qblock_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QBLOCK_32 / 2]; } qblock_q5_0;
+typedef struct qblock_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_q5_0;
 /* x = d * q + m */
-typedef struct qblock_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QBLOCK_32 / 2]; } qblock_q5_1;
+typedef struct qblock_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_q5_1;
 /* x = d * q */
-typedef struct qblock_q8_0 { uint16_t d; int8_t qs[QBLOCK_32]; } qblock_q8_0;
+typedef struct qblock_q8_0 {
+    uint16_t d;
+    int8_t qs[QBLOCK_32];
+} qblock_q8_0;
 /* activations for Q4_1/Q5_1: s = d * sum(qs) */
-typedef struct qblock_q8_1 { uint16_t d, s; int8_t qs[QBLOCK_32]; } qblock_q8_1;
+typedef struct qblock_q8_1 {
+    uint16_t d, s;
+    int8_t qs[QBLOCK_32];
+} qblock_q8_1;
 /* 16 sub-blocks of 16: scales[i] = 4-bit scale | 4-bit min << 4 */
 typedef struct qblock_q2_K {
     uint8_t scales[QBLOCK_K / 16];
@@ -107,7 +127,10 @@ typedef struct qblock_q8_K {
     int16_t bsums[QBLOCK_K / 16];
 } qblock_q8_K;
 /* x = d * kvalues_iq4nl[nibble] (non-linear 16-entry table) */
-typedef struct qblock_iq4_nl { uint16_t d; uint8_t qs[QBLOCK_32 / 2]; } qblock_iq4_nl;
+typedef struct qblock_iq4_nl {
+    uint16_t d;
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_iq4_nl;
 /* 8 sub-blocks of 32 with 6-bit scales (offset 32): 4 low bits in
  * scales_l, 2 high bits in scales_h */
 typedef struct qblock_iq4_xs {

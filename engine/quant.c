@@ -26,9 +26,9 @@
 
 #define SAME_ID(t) ((int)QUANT_##t == (int)QB_##t)
 _Static_assert(SAME_ID(F32) && SAME_ID(F16) && SAME_ID(Q4_0) && SAME_ID(Q4_1) && SAME_ID(Q5_0) &&
-                   SAME_ID(Q5_1) && SAME_ID(Q8_0) && SAME_ID(Q8_1) && SAME_ID(Q2_K) &&
-                   SAME_ID(Q3_K) && SAME_ID(Q4_K) && SAME_ID(Q5_K) && SAME_ID(Q6_K) &&
-                   SAME_ID(Q8_K) && SAME_ID(IQ4_NL) && SAME_ID(IQ4_XS) && SAME_ID(BF16),
+                   SAME_ID(Q5_1) && SAME_ID(Q8_0) && SAME_ID(Q8_1) && SAME_ID(Q2_K) && SAME_ID(Q3_K) &&
+                   SAME_ID(Q4_K) && SAME_ID(Q5_K) && SAME_ID(Q6_K) && SAME_ID(Q8_K) && SAME_ID(IQ4_NL) &&
+                   SAME_ID(IQ4_XS) && SAME_ID(BF16),
                "quant.h and qblock.h disagree on a ggml type id");
 #undef SAME_ID
 _Static_assert(QUANT_Q8_0_BYTES == sizeof(qblock_q8_0) && QUANT_Q8_0_BLOCK == QBLOCK_32, "q8_0");
@@ -62,21 +62,19 @@ static const struct quant_info {
 
 static const struct quant_info *info_of(int type) {
     for (size_t i = 0; i < sizeof quant_types / sizeof quant_types[0]; i++)
-        if (quant_types[i].type == type)
-            return &quant_types[i];
+        if (quant_types[i].type == type) return &quant_types[i];
     return NULL;
 }
 
 /* Every id ggml's enum ggml_type has had (ggml.h), by id; the removed ones
  * under their old names. Only for messages about files confkv refuses. */
 static const char *const ggml_names[] = {
-    "f32",     "f16",      "q4_0",     "q4_1",       "q4_2",       "q4_3",   "q5_0",
-    "q5_1",    "q8_0",     "q8_1",     "q2_K",       "q3_K",       "q4_K",   "q5_K",
-    "q6_K",    "q8_K",     "iq2_xxs",  "iq2_xs",     "iq3_xxs",    "iq1_s",  "iq4_nl",
-    "iq3_s",   "iq2_s",    "iq4_xs",   "i8",         "i16",        "i32",    "i64",
-    "f64",     "iq1_m",    "bf16",     "q4_0_4_4",   "q4_0_4_8",   "q4_0_8_8", "tq1_0",
-    "tq2_0",   "iq4_nl_4_4", "iq4_nl_4_8", "iq4_nl_8_8", "mxfp4",   "nvfp4",  "q1_0",
-    "q2_0",
+    "f32",      "f16",      "q4_0",    "q4_1",  "q4_2",       "q4_3",       "q5_0",       "q5_1",
+    "q8_0",     "q8_1",     "q2_K",    "q3_K",  "q4_K",       "q5_K",       "q6_K",       "q8_K",
+    "iq2_xxs",  "iq2_xs",   "iq3_xxs", "iq1_s", "iq4_nl",     "iq3_s",      "iq2_s",      "iq4_xs",
+    "i8",       "i16",      "i32",     "i64",   "f64",        "iq1_m",      "bf16",       "q4_0_4_4",
+    "q4_0_4_8", "q4_0_8_8", "tq1_0",   "tq2_0", "iq4_nl_4_4", "iq4_nl_4_8", "iq4_nl_8_8", "mxfp4",
+    "nvfp4",    "q1_0",     "q2_0",
 };
 _Static_assert(sizeof ggml_names / sizeof ggml_names[0] == 43, "ggml ids 0..42");
 
@@ -86,8 +84,7 @@ const char *quant_type_name(int type) {
 }
 
 const char *quant_ggml_type_name(int type) {
-    if (type < 0 || (size_t)type >= sizeof ggml_names / sizeof ggml_names[0])
-        return NULL;
+    if (type < 0 || (size_t)type >= sizeof ggml_names / sizeof ggml_names[0]) return NULL;
     return ggml_names[type];
 }
 
@@ -102,11 +99,9 @@ int quant_can_encode(int type) {
 }
 
 int quant_type_from_name(const char *s) {
-    if (!s)
-        return -1;
+    if (!s) return -1;
     for (size_t i = 0; i < sizeof quant_types / sizeof quant_types[0]; i++)
-        if (strcmp(s, quant_types[i].name) == 0)
-            return quant_types[i].type;
+        if (strcmp(s, quant_types[i].name) == 0) return quant_types[i].type;
     return -1;
 }
 
@@ -121,16 +116,12 @@ int quant_block_bytes(int type) {
 }
 
 int quant_row_bytes(int type, uint64_t n_elems, uint64_t *out) {
-    if (!out)
-        return CK_EINVAL;
+    if (!out) return CK_EINVAL;
     const struct quant_info *q = info_of(type);
-    if (!q)
-        return CK_EUNSUPPORTED;
-    if (n_elems % (uint64_t)q->block != 0)
-        return CK_EFORMAT;
+    if (!q) return CK_EUNSUPPORTED;
+    if (n_elems % (uint64_t)q->block != 0) return CK_EFORMAT;
     uint64_t blocks = n_elems / (uint64_t)q->block, bb = (uint64_t)q->bytes;
-    if (blocks > UINT64_MAX / bb)
-        return CK_ERANGE;
+    if (blocks > UINT64_MAX / bb) return CK_ERANGE;
     *out = blocks * bb;
     return 0;
 }
@@ -195,9 +186,7 @@ static inline uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 
-static inline float bf16_to_f32(uint16_t h) {
-    return f32_from_bits((uint32_t)h << 16);
-}
+static inline float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 static inline uint16_t f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
@@ -220,12 +209,9 @@ static int check_args(int type, const void *src, const void *dst, uint64_t n) {
     int bs = quant_block_size(type);
     if (bs <= 0) /* a known type's block is >= 1 element */
         return bs < 0 ? bs : CK_EUNSUPPORTED;
-    if (n % (uint64_t)bs != 0)
-        return CK_EFORMAT;
-    if (n > 0 && (!src || !dst))
-        return CK_EINVAL;
-    if (n > SIZE_MAX / sizeof(float))
-        return CK_ERANGE;
+    if (n % (uint64_t)bs != 0) return CK_EFORMAT;
+    if (n > 0 && (!src || !dst)) return CK_EINVAL;
+    if (n > SIZE_MAX / sizeof(float)) return CK_ERANGE;
     return 0;
 }
 
@@ -320,8 +306,7 @@ static void deq_q8_0(const uint8_t *s, float *y, uint64_t nb) {
     for (uint64_t i = 0; i < nb; i++, y += QBLOCK_32) {
         const qblock_q8_0 *b = BLOCK(qblock_q8_0, s, i);
         const float d = f16_to_f32(b->d);
-        for (int j = 0; j < QBLOCK_32; j++)
-            y[j] = (float)b->qs[j] * d;
+        for (int j = 0; j < QBLOCK_32; j++) y[j] = (float)b->qs[j] * d;
     }
 }
 
@@ -331,8 +316,7 @@ static void deq_q8_1(const uint8_t *s, float *y, uint64_t nb) {
     for (uint64_t i = 0; i < nb; i++, y += QBLOCK_32) {
         const qblock_q8_1 *b = BLOCK(qblock_q8_1, s, i);
         const float d = f16_to_f32(b->d);
-        for (int j = 0; j < QBLOCK_32; j++)
-            y[j] = (float)b->qs[j] * d;
+        for (int j = 0; j < QBLOCK_32; j++) y[j] = (float)b->qs[j] * d;
     }
 }
 
@@ -462,8 +446,7 @@ static void deq_q8_K(const uint8_t *s, float *y, uint64_t nb) {
     for (uint64_t i = 0; i < nb; i++, y += QBLOCK_K) {
         const qblock_q8_K *b = BLOCK(qblock_q8_K, s, i);
         const float d = b->d;
-        for (int j = 0; j < QBLOCK_K; j++)
-            y[j] = d * (float)b->qs[j];
+        for (int j = 0; j < QBLOCK_K; j++) y[j] = d * (float)b->qs[j];
     }
 }
 
@@ -500,14 +483,11 @@ static void deq_iq4_xs(const uint8_t *s, float *y, uint64_t nb) {
 
 int quant_to_f32(int type, const void *src, float *dst, uint64_t n) {
     int rc = check_args(type, src, dst, n);
-    if (rc < 0 || n == 0)
-        return rc;
+    if (rc < 0 || n == 0) return rc;
     const uint8_t *s = src;
     const uint64_t nb = n / (uint64_t)quant_block_size(type);
     switch (type) {
-    case QUANT_F32:
-        memcpy(dst, s, (size_t)n * 4);
-        break;
+    case QUANT_F32: memcpy(dst, s, (size_t)n * 4); break;
     case QUANT_F16:
         for (uint64_t i = 0; i < n; i++) {
             uint16_t h;
@@ -549,8 +529,7 @@ static int quantize_block_q8_0(const float *x, uint8_t *blk) {
         amax = a > amax ? a : amax;
         nonfinite |= (f32_bits(x[j]) & 0x7f800000u) == 0x7f800000u;
     }
-    if (nonfinite)
-        return CK_ERANGE;
+    if (nonfinite) return CK_ERANGE;
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint16_t dh = f32_to_f16(d);
@@ -570,17 +549,12 @@ static int quantize_block_q8_0(const float *x, uint8_t *blk) {
 
 int quant_from_f32(int type, const float *src, void *dst, uint64_t n) {
     int rc = check_args(type, src, dst, n);
-    if (rc < 0)
-        return rc;
-    if (!quant_can_encode(type))
-        return CK_EUNSUPPORTED;
-    if (n == 0)
-        return 0;
+    if (rc < 0) return rc;
+    if (!quant_can_encode(type)) return CK_EUNSUPPORTED;
+    if (n == 0) return 0;
     uint8_t *d = dst;
     switch (type) {
-    case QUANT_F32:
-        memcpy(d, src, (size_t)n * 4);
-        break;
+    case QUANT_F32: memcpy(d, src, (size_t)n * 4); break;
     case QUANT_F16:
         for (uint64_t i = 0; i < n; i++) {
             uint16_t h = f32_to_f16(src[i]);
@@ -595,10 +569,8 @@ int quant_from_f32(int type, const float *src, void *dst, uint64_t n) {
         break;
     case QUANT_Q8_0:
         for (uint64_t b = 0; b < n / QUANT_Q8_0_BLOCK; b++) {
-            rc = quantize_block_q8_0(src + b * QUANT_Q8_0_BLOCK,
-                                     d + b * QUANT_Q8_0_BYTES);
-            if (rc < 0)
-                return rc;
+            rc = quantize_block_q8_0(src + b * QUANT_Q8_0_BLOCK, d + b * QUANT_Q8_0_BYTES);
+            if (rc < 0) return rc;
         }
         break;
     }

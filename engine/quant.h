@@ -71,8 +71,8 @@ enum quant_type {
     QUANT_BF16 = 30,
 };
 
-#define QUANT_Q8_0_BLOCK 32   /* elements per q8_0 block */
-#define QUANT_Q8_0_BYTES 34   /* bytes per q8_0 block: f16 d + 32 int8 */
+#define QUANT_Q8_0_BLOCK 32 /* elements per q8_0 block */
+#define QUANT_Q8_0_BYTES 34 /* bytes per q8_0 block: f16 d + 32 int8 */
 
 /* Name of a type confkv knows, as ggml spells it ("f32", "q8_0", "q4_K",
  * "iq4_xs"; the table above); NULL for an unknown id. The string is static. */

@@ -20,11 +20,13 @@ static int reject(int *reason, int why, int rc) {
 /* Tokenize `what` (the prefix or the prompt) into out (room ids at most).
  * `fail` is the reason of a failure other than length: the client's text
  * (ENG_REJECT_INVALID) or a stored template's (ENG_REJECT_ENGINE). */
-static int encode(eng *e, const char *text, size_t len, int bos, int32_t *out, int room, int *n, const char *what,
-                  int fail, int *reason, char *err, size_t errlen) {
+static int encode(eng *e, const char *text, size_t len, int bos, int32_t *out, int room, int *n,
+                  const char *what, int fail, int *reason, char *err, size_t errlen) {
     int rc = tok_encode(e->m->tok, text, len, bos, out, room, n);
-    if (rc == CK_ETOOLONG) snprintf(err, errlen, "the %s is %d tokens; the context holds %d", what, *n, room);
-    else if (rc) snprintf(err, errlen, "cannot tokenize the %s: %s", what, ck_strerror(rc));
+    if (rc == CK_ETOOLONG)
+        snprintf(err, errlen, "the %s is %d tokens; the context holds %d", what, *n, room);
+    else if (rc)
+        snprintf(err, errlen, "cannot tokenize the %s: %s", what, ck_strerror(rc));
     if (rc) *reason = rc == CK_ETOOLONG ? ENG_REJECT_CONTEXT : rc == CK_EINVAL ? fail : ENG_REJECT_ENGINE;
     return rc;
 }
@@ -47,7 +49,8 @@ static int64_t wall_ms(void) {
 static int check_commit(eng *e, req *r, int *reason, char *err, size_t errlen) {
     r->commit = commit_blocks(e, r);
     if (r->commit <= e->kv.pool.n_blocks) return CK_OK;
-    snprintf(err, errlen, "the request needs %d KV blocks hot; the pool has %d", r->commit, e->kv.pool.n_blocks);
+    snprintf(err, errlen, "the request needs %d KV blocks hot; the pool has %d", r->commit,
+             e->kv.pool.n_blocks);
     return reject(reason, ENG_REJECT_KV_ROOM, CK_ENOSPACE);
 }
 
@@ -131,8 +134,8 @@ int rq_resolve(eng *e, req *r, int *reason, char *err, size_t errlen) {
             }
         }
         int n = 0, rc;
-        if ((rc = encode(e, text, len, 1, e->scratch, e->max_ctx, &n, "template", ENG_REJECT_ENGINE, reason, err,
-                         errlen)) ||
+        if ((rc = encode(e, text, len, 1, e->scratch, e->max_ctx, &n, "template", ENG_REJECT_ENGINE, reason,
+                         err, errlen)) ||
             (rc = take_tokens(e, r, e->scratch, n, 0, reason, err, errlen)))
             return rc;
         r->has_prefix = 1;
@@ -187,12 +190,14 @@ static int check(eng *e, const eng_request *q, int *n_out, int *limit_out, kvpol
         n += k;
     } else if (q->tokens && q->n_tokens > 0) {
         if (n + q->n_tokens >= e->max_ctx) {
-            snprintf(err, errlen, "the prompt is %d tokens; the context holds %d", n + q->n_tokens, e->max_ctx);
+            snprintf(err, errlen, "the prompt is %d tokens; the context holds %d", n + q->n_tokens,
+                     e->max_ctx);
             return reject(reason, ENG_REJECT_CONTEXT, CK_ETOOLONG);
         }
         for (int i = 0; i < q->n_tokens; i++) {
             if (q->tokens[i] < 0 || q->tokens[i] >= e->vocab) {
-                snprintf(err, errlen, "token %d at %d is outside the vocabulary (%d)", q->tokens[i], i, e->vocab);
+                snprintf(err, errlen, "token %d at %d is outside the vocabulary (%d)", q->tokens[i], i,
+                         e->vocab);
                 return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
             }
         }
@@ -230,21 +235,23 @@ static int check(eng *e, const eng_request *q, int *n_out, int *limit_out, kvpol
         }
     }
     *pc = e->c.policy;
-    if (q->policy && (rc = kvpol_parse(q->policy, pc, err, errlen))) return reject(reason, ENG_REJECT_INVALID, rc);
+    if (q->policy && (rc = kvpol_parse(q->policy, pc, err, errlen)))
+        return reject(reason, ENG_REJECT_INVALID, rc);
     *n_out = n;
     *limit_out = limit;
     return CK_OK;
 }
 
 /* Copy the request into r (allocated, zeroed): everything it points to. */
-static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *reason, char *err, size_t errlen) {
+static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *reason, char *err,
+                size_t errlen) {
     int use_tpl = q->template_name && !q->save_template;
     r->n_prompt = r->n_hist = n;
     r->limit = limit;
     r->hist = malloc((size_t)(n + limit) * sizeof *r->hist);
     r->trace = q->want_trace ? malloc((size_t)limit * sizeof *r->trace) : NULL;
     int rc = r->hist && (!q->want_trace || r->trace) ? tb_append(&r->text, &r->text_len, &r->text_cap, "", 0)
-                                                      : CK_ENOMEM;
+                                                     : CK_ENOMEM;
     for (int i = 0; !rc && i < q->n_stop; i++) {
         if (!(r->stop[i] = strdup(q->stop[i]))) rc = CK_ENOMEM;
         r->n_stop = i + 1;
@@ -253,7 +260,8 @@ static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *rea
     r->has_prefix = q->prefix != NULL;
     r->prefill_only = q->prefill_only;
     r->keep_prefix = q->keep_prefix;
-    if (!rc && e->pfx && !(r->bhash = malloc(((size_t)e->max_ctx / e->bs + 1) * sizeof *r->bhash))) rc = CK_ENOMEM;
+    if (!rc && e->pfx && !(r->bhash = malloc(((size_t)e->max_ctx / e->bs + 1) * sizeof *r->bhash)))
+        rc = CK_ENOMEM;
     if (!rc && q->session_id && !(r->session = strdup(q->session_id))) rc = CK_ENOMEM;
     if (!rc && use_tpl && !(r->tpl = strdup(q->template_name))) rc = CK_ENOMEM;
     if (!rc && (r->session || r->tpl)) {
@@ -263,8 +271,8 @@ static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *rea
             if (!(r->cont = malloc((size_t)e->max_ctx * sizeof *r->cont)))
                 rc = CK_ENOMEM;
             else
-                rc = encode(e, q->prompt, q->prompt_len, 0, r->cont, e->max_ctx, &k, "prompt", ENG_REJECT_INVALID,
-                            reason, err, errlen);
+                rc = encode(e, q->prompt, q->prompt_len, 0, r->cont, e->max_ctx, &k, "prompt",
+                            ENG_REJECT_INVALID, reason, err, errlen);
             r->n_cont = k;
         } else if (q->tokens && q->n_tokens > 0) {
             int skip = q->tokens[0] == tok_bos(e->m->tok);
@@ -284,7 +292,8 @@ static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *rea
     r->deadline_ms = q->deadline_ms;
     r->user_tag = q->user_tag;
     if (q->save_template) {
-        if ((rc = tpl_cache_save(e->tpl, q->template_name, q->prompt, q->prompt_len, (int64_t)now_ms(), wall_ms()))) {
+        if ((rc = tpl_cache_save(e->tpl, q->template_name, q->prompt, q->prompt_len, (int64_t)now_ms(),
+                                 wall_ms()))) {
             snprintf(err, errlen, "cannot save template %s: %s", q->template_name, ck_strerror(rc));
             return reject(reason, ENG_REJECT_ENGINE, rc);
         }
@@ -299,18 +308,19 @@ static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *rea
 
 /* A chat template failure as its reason (by jinja's code), with its message. */
 static int chat_reject(const jinja_error *je, int *reason, char *err, size_t errlen) {
-    int why = je->code == CK_EUNSUPPORTED                      ? ENG_REJECT_CHAT_TEMPLATE_UNSUPPORTED
-              : je->code == CK_EINVAL                          ? ENG_REJECT_CHAT_TEMPLATE_EXCEPTION
-              : je->code == CK_EFORMAT                         ? ENG_REJECT_CHAT_TEMPLATE_ERROR
+    int why = je->code == CK_EUNSUPPORTED                        ? ENG_REJECT_CHAT_TEMPLATE_UNSUPPORTED
+              : je->code == CK_EINVAL                            ? ENG_REJECT_CHAT_TEMPLATE_EXCEPTION
+              : je->code == CK_EFORMAT                           ? ENG_REJECT_CHAT_TEMPLATE_ERROR
               : je->code == CK_ERANGE || je->code == CK_ETOOLONG ? ENG_REJECT_CHAT_TEMPLATE_LIMIT
-                                                               : ENG_REJECT_CHAT_TEMPLATE_FAILED;
+                                                                 : ENG_REJECT_CHAT_TEMPLATE_FAILED;
     snprintf(err, errlen, "chat template: %.200s", je->msg);
     return reject(reason, why, je->code ? je->code : CK_EFORMAT);
 }
 
 /* `messages`: rendered with the chat template and tokenized under chat.h's
  * anti-forgery rule into e->client_ids (limit ids at most). */
-static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *reason, char *err, size_t errlen) {
+static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *reason, char *err,
+                       size_t errlen) {
     if (!e->chat) return chat_reject(&e->chat_err, reason, err, errlen);
     if (q->n_messages < 0) {
         snprintf(err, errlen, "n_messages %d < 0", q->n_messages);
@@ -325,7 +335,8 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
     /* engine.h's eng_message is chat.h's chat_message, field for field */
     chat_message *msgs = malloc((size_t)(q->n_messages ? q->n_messages : 1) * sizeof *msgs);
     if (!msgs) return reject(reason, ENG_REJECT_ENGINE, CK_ENOMEM);
-    for (int i = 0; i < q->n_messages; i++) msgs[i] = (chat_message){q->messages[i].role, q->messages[i].content};
+    for (int i = 0; i < q->n_messages; i++)
+        msgs[i] = (chat_message){q->messages[i].role, q->messages[i].content};
     char *text = NULL;
     size_t len = 0, ns = 0;
     jinja_span *sp = NULL;
@@ -336,7 +347,8 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
     /* a token stands for tok_max_piece_len bytes at most: see client_ids */
     size_t most = (size_t)limit * (size_t)tok_max_piece_len(e->m->tok);
     if (len > most) {
-        snprintf(err, errlen, "the prompt is %zu bytes (the rendered chat); %d tokens (the limit) hold at most %zu bytes",
+        snprintf(err, errlen,
+                 "the prompt is %zu bytes (the rendered chat); %d tokens (the limit) hold at most %zu bytes",
                  len, limit, most);
         rc = reject(reason, ENG_REJECT_PROMPT_TOO_LONG, CK_ETOOLONG);
     } else if ((rc = chat_tokenize(e->chat, text, len, sp, ns, e->client_ids, limit, n))) {
@@ -357,9 +369,10 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
  * checked, max_tokens resolved into *max_tokens. The checks fire in this
  * order, each with its own sentence: the prompt's bytes, its tokens, the
  * context. */
-static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_out, int *max_tokens, int *reason,
-                      char *err, size_t errlen) {
-    int limit = q->max_prompt_tokens > 0 && q->max_prompt_tokens < e->max_ctx ? q->max_prompt_tokens : e->max_ctx;
+static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_out, int *max_tokens,
+                      int *reason, char *err, size_t errlen) {
+    int limit =
+        q->max_prompt_tokens > 0 && q->max_prompt_tokens < e->max_ctx ? q->max_prompt_tokens : e->max_ctx;
     int n = 0, rc;
     *ids = e->client_ids;
     if (q->messages && !q->save_template) {
@@ -376,15 +389,19 @@ static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_
             return reject(reason, ENG_REJECT_PROMPT_TOO_LONG, CK_ETOOLONG);
         }
         /* plain text unless the client says its prompt is trusted (parse_special) */
-        rc = e->chat ? chat_tokenize_text(e->chat, q->prompt, q->prompt_len, q->parse_special, e->client_ids, limit, &n)
+        rc = e->chat ? chat_tokenize_text(e->chat, q->prompt, q->prompt_len, q->parse_special, e->client_ids,
+                                          limit, &n)
                      : tok_encode_opts(tok, q->prompt, q->prompt_len,
                                        TOK_ENC_ADD_SPECIAL | (q->parse_special ? TOK_ENC_PARSE_SPECIAL : 0),
                                        e->client_ids, limit, &n);
         /* ETOOLONG: counted past the limit, or refused up front by the
          * tokenizer's own byte bound (then n says nothing); ERANGE alike */
         if (rc == CK_ETOOLONG || rc == CK_ERANGE) {
-            if (n > limit) snprintf(err, errlen, "the prompt is %d tokens or more; the limit is %d", n, limit);
-            else snprintf(err, errlen, "the prompt (%zu bytes) is over the limit of %d tokens", q->prompt_len, limit);
+            if (n > limit)
+                snprintf(err, errlen, "the prompt is %d tokens or more; the limit is %d", n, limit);
+            else
+                snprintf(err, errlen, "the prompt (%zu bytes) is over the limit of %d tokens", q->prompt_len,
+                         limit);
             return reject(reason, ENG_REJECT_PROMPT_TOO_LONG, CK_ETOOLONG);
         }
         if (rc) {
@@ -408,7 +425,8 @@ static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_
             return reject(reason, ENG_REJECT_CONTEXT, CK_ETOOLONG);
         }
     } else if (mt > 0 && n + mt > e->max_ctx) {
-        snprintf(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context (%d)", n, mt, e->max_ctx);
+        snprintf(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context (%d)", n, mt,
+                 e->max_ctx);
         return reject(reason, ENG_REJECT_CONTEXT, CK_ETOOLONG);
     }
     *n_out = n;
@@ -444,7 +462,8 @@ int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     free(file);
     e->c.chat_template = NULL; /* borrowed for eng_new only */
     if (rc && source == CHAT_SRC_OVERRIDE) {
-        snprintf(err, errlen, "chat_template %.200s: %s: %.250s", c->chat_template, e->chat_err.kind, e->chat_err.msg);
+        snprintf(err, errlen, "chat_template %.200s: %s: %.250s", c->chat_template, e->chat_err.kind,
+                 e->chat_err.msg);
         return rc;
     }
     chat_model_info ci;
@@ -452,7 +471,8 @@ int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     eng_prompt_format *pf = &e->pf;
     memset(pf, 0, sizeof *pf);
     _Static_assert(sizeof pf->arch == sizeof ci.arch && sizeof pf->tok_model == sizeof ci.tok_model &&
-                       sizeof pf->tok_pre == sizeof ci.tok_pre && sizeof pf->template_hash == sizeof ci.template_hash,
+                       sizeof pf->tok_pre == sizeof ci.tok_pre &&
+                       sizeof pf->template_hash == sizeof ci.template_hash,
                    "engine.h's eng_prompt_format is chat.h's chat_model_info");
     memcpy(pf->arch, ci.arch, sizeof pf->arch);
     memcpy(pf->tok_model, ci.tok_model, sizeof pf->tok_model);
@@ -554,7 +574,8 @@ const char *eng_reject_name(int reason) {
 
 /* engine.h restates these so that it needs no internal header. */
 _Static_assert(ENG_MAX_STOPS == GEN_MAX_STOPS, "engine.h's ENG_MAX_STOPS is gen.h's GEN_MAX_STOPS");
-_Static_assert((int)ENG_FINISH_LENGTH == (int)GEN_FINISH_LENGTH && (int)ENG_FINISH_STOP == (int)GEN_FINISH_STOP,
+_Static_assert((int)ENG_FINISH_LENGTH == (int)GEN_FINISH_LENGTH &&
+                   (int)ENG_FINISH_STOP == (int)GEN_FINISH_STOP,
                "engine.h's finish reasons are gen.h's");
 
 int eng_template_name_ok(const char *name) { return tpl_name_ok(name); }

@@ -57,9 +57,7 @@ static inline float exp_neg_cut(float a) {
 typedef float sv_f __attribute__((vector_size(SV_VL * 4)));
 typedef int32_t sv_i __attribute__((vector_size(SV_VL * 4)));
 
-static inline sv_f sv_sel(sv_i m, sv_f a, sv_f b) {
-    return (sv_f)((m & (sv_i)a) | (~m & (sv_i)b));
-}
+static inline sv_f sv_sel(sv_i m, sv_f a, sv_f b) { return (sv_f)((m & (sv_i)a) | (~m & (sv_i)b)); }
 
 static inline sv_f sv_load(const float *p) {
     sv_f v;
@@ -321,7 +319,7 @@ typedef struct {
 } samp_cand;
 
 struct sampler {
-    int n;           /* vocabulary size */
+    int n; /* vocabulary size */
     samp_params p;
     uint64_t rng;    /* splitmix64 state */
     samp_cand *cand; /* (n) candidates of the current step */
@@ -475,7 +473,7 @@ static int nucleus(samp_cand *a, int n, double target) {
             st += b;
         }
         double w = cand_sum(a + lo, st - lo); /* weight of those before the pivot */
-        cand_swap(&a[st], &a[last]); /* a[lo..st) before, a[st] pivot, then after */
+        cand_swap(&a[st], &a[last]);          /* a[lo..st) before, a[st] pivot, then after */
         if (acc + w > target) {
             hi = st;
         } else if (acc + w + pivot.v > target) {

@@ -14,11 +14,9 @@
 
 #include "eng_types.h" /* samp_params, samp_conf */
 
-
 /* samp_params_default: eng_types.h */
 /* 0 when every field is in its range (see above), CK_EINVAL otherwise. */
 int samp_params_check(const samp_params *p);
-
 
 /* One streaming pass over n >= 2 logits: per lane a running max m,
  * S = sum e^(x - m) and U = sum (m - x) e^(x - m), both kept relative to the

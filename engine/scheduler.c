@@ -40,8 +40,10 @@ int sched_push(sched_queue *q, sched_entry *e) {
     int lo = 0, hi = q->n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (sched_before(q, q->v[mid], e)) hi = mid;
-        else lo = mid + 1;
+        if (sched_before(q, q->v[mid], e))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof *q->v);
     q->v[lo] = e;

@@ -27,16 +27,16 @@
 #include <stdint.h>
 
 typedef struct sched_entry {
-    int priority;        /* higher runs first */
-    double arrival_ms;   /* on the caller's clock (aging) */
-    uint64_t order;      /* submission order, unique: breaks ties */
-    int index;           /* position in its queue (rank from the worst), -1 when in none */
+    int priority;      /* higher runs first */
+    double arrival_ms; /* on the caller's clock (aging) */
+    uint64_t order;    /* submission order, unique: breaks ties */
+    int index;         /* position in its queue (rank from the worst), -1 when in none */
 } sched_entry;
 
 typedef struct sched_queue {
-    sched_entry **v;     /* (cap) sorted worst first: v[0] worst, v[n - 1] best */
+    sched_entry **v; /* (cap) sorted worst first: v[0] worst, v[n - 1] best */
     int n, cap;
-    double aging_ms;     /* 0 = no aging */
+    double aging_ms; /* 0 = no aging */
 } sched_queue;
 
 /* Allocate room for cap entries. Returns 0, CK_EINVAL (cap < 1, aging < 0)

@@ -32,11 +32,11 @@ typedef struct sess_get {
 
 struct sess_store {
     sess_config c;
-    sess_entry *e;       /* (max_sessions) */
+    sess_entry *e; /* (max_sessions) */
     uint64_t clock;
-    sess_get *gets;      /* in flight (malloc'd; a session fetch is per request, not per token) */
+    sess_get *gets; /* in flight (malloc'd; a session fetch is per request, not per token) */
     int puts_in_flight, gets_in_flight;
-    unsigned char *buf;  /* (SESS_HEADER + 4 * max_tokens) an encoded value */
+    unsigned char *buf; /* (SESS_HEADER + 4 * max_tokens) an encoded value */
     sess_stats st;
 };
 

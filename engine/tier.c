@@ -23,11 +23,11 @@ typedef struct slot_meta {
 
 typedef struct cold_rec {
     tier *t;
-    kv_seq *owner;  /* NULL once the owner let go (orphan) */
+    kv_seq *owner; /* NULL once the owner let go (orphan) */
     int logical;
     int n_tokens;
-    int state;      /* REC_* */
-    uint32_t gen;   /* bumped at each reuse: part of the key */
+    int state;    /* REC_* */
+    uint32_t gen; /* bumped at each reuse: part of the key */
 } cold_rec;
 
 struct tier {
@@ -37,14 +37,14 @@ struct tier {
     slot_meta *slots;
     int32_t *free_slots;
     int n_free;
-    cold_rec *recs;      /* (max_cold) */
+    cold_rec *recs; /* (max_cold) */
     int32_t *free_recs;
     int n_free_recs;
     uint64_t clock;
-    uint64_t nonce;      /* random: this tier's keys are its own */
-    coldfmt *fmt;        /* NULL when c.fingerprint is (raw values) */
-    unsigned char *enc;  /* (coldfmt_bound(slot_bytes)) an encoded spill */
-    unsigned char *dec;  /* (slot_bytes) a fetched block being verified */
+    uint64_t nonce;     /* random: this tier's keys are its own */
+    coldfmt *fmt;       /* NULL when c.fingerprint is (raw values) */
+    unsigned char *enc; /* (coldfmt_bound(slot_bytes)) an encoded spill */
+    unsigned char *dec; /* (slot_bytes) a fetched block being verified */
     tier_stats st;
 };
 
@@ -68,7 +68,8 @@ static uint64_t make_nonce(const void *salt) {
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    n ^= (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40 ^ (uint64_t)(uintptr_t)salt;
+    n ^= (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40 ^
+         (uint64_t)(uintptr_t)salt;
     return n;
 }
 
@@ -215,8 +216,7 @@ static void put_done(void *ud, int status, const void *data, size_t len) {
 static void spill_lru(tier *t) {
     int victim = -1;
     for (int i = 0; i < t->st.n_slots; i++)
-        if (t->slots[i].owner && (victim < 0 || t->slots[i].stamp < t->slots[victim].stamp))
-            victim = i;
+        if (t->slots[i].owner && (victim < 0 || t->slots[i].stamp < t->slots[victim].stamp)) victim = i;
     if (victim < 0) return;
     slot_meta *sm = &t->slots[victim];
     kv_seq *owner = sm->owner;
@@ -241,8 +241,8 @@ static void spill_lru(tier *t) {
         coldfmt_meta m;
         meta_of(t, ri, key, &m);
         val = t->enc;
-        if (coldfmt_encode(t->fmt, &m, slot_ptr(t, victim), t->slot_bytes, t->enc, coldfmt_bound(t->slot_bytes),
-                           &len))
+        if (coldfmt_encode(t->fmt, &m, slot_ptr(t, victim), t->slot_bytes, t->enc,
+                           coldfmt_bound(t->slot_bytes), &len))
             len = 0; /* cannot happen: the meta comes from tier_new's checked config */
     }
     if (!len || t->c.cold->ops->put(t->c.cold, key, val, len, 0, put_done, r)) {
@@ -272,8 +272,10 @@ int tier_put(tier *t, kv_seq *owner, int logical, const float *block, int n_toke
         drop_block(t, owner, logical);
         return s;
     }
-    if (t->c.compress) kvq_quantize(&t->c.shape, block, n_tokens, slot_ptr(t, s));
-    else memcpy(slot_ptr(t, s), block, t->slot_bytes);
+    if (t->c.compress)
+        kvq_quantize(&t->c.shape, block, n_tokens, slot_ptr(t, s));
+    else
+        memcpy(slot_ptr(t, s), block, t->slot_bytes);
     t->slots[s] = (slot_meta){owner, logical, n_tokens, ++t->clock};
     owner->tier[logical] = KV_TIER_WARM;
     owner->slot[logical] = s;
@@ -306,8 +308,10 @@ int tier_take_raw(tier *t, int slot, void *dst) {
 
 int tier_take(tier *t, int slot, float *dst) {
     if (slot < 0 || slot >= t->st.n_slots || !t->slots[slot].owner) return CK_EINVAL;
-    if (t->c.compress) kvq_dequantize(&t->c.shape, slot_ptr(t, slot), dst);
-    else memcpy(dst, slot_ptr(t, slot), t->slot_bytes);
+    if (t->c.compress)
+        kvq_dequantize(&t->c.shape, slot_ptr(t, slot), dst);
+    else
+        memcpy(dst, slot_ptr(t, slot), t->slot_bytes);
     free_slot(t, slot);
     t->st.gets++;
     return CK_OK;

@@ -31,12 +31,12 @@
 struct backend;
 
 typedef struct tier_config {
-    kvq_shape shape;      /* block geometry */
-    int compress;         /* store int8 (kvq.h) instead of f32 */
-    size_t budget_bytes;  /* warm capacity */
-    int max_cold;         /* cold records the tier can track */
-    cold_store *cold;     /* borrowed; NULL = no cold tier (spills are drops) */
-    uint64_t instance;    /* distinguishes this tier's keys in a shared store */
+    kvq_shape shape;         /* block geometry */
+    int compress;            /* store int8 (kvq.h) instead of f32 */
+    size_t budget_bytes;     /* warm capacity */
+    int max_cold;            /* cold records the tier can track */
+    cold_store *cold;        /* borrowed; NULL = no cold tier (spills are drops) */
+    uint64_t instance;       /* distinguishes this tier's keys in a shared store */
     const char *fingerprint; /* borrowed (model->fingerprint, 16 hex digits): cold
                              values are coldfmt.h blocks, verified on the way back;
                              NULL = the slot's raw bytes, checked by length only */
@@ -47,13 +47,13 @@ typedef struct tier_config {
 void tier_config_default(tier_config *c, const struct backend *b);
 
 typedef struct tier_stats {
-    uint64_t puts, gets;          /* demotions in, recalls out */
-    uint64_t spills;              /* warm -> cold writes started */
-    uint64_t spill_failures;      /* cold writes that failed (block dropped) */
+    uint64_t puts, gets;     /* demotions in, recalls out */
+    uint64_t spills;         /* warm -> cold writes started */
+    uint64_t spill_failures; /* cold writes that failed (block dropped) */
     uint64_t fetches, fetch_hits, fetch_misses;
-    uint64_t integrity_failures;  /* fetched values coldfmt refused (counted in fetch_misses too) */
-    uint64_t drops;               /* blocks lost (no cold tier, or it failed) */
-    size_t bytes, peak_bytes;     /* warm bytes in use */
+    uint64_t integrity_failures; /* fetched values coldfmt refused (counted in fetch_misses too) */
+    uint64_t drops;              /* blocks lost (no cold tier, or it failed) */
+    size_t bytes, peak_bytes;    /* warm bytes in use */
     int slots_used, n_slots;
 } tier_stats;
 

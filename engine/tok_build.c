@@ -84,11 +84,28 @@ static int parse_byte_piece(const char *p, size_t n) {
 /* llama.cpp's texts of end-of-generation pieces (llama-vocab.cpp, the
  * special_eog_ids rule); the first eleven are also its end-of-turn texts. */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<end_of_utterance>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<|return|>", "<|call|>", "<|eom_id|>", "[EOS]", "</s>", "<eos>", "<turn|>",
-    "<|tool_response>", "<|flush|>", "<|calls|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<end_of_utterance>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<|return|>",
+    "<|call|>",
+    "<|eom_id|>",
+    "[EOS]",
+    "</s>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<|flush|>",
+    "<|calls|>",
 };
 #define N_EOT_TEXTS 11
 
@@ -99,8 +116,7 @@ static int text_in(const char *p, size_t n, const char *const *list, size_t k) {
 }
 
 /* Read and decode the merges into t (BPE). */
-static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *err,
-                       size_t errlen) {
+static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *err, size_t errlen) {
     static const char fn[] = "tok_from_gguf";
     const char *key = "tokenizer.ggml.merges";
     int n = (int)c->n_merges;
@@ -131,9 +147,8 @@ static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *er
         /* as llama.cpp: the sides split at the first space after byte 0 */
         const char *sp = l > 1 ? memchr(s + 1, ' ', l - 1) : NULL;
         if (!sp || sp + 1 == s + l)
-            return tok__set_err(err, errlen, CK_EFORMAT,
-                                "%s: merge %d (\"%.*s\") is not \"left right\"", fn, r,
-                                (int)(l < 40 ? l : 40), s);
+            return tok__set_err(err, errlen, CK_EFORMAT, "%s: merge %d (\"%.*s\") is not \"left right\"", fn,
+                                r, (int)(l < 40 ? l : 40), s);
         size_t ll = (size_t)(sp - s), rl = l - ll - 1;
         long a = bl_decode(rev, s, ll, t->m_arena + at);
         long b = a < 0 ? -1 : bl_decode(rev, sp + 1, rl, t->m_arena + at + a);
@@ -152,8 +167,7 @@ static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *er
 /* The one constructor behind every loader. pieces/lens/scores as
  * tok_from_arrays (lens non-NULL); types NULL or 0 entries: inferred. */
 int tok__build(int n, const char *const *pieces, const size_t *lens, const float *scores,
-               const int32_t *types, const tcfg *c, tokenizer **out, char *err,
-               size_t errlen) {
+               const int32_t *types, const tcfg *c, tokenizer **out, char *err, size_t errlen) {
     static const char fn[] = "tok_build";
     int rc = CK_ENOMEM;
     tokenizer *t = NULL;
@@ -164,8 +178,8 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
         return tok__set_err(err, errlen, CK_EINVAL, "%s: vocabulary size %d not in [1, %d]", fn, n,
                             TOK_MAX_VOCAB);
     if (bos < -1 || bos >= n || eos < -1 || eos >= n || unk < -1 || unk >= n)
-        return tok__set_err(err, errlen, CK_EINVAL, "%s: bos/eos/unk ids %d/%d/%d outside [-1, %d)",
-                            fn, bos, eos, unk, n);
+        return tok__set_err(err, errlen, CK_EINVAL, "%s: bos/eos/unk ids %d/%d/%d outside [-1, %d)", fn, bos,
+                            eos, unk, n);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         if (!pieces[i] && lens[i] > 0)
@@ -204,8 +218,7 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
     t->eog = calloc((size_t)n, 1);
     t->blevel = calloc((size_t)n, 1);
     t->byte_val = malloc((size_t)n * sizeof *t->byte_val);
-    if (!t->arena || !t->off || !t->len || !t->score || !t->type || !t->eog || !t->blevel ||
-        !t->byte_val)
+    if (!t->arena || !t->off || !t->len || !t->score || !t->type || !t->eog || !t->blevel || !t->byte_val)
         goto fail;
     if (c->kind == TOK_KIND_BPE) {
         if (!(rev = malloc(0x800 * sizeof *rev))) goto fail;
@@ -217,10 +230,14 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
         int bv = parse_byte_piece(pieces[i], lens[i]);
         int ty = types ? (int)types[i] : 0;
         if (ty == 0) {
-            if (i == unk) ty = TOK_TYPE_UNKNOWN;
-            else if (i == bos || i == eos) ty = TOK_TYPE_CONTROL;
-            else if (bv >= 0) ty = TOK_TYPE_BYTE;
-            else ty = TOK_TYPE_NORMAL;
+            if (i == unk)
+                ty = TOK_TYPE_UNKNOWN;
+            else if (i == bos || i == eos)
+                ty = TOK_TYPE_CONTROL;
+            else if (bv >= 0)
+                ty = TOK_TYPE_BYTE;
+            else
+                ty = TOK_TYPE_NORMAL;
         }
         /* llama.cpp types the end-of-generation pieces CONTROL whatever the
          * file says, so they are never produced from plain text */
@@ -237,8 +254,7 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
         const char *p = pieces[i];
         size_t pl = lens[i], o = at;
         long raw = -1;
-        if (c->kind == TOK_KIND_BPE && !tok__is_special_type(t->type[i]) &&
-            t->type[i] != TOK_TYPE_BYTE)
+        if (c->kind == TOK_KIND_BPE && !tok__is_special_type(t->type[i]) && t->type[i] != TOK_TYPE_BYTE)
             raw = bl_decode(rev, p, pl, t->arena + at);
         if (raw >= 0) {
             at += (size_t)raw;
@@ -323,8 +339,7 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
             int l = pl > INT_MAX ? INT_MAX : (int)pl, j = 0;
             while (j < t->n_sp_lens && t->sp_lens[j] > l) j++;
             if (j < t->n_sp_lens && t->sp_lens[j] == l) continue;
-            memmove(t->sp_lens + j + 1, t->sp_lens + j,
-                    (size_t)(t->n_sp_lens - j) * sizeof *t->sp_lens);
+            memmove(t->sp_lens + j + 1, t->sp_lens + j, (size_t)(t->n_sp_lens - j) * sizeof *t->sp_lens);
             t->sp_lens[j] = l;
             t->n_sp_lens++;
         }
@@ -351,8 +366,7 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
         if (++tries == 4) {
             tok_free(t);
             free(rev);
-            return tok__set_err(err, errlen, CK_EFORMAT,
-                                "%s: cannot index %d pieces within %d probes", fn, n,
+            return tok__set_err(err, errlen, CK_EFORMAT, "%s: cannot index %d pieces within %d probes", fn, n,
                                 TOK_PROBE_MAX);
         }
     }
@@ -380,8 +394,8 @@ tcfg tok__spm_cfg(int bos, int eos, int unk) {
 }
 
 int tok_from_arrays(int n, const char *const *pieces, const size_t *lens, const float *scores,
-                    const int32_t *types, int bos, int eos, int unk, tokenizer **out,
-                    char *err, size_t errlen) {
+                    const int32_t *types, int bos, int eos, int unk, tokenizer **out, char *err,
+                    size_t errlen) {
     if (!out) return tok__set_err(err, errlen, CK_EINVAL, "%s: out is NULL", __func__);
     *out = NULL;
     if (!pieces || n <= 0 || n > TOK_MAX_VOCAB)
@@ -414,8 +428,10 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
     size_t need = 0;
     for (size_t k = 0; k < pl; k++) {
         unsigned b = (unsigned char)p[k];
-        if (bl) need += bl_cp_of(b) < 0x80 ? 1 : 2;
-        else need += t->kind == TOK_KIND_SPM && b == ' ' ? 3 : 1;
+        if (bl)
+            need += bl_cp_of(b) < 0x80 ? 1 : 2;
+        else
+            need += t->kind == TOK_KIND_SPM && b == ' ' ? 3 : 1;
     }
     *len = need;
     if (cap < need + 1) return CK_ETOOLONG;

@@ -20,8 +20,8 @@
  * SentencePiece and minus the merge's rank for byte-level BPE. */
 
 typedef struct {
-    int32_t start, len;  /* bytes [start, start + len) of the working text; len 0: merged away */
-    int32_t prev, next;  /* neighbours, -1 at the ends */
+    int32_t start, len; /* bytes [start, start + len) of the working text; len 0: merged away */
+    int32_t prev, next; /* neighbours, -1 at the ends */
 } tsym;
 
 typedef struct {
@@ -36,11 +36,11 @@ static int pair_before(const tpair *a, const tpair *b) {
 
 typedef struct {
     const tokenizer *t;
-    const char *w;   /* the working text */
+    const char *w; /* the working text */
     tsym *sym;
     tpair *heap;
     int n_heap;
-    int32_t *out;    /* ids: written while count < max */
+    int32_t *out; /* ids: written while count < max */
     int max, count;
 } tenc;
 
@@ -176,8 +176,7 @@ static int encode_bpe(tenc *e, const char *text, size_t len, size_t *ends) {
             emit(e, id);
         } else {
             int ns = 0;
-            for (size_t i = start; i < end; i++, ns++)
-                e->sym[ns] = (tsym){(int32_t)i, 1, ns - 1, ns + 1};
+            for (size_t i = start; i < end; i++, ns++) e->sym[ns] = (tsym){(int32_t)i, 1, ns - 1, ns + 1};
             e->sym[ns - 1].next = -1;
             if ((rc = merge_and_emit(e, ns))) return rc;
         }
@@ -201,8 +200,8 @@ static int special_allowed(const tokenizer *t, int id, int parse_special) {
  * llama.cpp's tokenizer_st_partition (for strings of one length: leftmost
  * first). a and b have room for 2 * len + 1 fragments; the result is in
  * *res (a or b) with *nf entries. */
-static void cut_specials(const tokenizer *t, const char *text, size_t len, int parse_special,
-                         tfrag *a, tfrag *b, tfrag **res, int *nf) {
+static void cut_specials(const tokenizer *t, const char *text, size_t len, int parse_special, tfrag *a,
+                         tfrag *b, tfrag **res, int *nf) {
     int n = 1;
     a[0] = (tfrag){0, len, -1};
     for (int li = 0; li < t->n_sp_lens; li++) {
@@ -216,8 +215,8 @@ static void cut_specials(const tokenizer *t, const char *text, size_t len, int p
             }
             size_t cur = f.start, end = f.start + f.len;
             for (size_t p = f.start; p + L <= end;) {
-                unsigned pair = (unsigned)(unsigned char)text[p] << 8 |
-                                (L > 1 ? (unsigned char)text[p + 1] : 0);
+                unsigned pair =
+                    (unsigned)(unsigned char)text[p] << 8 | (L > 1 ? (unsigned char)text[p + 1] : 0);
                 int id = -1;
                 if (t->sp_pair[pair >> 3] & (1u << (pair & 7))) {
                     id = tok__lookup_special(t, text + p, L);
@@ -243,8 +242,8 @@ static void cut_specials(const tokenizer *t, const char *text, size_t len, int p
     *nf = n;
 }
 
-int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned flags,
-                    int32_t *out, int max, int *n_out) {
+int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out, int max,
+                    int *n_out) {
     if (!t || !n_out || (!text && len > 0) || max < 0 || (!out && max > 0)) return CK_EINVAL;
     *n_out = 0;
     /* symbols are indexed by int32: keep the working text well inside it */
@@ -287,8 +286,7 @@ int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned f
         if (t->kind == TOK_KIND_BPE) ends = malloc(len * sizeof *ends);
         fa = malloc((may_cut ? 2 * len + 1 : 1) * sizeof *fa);
         fb = may_cut ? malloc((2 * len + 1) * sizeof *fb) : NULL;
-        if (!w || !e.sym || !e.heap || !fa || (may_cut && !fb) ||
-            (t->kind == TOK_KIND_BPE && !ends))
+        if (!w || !e.sym || !e.heap || !fa || (may_cut && !fb) || (t->kind == TOK_KIND_BPE && !ends))
             goto done;
         tfrag *frag = fa;
         int nf = 1;
@@ -304,8 +302,8 @@ int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned f
             if (t->kind == TOK_KIND_BPE) {
                 rc = encode_bpe(&e, text + frag[k].start, frag[k].len, ends);
             } else {
-                rc = encode_spm(&e, w, text + frag[k].start, frag[k].len,
-                                t->add_space_prefix && prev_special);
+                rc =
+                    encode_spm(&e, w, text + frag[k].start, frag[k].len, t->add_space_prefix && prev_special);
             }
             if (rc) goto done;
             prev_special = 0;
@@ -325,7 +323,7 @@ done:
     return rc;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-               int max, int *n_out) {
+int tok_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out, int max,
+               int *n_out) {
     return tok_encode_opts(t, text, len, add_bos ? TOK_ENC_ADD_SPECIAL : 0, out, max, n_out);
 }

@@ -14,8 +14,7 @@
  * else the default (llama.cpp's rule: files in the wild carry ids past the
  * end, e.g. a padding id equal to the vocabulary size). A value that is
  * there but not an integer is malformed. */
-static int id_key(const gguf_file *f, const char *key, int n, int dflt, int *out, char *err,
-                  size_t errlen) {
+static int id_key(const gguf_file *f, const char *key, int n, int dflt, int *out, char *err, size_t errlen) {
     int64_t v;
     int rc = gguf_get_int(f, key, &v);
     *out = dflt >= 0 && dflt < n ? dflt : -1;
@@ -26,8 +25,7 @@ static int id_key(const gguf_file *f, const char *key, int n, int dflt, int *out
     return 0;
 }
 
-static int bool_key(const gguf_file *f, const char *key, int dflt, int *out, char *err,
-                    size_t errlen) {
+static int bool_key(const gguf_file *f, const char *key, int dflt, int *out, char *err, size_t errlen) {
     int b;
     int rc = gguf_get_bool(f, key, &b);
     if (rc == CK_ENOTFOUND) {
@@ -51,8 +49,7 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     const char *s;
     size_t sl;
     if (gguf_get_str(f, "tokenizer.ggml.model", &s, &sl))
-        return tok__set_err(err, errlen, CK_EFORMAT, "%s: tokenizer.ggml.model missing or not a string",
-                            fn);
+        return tok__set_err(err, errlen, CK_EFORMAT, "%s: tokenizer.ggml.model missing or not a string", fn);
     tcfg c = {0};
     if (str_is(s, sl, "llama")) {
         c = tok__spm_cfg(1, 2, 0);
@@ -61,7 +58,8 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     } else {
         return tok__set_err(err, errlen, CK_EUNSUPPORTED,
                             "%s: tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\" and "
-                       "\"gpt2\")", fn, (int)(sl < 64 ? sl : 64), s);
+                            "\"gpt2\")",
+                            fn, (int)(sl < 64 ? sl : 64), s);
     }
     c.gguf_eog = 1;
 
@@ -69,8 +67,10 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     uint64_t nt;
     const void *data;
     if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &nt, &data) || et != GGUF_TYPE_STRING)
-        return tok__set_err(err, errlen, CK_EFORMAT, "%s: tokenizer.ggml.tokens missing or not a string "
-                            "array", fn);
+        return tok__set_err(err, errlen, CK_EFORMAT,
+                            "%s: tokenizer.ggml.tokens missing or not a string "
+                            "array",
+                            fn);
     if (nt == 0 || nt > TOK_MAX_VOCAB)
         return tok__set_err(err, errlen, CK_EFORMAT, "%s: %llu tokens, not in [1, %d]", fn,
                             (unsigned long long)nt, TOK_MAX_VOCAB);
@@ -86,15 +86,14 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
             if (c.pre < 0)
                 return tok__set_err(err, errlen, CK_EUNSUPPORTED,
                                     "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported "
-                               "(gpt-2, llama-bpe, qwen2, smollm, starcoder, refact, default)",
-                               fn, (int)(sl < 64 ? sl : 64), s);
+                                    "(gpt-2, llama-bpe, qwen2, smollm, starcoder, refact, default)",
+                                    fn, (int)(sl < 64 ? sl : 64), s);
         }
         if (c.pre == TOK_PRE_LLAMA3) {
             c.ignore_merges = 1;
             c.add_bos = 1;
         }
-        if (gguf_get_arr(f, "tokenizer.ggml.merges", &et, &c.n_merges, NULL) ||
-            et != GGUF_TYPE_STRING)
+        if (gguf_get_arr(f, "tokenizer.ggml.merges", &et, &c.n_merges, NULL) || et != GGUF_TYPE_STRING)
             return tok__set_err(err, errlen, CK_EFORMAT,
                                 "%s: tokenizer.ggml.merges missing or not a string array", fn);
         if (c.n_merges > TOK_MAX_MERGES)
@@ -113,8 +112,8 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
         (rc = id_key(f, "tokenizer.ggml.padding_token_id", n, -1, &pad, err, errlen)) ||
         (rc = bool_key(f, "tokenizer.ggml.add_bos_token", c.add_bos, &c.add_bos, err, errlen)) ||
         (rc = bool_key(f, "tokenizer.ggml.add_eos_token", c.add_eos, &c.add_eos, err, errlen)) ||
-        (rc = bool_key(f, "tokenizer.ggml.add_space_prefix", c.add_space_prefix,
-                       &c.add_space_prefix, err, errlen)))
+        (rc = bool_key(f, "tokenizer.ggml.add_space_prefix", c.add_space_prefix, &c.add_space_prefix, err,
+                       errlen)))
         return rc;
     c.bos = bos;
     c.eos = eos;
@@ -154,8 +153,8 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     }
     if (!gguf_get_arr(f, "tokenizer.ggml.token_type", &et, &nt, &data)) {
         if ((et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32) || nt < (uint64_t)n) {
-            rc = tok__set_err(err, errlen, CK_EFORMAT,
-                              "%s: tokenizer.ggml.token_type must be %d int32", fn, n);
+            rc = tok__set_err(err, errlen, CK_EFORMAT, "%s: tokenizer.ggml.token_type must be %d int32", fn,
+                              n);
             goto out;
         }
         if (!(types = malloc((size_t)n * sizeof *types))) goto out;

@@ -44,16 +44,16 @@ struct tokenizer {
     int32_t *slots;       /* (mask + 1) open-addressing hash of the mergeable
                              pieces: ids, -1 empty */
     size_t mask;
-    uint64_t seed;        /* of the hashes: random per tokenizer (see build_index) */
-    int max_piece;        /* tok_max_piece_len, >= 1 */
+    uint64_t seed; /* of the hashes: random per tokenizer (see build_index) */
+    int max_piece; /* tok_max_piece_len, >= 1 */
     /* special tokens the text is cut at (CONTROL, USER, UNKNOWN) */
-    int32_t *sp_slots;    /* (sp_mask + 1) hash of them by text: ids, -1 empty */
+    int32_t *sp_slots; /* (sp_mask + 1) hash of them by text: ids, -1 empty */
     size_t sp_mask;
-    int *sp_lens;         /* (n_sp_lens) their distinct lengths, longest first */
+    int *sp_lens; /* (n_sp_lens) their distinct lengths, longest first */
     int n_sp_lens;
-    int n_user;           /* USER pieces among them (cut out even without
+    int n_user;       /* USER pieces among them (cut out even without
                              TOK_ENC_PARSE_SPECIAL) */
-    uint8_t *sp_pair;     /* (65536 bits) byte pairs a special string starts
+    uint8_t *sp_pair; /* (65536 bits) byte pairs a special string starts
                              with (a one-byte special: both its bytes x any) */
     /* merges (BPE): rank r is "left right" with left = m_arena[m_off[r],
      * + m_left[r]) and right right after it, both as raw bytes */
@@ -61,7 +61,7 @@ struct tokenizer {
     char *m_arena;
     size_t *m_off;
     uint32_t *m_left, *m_len;
-    int32_t *m_slots;     /* (m_mask + 1) hash by (bytes, left length): ranks */
+    int32_t *m_slots; /* (m_mask + 1) hash by (bytes, left length): ranks */
     size_t m_mask;
     int32_t byte_id[256];            /* id of piece "<0xXX>" per byte, -1 if none */
     int32_t one_id[256];             /* id of the mergeable 1-byte piece per byte, -1 if
@@ -84,16 +84,16 @@ struct tokenizer {
 
 /* What a loader hands build() besides the pieces. */
 typedef struct {
-    int kind;             /* TOK_KIND_* */
-    int pre;              /* TOK_PRE_* */
-    int conv_u2581;       /* SPM: turn "▁" into ' ' while copying */
+    int kind;       /* TOK_KIND_* */
+    int pre;        /* TOK_PRE_* */
+    int conv_u2581; /* SPM: turn "▁" into ' ' while copying */
     int from_llama2c;
-    int gguf_eog;         /* apply llama.cpp's EOG/EOT text rules */
+    int gguf_eog; /* apply llama.cpp's EOG/EOT text rules */
     int bos, eos, unk, eot, eom, pad;
     int add_bos, add_eos, add_space_prefix, ignore_merges;
     /* merges (BPE): n_merges strings, merge[i] with merge_len[i] bytes */
     uint64_t n_merges;
-    const gguf_file *mf;  /* merges read from this file's tokenizer.ggml.merges */
+    const gguf_file *mf; /* merges read from this file's tokenizer.ggml.merges */
 } tcfg;
 
 /* ---- tokenizer.c: errors, the index and its lookups */
@@ -109,8 +109,7 @@ int tok__build_index(tokenizer *t);
 /* ---- tok_build.c: the one constructor */
 
 int tok__build(int n, const char *const *pieces, const size_t *lens, const float *scores,
-               const int32_t *types, const tcfg *c, tokenizer **out, char *err,
-               size_t errlen);
+               const int32_t *types, const tcfg *c, tokenizer **out, char *err, size_t errlen);
 tcfg tok__spm_cfg(int bos, int eos, int unk);
 
 #endif

@@ -20,15 +20,14 @@ static int32_t rd_i32(const unsigned char *p) {
     return v;
 }
 
-int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *err,
-                     size_t errlen) {
+int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *err, size_t errlen) {
     static const char fn[] = "tok_load_llama2c";
     if (!out) return tok__set_err(err, errlen, CK_EINVAL, "%s: out is NULL", fn);
     *out = NULL;
     if (!path) return tok__set_err(err, errlen, CK_EINVAL, "%s: path is NULL", fn);
     if (vocab_size < 3 || vocab_size > TOK_MAX_VOCAB)
-        return tok__set_err(err, errlen, CK_EINVAL, "%s: vocab_size %d not in [3, %d]", fn,
-                            vocab_size, TOK_MAX_VOCAB);
+        return tok__set_err(err, errlen, CK_EINVAL, "%s: vocab_size %d not in [3, %d]", fn, vocab_size,
+                            TOK_MAX_VOCAB);
 
     int rc;
     unsigned char *buf = NULL;
@@ -46,9 +45,8 @@ int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *er
     size_t size = (size_t)fsz;
     /* the smallest file with vocab_size pieces: header + (score, len) each */
     if (size < 4 + 8 * (size_t)vocab_size) {
-        rc = tok__set_err(err, errlen, CK_EFORMAT,
-                          "%s: %s has %zu bytes, too short for %d pieces", fn, path, size,
-                          vocab_size);
+        rc = tok__set_err(err, errlen, CK_EFORMAT, "%s: %s has %zu bytes, too short for %d pieces", fn, path,
+                          size, vocab_size);
         goto done;
     }
     buf = malloc(size);
@@ -72,8 +70,8 @@ int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *er
     size_t pos = 4;
     for (int i = 0; i < vocab_size; i++) {
         if (size - pos < 8) {
-            rc = tok__set_err(err, errlen, CK_EFORMAT, "%s: %s: truncated at piece %d of %d", fn,
-                              path, i, vocab_size);
+            rc = tok__set_err(err, errlen, CK_EFORMAT, "%s: %s: truncated at piece %d of %d", fn, path, i,
+                              vocab_size);
             goto done;
         }
         uint32_t sbits = rd_u32(buf + pos);
@@ -81,9 +79,8 @@ int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *er
         int32_t l = rd_i32(buf + pos + 4);
         pos += 8;
         if (l < 0 || (size_t)l > size - pos) {
-            rc = tok__set_err(err, errlen, CK_EFORMAT,
-                              "%s: %s: piece %d has length %d, %zu bytes left", fn, path, i, (int)l,
-                              size - pos);
+            rc = tok__set_err(err, errlen, CK_EFORMAT, "%s: %s: piece %d has length %d, %zu bytes left", fn,
+                              path, i, (int)l, size - pos);
             goto done;
         }
         pieces[i] = (const char *)buf + pos;

@@ -28,8 +28,10 @@ static int uc_class(uint32_t c) {
     unsigned lo = 0, hi = tok_unicode_n_ranges; /* last entry with start <= c */
     while (hi - lo > 1) {
         unsigned mid = (lo + hi) / 2;
-        if ((tok_unicode_ranges[mid] >> 8) <= c) lo = mid;
-        else hi = mid;
+        if ((tok_unicode_ranges[mid] >> 8) <= c)
+            lo = mid;
+        else
+            hi = mid;
     }
     return (int)(tok_unicode_ranges[lo] & 0xFF);
 }
@@ -173,8 +175,8 @@ static size_t m_digit3(const ptext *x, size_t pos, size_t end) {
 /* [\p{P}\$\+<=>\^~\|]+ */
 static size_t m_punct(const ptext *x, size_t pos, size_t end) {
     size_t k = pos;
-    while (k < end && (IS(x, k, F_P) || (x->cp[k] < 0x80 && strchr("$+<=>^~|", (int)x->cp[k]) &&
-                                         x->cp[k] != 0)))
+    while (k < end &&
+           (IS(x, k, F_P) || (x->cp[k] < 0x80 && strchr("$+<=>^~|", (int)x->cp[k]) && x->cp[k] != 0)))
         k++;
     return k - pos;
 }
@@ -189,7 +191,10 @@ static int stages_of(int pre, pmatch_fn *st) {
     case TOK_PRE_GPT2: st[0] = m_gpt2; return 1;
     case TOK_PRE_LLAMA3: st[0] = m_llama3; return 1;
     case TOK_PRE_QWEN2: st[0] = m_qwen2; return 1;
-    case TOK_PRE_SMOLLM: st[0] = m_digit1; st[1] = m_gpt2; return 2;
+    case TOK_PRE_SMOLLM:
+        st[0] = m_digit1;
+        st[1] = m_gpt2;
+        return 2;
     case TOK_PRE_DEFAULT:
         st[0] = m_punct;
         st[1] = m_gpt2_nofb;
@@ -201,12 +206,14 @@ static int stages_of(int pre, pmatch_fn *st) {
 }
 
 int tok_pre_lookup(const char *name, size_t n) {
-    static const struct { const char *s; int pre; } names[] = {
-        {"gpt-2", TOK_PRE_GPT2},       {"phi-2", TOK_PRE_GPT2},
-        {"llama-bpe", TOK_PRE_LLAMA3}, {"llama3", TOK_PRE_LLAMA3},
-        {"llama-v3", TOK_PRE_LLAMA3},  {"qwen2", TOK_PRE_QWEN2},
-        {"smollm", TOK_PRE_SMOLLM},    {"starcoder", TOK_PRE_SMOLLM},
-        {"refact", TOK_PRE_SMOLLM},    {"default", TOK_PRE_DEFAULT},
+    static const struct {
+        const char *s;
+        int pre;
+    } names[] = {
+        {"gpt-2", TOK_PRE_GPT2},      {"phi-2", TOK_PRE_GPT2},       {"llama-bpe", TOK_PRE_LLAMA3},
+        {"llama3", TOK_PRE_LLAMA3},   {"llama-v3", TOK_PRE_LLAMA3},  {"qwen2", TOK_PRE_QWEN2},
+        {"smollm", TOK_PRE_SMOLLM},   {"starcoder", TOK_PRE_SMOLLM}, {"refact", TOK_PRE_SMOLLM},
+        {"default", TOK_PRE_DEFAULT},
     };
     if (!name) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

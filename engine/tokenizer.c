@@ -83,9 +83,7 @@ int tok__merge_rank(const tokenizer *t, const char *s, size_t n, size_t left) {
     for (int k = 0; k < TOK_PROBE_MAX; k++) {
         int32_t r = t->m_slots[i];
         if (r < 0) return -1;
-        if (t->m_len[r] == n && t->m_left[r] == left &&
-            memcmp(t->m_arena + t->m_off[r], s, n) == 0)
-            return r;
+        if (t->m_len[r] == n && t->m_left[r] == left && memcmp(t->m_arena + t->m_off[r], s, n) == 0) return r;
         i = (i + 1) & t->m_mask;
     }
     return -1;
@@ -211,9 +209,7 @@ int tok_adds_bos(const tokenizer *t) { return t ? t->add_bos : 0; }
 int tok_adds_eos(const tokenizer *t) { return t ? t->add_eos : 0; }
 int tok_max_piece_len(const tokenizer *t) { return t ? t->max_piece : 0; }
 
-int tok_is_eog(const tokenizer *t, int id) {
-    return t && id >= 0 && id < t->n && t->eog[id];
-}
+int tok_is_eog(const tokenizer *t, int id) { return t && id >= 0 && id < t->n && t->eog[id]; }
 
 const char *tok_piece(const tokenizer *t, int id, size_t *len) {
     if (!t || id < 0 || id >= t->n) {
@@ -224,9 +220,7 @@ const char *tok_piece(const tokenizer *t, int id, size_t *len) {
     return t->arena + t->off[id];
 }
 
-float tok_score(const tokenizer *t, int id) {
-    return (t && id >= 0 && id < t->n) ? t->score[id] : 0.0f;
-}
+float tok_score(const tokenizer *t, int id) { return (t && id >= 0 && id < t->n) ? t->score[id] : 0.0f; }
 
 int tok_type(const tokenizer *t, int id) { return (t && id >= 0 && id < t->n) ? t->type[id] : 0; }
 

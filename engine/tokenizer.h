@@ -118,8 +118,7 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
  * On success *out owns a tokenizer (free with tok_free) and 0 is returned; on
  * failure a negative CK_E* code, a sentence in err (if err and errlen > 0) and
  * *out = NULL. */
-int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *err,
-                     size_t errlen);
+int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *err, size_t errlen);
 
 /* Build from arrays, as a GGUF reader hands them over (tokenizer.ggml.tokens,
  * .scores, .token_type, bos/eos/unknown_token_id). n pieces; piece i is
@@ -134,18 +133,18 @@ int tok_load_llama2c(const char *path, int vocab_size, tokenizer **out, char *er
  * others still decode. Pieces are indexed under a random per-tokenizer hash
  * seed, so no choice of pieces makes loading or lookups slow. */
 int tok_from_arrays(int n, const char *const *pieces, const size_t *lens, const float *scores,
-                    const int32_t *types, int bos, int eos, int unk, tokenizer **out,
-                    char *err, size_t errlen);
+                    const int32_t *types, int bos, int eos, int unk, tokenizer **out, char *err,
+                    size_t errlen);
 
 /* Free a tokenizer; NULL is a no-op. */
 void tok_free(tokenizer *t);
 
 int tok_vocab_size(const tokenizer *t);
-int tok_bos(const tokenizer *t); /* -1 when none */
-int tok_eos(const tokenizer *t); /* -1 when none */
-int tok_unk(const tokenizer *t); /* -1 when none */
-int tok_eot(const tokenizer *t); /* end of turn, -1 when none */
-int tok_eom(const tokenizer *t); /* end of message, -1 when none */
+int tok_bos(const tokenizer *t);  /* -1 when none */
+int tok_eos(const tokenizer *t);  /* -1 when none */
+int tok_unk(const tokenizer *t);  /* -1 when none */
+int tok_eot(const tokenizer *t);  /* end of turn, -1 when none */
+int tok_eom(const tokenizer *t);  /* end of message, -1 when none */
 int tok_kind(const tokenizer *t); /* TOK_KIND_*, 0 for NULL */
 /* What TOK_ENC_ADD_SPECIAL adds: BOS before, EOS after (0/1 each; 0 when the
  * vocabulary has no such token). llama2.c files and tok_from_arrays: 1 / 0. */
@@ -181,8 +180,9 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
 #define TOK_EXACT_COUNT_BYTES 4096
 
 /* tok_encode_opts flags */
-#define TOK_ENC_ADD_SPECIAL 1u   /* BOS / EOS as the vocabulary asks (tok_adds_bos/eos) */
-#define TOK_ENC_PARSE_SPECIAL 2u /* CONTROL/UNKNOWN token strings in the text are
+#define TOK_ENC_ADD_SPECIAL 1u /* BOS / EOS as the vocabulary asks (tok_adds_bos/eos) */
+#define TOK_ENC_PARSE_SPECIAL \
+    2u /* CONTROL/UNKNOWN token strings in the text are
                                     those tokens (only for trusted text) */
 
 /* Encode `len` bytes of text (any bytes; text may be NULL when len is 0).
@@ -209,10 +209,10 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
  * lengths (a few dozen in real vocabularies), done only where the text holds
  * a byte pair a special token starts with.
  * Allocates scratch proportional to len (encoding is not on the forward path). */
-int tok_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-               int max, int *n_out);
-int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned flags,
-                    int32_t *out, int max, int *n_out);
+int tok_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out, int max,
+               int *n_out);
+int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out, int max,
+                    int *n_out);
 
 /* The most bytes of text one token of tok_encode can stand for: the length of
  * the longest mergeable piece or special-token string, at least 1 (a

@@ -17,19 +17,22 @@ int tpl_name_ok(const char *name) {
     if (n == 0 || n > TPL_NAME_MAX) return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == ':' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == ':' || c == '-'))
             return 0;
     }
     return 1;
 }
 
-int tpl_encode(const char *name, int64_t created_ms, const char *text, size_t text_len, char **out, size_t *len) {
+int tpl_encode(const char *name, int64_t created_ms, const char *text, size_t text_len, char **out,
+               size_t *len) {
     *out = NULL;
-    if (!tpl_name_ok(name) || text_len > TPL_TEXT_MAX || (!text && text_len) || created_ms < 0) return CK_EINVAL;
+    if (!tpl_name_ok(name) || text_len > TPL_TEXT_MAX || (!text && text_len) || created_ms < 0)
+        return CK_EINVAL;
     char head[TPL_NAME_MAX + 160];
-    int h = snprintf(head, sizeof head, "confkv-template 1\nname %s\ncreated_ms %lld\nbytes %zu\nxxh64 %016llx\n\n",
-                     name, (long long)created_ms, text_len, (unsigned long long)XXH64(text, text_len, 0));
+    int h = snprintf(head, sizeof head,
+                     "confkv-template 1\nname %s\ncreated_ms %lld\nbytes %zu\nxxh64 %016llx\n\n", name,
+                     (long long)created_ms, text_len, (unsigned long long)XXH64(text, text_len, 0));
     if (h < 0 || (size_t)h >= sizeof head) return CK_EINVAL;
     char *b = malloc((size_t)h + text_len);
     if (!b) return CK_ENOMEM;
@@ -80,9 +83,11 @@ int tpl_decode(const void *data, size_t len, const char *want_name, tpl_record *
     if (line(&p, e, "name", r->name, sizeof r->name) || !tpl_name_ok(r->name) ||
         (want_name && strcmp(r->name, want_name)))
         return CK_EFORMAT;
-    if (line(&p, e, "created_ms", v, 21) || parse_u64(v, 10, (uint64_t)INT64_MAX, &created)) return CK_EFORMAT;
+    if (line(&p, e, "created_ms", v, 21) || parse_u64(v, 10, (uint64_t)INT64_MAX, &created))
+        return CK_EFORMAT;
     if (line(&p, e, "bytes", v, 21) || parse_u64(v, 10, TPL_TEXT_MAX, &bytes)) return CK_EFORMAT;
-    if (line(&p, e, "xxh64", v, 17) || strlen(v) != 16 || parse_u64(v, 16, UINT64_MAX, &sum)) return CK_EFORMAT;
+    if (line(&p, e, "xxh64", v, 17) || strlen(v) != 16 || parse_u64(v, 16, UINT64_MAX, &sum))
+        return CK_EFORMAT;
     if (p >= e || *p != '\n') return CK_EFORMAT;
     p++;
     if ((uint64_t)(e - p) != bytes || XXH64(p, (size_t)bytes, 0) != sum) return CK_EFORMAT;
@@ -98,9 +103,9 @@ typedef struct tpl_entry {
     char name[TPL_NAME_MAX + 1];
     char *text;
     size_t len;
-    int64_t at_ms;    /* when fetched (fresh until at_ms + fresh_ms) */
-    int saved_here;   /* never goes stale */
-    uint64_t stamp;   /* LRU; 0 = free */
+    int64_t at_ms;  /* when fetched (fresh until at_ms + fresh_ms) */
+    int saved_here; /* never goes stale */
+    uint64_t stamp; /* LRU; 0 = free */
 } tpl_entry;
 
 typedef struct tpl_get {
@@ -201,7 +206,8 @@ static void put_done(void *ud, int status, const void *data, size_t len) {
     if (status) c->st.save_failures++;
 }
 
-int tpl_cache_save(tpl_cache *c, const char *name, const char *text, size_t len, int64_t now_ms, int64_t wall_ms) {
+int tpl_cache_save(tpl_cache *c, const char *name, const char *text, size_t len, int64_t now_ms,
+                   int64_t wall_ms) {
     char *rec;
     size_t rlen;
     int rc = tpl_encode(name, wall_ms, text, len, &rec, &rlen);
@@ -218,7 +224,8 @@ int tpl_cache_save(tpl_cache *c, const char *name, const char *text, size_t len,
         if (coldkey_tpl(key, sizeof key, NULL, name) < 0 ||
             c->cold->ops->put(c->cold, key, rec, rlen, COLD_PUT_PERSIST, put_done, c))
             c->st.save_failures++;
-        else c->puts_in_flight++;
+        else
+            c->puts_in_flight++;
     }
     free(rec);
     return CK_OK;
@@ -237,8 +244,10 @@ static void get_done(void *ud, int status, const void *data, size_t len) {
         tpl_entry *e = entry(c, g->name);
         if (!(e && e->saved_here) && keep(c, g->name, r.text, r.text_len, g->at_ms, 0)) status = CK_ENOMEM;
     }
-    if (status) c->st.fetch_misses++;
-    else c->st.fetch_hits++;
+    if (status)
+        c->st.fetch_misses++;
+    else
+        c->st.fetch_hits++;
     if (status == CK_ENOTFOUND) { /* gone from the store: forget a stale copy */
         tpl_entry *e = entry(c, g->name);
         if (e && !e->saved_here) {

@@ -30,7 +30,7 @@
 typedef struct tpl_record {
     char name[TPL_NAME_MAX + 1];
     int64_t created_ms;
-    const char *text;   /* borrowed from the decoded bytes (not NUL-terminated) */
+    const char *text; /* borrowed from the decoded bytes (not NUL-terminated) */
     size_t text_len;
 } tpl_record;
 
@@ -38,7 +38,8 @@ typedef struct tpl_record {
 int tpl_name_ok(const char *name);
 /* Encode a record into a malloc'd buffer (*out, *len). Returns 0, CK_EINVAL
  * (bad name, text over TPL_TEXT_MAX), CK_ENOMEM. */
-int tpl_encode(const char *name, int64_t created_ms, const char *text, size_t text_len, char **out, size_t *len);
+int tpl_encode(const char *name, int64_t created_ms, const char *text, size_t text_len, char **out,
+               size_t *len);
 /* Verify and split a record. want_name: NULL = any. Returns 0 or CK_EFORMAT. */
 int tpl_decode(const void *data, size_t len, const char *want_name, tpl_record *r);
 
@@ -60,7 +61,8 @@ void tpl_cache_free(tpl_cache *c);
 /* 1 and the text (valid until the next call on c) when known and fresh. */
 int tpl_cache_find(tpl_cache *c, const char *name, int64_t now_ms, const char **text, size_t *len);
 /* Keep name = text here and write its record to the cold store. */
-int tpl_cache_save(tpl_cache *c, const char *name, const char *text, size_t len, int64_t now_ms, int64_t wall_ms);
+int tpl_cache_save(tpl_cache *c, const char *name, const char *text, size_t len, int64_t now_ms,
+                   int64_t wall_ms);
 /* Ask the store; the answer, verified, lands here (as of now_ms). Returns
  * 0 started (*waiter incremented, decremented on the answer), CK_ENOTFOUND
  * without a store, or the store's refusal. */

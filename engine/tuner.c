@@ -30,8 +30,8 @@ const char *tuner_param_name(int signal) {
 static double clamp(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 static int config_ok(const tuner_config *c) {
-    if (!(c->window_s > 0) || !(c->target > 0 && c->target < 1) || !(c->dead_band >= 0 && c->dead_band < 0.5) ||
-        c->hysteresis < 1 || c->min_samples < 1)
+    if (!(c->window_s > 0) || !(c->target > 0 && c->target < 1) ||
+        !(c->dead_band >= 0 && c->dead_band < 0.5) || c->hysteresis < 1 || c->min_samples < 1)
         return 0;
     for (int s = 0; s < TUNER_N; s++)
         if (!(c->max_step[s] > 0) || !(c->lo[s] <= c->hi[s])) return 0;
@@ -41,7 +41,8 @@ static int config_ok(const tuner_config *c) {
 int tuner_init(tuner *t, const tuner_config *c, const double th0[TUNER_N], double entropy_scale, int capacity,
                double now_s) {
     memset(t, 0, sizeof *t);
-    if (!c || !config_ok(c) || !th0 || !(entropy_scale > 0) || capacity < c->min_samples || capacity > (1 << 20))
+    if (!c || !config_ok(c) || !th0 || !(entropy_scale > 0) || capacity < c->min_samples ||
+        capacity > (1 << 20))
         return CK_EINVAL;
     t->c = *c;
     t->entropy_scale = entropy_scale;
@@ -77,7 +78,8 @@ void tuner_observe(tuner *t, float entropy, float gap, float pmax) {
     float v[TUNER_N] = {(float)(entropy / t->entropy_scale), gap, pmax};
     int slot;
     t->seen++;
-    if (t->n_res < t->capacity) slot = t->n_res++;
+    if (t->n_res < t->capacity)
+        slot = t->n_res++;
     else {
         /* Reservoir sampling (Algorithm R): step i replaces a random slot
          * with probability capacity / i, so the kept ones are uniform. */
@@ -118,8 +120,10 @@ int tuner_tick(tuner *t, double now_s, tuner_move *out) {
             double want = s == TUNER_ENTROPY ? quantile(t->scratch, n, 1 - t->c.target)
                                              : quantile(t->scratch, n, t->c.target);
             int dir = 0;
-            if (share > t->c.target + t->c.dead_band) dir = s == TUNER_ENTROPY ? +1 : -1;
-            else if (share < t->c.target - t->c.dead_band) dir = s == TUNER_ENTROPY ? -1 : +1;
+            if (share > t->c.target + t->c.dead_band)
+                dir = s == TUNER_ENTROPY ? +1 : -1;
+            else if (share < t->c.target - t->c.dead_band)
+                dir = s == TUNER_ENTROPY ? -1 : +1;
             /* too many uncertain steps: entropy's threshold goes up, gap's
              * and pmax's go down (fewer steps fall below them) */
             if (!dir) {

@@ -40,12 +40,12 @@
 enum { TUNER_ENTROPY = 0, TUNER_GAP, TUNER_PMAX, TUNER_N };
 
 typedef struct tuner_config {
-    double window_s;         /* seconds per window */
-    double target;           /* share of steps to treat as uncertain, per signal */
-    double dead_band;        /* no move while |share - target| <= dead_band */
-    int hysteresis;          /* windows in a row asking the same direction before a move */
-    int min_samples;         /* fewer steps in a window: no decision */
-    double max_step[TUNER_N]; /* largest move per window */
+    double window_s;                 /* seconds per window */
+    double target;                   /* share of steps to treat as uncertain, per signal */
+    double dead_band;                /* no move while |share - target| <= dead_band */
+    int hysteresis;                  /* windows in a row asking the same direction before a move */
+    int min_samples;                 /* fewer steps in a window: no decision */
+    double max_step[TUNER_N];        /* largest move per window */
     double lo[TUNER_N], hi[TUNER_N]; /* bounds of each threshold */
 } tuner_config;
 
@@ -56,21 +56,21 @@ void tuner_config_default(tuner_config *c);
 
 /* One threshold's move, reported by tuner_tick. */
 typedef struct tuner_move {
-    int signal;              /* TUNER_* */
-    double from, to;         /* threshold before and after */
-    double share;            /* share of the window's steps uncertain under `from` */
-    double quantile;         /* the window's value that would give the target */
-    int samples;             /* steps in the window */
+    int signal;      /* TUNER_* */
+    double from, to; /* threshold before and after */
+    double share;    /* share of the window's steps uncertain under `from` */
+    double quantile; /* the window's value that would give the target */
+    int samples;     /* steps in the window */
 } tuner_move;
 
 typedef struct tuner {
     tuner_config c;
-    double th[TUNER_N];      /* current thresholds */
+    double th[TUNER_N]; /* current thresholds */
     double entropy_scale;
-    float *res[TUNER_N];     /* (capacity) reservoir of this window */
-    float *scratch;          /* (capacity) sorted copy at the window's end */
-    int capacity, n_res;     /* reservoir size, filled */
-    uint64_t seen;           /* steps observed this window */
+    float *res[TUNER_N]; /* (capacity) reservoir of this window */
+    float *scratch;      /* (capacity) sorted copy at the window's end */
+    int capacity, n_res; /* reservoir size, filled */
+    uint64_t seen;       /* steps observed this window */
     uint64_t rng;
     double t0;               /* window start, seconds (tuner_tick's clock) */
     int streak[TUNER_N];     /* +-k: k windows in a row asked up / down */
@@ -80,8 +80,8 @@ typedef struct tuner {
 /* th0: starting thresholds (entropy in config units, gap, pmax), clamped to
  * the bounds. capacity: reservoir size (>= min_samples, <= 1 << 20).
  * Returns 0, CK_EINVAL (bad config), CK_ENOMEM. */
-int tuner_init(tuner *t, const tuner_config *c, const double th0[TUNER_N], double entropy_scale,
-               int capacity, double now_s);
+int tuner_init(tuner *t, const tuner_config *c, const double th0[TUNER_N], double entropy_scale, int capacity,
+               double now_s);
 void tuner_free(tuner *t);
 /* One decode step's signals (the model's raw entropy in nats). */
 void tuner_observe(tuner *t, float entropy, float gap, float pmax);

@@ -89,62 +89,62 @@ typedef struct cu_mat {
 } cu_mat;
 
 typedef struct cu_layer {
-    float *attn_norm; /* (dim) */
-    float *ffn_norm;  /* (dim) */
-    cu_mat wqkv;      /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
-    float *bqkv;      /* (qkv_dim) q, k, v biases (0 where absent); NULL: none */
+    float *attn_norm;       /* (dim) */
+    float *ffn_norm;        /* (dim) */
+    cu_mat wqkv;            /* (q_dim + 2 * kv_dim, dim): wq rows, then wk, then wv */
+    float *bqkv;            /* (qkv_dim) q, k, v biases (0 where absent); NULL: none */
     float *q_norm, *k_norm; /* (head_dim) qwen3's head norms; NULL: none */
-    cu_mat wo;        /* (dim, q_dim) */
-    cu_mat w13;       /* (2 * hidden_dim, dim): gate rows, then up rows */
-    cu_mat w2;        /* (dim, hidden_dim) */
+    cu_mat wo;              /* (dim, q_dim) */
+    cu_mat w13;             /* (2 * hidden_dim, dim): gate rows, then up rows */
+    cu_mat w2;              /* (dim, hidden_dim) */
 } cu_layer;
 
 typedef struct cuda_backend {
     backend base;
     int dev;
-    int wf16;         /* float weights (and product inputs) are f16, else f32 */
-    int qexpand;      /* CONFKV_CUDA_QUANT=expand: quantized tensors expanded at upload */
+    int wf16;    /* float weights (and product inputs) are f16, else f32 */
+    int qexpand; /* CONFKV_CUDA_QUANT=expand: quantized tensors expanded at upload */
     int q_dim, kv_dim, qkv_dim, max_ctx;
     int tbl_cap;      /* block-table entries per sequence: max_ctx / block_size + 1 */
     cudaStream_t st;  /* forward pass and cuBLAS */
     cudaStream_t cst; /* KV block copies */
     cublasHandle_t blas;
-    void *blas_ws;    /* CU_WORKSPACE_BYTES */
+    void *blas_ws; /* CU_WORKSPACE_BYTES */
     /* weights (device) */
-    void *emb;        /* (vocab, dim) floats or halves (wf16), whatever the file's type */
-    cu_mat wcls;      /* (vocab, dim); one unowned float segment at emb when tied */
-    void *deq;        /* (CU_DEQ_ELEMS) f16/f32 scratch for batch products; NULL: no quantized weights */
-    float *out_norm;  /* (dim) */
-    cu_layer *layers; /* (n_layers), host array of device pointers */
-    float *inv_freq;  /* (head_dim / 2) RoPE frequencies (model_rope_freqs) */
-    float rope_mscale;/* cos and sin are scaled by it */
+    void *emb;         /* (vocab, dim) floats or halves (wf16), whatever the file's type */
+    cu_mat wcls;       /* (vocab, dim); one unowned float segment at emb when tied */
+    void *deq;         /* (CU_DEQ_ELEMS) f16/f32 scratch for batch products; NULL: no quantized weights */
+    float *out_norm;   /* (dim) */
+    cu_layer *layers;  /* (n_layers), host array of device pointers */
+    float *inv_freq;   /* (head_dim / 2) RoPE frequencies (model_rope_freqs) */
+    float rope_mscale; /* cos and sin are scaled by it */
     /* KV storage (device) */
-    float *kv;        /* (n_kv_blocks, kv_block_floats) */
+    float *kv;          /* (n_kv_blocks, kv_block_floats) */
     unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout; or NULL */
     /* activations (device), T = max_batch_tokens */
-    float *x;         /* (T, dim) residual stream */
-    float *xb;        /* (T, dim) normed input of a product (f32 weights only) */
-    float *att_out;   /* (T, q_dim) attention output (f32 weights only) */
-    float *h;         /* (T, hidden_dim) SwiGLU output (f32 weights only) */
-    __half *xh;       /* (T, max(dim, q_dim, hidden_dim)) product input (f16 weights only) */
-    float *qkv;       /* (T, qkv_dim) */
-    float *h13;       /* (T, 2 * hidden_dim) */
-    float *logits;    /* (T, vocab) */
-    float *mass;      /* (T * tbl_cap) attention mass per copied table entry */
-    float *conf;      /* (T, 4) be_cuda_conf rows */
-    int32_t *ints;    /* (5 T + T * tbl_cap) batch arrays, layout of h_ints */
+    float *x;       /* (T, dim) residual stream */
+    float *xb;      /* (T, dim) normed input of a product (f32 weights only) */
+    float *att_out; /* (T, q_dim) attention output (f32 weights only) */
+    float *h;       /* (T, hidden_dim) SwiGLU output (f32 weights only) */
+    __half *xh;     /* (T, max(dim, q_dim, hidden_dim)) product input (f16 weights only) */
+    float *qkv;     /* (T, qkv_dim) */
+    float *h13;     /* (T, 2 * hidden_dim) */
+    float *logits;  /* (T, vocab) */
+    float *mass;    /* (T * tbl_cap) attention mass per copied table entry */
+    float *conf;    /* (T, 4) be_cuda_conf rows */
+    int32_t *ints;  /* (5 T + T * tbl_cap) batch arrays, layout of h_ints */
     /* pinned host mirrors */
-    int32_t *h_ints;  /* token[T], pos[T], cseq[T], out_tok[T], seq_off[T], blocks[T * tbl_cap] */
-    float *h_mass;    /* (T * tbl_cap) */
+    int32_t *h_ints;      /* token[T], pos[T], cseq[T], out_tok[T], seq_off[T], blocks[T * tbl_cap] */
+    float *h_mass;        /* (T * tbl_cap) */
     be_cuda_conf *h_conf; /* (T) */
     /* host scratch for packing a batch */
-    int hash_cap;     /* power of two >= 2 T */
-    int32_t *hash_key;/* (hash_cap) be_batch sequence index, -1 = empty */
-    int32_t *hash_val;/* (hash_cap) compact sequence index */
-    int32_t *cs_view; /* (T) be_batch sequence index of each compact sequence */
-    int32_t *cs_nblk; /* (T) table entries copied for each compact sequence */
-    int last_n_out;   /* logits rows on the device from the last forward */
-    size_t bytes;     /* device bytes held */
+    int hash_cap;      /* power of two >= 2 T */
+    int32_t *hash_key; /* (hash_cap) be_batch sequence index, -1 = empty */
+    int32_t *hash_val; /* (hash_cap) compact sequence index */
+    int32_t *cs_view;  /* (T) be_batch sequence index of each compact sequence */
+    int32_t *cs_nblk;  /* (T) table entries copied for each compact sequence */
+    int last_n_out;    /* logits rows on the device from the last forward */
+    size_t bytes;      /* device bytes held */
 } cuda_backend;
 
 /* ------------------------------------------------------------ errors */
@@ -162,16 +162,15 @@ static int cu_fail(cuda_backend *cb, const char *func, const char *call, const c
     return CK_EBACKEND;
 }
 
-#define CU_RT(call)                                                                  \
-    do {                                                                             \
-        cudaError_t e_ = (call);                                                     \
+#define CU_RT(call)                                                                         \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
         if (e_ != cudaSuccess) return cu_fail(cb, __func__, #call, cudaGetErrorString(e_)); \
     } while (0)
-#define CU_BLAS(call)                                                                \
-    do {                                                                             \
-        cublasStatus_t s_ = (call);                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                             \
-            return cu_fail(cb, __func__, #call, cublasGetStatusString(s_));          \
+#define CU_BLAS(call)                                                                                    \
+    do {                                                                                                 \
+        cublasStatus_t s_ = (call);                                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return cu_fail(cb, __func__, #call, cublasGetStatusString(s_)); \
     } while (0)
 
 /* At creation: a sentence in err instead of the log. */
@@ -179,18 +178,18 @@ static int cu_seterr(char *err, size_t errlen, int rc, const char *what, const c
     if (err && errlen) snprintf(err, errlen, "cuda backend: %s: %s", what, why);
     return rc;
 }
-#define CU_NEW(call, what)                                                           \
-    do {                                                                             \
-        cudaError_t e_ = (call);                                                     \
-        if (e_ != cudaSuccess) {                                                     \
-            (void)cudaGetLastError();                                                \
+#define CU_NEW(call, what)                                                            \
+    do {                                                                              \
+        cudaError_t e_ = (call);                                                      \
+        if (e_ != cudaSuccess) {                                                      \
+            (void)cudaGetLastError();                                                 \
             return cu_seterr(err, errlen, CK_EBACKEND, what, cudaGetErrorString(e_)); \
-        }                                                                            \
+        }                                                                             \
     } while (0)
-#define CU_NEW_BLAS(call, what)                                                      \
-    do {                                                                             \
-        cublasStatus_t s_ = (call);                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                             \
+#define CU_NEW_BLAS(call, what)                                                          \
+    do {                                                                                 \
+        cublasStatus_t s_ = (call);                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
             return cu_seterr(err, errlen, CK_EBACKEND, what, cublasGetStatusString(s_)); \
     } while (0)
 
@@ -201,12 +200,12 @@ static int cu_seterr(char *err, size_t errlen, int rc, const char *what, const c
  * (cb->wf16). cuBLAS is column-major: there y is an (N, M) matrix with
  * leading dimension ldy, y^T = w . x^T, where w's memory reads as (K, N),
  * so it is taken transposed, and x's as (K, M), taken as is. */
-static cublasStatus_t cu_gemm(cuda_backend *cb, float *y, int ldy, const void *x, const void *w,
-                              int M, int N, int K, float beta) {
+static cublasStatus_t cu_gemm(cuda_backend *cb, float *y, int ldy, const void *x, const void *w, int M, int N,
+                              int K, float beta) {
     const float alpha = 1.0f;
     const cudaDataType_t t = cb->wf16 ? CUDA_R_16F : CUDA_R_32F;
-    return cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K,
-                        &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K, &beta, y,
+                        CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 /* y (M, N) = x (M, K) . w^T + beta * y for the matrix w (N, K) segment by
@@ -241,10 +240,10 @@ static int cu_matmul(cuda_backend *cb, float *y, const void *x, const cu_mat *w,
     return CK_OK;
 }
 
-#define CU_MM(call)                       \
-    do {                                  \
-        int r_ = (call);                  \
-        if (r_) return r_;                \
+#define CU_MM(call)        \
+    do {                   \
+        int r_ = (call);   \
+        if (r_) return r_; \
     } while (0)
 
 /* ------------------------------------------------------------ the batch */
@@ -252,14 +251,12 @@ static int cu_matmul(cuda_backend *cb, float *y, const void *x, const cu_mat *w,
 /* Check bt and pack it into h_ints (layout above). Returns 0 or CK_EINVAL;
  * *n_cs: sequences in the batch, *n_blk: table entries copied, *any_mass:
  * some sequence wants mass. Mirrors cpu_check_batch. */
-static int cu_pack_batch(cuda_backend *cb, const be_batch *bt, int *n_cs_out, int *n_blk_out,
-                         int *any_mass) {
+static int cu_pack_batch(cuda_backend *cb, const be_batch *bt, int *n_cs_out, int *n_blk_out, int *any_mass) {
     const backend *b = &cb->base;
     const int T = bt->n_tokens, bs = b->opt.block_size, Tmax = b->opt.max_batch_tokens;
     int32_t *tok = cb->h_ints, *pos = tok + Tmax, *cseq = pos + Tmax, *out_tok = cseq + Tmax;
     int32_t *seq_off = out_tok + Tmax, *blocks = seq_off + Tmax;
-    if (!bt->token || !bt->pos || !bt->seq || !bt->out_row || bt->n_seqs <= 0 || !bt->seqs)
-        return CK_EINVAL;
+    if (!bt->token || !bt->pos || !bt->seq || !bt->out_row || bt->n_seqs <= 0 || !bt->seqs) return CK_EINVAL;
     for (int r = 0; r < bt->n_out; r++) out_tok[r] = -1;
     for (int k = 0; k < cb->hash_cap; k++) cb->hash_key[k] = -1;
     int n_cs = 0, n_blk = 0, n_rows = 0;
@@ -271,8 +268,7 @@ static int cu_pack_batch(cuda_backend *cb, const be_batch *bt, int *n_cs_out, in
         if (s < 0 || s >= bt->n_seqs) return CK_EINVAL;
         if (r >= bt->n_out) return CK_EINVAL;
         unsigned hk = ((unsigned)s * 2654435761u) & (unsigned)(cb->hash_cap - 1);
-        while (cb->hash_key[hk] != -1 && cb->hash_key[hk] != s)
-            hk = (hk + 1) & (unsigned)(cb->hash_cap - 1);
+        while (cb->hash_key[hk] != -1 && cb->hash_key[hk] != s) hk = (hk + 1) & (unsigned)(cb->hash_cap - 1);
         int cs;
         if (cb->hash_key[hk] == s) {
             cs = cb->hash_val[hk];
@@ -378,8 +374,8 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
                                c->n_kv_heads, hd, st));
         CU_RT(ck_cuda_rope(cb->qkv, QKV, d_pos, cb->inv_freq, T, c->n_heads, c->n_kv_heads, hd,
                            c->rope_style == ARCH_ROPE_NEOX, cb->rope_mscale, st));
-        CU_RT(ck_cuda_kv_write(cb->kv, b->kv_block_floats, l, bs, KVD, cb->qkv, QKV, QD, d_pos,
-                               d_cseq, d_seq_off, d_blocks, T, st));
+        CU_RT(ck_cuda_kv_write(cb->kv, b->kv_block_floats, l, bs, KVD, cb->qkv, QKV, QD, d_pos, d_cseq,
+                               d_seq_off, d_blocks, T, st));
         at.layer = l;
         CU_RT(ck_cuda_attention(&at, st));
         CU_MM(cu_matmul(cb, cb->x, att_in, &w->wo, T, 1.0f));
@@ -392,12 +388,12 @@ static int cu_forward(backend *b, const be_batch *bt, float *logits) {
     if (n_out) {
         CU_RT(ck_cuda_rmsnorm(norm_in, f16, cb->x, d_out_tok, cb->out_norm, n_out, D, c->norm_eps, st));
         CU_MM(cu_matmul(cb, cb->logits, norm_in, &cb->wcls, n_out, 0.0f));
-        CU_RT(cudaMemcpyAsync(logits, cb->logits, (size_t)n_out * V * sizeof(float),
-                              cudaMemcpyDeviceToHost, st));
+        CU_RT(cudaMemcpyAsync(logits, cb->logits, (size_t)n_out * V * sizeof(float), cudaMemcpyDeviceToHost,
+                              st));
     }
     if (any_mass && n_blk)
-        CU_RT(cudaMemcpyAsync(cb->h_mass, cb->mass, (size_t)n_blk * sizeof(float),
-                              cudaMemcpyDeviceToHost, st));
+        CU_RT(
+            cudaMemcpyAsync(cb->h_mass, cb->mass, (size_t)n_blk * sizeof(float), cudaMemcpyDeviceToHost, st));
     CU_RT(cudaStreamSynchronize(st));
     if (any_mass) {
         const int32_t *seq_off = cb->h_ints + 4 * (size_t)Tmax;
@@ -419,8 +415,8 @@ static int cu_kv_read(backend *b, int block, float *dst) {
     if (block < 0 || block >= b->opt.n_kv_blocks || !dst) return CK_EINVAL;
     const size_t n = b->kv_block_floats;
     CU_RT(cudaSetDevice(cb->dev));
-    CU_RT(cudaMemcpyAsync(dst, cb->kv + (size_t)block * n, n * sizeof(float),
-                          cudaMemcpyDeviceToHost, cb->cst));
+    CU_RT(
+        cudaMemcpyAsync(dst, cb->kv + (size_t)block * n, n * sizeof(float), cudaMemcpyDeviceToHost, cb->cst));
     CU_RT(cudaStreamSynchronize(cb->cst));
     return CK_OK;
 }
@@ -430,8 +426,8 @@ static int cu_kv_write(backend *b, int block, const float *src) {
     if (block < 0 || block >= b->opt.n_kv_blocks || !src) return CK_EINVAL;
     const size_t n = b->kv_block_floats;
     CU_RT(cudaSetDevice(cb->dev));
-    CU_RT(cudaMemcpyAsync(cb->kv + (size_t)block * n, src, n * sizeof(float),
-                          cudaMemcpyHostToDevice, cb->cst));
+    CU_RT(
+        cudaMemcpyAsync(cb->kv + (size_t)block * n, src, n * sizeof(float), cudaMemcpyHostToDevice, cb->cst));
     CU_RT(cudaStreamSynchronize(cb->cst));
     return CK_OK;
 }
@@ -577,8 +573,10 @@ static const be_ops cu_ops_table_ = {
 static cudaError_t cu_malloc(cuda_backend *cb, void **p, size_t bytes) {
     if (!bytes) bytes = 256;
     cudaError_t e = cudaMalloc(p, bytes);
-    if (e == cudaSuccess) cb->bytes += bytes;
-    else *p = NULL;
+    if (e == cudaSuccess)
+        cb->bytes += bytes;
+    else
+        *p = NULL;
     return e;
 }
 
@@ -614,10 +612,9 @@ static int cu_upload(cuda_backend *cb, void *staging, void *dst, int dst_f16, co
     for (uint64_t off = 0; off < n; off += CU_STAGING_ELEMS) {
         const uint64_t cnt = n - off < CU_STAGING_ELEMS ? n - off : CU_STAGING_ELEMS;
         const char *src = (const char *)t->data + cu_raw_bytes(t->type, off);
-        CU_NEW(cudaMemcpyAsync(staging, src, cu_raw_bytes(t->type, cnt), cudaMemcpyHostToDevice,
-                               cb->st), what);
-        CU_NEW(ck_cuda_convert(staging, t->type, cnt, (char *)dst + off * esize, dst_f16, cb->st),
+        CU_NEW(cudaMemcpyAsync(staging, src, cu_raw_bytes(t->type, cnt), cudaMemcpyHostToDevice, cb->st),
                what);
+        CU_NEW(ck_cuda_convert(staging, t->type, cnt, (char *)dst + off * esize, dst_f16, cb->st), what);
     }
     return CK_OK;
 }
@@ -640,8 +637,8 @@ typedef struct cu_part {
  * tensors are converted (cu_upload), quantized ones copied byte for byte.
  * *any_q is set when a segment is quantized. On error the segments made so
  * far stay in mat for cu_mat_free. */
-static int cu_upload_mat(cuda_backend *cb, void *staging, cu_mat *mat, const cu_part *p, int n,
-                         int K, int *any_q, char *err, size_t errlen) {
+static int cu_upload_mat(cuda_backend *cb, void *staging, cu_mat *mat, const cu_part *p, int n, int K,
+                         int *any_q, char *err, size_t errlen) {
     char what[96];
     mat->K = K;
     mat->owned = 1;
@@ -705,8 +702,8 @@ static int cu_init_device(cuda_backend *cb, char *err, size_t errlen) {
     CU_NEW(cudaGetDeviceProperties(&prop, cb->dev), "cudaGetDeviceProperties");
     if (prop.major < 9) {
         char why[256];
-        snprintf(why, sizeof why, "%.100s has compute capability %d.%d; the kernels need 9.0+",
-                 prop.name, prop.major, prop.minor);
+        snprintf(why, sizeof why, "%.100s has compute capability %d.%d; the kernels need 9.0+", prop.name,
+                 prop.major, prop.minor);
         return cu_seterr(err, errlen, CK_EUNSUPPORTED, "device", why);
     }
     CU_NEW(cudaStreamCreateWithFlags(&cb->st, cudaStreamNonBlocking), "creating the compute stream");
@@ -732,17 +729,17 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
     cudaError_t e = cu_malloc(cb, &staging, CU_STAGING_ELEMS * 4);
     if (e != cudaSuccess)
         return cu_seterr(err, errlen, CK_EBACKEND, "allocating the upload buffer", cudaGetErrorString(e));
-#define UP(dst, f16, t, n, name)                                                      \
+#define UP(dst, f16, t, n, name) \
     if ((rc = cu_upload(cb, staging, dst, f16, t, n, name, err, errlen))) goto out
     int any_q = 0;
-#define UPM(mat, K, parts)                                                            \
-    if ((rc = cu_upload_mat(cb, staging, &(mat), parts, (int)(sizeof parts / sizeof parts[0]), K, \
-                            &any_q, err, errlen)))                                      \
+#define UPM(mat, K, parts)                                                                                \
+    if ((rc = cu_upload_mat(cb, staging, &(mat), parts, (int)(sizeof parts / sizeof parts[0]), K, &any_q, \
+                            err, errlen)))                                                                \
     goto out
-#define ALLOC(p, bytes, what)                                                          \
-    if ((e = cu_malloc(cb, (void **)&(p), bytes)) != cudaSuccess) {                   \
-        rc = cu_seterr(err, errlen, CK_EBACKEND, what, cudaGetErrorString(e));         \
-        goto out;                                                                      \
+#define ALLOC(p, bytes, what)                                                  \
+    if ((e = cu_malloc(cb, (void **)&(p), bytes)) != cudaSuccess) {            \
+        rc = cu_seterr(err, errlen, CK_EBACKEND, what, cudaGetErrorString(e)); \
+        goto out;                                                              \
     }
     ALLOC(cb->emb, V * D * ws, "allocating the embedding");
     ALLOC(cb->out_norm, D * 4, "allocating the output norm");
@@ -771,8 +768,8 @@ static int cu_init_weights(cuda_backend *cb, char *err, size_t errlen) {
         ALLOC(w->ffn_norm, D * 4, "allocating layer weights");
         UP(w->attn_norm, 0, &ml->attn_norm, D, "attn_norm");
         UP(w->ffn_norm, 0, &ml->ffn_norm, D, "ffn_norm");
-        const cu_part qkv[] = {{"attn_q", &ml->wq, (int)QD}, {"attn_k", &ml->wk, (int)KVD},
-                               {"attn_v", &ml->wv, (int)KVD}};
+        const cu_part qkv[] = {
+            {"attn_q", &ml->wq, (int)QD}, {"attn_k", &ml->wk, (int)KVD}, {"attn_v", &ml->wv, (int)KVD}};
         const cu_part wo[] = {{"attn_output", &ml->wo, (int)D}};
         const cu_part w13[] = {{"ffn_gate", &ml->w1, (int)F}, {"ffn_up", &ml->w3, (int)F}};
         const cu_part w2[] = {{"ffn_down", &ml->w2, (int)D}};
@@ -888,24 +885,24 @@ extern "C" int be_cuda_available(void) {
     return n > 0;
 }
 
-extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, char *err,
-                           size_t errlen) {
+extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     if (!out) return CK_EINVAL;
     *out = NULL;
     if (!m || !o) return cu_seterr(err, errlen, CK_EINVAL, "options", "NULL model or options");
     const model_config *c = &m->cfg;
-    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 ||
-        o->n_kv8_blocks < 0 || o->max_ctx < 0 || o->max_ctx > c->seq_len) {
+    if (o->max_batch_tokens <= 0 || o->n_kv_blocks <= 0 || o->block_size <= 0 || o->n_kv8_blocks < 0 ||
+        o->max_ctx < 0 || o->max_ctx > c->seq_len) {
         if (err && errlen)
-            snprintf(err, errlen, "cuda backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
+            snprintf(err, errlen,
+                     "cuda backend: invalid options (batch %d, blocks %d, block size %d, ctx %d)",
                      o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx);
         return CK_EINVAL;
     }
     if (c->head_dim > CK_CUDA_MAX_HEAD_DIM || c->head_dim % 2 || c->n_kv_heads <= 0 ||
         c->n_heads % c->n_kv_heads || c->n_heads > 65535) {
         char why[96];
-        snprintf(why, sizeof why, "head_dim %d / %d heads not supported (head_dim <= %d)",
-                 c->head_dim, c->n_heads, CK_CUDA_MAX_HEAD_DIM);
+        snprintf(why, sizeof why, "head_dim %d / %d heads not supported (head_dim <= %d)", c->head_dim,
+                 c->n_heads, CK_CUDA_MAX_HEAD_DIM);
         return cu_seterr(err, errlen, CK_EUNSUPPORTED, "model", why);
     }
     const int max_ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m); /* as the CPU backend */
@@ -964,8 +961,8 @@ extern "C" int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out) {
     if (n_rows == 0) return CK_OK;
     CU_RT(cudaSetDevice(cb->dev));
     CU_RT(ck_cuda_confidence(cb->logits, n_rows, b->m->cfg.vocab_size, cb->conf, cb->st));
-    CU_RT(cudaMemcpyAsync(cb->h_conf, cb->conf, (size_t)n_rows * sizeof(be_cuda_conf),
-                          cudaMemcpyDeviceToHost, cb->st));
+    CU_RT(cudaMemcpyAsync(cb->h_conf, cb->conf, (size_t)n_rows * sizeof(be_cuda_conf), cudaMemcpyDeviceToHost,
+                          cb->st));
     CU_RT(cudaStreamSynchronize(cb->st));
     memcpy(out, cb->h_conf, (size_t)n_rows * sizeof(be_cuda_conf));
     return CK_OK;
@@ -989,8 +986,8 @@ extern "C" void be_cuda_host_free(void *p) {
 
 /* ------------------------------------------------------------ test hook */
 
-extern "C" int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M,
-                               int x_f16, float *y, float *deq) {
+extern "C" int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16,
+                               float *y, float *deq) {
     int block = 0, bytes = 0;
     if (!w || !x || !y || N <= 0 || K <= 0 || M <= 0) return CK_EINVAL;
     if (!ck_cuda_qtype_shape(type, &block, &bytes) || K % block || (size_t)K > CU_DEQ_ELEMS)
@@ -1016,8 +1013,10 @@ extern "C" int be_cuda_qmatmul(int type, const void *w, int N, int K, const floa
         goto out;
     }
     for (size_t i = 0; i < nx; i++) {
-        if (x_f16) ((__half *)hx)[i] = __float2half_rn(x[i]);
-        else ((float *)hx)[i] = x[i];
+        if (x_f16)
+            ((__half *)hx)[i] = __float2half_rn(x[i]);
+        else
+            ((float *)hx)[i] = x[i];
     }
     if (cu_malloc(cb, &dw, wbytes) || cu_malloc(cb, &dx, nx * xs) ||
         cu_malloc(cb, (void **)&dy, (size_t)M * N * 4) || cu_malloc(cb, &cb->deq, CU_DEQ_ELEMS * xs) ||
@@ -1034,8 +1033,7 @@ extern "C" int be_cuda_qmatmul(int type, const void *w, int N, int K, const floa
     mt.seg[0].rows = N;
     if (cu_matmul(cb, dy, dx, &mt, M, 0.0f)) goto out;
     if (deq && ck_cuda_qdequant(type, dw, N, K, dd, 0, cb->st)) goto out;
-    if (cudaStreamSynchronize(cb->st) ||
-        cudaMemcpy(y, dy, (size_t)M * N * 4, cudaMemcpyDeviceToHost) ||
+    if (cudaStreamSynchronize(cb->st) || cudaMemcpy(y, dy, (size_t)M * N * 4, cudaMemcpyDeviceToHost) ||
         (deq && cudaMemcpy(deq, dd, (size_t)N * K * 4, cudaMemcpyDeviceToHost)))
         goto out;
     rc = CK_OK;

@@ -65,10 +65,10 @@ int be_cuda_is(const backend *b);
 /* Confidence of a logits row, computed on the device (online softmax); the
  * first three fields are samp.h's samp_conf. */
 typedef struct be_cuda_conf {
-    float entropy; /* of the softmax, in nats */
-    float gap;     /* p_max - p_second */
-    float pmax;    /* largest probability */
-    int32_t argmax;/* its token (lowest id on a tie) */
+    float entropy;  /* of the softmax, in nats */
+    float gap;      /* p_max - p_second */
+    float pmax;     /* largest probability */
+    int32_t argmax; /* its token (lowest id on a tie) */
 } be_cuda_conf;
 
 /* Confidence of rows [0, n_rows) of the logits the last successful
@@ -93,8 +93,8 @@ void be_cuda_host_free(void *p);
  * to f32 on the device. Synchronous; allocates and frees its own device
  * memory. Returns 0; CK_EINVAL (NULL pointers, sizes), CK_EUNSUPPORTED (not
  * a quantized type, K not a multiple of its block), CK_EBACKEND. */
-int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16,
-                    float *y, float *deq);
+int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16, float *y,
+                    float *deq);
 
 /* For tests, and needs no device: the GPU's dequantizers (the very code
  * of kernels/ck_cuda_quant.cu) run on the host: dst (rows, K floats) = the

@@ -34,8 +34,7 @@ extern "C" {
 /* One logical block of one layer and KV head, resolved: f32 keys at kb, or
  * int8 keys at k8b with the key scales folded into the query (qs) and the
  * value scales at vs. Values follow keys at + block_size * kv_dim. */
-template <int PL>
-struct ck_blk {
+template <int PL> struct ck_blk {
     const float *kb;
     const signed char *k8b;
     const __half *vs;
@@ -45,8 +44,7 @@ struct ck_blk {
 /* Resolve table entry e (not KV_NONE). */
 template <int PL>
 static __device__ __forceinline__ void ck_attn_resolve(const ck_attn_args &a, int e, int kvh,
-                                                       const float (&qr)[PL], int lane,
-                                                       ck_blk<PL> &r) {
+                                                       const float (&qr)[PL], int lane, ck_blk<PL> &r) {
     const int bs = a.block_size, kvd = a.kv_dim, hd = a.head_dim;
     if (e >= 0) {
         r.kb = a.kv + (size_t)e * a.block_floats + (size_t)a.layer * 2 * bs * kvd + (size_t)kvh * hd;
@@ -73,8 +71,8 @@ static __device__ __forceinline__ void ck_attn_resolve(const ck_attn_args &a, in
 /* q . k for token t of the block, the same value in every lane (not yet
  * divided by sqrt(head_dim)). The whole warp must call it. */
 template <int PL>
-static __device__ __forceinline__ float ck_attn_dot(const ck_blk<PL> &r, const float (&qr)[PL],
-                                                    int t, int kvd, int hd, int lane) {
+static __device__ __forceinline__ float ck_attn_dot(const ck_blk<PL> &r, const float (&qr)[PL], int t,
+                                                    int kvd, int hd, int lane) {
     float d = 0.0f;
     if (r.kb) {
         const float *k = r.kb + (size_t)t * kvd;
@@ -189,8 +187,7 @@ static __global__ void __launch_bounds__(CK_ATTN_WARPS * 32) ck_attn_kernel(ck_a
     }
 }
 
-template <int PL>
-static cudaError_t ck_attn_launch(const ck_attn_args *a, cudaStream_t st) {
+template <int PL> static cudaError_t ck_attn_launch(const ck_attn_args *a, cudaStream_t st) {
     const dim3 grid((unsigned)a->T, (unsigned)a->n_heads); /* y <= 65535: heads */
     if (a->out_f16)
         ck_attn_kernel<PL, __half><<<grid, CK_ATTN_WARPS * 32, 0, st>>>(*a);

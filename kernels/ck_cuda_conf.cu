@@ -75,7 +75,7 @@ static __device__ __forceinline__ ck_conf_state ck_conf_shfl(ck_conf_state a, in
 }
 
 static __global__ void __launch_bounds__(CK_CONF_THREADS)
-ck_conf_kernel(const float *logits, int vocab, float *out) {
+    ck_conf_kernel(const float *logits, int vocab, float *out) {
     __shared__ ck_conf_state sh[CK_CONF_THREADS / 32];
     const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *x = logits + (size_t)r * vocab;
@@ -99,8 +99,7 @@ ck_conf_kernel(const float *logits, int vocab, float *out) {
     ((int32_t *)o)[3] = st.i1 == 0x7fffffff ? 0 : st.i1;
 }
 
-cudaError_t ck_cuda_confidence(const float *logits, int n_rows, int vocab, void *out,
-                               cudaStream_t st) {
+cudaError_t ck_cuda_confidence(const float *logits, int n_rows, int vocab, void *out, cudaStream_t st) {
     if (n_rows <= 0) return cudaSuccess;
     ck_conf_kernel<<<n_rows, CK_CONF_THREADS, 0, st>>>(logits, vocab, (float *)out);
     return cudaGetLastError();

@@ -12,14 +12,13 @@
 
 /* ------------------------------------------------------------ KV write */
 
-static __global__ void ck_kv_write_kernel(float *kv, size_t block_floats, int layer, int bs,
-                                          int kv_dim, const float *qkv, int qkv_stride, int q_dim,
-                                          const int32_t *pos, const int32_t *cseq,
-                                          const int32_t *seq_off, const int32_t *blocks) {
+static __global__ void ck_kv_write_kernel(float *kv, size_t block_floats, int layer, int bs, int kv_dim,
+                                          const float *qkv, int qkv_stride, int q_dim, const int32_t *pos,
+                                          const int32_t *cseq, const int32_t *seq_off,
+                                          const int32_t *blocks) {
     const int i = blockIdx.x, p = pos[i];
     const int b = blocks[seq_off[cseq[i]] + p / bs];
-    float *dst = kv + (size_t)b * block_floats + (size_t)layer * 2 * bs * kv_dim +
-                 (size_t)(p % bs) * kv_dim;
+    float *dst = kv + (size_t)b * block_floats + (size_t)layer * 2 * bs * kv_dim + (size_t)(p % bs) * kv_dim;
     const float *k = qkv + (size_t)i * qkv_stride + q_dim, *v = k + kv_dim;
     for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) {
         dst[c] = k[c];
@@ -27,14 +26,14 @@ static __global__ void ck_kv_write_kernel(float *kv, size_t block_floats, int la
     }
 }
 
-cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int block_size,
-                             int kv_dim, const float *qkv, int qkv_stride, int q_dim,
-                             const int32_t *pos, const int32_t *cseq, const int32_t *seq_off,
-                             const int32_t *blocks, int T, cudaStream_t st) {
+cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int block_size, int kv_dim,
+                             const float *qkv, int qkv_stride, int q_dim, const int32_t *pos,
+                             const int32_t *cseq, const int32_t *seq_off, const int32_t *blocks, int T,
+                             cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     const int threads = kv_dim >= 256 ? 256 : 64;
-    ck_kv_write_kernel<<<T, threads, 0, st>>>(kv, block_floats, layer, block_size, kv_dim, qkv,
-                                              qkv_stride, q_dim, pos, cseq, seq_off, blocks);
+    ck_kv_write_kernel<<<T, threads, 0, st>>>(kv, block_floats, layer, block_size, kv_dim, qkv, qkv_stride,
+                                              q_dim, pos, cseq, seq_off, blocks);
     return cudaGetLastError();
 }
 
@@ -114,21 +113,19 @@ static __global__ void ck_kv_deq_kernel(const void *src, float *dst, int bs, int
     }
 }
 
-cudaError_t ck_cuda_kv_quantize(const float *src, int n_tokens, void *dst, int n_layers,
-                                int block_size, int kv_dim, cudaStream_t st) {
+cudaError_t ck_cuda_kv_quantize(const float *src, int n_tokens, void *dst, int n_layers, int block_size,
+                                int kv_dim, cudaStream_t st) {
     const int threads = kv_dim >= 256 ? 256 : 64;
     ck_kq_kernel<<<n_layers, threads, 0, st>>>(src, dst, block_size, kv_dim, n_tokens);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    ck_vq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size, kv_dim,
-                                                                  n_tokens);
+    ck_vq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size, kv_dim, n_tokens);
     return cudaGetLastError();
 }
 
-cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int block_size,
-                                  int kv_dim, cudaStream_t st) {
+cudaError_t ck_cuda_kv_dequantize(const void *src, float *dst, int n_layers, int block_size, int kv_dim,
+                                  cudaStream_t st) {
     const int threads = kv_dim >= 256 ? 256 : 64;
-    ck_kv_deq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size,
-                                                                      kv_dim);
+    ck_kv_deq_kernel<<<dim3(block_size, n_layers), threads, 0, st>>>(src, dst, block_size, kv_dim);
     return cudaGetLastError();
 }

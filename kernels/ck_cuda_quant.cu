@@ -53,12 +53,30 @@ int ck_cuda_qtype_shape(int type, int *block, int *bytes) {
     case QB_Q5_1: by = sizeof(qblock_q5_1); break;
     case QB_Q8_0: by = sizeof(qblock_q8_0); break;
     case QB_IQ4_NL: by = sizeof(qblock_iq4_nl); break;
-    case QB_Q2_K: bl = QBLOCK_K; by = sizeof(qblock_q2_K); break;
-    case QB_Q3_K: bl = QBLOCK_K; by = sizeof(qblock_q3_K); break;
-    case QB_Q4_K: bl = QBLOCK_K; by = sizeof(qblock_q4_K); break;
-    case QB_Q5_K: bl = QBLOCK_K; by = sizeof(qblock_q5_K); break;
-    case QB_Q6_K: bl = QBLOCK_K; by = sizeof(qblock_q6_K); break;
-    case QB_IQ4_XS: bl = QBLOCK_K; by = sizeof(qblock_iq4_xs); break;
+    case QB_Q2_K:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_q2_K);
+        break;
+    case QB_Q3_K:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_q3_K);
+        break;
+    case QB_Q4_K:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_q4_K);
+        break;
+    case QB_Q5_K:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_q5_K);
+        break;
+    case QB_Q6_K:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_q6_K);
+        break;
+    case QB_IQ4_XS:
+        bl = QBLOCK_K;
+        by = sizeof(qblock_iq4_xs);
+        break;
     default: return 0;
     }
     if (block) *block = bl;
@@ -95,10 +113,8 @@ static inline float ck_sub_host(float a, float b) { return a - b; }
 #endif
 
 template <int T> struct ck_qt;
-#define CK_QT(T, S, BL)                                                              \
-    template <> struct ck_qt<T> {                                                    \
-        static constexpr int block = BL, bytes = (int)sizeof(S);                     \
-    };
+#define CK_QT(T, S, BL) \
+    template <> struct ck_qt<T> { static constexpr int block = BL, bytes = (int)sizeof(S); };
 CK_QT(QB_Q4_0, qblock_q4_0, 32)
 CK_QT(QB_Q4_1, qblock_q4_1, 32)
 CK_QT(QB_Q5_0, qblock_q5_0, 32)
@@ -123,7 +139,7 @@ static __host__ __device__ __forceinline__ void ck_deq32(const unsigned char *ro
         const unsigned char *b = row + (size_t)c * ck_qt<T>::bytes;
         if constexpr (T == QB_Q8_0) {
             const float d = ck_f16at(b);
-CK_UNROLL
+            CK_UNROLL
             for (int l = 0; l < 32; l++) v[l] = CK_MUL((float)(signed char)b[2 + l], d);
         } else {
             /* nibble pairs: element l < 16 is the low nibble of qs[l],
@@ -141,7 +157,7 @@ CK_UNROLL
                 const int o = T == QB_Q5_0 ? OFF(qblock_q5_0, qh) : OFF(qblock_q5_1, qh);
                 qh = b[o] | b[o + 1] << 8 | b[o + 2] << 16 | (unsigned)b[o + 3] << 24;
             }
-CK_UNROLL
+            CK_UNROLL
             for (int l = 0; l < 16; l++) {
                 const int byte = b[qs_off + l];
                 int lo = byte & 0x0f, hi = byte >> 4;
@@ -153,8 +169,14 @@ CK_UNROLL
                         lo |= (int)((qh >> l) & 1) << 4;
                         hi |= (int)((qh >> (l + 16)) & 1) << 4;
                     }
-                    if constexpr (T == QB_Q4_0) { lo -= 8; hi -= 8; }
-                    if constexpr (T == QB_Q5_0) { lo -= 16; hi -= 16; }
+                    if constexpr (T == QB_Q4_0) {
+                        lo -= 8;
+                        hi -= 8;
+                    }
+                    if constexpr (T == QB_Q5_0) {
+                        lo -= 16;
+                        hi -= 16;
+                    }
                     v[l] = CK_MUL((float)lo, d);
                     v[l + 16] = CK_MUL((float)hi, d);
                     if constexpr (T == QB_Q4_1 || T == QB_Q5_1) {
@@ -175,12 +197,12 @@ CK_UNROLL
             if constexpr (T == QB_Q2_K) {
                 const float d = ck_f16at(b + OFF(qblock_q2_K, d));
                 const float dmin = ck_f16at(b + OFF(qblock_q2_K, dmin));
-CK_UNROLL
+                CK_UNROLL
                 for (int half = 0; half < 2; half++) {
                     const int sc = b[OFF(qblock_q2_K, scales) + 2 * g + half];
                     const float dl = CK_MUL(d, (float)(sc & 0x0f));
                     const float ml = CK_MUL(dmin, (float)(sc >> 4));
-CK_UNROLL
+                    CK_UNROLL
                     for (int l = 16 * half; l < 16 * half + 16; l++)
                         v[l] = CK_SUB(CK_MUL(dl, (float)((qs[l] >> shift) & 3)), ml);
                 }
@@ -188,14 +210,14 @@ CK_UNROLL
                 const float d = ck_f16at(b + OFF(qblock_q3_K, d));
                 const unsigned char *p = b + OFF(qblock_q3_K, scales);
                 const unsigned char *hm = b + OFF(qblock_q3_K, hmask);
-CK_UNROLL
+                CK_UNROLL
                 for (int half = 0; half < 2; half++) {
                     /* 6-bit scale k: a nibble of byte k % 8, 2 bits of byte 8 + k % 4 */
                     const int k = 2 * g + half;
                     const int lo4 = k < 8 ? p[k] & 0x0f : p[k - 8] >> 4;
                     const int hi2 = (p[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
                     const float dl = CK_MUL(d, (float)((lo4 | hi2 << 4) - 32));
-CK_UNROLL
+                    CK_UNROLL
                     for (int l = 16 * half; l < 16 * half + 16; l++) {
                         const int q = (qs[l] >> shift) & 3;
                         const int h = (hm[l] >> g) & 1; /* bit e / 32 of hmask[e % 32] */
@@ -220,7 +242,7 @@ CK_UNROLL
             const float ml = CK_MUL(ck_f16at(b + 2), (float)mn);
             const unsigned char *qs = b + qo + 32 * (g >> 1);
             const int shift = 4 * (g & 1);
-CK_UNROLL
+            CK_UNROLL
             for (int l = 0; l < 32; l++) {
                 int q = (qs[l] >> shift) & 0x0f;
                 if constexpr (T == QB_Q5_K) q |= ((b[OFF(qblock_q5_K, qh) + l] >> g) & 1) << 4;
@@ -233,10 +255,10 @@ CK_UNROLL
             const unsigned char *ql = b + OFF(qblock_q6_K, ql) + 64 * h + 32 * (k & 1);
             const unsigned char *qh = b + OFF(qblock_q6_K, qh) + 32 * h;
             const float d = ck_f16at(b + OFF(qblock_q6_K, d));
-CK_UNROLL
+            CK_UNROLL
             for (int half = 0; half < 2; half++) {
                 const float dl = CK_MUL(d, (float)(signed char)b[OFF(qblock_q6_K, scales) + 2 * g + half]);
-CK_UNROLL
+                CK_UNROLL
                 for (int l = 16 * half; l < 16 * half + 16; l++) {
                     const int q = ((ql[l] >> (4 * (k >> 1))) & 0x0f) | ((qh[l] >> (2 * k)) & 3) << 4;
                     v[l] = CK_MUL(dl, (float)(q - 32));
@@ -248,7 +270,7 @@ CK_UNROLL
                            ((sh >> (2 * g)) & 3) << 4;
             const float dl = CK_MUL(ck_f16at(b), (float)(ls - 32));
             const unsigned char *qs = b + OFF(qblock_iq4_xs, qs) + 16 * g;
-CK_UNROLL
+            CK_UNROLL
             for (int l = 0; l < 16; l++) {
                 v[l] = CK_MUL(dl, (float)CK_IQ4NL[qs[l] & 0x0f]);
                 v[l + 16] = CK_MUL(dl, (float)CK_IQ4NL[qs[l] >> 4]);
@@ -262,8 +284,8 @@ CK_UNROLL
 /* y[m][n] = sum_k x[m][k] w[n][k] (+ beta y[m][n]) for m < M <= MAXM,
  * n < N; one warp per n. x rows (ldx apart) are float or half. */
 template <int T, typename XT>
-static __global__ void ck_qgemv_kernel(const unsigned char *w, size_t row_bytes, int N, int K,
-                                       const XT *x, int ldx, int M, float *y, int ldy, float beta) {
+static __global__ void ck_qgemv_kernel(const unsigned char *w, size_t row_bytes, int N, int K, const XT *x,
+                                       int ldx, int M, float *y, int ldy, float beta) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (n >= N) return; /* whole warps leave together: n is per warp */
@@ -299,8 +321,8 @@ static __global__ void ck_qgemv_kernel(const unsigned char *w, size_t row_bytes,
 /* dst[r][k] (row-major, K a row) = the dequantized weights of rows
  * 0..rows-1 at w, one thread per group of 32. */
 template <int T, typename OutT>
-static __global__ void ck_qdequant_kernel(const unsigned char *w, size_t row_bytes, int K,
-                                          size_t n_groups, OutT *dst) {
+static __global__ void ck_qdequant_kernel(const unsigned char *w, size_t row_bytes, int K, size_t n_groups,
+                                          OutT *dst) {
     const int gpr = K / 32; /* groups a row */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_groups;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -328,28 +350,38 @@ static cudaError_t ck_qgemv_launch(int type, const void *w, int N, int K, const 
     const int warps = 4; /* rows a thread block */
     const unsigned grid = (unsigned)((N + warps - 1) / warps);
     const unsigned char *wp = (const unsigned char *)w;
-#define CASE(T)                                                                              \
-    case T:                                                                                  \
-        ck_qgemv_kernel<T, XT><<<grid, 32 * warps, 0, st>>>(wp, rb, N, K, x, ldx, M, y, ldy, beta); \
-        break;
+    /* a switch of macro cases: clang-format cannot lay it out stably */
+    // clang-format off
+#define CASE(T) \
+    case T: ck_qgemv_kernel<T, XT><<<grid, 32 * warps, 0, st>>>(wp, rb, N, K, x, ldx, M, y, ldy, beta); break;
     switch (type) {
-        CASE(QB_Q4_0) CASE(QB_Q4_1) CASE(QB_Q5_0) CASE(QB_Q5_1) CASE(QB_Q8_0) CASE(QB_IQ4_NL)
-        CASE(QB_Q2_K) CASE(QB_Q3_K) CASE(QB_Q4_K) CASE(QB_Q5_K) CASE(QB_Q6_K) CASE(QB_IQ4_XS)
-    default: return cudaErrorInvalidValue;
+        CASE(QB_Q4_0)
+        CASE(QB_Q4_1)
+        CASE(QB_Q5_0)
+        CASE(QB_Q5_1)
+        CASE(QB_Q8_0)
+        CASE(QB_IQ4_NL)
+        CASE(QB_Q2_K)
+        CASE(QB_Q3_K)
+        CASE(QB_Q4_K)
+        CASE(QB_Q5_K)
+        CASE(QB_Q6_K)
+        CASE(QB_IQ4_XS)
+        default: return cudaErrorInvalidValue;
     }
 #undef CASE
+    // clang-format on
     return cudaGetLastError();
 }
 
-cudaError_t ck_cuda_qgemv(int type, const void *w, int N, int K, const void *x, int x_f16, int ldx,
-                          int M, float *y, int ldy, float beta, cudaStream_t st) {
+cudaError_t ck_cuda_qgemv(int type, const void *w, int N, int K, const void *x, int x_f16, int ldx, int M,
+                          float *y, int ldy, float beta, cudaStream_t st) {
     if (x_f16) return ck_qgemv_launch(type, w, N, K, (const __half *)x, ldx, M, y, ldy, beta, st);
     return ck_qgemv_launch(type, w, N, K, (const float *)x, ldx, M, y, ldy, beta, st);
 }
 
 template <typename OutT>
-static cudaError_t ck_qdequant_launch(int type, const void *w, int rows, int K, OutT *dst,
-                                      cudaStream_t st) {
+static cudaError_t ck_qdequant_launch(int type, const void *w, int rows, int K, OutT *dst, cudaStream_t st) {
     int block, bytes;
     if (!ck_cuda_qtype_shape(type, &block, &bytes) || rows < 0 || K <= 0 || K % block)
         return cudaErrorInvalidValue;
@@ -359,16 +391,27 @@ static cudaError_t ck_qdequant_launch(int type, const void *w, int rows, int K, 
     const size_t want = (ng + threads - 1) / threads;
     const unsigned grid = (unsigned)(want < 65536 ? want : 65536);
     const unsigned char *wp = (const unsigned char *)w;
-#define CASE(T)                                                                        \
-    case T:                                                                            \
-        ck_qdequant_kernel<T, OutT><<<grid, threads, 0, st>>>(wp, rb, K, ng, dst);     \
-        break;
+    /* a switch of macro cases: clang-format cannot lay it out stably */
+    // clang-format off
+#define CASE(T) \
+    case T: ck_qdequant_kernel<T, OutT><<<grid, threads, 0, st>>>(wp, rb, K, ng, dst); break;
     switch (type) {
-        CASE(QB_Q4_0) CASE(QB_Q4_1) CASE(QB_Q5_0) CASE(QB_Q5_1) CASE(QB_Q8_0) CASE(QB_IQ4_NL)
-        CASE(QB_Q2_K) CASE(QB_Q3_K) CASE(QB_Q4_K) CASE(QB_Q5_K) CASE(QB_Q6_K) CASE(QB_IQ4_XS)
-    default: return cudaErrorInvalidValue;
+        CASE(QB_Q4_0)
+        CASE(QB_Q4_1)
+        CASE(QB_Q5_0)
+        CASE(QB_Q5_1)
+        CASE(QB_Q8_0)
+        CASE(QB_IQ4_NL)
+        CASE(QB_Q2_K)
+        CASE(QB_Q3_K)
+        CASE(QB_Q4_K)
+        CASE(QB_Q5_K)
+        CASE(QB_Q6_K)
+        CASE(QB_IQ4_XS)
+        default: return cudaErrorInvalidValue;
     }
 #undef CASE
+    // clang-format on
     return cudaGetLastError();
 }
 
@@ -381,8 +424,7 @@ cudaError_t ck_cuda_qdequant(int type, const void *w, int rows, int K, void *dst
 /* ------------------------------------------------------------ host copy */
 
 /* The same decoders on the host: dst (rows, K) floats. For tests. */
-template <int T>
-static void ck_qdequant_host_t(const unsigned char *w, int rows, int K, float *dst) {
+template <int T> static void ck_qdequant_host_t(const unsigned char *w, int rows, int K, float *dst) {
     const size_t rb = (size_t)(K / ck_qt<T>::block) * ck_qt<T>::bytes;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < K / 32; c++) ck_deq32<T>(w + (size_t)r * rb, c, dst + (size_t)r * K + 32 * c);
@@ -393,15 +435,26 @@ extern "C" int be_cuda_qdequant_host(int type, const void *w, int rows, int K, f
     if (!w || !dst || rows < 0 || K <= 0) return CK_EINVAL;
     if (!ck_cuda_qtype_shape(type, &block, NULL) || K % block) return CK_EUNSUPPORTED;
     const unsigned char *wp = (const unsigned char *)w;
-#define CASE(T)                                      \
-    case T:                                          \
-        ck_qdequant_host_t<T>(wp, rows, K, dst);     \
-        break;
+    /* a switch of macro cases: clang-format cannot lay it out stably */
+    // clang-format off
+#define CASE(T) \
+    case T: ck_qdequant_host_t<T>(wp, rows, K, dst); break;
     switch (type) {
-        CASE(QB_Q4_0) CASE(QB_Q4_1) CASE(QB_Q5_0) CASE(QB_Q5_1) CASE(QB_Q8_0) CASE(QB_IQ4_NL)
-        CASE(QB_Q2_K) CASE(QB_Q3_K) CASE(QB_Q4_K) CASE(QB_Q5_K) CASE(QB_Q6_K) CASE(QB_IQ4_XS)
-    default: return CK_EUNSUPPORTED;
+        CASE(QB_Q4_0)
+        CASE(QB_Q4_1)
+        CASE(QB_Q5_0)
+        CASE(QB_Q5_1)
+        CASE(QB_Q8_0)
+        CASE(QB_IQ4_NL)
+        CASE(QB_Q2_K)
+        CASE(QB_Q3_K)
+        CASE(QB_Q4_K)
+        CASE(QB_Q5_K)
+        CASE(QB_Q6_K)
+        CASE(QB_IQ4_XS)
+        default: return cudaErrorInvalidValue;
     }
 #undef CASE
+    // clang-format on
     return CK_OK;
 }

@@ -7,8 +7,8 @@
 #include "ck_cuda.h"
 
 template <typename OutT>
-static __global__ void ck_rmsnorm_kernel(OutT *out, const float *x, const int32_t *src,
-                                         const float *w, int dim, float eps) {
+static __global__ void ck_rmsnorm_kernel(OutT *out, const float *x, const int32_t *src, const float *w,
+                                         int dim, float eps) {
     __shared__ float sh[32];
     const int r = blockIdx.x;
     const float *xr = x + (size_t)(src ? src[r] : r) * dim;
@@ -22,8 +22,8 @@ static __global__ void ck_rmsnorm_kernel(OutT *out, const float *x, const int32_
     for (int k = threadIdx.x; k < dim; k += blockDim.x) ck_store(o + k, w[k] * (ss * xr[k]));
 }
 
-cudaError_t ck_cuda_rmsnorm(void *out, int out_f16, const float *x, const int32_t *src,
-                            const float *w, int n_rows, int dim, float eps, cudaStream_t st) {
+cudaError_t ck_cuda_rmsnorm(void *out, int out_f16, const float *x, const int32_t *src, const float *w,
+                            int n_rows, int dim, float eps, cudaStream_t st) {
     if (n_rows <= 0) return cudaSuccess;
     const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
     if (out_f16)

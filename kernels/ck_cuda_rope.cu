@@ -10,9 +10,8 @@
  * which sit next to each other in the qkv row. */
 #include "ck_cuda.h"
 
-static __global__ void ck_rope_kernel(float *qkv, int qkv_stride, const int32_t *pos,
-                                      const float *inv_freq, int n_pairs, int half_hd, int neox,
-                                      float mscale) {
+static __global__ void ck_rope_kernel(float *qkv, int qkv_stride, const int32_t *pos, const float *inv_freq,
+                                      int n_pairs, int half_hd, int neox, float mscale) {
     const int i = blockIdx.x;
     float *row = qkv + (size_t)i * qkv_stride;
     const float p = (float)pos[i];
@@ -29,9 +28,8 @@ static __global__ void ck_rope_kernel(float *qkv, int qkv_stride, const int32_t 
     }
 }
 
-cudaError_t ck_cuda_rope(float *qkv, int qkv_stride, const int32_t *pos, const float *inv_freq,
-                         int T, int n_heads, int n_kv_heads, int head_dim, int neox, float mscale,
-                         cudaStream_t st) {
+cudaError_t ck_cuda_rope(float *qkv, int qkv_stride, const int32_t *pos, const float *inv_freq, int T,
+                         int n_heads, int n_kv_heads, int head_dim, int neox, float mscale, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     const int half_hd = head_dim / 2, n_pairs = (n_heads + n_kv_heads) * half_hd;
     const int threads = n_pairs >= 256 ? 256 : 64;
@@ -44,8 +42,8 @@ cudaError_t ck_cuda_rope(float *qkv, int qkv_stride, const int32_t *pos, const f
  * and this runs once a layer. The sums are in the CPU backend's order
  * (serial, float), so the two agree closely. */
 static __global__ void ck_qkv_prep_kernel(float *qkv, int qkv_stride, const float *bias, int qkv_dim,
-                                          const float *q_norm, const float *k_norm, float eps,
-                                          int n_heads, int n_kv_heads, int hd) {
+                                          const float *q_norm, const float *k_norm, float eps, int n_heads,
+                                          int n_kv_heads, int hd) {
     float *row = qkv + (size_t)blockIdx.x * qkv_stride;
     if (bias)
         for (int j = threadIdx.x; j < qkv_dim; j += blockDim.x) row[j] += bias[j];
@@ -62,9 +60,9 @@ static __global__ void ck_qkv_prep_kernel(float *qkv, int qkv_stride, const floa
     }
 }
 
-cudaError_t ck_cuda_qkv_prep(float *qkv, int qkv_stride, const float *bias, int qkv_dim,
-                             const float *q_norm, const float *k_norm, float eps, int T, int n_heads,
-                             int n_kv_heads, int head_dim, cudaStream_t st) {
+cudaError_t ck_cuda_qkv_prep(float *qkv, int qkv_stride, const float *bias, int qkv_dim, const float *q_norm,
+                             const float *k_norm, float eps, int T, int n_heads, int n_kv_heads, int head_dim,
+                             cudaStream_t st) {
     if (T <= 0 || (!bias && !q_norm && !k_norm)) return cudaSuccess;
     ck_qkv_prep_kernel<<<T, 128, 0, st>>>(qkv, qkv_stride, bias, qkv_dim, q_norm, k_norm, eps, n_heads,
                                           n_kv_heads, head_dim);

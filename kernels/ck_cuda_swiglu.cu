@@ -13,8 +13,7 @@ static __global__ void ck_swiglu_kernel(OutT *out, const float *h13, size_t n, i
     }
 }
 
-cudaError_t ck_cuda_swiglu(void *out, int out_f16, const float *h13, int T, int F,
-                           cudaStream_t st) {
+cudaError_t ck_cuda_swiglu(void *out, int out_f16, const float *h13, int T, int F, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     const size_t n = (size_t)T * F;
     const int threads = 256;

@@ -43,11 +43,10 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     if (!len || len > n) return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 2 && c < 0xC2) return 0;                        /* overlong */
-    if (len == 3 && c == 0xE0 && s[1] < 0xA0) return 0;        /* overlong */
-    if (len == 3 && c == 0xED && s[1] >= 0xA0) return 0;       /* surrogate */
-    if (len == 4 && (c > 0xF4 || (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90)))
-        return 0;
+    if (len == 2 && c < 0xC2) return 0;                  /* overlong */
+    if (len == 3 && c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
+    if (len == 3 && c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    if (len == 4 && (c > 0xF4 || (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))) return 0;
     return len;
 }
 
@@ -107,8 +106,10 @@ void jw_int(jw *w, int64_t v) {
 
 void jw_num(jw *w, double v) {
     sep(w);
-    if (isfinite(v)) fprintf(w->f, "%.9g", v);
-    else fputs("null", w->f);
+    if (isfinite(v))
+        fprintf(w->f, "%.9g", v);
+    else
+        fputs("null", w->f);
 }
 
 void jw_bool(jw *w, int v) {

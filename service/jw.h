@@ -19,10 +19,10 @@ typedef struct jw {
 } jw;
 
 void jw_init(jw *w, FILE *f);
-void jw_obj(jw *w);      /* { */
-void jw_obj_end(jw *w);  /* } */
-void jw_arr(jw *w);      /* [ */
-void jw_arr_end(jw *w);  /* ] */
+void jw_obj(jw *w);     /* { */
+void jw_obj_end(jw *w); /* } */
+void jw_arr(jw *w);     /* [ */
+void jw_arr_end(jw *w); /* ] */
 void jw_key(jw *w, const char *k);
 void jw_strn(jw *w, const char *s, size_t n);
 void jw_str(jw *w, const char *s);

@@ -10,13 +10,13 @@
 #include "ck_err.h"
 
 struct svc_broker {
-    rd_kafka_t *rk;                 /* the handle that owns the cluster */
+    rd_kafka_t *rk; /* the handle that owns the cluster */
     rd_kafka_mock_cluster_t *mc;
     char bootstraps[256];
 };
 
-int svc_broker_start(int partitions, const char *const *topics, int n_topics, svc_broker **out,
-                     char *err, size_t errlen) {
+int svc_broker_start(int partitions, const char *const *topics, int n_topics, svc_broker **out, char *err,
+                     size_t errlen) {
     *out = NULL;
     if (partitions < 1 || partitions > 100000 || n_topics < 0) {
         snprintf(err, errlen, "partitions must be in 1..100000");

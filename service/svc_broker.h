@@ -17,8 +17,8 @@ typedef struct svc_broker svc_broker;
 
 /* Start a one-broker cluster and create n_topics topics of `partitions`
  * partitions each. Returns 0 and *out; CK_EINVAL / CK_EIO with err filled. */
-int svc_broker_start(int partitions, const char *const *topics, int n_topics, svc_broker **out,
-                     char *err, size_t errlen);
+int svc_broker_start(int partitions, const char *const *topics, int n_topics, svc_broker **out, char *err,
+                     size_t errlen);
 /* "127.0.0.1:PORT" (valid until svc_broker_stop). */
 const char *svc_broker_bootstraps(const svc_broker *b);
 /* Stop the cluster (clients still connected see the broker go down). NULL ok. */

@@ -24,18 +24,21 @@ static double now_s(void) {
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     svc_client *c = opaque;
-    if (m->err) c->failed++;
-    else c->delivered++;
+    if (m->err)
+        c->failed++;
+    else
+        c->delivered++;
 }
 
 static rd_kafka_t *client(svc_client *c, int consumer, const char *brokers, char *err, size_t errlen) {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char e[512];
-    const char *kv[][2] = {{"bootstrap.servers", brokers},
-                           {"client.id", "confkv-cli"},
-                           {consumer ? "enable.auto.commit" : "enable.idempotence", consumer ? "false" : "true"},
-                           {consumer ? "group.id" : "partitioner", consumer ? "confkv-cli" : "murmur2_random"},
-                           {"log_level", "3"}};
+    const char *kv[][2] = {
+        {"bootstrap.servers", brokers},
+        {"client.id", "confkv-cli"},
+        {consumer ? "enable.auto.commit" : "enable.idempotence", consumer ? "false" : "true"},
+        {consumer ? "group.id" : "partitioner", consumer ? "confkv-cli" : "murmur2_random"},
+        {"log_level", "3"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], e, sizeof e) != RD_KAFKA_CONF_OK) {
             snprintf(err, errlen, "%s: %s", kv[i][0], e);
@@ -60,7 +63,9 @@ static int assign_at_end(svc_client *c, const char *topic, char *err, size_t err
     rd_kafka_topic_destroy(t);
     if (e || !md || md->topic_cnt != 1 || md->topics[0].err) {
         snprintf(err, errlen, "results topic %s: %s", topic,
-                 rd_kafka_err2str(e ? e : md && md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+                 rd_kafka_err2str(e                     ? e
+                                  : md && md->topic_cnt ? md->topics[0].err
+                                                        : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
         if (md) rd_kafka_metadata_destroy(md);
         return CK_EIO;
     }
@@ -114,10 +119,10 @@ int svc_client_send(svc_client *c, const char *id, const char *key, const char *
     rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
     rd_kafka_header_add(h, "kafka_correlationId", -1, id, -1);
     for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(
-            c->prod, RD_KAFKA_V_TOPIC(c->jobs_topic), RD_KAFKA_V_KEY(key, strlen(key)),
-            RD_KAFKA_V_VALUE((void *)json, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-            RD_KAFKA_V_END);
+        rd_kafka_resp_err_t e =
+            rd_kafka_producev(c->prod, RD_KAFKA_V_TOPIC(c->jobs_topic), RD_KAFKA_V_KEY(key, strlen(key)),
+                              RD_KAFKA_V_VALUE((void *)json, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
         if (!e) break;
         if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
             rd_kafka_poll(c->prod, 100);

@@ -21,9 +21,12 @@ static const char *def_of(const char *name, const char *def, char *buf, size_t n
     if (def != ENG_DEF) return def;
     eng_config d;
     eng_config_default(&d);
-    if (!strcmp(name, "max_running")) snprintf(buf, n, "%d", d.max_running);
-    else if (!strcmp(name, "max_queue")) snprintf(buf, n, "%d", d.max_queue);
-    else return NULL;
+    if (!strcmp(name, "max_running"))
+        snprintf(buf, n, "%d", d.max_running);
+    else if (!strcmp(name, "max_queue"))
+        snprintf(buf, n, "%d", d.max_queue);
+    else
+        return NULL;
     return buf;
 }
 
@@ -75,7 +78,8 @@ static const struct key_def {
     {"max_message_bytes", T_LONG, "1048576", 64, 1 << 30, F(max_message_bytes), "largest job message"},
     {"max_prompt_tokens", T_INT, "0", 0, 1 << 24, F(max_prompt_tokens), "longest prompt (0 = the context)"},
     {"max_tokens_cap", T_INT, "4096", 1, 1 << 24, F(max_tokens_cap), "largest max_tokens a job may ask"},
-    {"default_max_tokens", T_INT, "256", 1, 1 << 24, F(default_max_tokens), "max_tokens of a job that names none"},
+    {"default_max_tokens", T_INT, "256", 1, 1 << 24, F(default_max_tokens),
+     "max_tokens of a job that names none"},
     {"max_inflight", T_INT, "256", 1, 1 << 20, F(max_inflight), "jobs in flight before partitions pause"},
     {"drain_timeout_s", T_DBL, "30", 0, 86400, F(drain_timeout_s), "SIGTERM: time given to in-flight jobs"},
     {"metrics_interval_s", T_DBL, "10", 0, 86400, F(metrics_interval_s), "metrics record period (0 = off)"},
@@ -92,8 +96,10 @@ static const struct key_def {
     {"max_sessions", T_INT, "1024", 1, 1 << 24, F(max_sessions), "session contexts kept in host memory"},
     {"prewarm_top", T_INT, "8", 0, 4096, F(prewarm_top),
      "at start-up, load the KV of the N most used templates (0 = none)"},
-    {"prewarm_wait", T_BOOL, "false", 0, 1, F(prewarm_wait), "/readyz fails until the start-up prewarm is done"},
-    {"warm_budget_kb", T_LONG, "0", 0, 1L << 30, F(warm_budget_kb), "warm KV tier in KiB (0 = 4x the hot pool)"},
+    {"prewarm_wait", T_BOOL, "false", 0, 1, F(prewarm_wait),
+     "/readyz fails until the start-up prewarm is done"},
+    {"warm_budget_kb", T_LONG, "0", 0, 1L << 30, F(warm_budget_kb),
+     "warm KV tier in KiB (0 = 4x the hot pool)"},
     {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit"},
 #undef F
 };
@@ -262,20 +268,23 @@ static int parse_value(const struct key_def *k, const char *v, void *field, char
     char *end;
     errno = 0;
     switch (k->type) {
-    case T_STR:
-        *(const char **)field = v;
-        return 0;
+    case T_STR: *(const char **)field = v; return 0;
     case T_BOOL:
-        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) *(int *)field = 1;
-        else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) *(int *)field = 0;
-        else break;
+        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on"))
+            *(int *)field = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off"))
+            *(int *)field = 0;
+        else
+            break;
         return 0;
     case T_INT:
     case T_LONG: {
         long x = strtol(v, &end, 10);
         if (errno || end == v || *end || x < k->lo || x > k->hi) break;
-        if (k->type == T_INT) *(int *)field = (int)x;
-        else *(long *)field = x;
+        if (k->type == T_INT)
+            *(int *)field = (int)x;
+        else
+            *(long *)field = x;
         return 0;
     }
     case T_DBL: {
@@ -285,8 +294,10 @@ static int parse_value(const struct key_def *k, const char *v, void *field, char
         return 0;
     }
     }
-    if (k->type == T_BOOL) snprintf(err, errlen, "%s: '%s' is not true or false", k->name, v);
-    else snprintf(err, errlen, "%s: '%s' is not a number in %g..%g", k->name, v, k->lo, k->hi);
+    if (k->type == T_BOOL)
+        snprintf(err, errlen, "%s: '%s' is not true or false", k->name, v);
+    else
+        snprintf(err, errlen, "%s: '%s' is not a number in %g..%g", k->name, v, k->lo, k->hi);
     return CK_EINVAL;
 }
 
@@ -306,8 +317,10 @@ int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errl
             svc_config_help(stdout);
             return 1;
         }
-        if (!strcmp(argv[i], "--config") && i + 1 < argc) file = argv[i + 1];
-        else if (!strncmp(argv[i], "--config=", 9)) file = argv[i] + 9;
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            file = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9))
+            file = argv[i] + 9;
     }
     if (file && *file && (rc = load_file(c, file, err, errlen))) return rc;
     if ((rc = load_env(c))) return rc;
@@ -325,9 +338,12 @@ int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errl
         if ((rc = check_key(key, err, errlen, "flag"))) return rc;
         const struct key_def *k = find_key(key);
         const char *v;
-        if (eq) v = eq + 1;
-        else if (k && k->type == T_BOOL) v = "true";
-        else if (i + 1 < argc) v = argv[++i];
+        if (eq)
+            v = eq + 1;
+        else if (k && k->type == T_BOOL)
+            v = "true";
+        else if (i + 1 < argc)
+            v = argv[++i];
         else {
             snprintf(err, errlen, "--%s needs a value", key);
             return CK_EINVAL;
@@ -378,8 +394,9 @@ int svc_config_each_kafka(const svc_config *c, svc_config_kafka_cb cb, void *ud)
 }
 
 int svc_config_is_secret(const char *key) {
-    static const char *words[] = {"password", "secret", "token", "ssl.key.pem", "ssl_key",
-                                  "keystore", "sasl.oauthbearer.config", "jaas"};
+    static const char *words[] = {
+        "password", "secret", "token", "ssl.key.pem", "ssl_key", "keystore", "sasl.oauthbearer.config",
+        "jaas"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strstr(key, words[i])) return 1;
     return !strcmp(key, "redis"); /* its URL may carry a password */

@@ -23,9 +23,9 @@
 #include <stdio.h>
 
 typedef struct svc_kv {
-    char *key;    /* "kafka.x.y" for librdkafka keys, else a service key */
+    char *key; /* "kafka.x.y" for librdkafka keys, else a service key */
     char *value;
-    int source;   /* SVC_SRC_* */
+    int source; /* SVC_SRC_* */
 } svc_kv;
 
 enum { SVC_SRC_DEFAULT = 0, SVC_SRC_FILE, SVC_SRC_ENV, SVC_SRC_FLAG };
@@ -34,36 +34,36 @@ typedef struct svc_config {
     /* engine */
     const char *model, *tokenizer, *backend, *model_name, *policy;
     const char *chat_template; /* a Jinja file overriding the model's tokenizer.chat_template, or NULL */
-    const char *tuning;       /* "off" or "adaptive" (svc_config_tuning) */
+    const char *tuning;        /* "off" or "adaptive" (svc_config_tuning) */
     double tuning_window_s, tuning_target;
     int threads, max_running, max_queue;
     long kv_budget_mb;
-    int max_context;          /* tokens a sequence may hold (0 = the model's, capped: engine.h) */
-    long max_memory_mb;       /* refuse a model whose memory plan exceeds this (0 = no limit) */
+    int max_context;    /* tokens a sequence may hold (0 = the model's, capped: engine.h) */
+    long max_memory_mb; /* refuse a model whose memory plan exceeds this (0 = no limit) */
     /* kafka */
     const char *brokers, *group, *topic_jobs, *topic_results, *topic_metrics, *topic_dlq;
     int kafka_embedded, embedded_partitions;
     /* service */
     const char *ready_file, *http_host, *instance, *log_level;
     int http_port;
-    long max_message_bytes;   /* a job message larger than this is refused */
-    int max_prompt_tokens;    /* 0 = the model's context */
-    int max_tokens_cap;       /* a job's max_tokens at most */
-    int default_max_tokens;   /* when a job names none */
-    int max_inflight;         /* jobs consumed but not finished before partitions pause */
-    double drain_timeout_s;   /* SIGTERM: time in-flight jobs get to finish */
-    double metrics_interval_s;/* a metrics record every N s (0 = never) */
+    long max_message_bytes;    /* a job message larger than this is refused */
+    int max_prompt_tokens;     /* 0 = the model's context */
+    int max_tokens_cap;        /* a job's max_tokens at most */
+    int default_max_tokens;    /* when a job names none */
+    int max_inflight;          /* jobs consumed but not finished before partitions pause */
+    double drain_timeout_s;    /* SIGTERM: time in-flight jobs get to finish */
+    double metrics_interval_s; /* a metrics record every N s (0 = never) */
     int print_config;
     /* cold tier (svc_redis.h); no URL = no cold tier */
     const char *redis, *redis_prefix;
     int redis_ttl_s, redis_max_inflight_mb, redis_timeout_ms;
-    long warm_budget_kb;      /* warm tier (0 = 4x the hot pool) */
+    long warm_budget_kb; /* warm tier (0 = 4x the hot pool) */
     /* prefix cache, sessions, templates (engine.h) */
-    long prefix_cache_mb;     /* 0 = the hot pool's size */
-    int prefix_cache;         /* 0 = off */
+    long prefix_cache_mb; /* 0 = the hot pool's size */
+    int prefix_cache;     /* 0 = off */
     int max_sessions;
-    int prewarm_top;          /* templates prewarmed at start-up */
-    int prewarm_wait;         /* readiness waits for that prewarm */
+    int prewarm_top;  /* templates prewarmed at start-up */
+    int prewarm_wait; /* readiness waits for that prewarm */
     /* the command line it was built from (borrowed from main: SIGHUP's
      * reload builds a new configuration from the same argv, environment and
      * file, so the precedence stays the same) */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ck_err.h"
-#include "cold.h" /* the service's own store (svc_redis.c), polled while idle */
+#include "cold.h"  /* the service's own store (svc_redis.c), polled while idle */
 #include "model.h" /* its vocabulary size and name */
 #include "svc_log.h"
 
@@ -24,23 +24,23 @@ struct svc_et {
     /* guarded by mu */
     svc_work *in_head, *in_tail, *out_head, *out_tail;
     int stop, loaded, load_failed, load_reported;
-    int flush_ms, flush_req, flushed;  /* svc_et_flush */
+    int flush_ms, flush_req, flushed; /* svc_et_flush */
     char load_err[512];
     eng_stats stats;
     svc_hist batch;
     /* svc_et_reload: new defaults for later jobs, applied between steps */
     int reload_req, reload_tuning;
-    char reload_policy[256];      /* "" = keep the policy */
+    char reload_policy[256]; /* "" = keep the policy */
     double reload_window_s, reload_target;
     /* set before loaded turns 1, read-only afterwards */
     int vocab, ctx;
-    eng_memory mem;       /* the engine's memory plan, copied at load */
+    eng_memory mem; /* the engine's memory plan, copied at load */
     char model_name[64];
     eng_prompt_format pf; /* the model's prompt format, copied at load */
     /* engine thread only */
     svc_et_opts o;
     eng *e;
-    svc_work *pending;            /* refused with CK_EBUSY: submit again */
+    svc_work *pending; /* refused with CK_EBUSY: submit again */
     svc_et_done_cb done;
     svc_et_loaded_cb loaded_cb;
     void *ud;
@@ -62,8 +62,10 @@ void svc_work_clear(svc_work *w) {
 static void complete(svc_et *t, svc_work *w) {
     w->next = NULL;
     pthread_mutex_lock(&t->mu);
-    if (t->out_tail) t->out_tail->next = w;
-    else t->out_head = w;
+    if (t->out_tail)
+        t->out_tail->next = w;
+    else
+        t->out_head = w;
     t->out_tail = w;
     pthread_mutex_unlock(&t->mu);
     uv_async_send(&t->async);
@@ -82,9 +84,9 @@ static void fail(svc_et *t, svc_work *w, int code, const char *msg) {
  * form's prompt and chat reasons, are the job's own fault and read as the
  * engine's sentence alone). */
 typedef struct reject_map {
-    int jerr;                /* SVC_JERR_* */
+    int jerr; /* SVC_JERR_* */
     int engine_prefix;
-    const char *fallback;    /* when the engine gave no sentence */
+    const char *fallback; /* when the engine gave no sentence */
 } reject_map;
 
 static const reject_map *reject_of(int reason) {
@@ -212,8 +214,8 @@ static void log_prompt_format(const eng_prompt_format *pf) {
     if (pf->template_error_kind)
         svc_log(SVC_LOG_WARN, "chat_template_unusable", "kind=%s msg=\"%.200s\"", pf->template_error_kind,
                 pf->template_error);
-    svc_log(SVC_LOG_INFO, "prompt_format", "arch=%s tokenizer=%s pre=%s chat_template=%s template_hash=%s", pf->arch,
-            pf->tok_model, pf->tok_pre[0] ? pf->tok_pre : "-", pf->template_source,
+    svc_log(SVC_LOG_INFO, "prompt_format", "arch=%s tokenizer=%s pre=%s chat_template=%s template_hash=%s",
+            pf->arch, pf->tok_model, pf->tok_pre[0] ? pf->tok_pre : "-", pf->template_source,
             pf->template_hash[0] ? pf->template_hash : "-");
 }
 
@@ -235,8 +237,8 @@ static void apply_reload(svc_et *t, const char *policy, int tuning, double windo
     svc_log(SVC_LOG_INFO, "config_reload",
             "status=applied policy=\"%s\" tuning=%s entropy_threshold=%.4g prob_gap_threshold=%.4g "
             "max_prob_threshold=%.4g",
-            *policy ? policy : "(unchanged)", tuning ? "adaptive" : "off", s.threshold_entropy, s.threshold_gap,
-            s.threshold_pmax);
+            *policy ? policy : "(unchanged)", tuning ? "adaptive" : "off", s.threshold_entropy,
+            s.threshold_gap, s.threshold_pmax);
 }
 
 static void *thread_main(void *arg) {
@@ -350,8 +352,8 @@ static void *thread_main(void *arg) {
                 finished(t, w, ev[i].result);
             } else if (ev[i].type == ENG_EV_ERROR) {
                 char msg[256];
-                snprintf(msg, sizeof msg, "engine: %s%s%s", ck_strerror(ev[i].error), ev[i].message ? ": " : "",
-                         ev[i].message ? ev[i].message : "");
+                snprintf(msg, sizeof msg, "engine: %s%s%s", ck_strerror(ev[i].error),
+                         ev[i].message ? ": " : "", ev[i].message ? ev[i].message : "");
                 fail(t, w, reject_of(ev[i].reason)->jerr, msg);
             }
         }
@@ -394,8 +396,8 @@ static void async_cb(uv_async_t *h) {
     }
 }
 
-int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded, void *ud,
-                 svc_et **out) {
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded,
+                 void *ud, svc_et **out) {
     *out = NULL;
     svc_et *t = calloc(1, sizeof *t);
     if (!t) return CK_ENOMEM;
@@ -421,8 +423,10 @@ int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc
 void svc_et_submit(svc_et *t, svc_work *w) {
     w->next = NULL;
     pthread_mutex_lock(&t->mu);
-    if (t->in_tail) t->in_tail->next = w;
-    else t->in_head = w;
+    if (t->in_tail)
+        t->in_tail->next = w;
+    else
+        t->in_head = w;
     t->in_tail = w;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);

@@ -29,30 +29,30 @@
 enum { SVC_WORK_OK = 0, SVC_WORK_ERROR = 1, SVC_WORK_EXPIRED = 2 };
 
 typedef struct svc_work {
-    struct svc_work *next;       /* queue link (owned by whichever queue holds it) */
+    struct svc_work *next; /* queue link (owned by whichever queue holds it) */
     /* in (set by the loop before submit) */
-    const svc_job *job;          /* borrowed until done_cb */
-    int64_t deadline_eng_ms;     /* on eng_now_ms()'s clock, 0 = none */
-    int64_t t_enqueue_ms;        /* eng_now_ms() when the message was consumed */
-    void *ud;                    /* the loop's */
+    const svc_job *job;                   /* borrowed until done_cb */
+    int64_t deadline_eng_ms;              /* on eng_now_ms()'s clock, 0 = none */
+    int64_t t_enqueue_ms;                 /* eng_now_ms() when the message was consumed */
+    void *ud;                             /* the loop's */
     void (*own_done)(struct svc_work *w); /* the loop's: when set, its done_cb hands the work
                                     here (the service's own works: template prewarms) */
     /* out (set by the engine thread) */
-    int status;                  /* SVC_WORK_* */
-    int err_code;                /* SVC_JERR_* when status is ERROR */
+    int status;   /* SVC_WORK_* */
+    int err_code; /* SVC_JERR_* when status is ERROR */
     char err_msg[256];
-    char *text;                  /* malloc'd, text_len bytes + NUL */
+    char *text; /* malloc'd, text_len bytes + NUL */
     size_t text_len;
-    int finish;                  /* GEN_FINISH_* or ENG_FINISH_* */
+    int finish; /* GEN_FINISH_* or ENG_FINISH_* */
     int prompt_tokens, completion_tokens, cached_tokens;
     double mean_entropy, mean_gap, mean_pmax;
     double queue_ms, ttft_ms, total_ms;
-    char policy[64];           /* the KV policy it ran under (canonical) */
+    char policy[64]; /* the KV policy it ran under (canonical) */
     double kv_retained_mean;
     size_t hot_peak_bytes;
     uint64_t recalls, demotions, spills, preemptions;
-    int32_t *trace_ids;          /* (n_trace), when the job asked for confidence */
-    samp_conf *trace;            /* (n_trace) */
+    int32_t *trace_ids; /* (n_trace), when the job asked for confidence */
+    samp_conf *trace;   /* (n_trace) */
     int n_trace;
 } svc_work;
 
@@ -60,11 +60,11 @@ typedef struct svc_work {
 void svc_work_clear(svc_work *w);
 
 typedef struct svc_et_opts {
-    eng_config eng;              /* strings borrowed until svc_et_stop */
-    const char *chat_template;   /* a Jinja file for `messages` instead of the model's
+    eng_config eng;            /* strings borrowed until svc_et_stop */
+    const char *chat_template; /* a Jinja file for `messages` instead of the model's
                                     template (NULL = the model's): eng_config.chat_template */
-    int max_prompt_tokens;       /* 0 = the context (eng_request's client form) */
-    int default_max_tokens;      /* likewise; 0 = up to the context */
+    int max_prompt_tokens;     /* 0 = the context (eng_request's client form) */
+    int default_max_tokens;    /* likewise; 0 = up to the context */
 } svc_et_opts;
 
 typedef void (*svc_et_done_cb)(void *ud, svc_work *w);
@@ -74,8 +74,8 @@ typedef void (*svc_et_loaded_cb)(void *ud, int ok, const char *msg);
 typedef struct svc_et svc_et;
 
 /* Start the thread (it loads the model). Callbacks fire on the loop. */
-int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded, void *ud,
-                 svc_et **out);
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded,
+                 void *ud, svc_et **out);
 /* Hand a work to the engine thread; never blocks on the engine. */
 void svc_et_submit(svc_et *t, svc_work *w);
 int svc_et_loaded(const svc_et *t);

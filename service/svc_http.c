@@ -47,8 +47,10 @@ static void conn_closed(uv_handle_t *h) {
     conn *c = h->data;
     if (--c->open_handles) return;
     svc_http *s = c->srv;
-    if (c->prev) c->prev->next = c->next;
-    else s->conns = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->n_conns--;
     free(c->out);
@@ -67,14 +69,19 @@ static void write_cb(uv_write_t *req, int status) { conn_close(req->data); }
 static void reply(conn *c, int status, const char *ctype, const char *body, size_t len) {
     if (c->replied) return;
     c->replied = 1;
-    const char *reason = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found"
-                       : status == 405 ? "Method Not Allowed" : status == 413 ? "Content Too Large"
-                       : status == 414 ? "URI Too Long"
-                       : status == 503 ? "Service Unavailable" : "Error";
+    const char *reason = status == 200   ? "OK"
+                         : status == 400 ? "Bad Request"
+                         : status == 404 ? "Not Found"
+                         : status == 405 ? "Method Not Allowed"
+                         : status == 413 ? "Content Too Large"
+                         : status == 414 ? "URI Too Long"
+                         : status == 503 ? "Service Unavailable"
+                                         : "Error";
     char head[256];
-    int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                      status, reason, ctype, len);
+    int hl =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                 status, reason, ctype, len);
     c->out = malloc((size_t)hl + len);
     if (!c->out) {
         conn_close(c);
@@ -230,7 +237,7 @@ int svc_http_start(uv_loop_t *loop, const char *host, int port, svc_http_handler
     int len = sizeof got;
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
     s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                               : ((struct sockaddr_in *)&got)->sin_port);
+                                              : ((struct sockaddr_in *)&got)->sin_port);
     *out = s;
     return 0;
 }

@@ -16,9 +16,9 @@
 #include <uv.h>
 
 typedef struct svc_http_resp {
-    int status;                /* 200, 404, 503, ... */
-    const char *content_type;  /* static string */
-    char *body;                /* malloc'd (taken), may be NULL */
+    int status;               /* 200, 404, 503, ... */
+    const char *content_type; /* static string */
+    char *body;               /* malloc'd (taken), may be NULL */
     size_t len;
 } svc_http_resp;
 
@@ -26,9 +26,9 @@ typedef struct svc_http_resp {
  * handler). Every string is NUL-terminated and valid during the call. */
 typedef struct svc_http_req {
     const char *method;
-    const char *path;          /* without the query */
-    const char *query;         /* after '?', "" when none */
-    const char *body;          /* POST body (body_len bytes), "" when none */
+    const char *path;  /* without the query */
+    const char *query; /* after '?', "" when none */
+    const char *body;  /* POST body (body_len bytes), "" when none */
     size_t body_len;
 } svc_http_req;
 

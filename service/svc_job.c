@@ -18,8 +18,7 @@
 const char *svc_job_error_code(int e) {
     switch (e) {
 #define SVC_JX_(name, code, msg) \
-    case SVC_JERR_##name:        \
-        return code;
+    case SVC_JERR_##name: return code;
         SVC_JOB_ERRORS(SVC_JX_)
 #undef SVC_JX_
     }
@@ -92,27 +91,59 @@ static int mp_check(const uint8_t *p, size_t n, size_t *pos, int depth) {
         goto skip;
     } else {
         switch (b) {
-        case 0xc4: case 0xd9: if (be_len(p, n, pos, 1, &len)) return -1; goto skip;
-        case 0xc5: case 0xda: if (be_len(p, n, pos, 2, &len)) return -1; goto skip;
-        case 0xc6: case 0xdb: if (be_len(p, n, pos, 4, &len)) return -1; goto skip;
-        case 0xc7: if (be_len(p, n, pos, 1, &len)) return -1; len++; goto skip;
-        case 0xc8: if (be_len(p, n, pos, 2, &len)) return -1; len++; goto skip;
-        case 0xc9: if (be_len(p, n, pos, 4, &len)) return -1; len++; goto skip;
+        case 0xc4:
+        case 0xd9:
+            if (be_len(p, n, pos, 1, &len)) return -1;
+            goto skip;
+        case 0xc5:
+        case 0xda:
+            if (be_len(p, n, pos, 2, &len)) return -1;
+            goto skip;
+        case 0xc6:
+        case 0xdb:
+            if (be_len(p, n, pos, 4, &len)) return -1;
+            goto skip;
+        case 0xc7:
+            if (be_len(p, n, pos, 1, &len)) return -1;
+            len++;
+            goto skip;
+        case 0xc8:
+            if (be_len(p, n, pos, 2, &len)) return -1;
+            len++;
+            goto skip;
+        case 0xc9:
+            if (be_len(p, n, pos, 4, &len)) return -1;
+            len++;
+            goto skip;
         case 0xca: len = 4; goto skip;
         case 0xcb: len = 8; goto skip;
-        case 0xcc: case 0xd0: len = 1; goto skip;
-        case 0xcd: case 0xd1: len = 2; goto skip;
-        case 0xce: case 0xd2: len = 4; goto skip;
-        case 0xcf: case 0xd3: len = 8; goto skip;
+        case 0xcc:
+        case 0xd0: len = 1; goto skip;
+        case 0xcd:
+        case 0xd1: len = 2; goto skip;
+        case 0xce:
+        case 0xd2: len = 4; goto skip;
+        case 0xcf:
+        case 0xd3: len = 8; goto skip;
         case 0xd4: len = 2; goto skip;
         case 0xd5: len = 3; goto skip;
         case 0xd6: len = 5; goto skip;
         case 0xd7: len = 9; goto skip;
         case 0xd8: len = 17; goto skip;
-        case 0xdc: if (be_len(p, n, pos, 2, &count)) return -1; break;
-        case 0xdd: if (be_len(p, n, pos, 4, &count)) return -1; break;
-        case 0xde: if (be_len(p, n, pos, 2, &count)) return -1; pairs = 1; break;
-        case 0xdf: if (be_len(p, n, pos, 4, &count)) return -1; pairs = 1; break;
+        case 0xdc:
+            if (be_len(p, n, pos, 2, &count)) return -1;
+            break;
+        case 0xdd:
+            if (be_len(p, n, pos, 4, &count)) return -1;
+            break;
+        case 0xde:
+            if (be_len(p, n, pos, 2, &count)) return -1;
+            pairs = 1;
+            break;
+        case 0xdf:
+            if (be_len(p, n, pos, 4, &count)) return -1;
+            pairs = 1;
+            break;
         default: return -1; /* 0xc1: never used */
         }
     }
@@ -190,9 +221,7 @@ static cJSON *mp_to_json(const msgpack_object *o, const char **why) {
         }
         return m;
     }
-    default:
-        *why = "msgpack extension types are not accepted";
-        return NULL;
+    default: *why = "msgpack extension types are not accepted"; return NULL;
     }
 }
 
@@ -227,12 +256,16 @@ static int json_depth_ok(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = 0;
-        } else if (c == '"') in_str = 1;
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"')
+            in_str = 1;
         else if (c == '{' || c == '[') {
             if (++d > MAX_DEPTH) return 0;
-        } else if (c == '}' || c == ']') d--;
+        } else if (c == '}' || c == ']')
+            d--;
     }
     return 1;
 }
@@ -267,13 +300,16 @@ cJSON *svc_decode_tree(const void *data, size_t len, const char *ct, int *enc, c
     const unsigned char *p = data;
     int e = -1;
     if (ct) {
-        if (strstr(ct, "msgpack")) e = SVC_ENC_MSGPACK;
-        else if (strstr(ct, "json")) e = SVC_ENC_JSON;
+        if (strstr(ct, "msgpack"))
+            e = SVC_ENC_MSGPACK;
+        else if (strstr(ct, "json"))
+            e = SVC_ENC_JSON;
     }
     if (e < 0) {
         size_t i = 0;
         while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) i++;
-        if (i < len && (p[i] == '{' || p[i] == '[')) e = SVC_ENC_JSON;
+        if (i < len && (p[i] == '{' || p[i] == '['))
+            e = SVC_ENC_JSON;
         else if (len && ((p[0] >= 0x80 && p[0] <= 0x9f) || p[0] == 0xde || p[0] == 0xdf || p[0] == 0xdc ||
                          p[0] == 0xdd))
             e = SVC_ENC_MSGPACK;
@@ -288,7 +324,8 @@ cJSON *svc_decode_tree(const void *data, size_t len, const char *ct, int *enc, c
         snprintf(err, errlen, "empty message");
         return NULL;
     }
-    return e == SVC_ENC_MSGPACK ? decode_msgpack(data, len, err, errlen) : decode_json(data, len, err, errlen);
+    return e == SVC_ENC_MSGPACK ? decode_msgpack(data, len, err, errlen)
+                                : decode_json(data, len, err, errlen);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -396,9 +433,9 @@ static int get_bool(cJSON *o, const char *name, int *out, svc_job_error *e) {
  * Every append goes through jb_add, which makes room first and refuses a
  * size that would wrap, so no caller writes a byte it has not checked. */
 typedef struct jbuf {
-    char *p;     /* malloc'd, owned; NULL until the first append */
-    size_t len;  /* bytes held, without the NUL */
-    size_t cap;  /* bytes allocated */
+    char *p;    /* malloc'd, owned; NULL until the first append */
+    size_t len; /* bytes held, without the NUL */
+    size_t cap; /* bytes allocated */
 } jbuf;
 
 static int jb_add(jbuf *b, const char *s, size_t n) {
@@ -421,19 +458,23 @@ static int jb_add(jbuf *b, const char *s, size_t n) {
 /* Text of a message's content: a string, or OpenAI's [{type: text, text}]. */
 static int content_text(cJSON *c, jbuf *b, int idx, svc_job_error *e) {
     if (cJSON_IsString(c))
-        return jb_add(b, c->valuestring, strlen(c->valuestring)) ? fail(e, SVC_JERR_ENGINE_ERROR, "out of memory") : 0;
+        return jb_add(b, c->valuestring, strlen(c->valuestring))
+                   ? fail(e, SVC_JERR_ENGINE_ERROR, "out of memory")
+                   : 0;
     if (cJSON_IsArray(c)) {
         cJSON *part;
         cJSON_ArrayForEach(part, c) {
             cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
             if (!cJSON_IsString(t))
-                return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content parts must be {\"type\": \"text\", \"text\": ...}", idx);
+                return fail(e, SVC_JERR_INVALID_FIELD,
+                            "messages[%d].content parts must be {\"type\": \"text\", \"text\": ...}", idx);
             int rc = content_text(t, b, idx, e);
             if (rc) return rc;
         }
         return 0;
     }
-    return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content must be a string or an array of text parts", idx);
+    return fail(e, SVC_JERR_INVALID_FIELD, "messages[%d].content must be a string or an array of text parts",
+                idx);
 }
 
 /* `messages`: the role/content list (job->msgs) the engine thread renders
@@ -447,7 +488,8 @@ static int render_messages(cJSON *msgs, svc_job *job, svc_job_error *e) {
     for (const cJSON *c = msgs->child; c; c = c->next) count++;
     /* below 2^28: a message takes 7 bytes at least, a job at most 2^30 (svc_config) */
     if (count > (1u << 28)) return fail(e, SVC_JERR_OUT_OF_RANGE, "too many messages");
-    if (!(job->msgs = calloc(count, sizeof *job->msgs))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    if (!(job->msgs = calloc(count, sizeof *job->msgs)))
+        return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
     jbuf b = {0};
     int i = 0, rc = 0;
     cJSON *m;
@@ -466,7 +508,10 @@ static int render_messages(cJSON *msgs, svc_job *job, svc_job_error *e) {
             rc = fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
             break;
         }
-        if ((rc = content_text(content, &cb, i, e))) { free(cb.p); break; }
+        if ((rc = content_text(content, &cb, i, e))) {
+            free(cb.p);
+            break;
+        }
         char *r = strdup(role->valuestring);
         job->msgs[i].role = r;
         job->msgs[i].content = cb.p;
@@ -510,17 +555,21 @@ static int get_tokens(cJSON *toks, const svc_job_limits *lim, svc_job *job, svc_
     if (!cJSON_IsArray(toks) || !toks->child)
         return fail(e, SVC_JERR_INVALID_FIELD, "'tokens' must be a non-empty array of token ids");
     size_t max = lim->max_prompt_tokens > 0 && lim->max_prompt_tokens < SVC_JOB_TOKENS_MAX
-                     ? (size_t)lim->max_prompt_tokens : SVC_JOB_TOKENS_MAX;
+                     ? (size_t)lim->max_prompt_tokens
+                     : SVC_JOB_TOKENS_MAX;
     size_t n = array_len(toks, max + 1);
-    if (n > max) return fail(e, SVC_JERR_PROMPT_TOO_LONG, "'tokens' holds more than %zu ids; the limit is %zu", max, max);
-    if (!(job->tokens = malloc(n * sizeof *job->tokens))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    if (n > max)
+        return fail(e, SVC_JERR_PROMPT_TOO_LONG, "'tokens' holds more than %zu ids; the limit is %zu", max,
+                    max);
+    if (!(job->tokens = malloc(n * sizeof *job->tokens)))
+        return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
     cJSON *t;
     cJSON_ArrayForEach(t, toks) {
         if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble))
             return fail(e, SVC_JERR_INVALID_FIELD, "tokens[%d] is not an integer", job->n_tokens);
         if (!(t->valuedouble >= 0 && t->valuedouble < lim->vocab_size))
-            return fail(e, SVC_JERR_OUT_OF_RANGE, "tokens[%d] = %g is outside the vocabulary (0..%d)", job->n_tokens,
-                        t->valuedouble, lim->vocab_size - 1);
+            return fail(e, SVC_JERR_OUT_OF_RANGE, "tokens[%d] = %g is outside the vocabulary (0..%d)",
+                        job->n_tokens, t->valuedouble, lim->vocab_size - 1);
         job->tokens[job->n_tokens++] = (int32_t)t->valuedouble;
     }
     return 0;
@@ -533,8 +582,10 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     if (job->model && lim->model_names[0]) {
         int ok = 0;
         for (int i = 0; i < 4 && lim->model_names[i]; i++) ok |= !strcmp(job->model, lim->model_names[i]);
-        if (!ok) return fail(e, SVC_JERR_UNKNOWN_MODEL, "model '%.64s' is not served here (this instance serves '%.64s')",
-                             job->model, lim->model_names[0]);
+        if (!ok)
+            return fail(e, SVC_JERR_UNKNOWN_MODEL,
+                        "model '%.64s' is not served here (this instance serves '%.64s')", job->model,
+                        lim->model_names[0]);
     }
     cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
@@ -544,13 +595,15 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     if (cJSON_IsNull(toks)) toks = NULL;
     int given = !!prompt + !!msgs + !!toks;
     if (given == 0) return fail(e, SVC_JERR_MISSING_PROMPT, "give one of 'prompt', 'messages' or 'tokens'");
-    if (given > 1) return fail(e, SVC_JERR_INVALID_FIELD, "give only one of 'prompt', 'messages' or 'tokens'");
+    if (given > 1)
+        return fail(e, SVC_JERR_INVALID_FIELD, "give only one of 'prompt', 'messages' or 'tokens'");
     if (prompt) {
         /* OpenAI also allows a one-element array of strings */
         if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1) prompt = prompt->child;
         if (!cJSON_IsString(prompt)) return fail(e, SVC_JERR_INVALID_FIELD, "'prompt' must be a string");
         job->prompt_len = strlen(prompt->valuestring);
-        if (!(job->prompt = strdup(prompt->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+        if (!(job->prompt = strdup(prompt->valuestring)))
+            return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
     } else if (msgs) {
         if ((rc = render_messages(msgs, job, e))) return rc;
     } else {
@@ -578,8 +631,10 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
         if (cJSON_IsString(stop)) {
             if (!*stop->valuestring) return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must not be empty");
             if (strlen(stop->valuestring) > SVC_JOB_STR_MAX)
-                return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes", SVC_JOB_STR_MAX);
-            if (!(job->stop[job->n_stop++] = strdup(stop->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+                return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes",
+                            SVC_JOB_STR_MAX);
+            if (!(job->stop[job->n_stop++] = strdup(stop->valuestring)))
+                return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
         } else if (cJSON_IsArray(stop)) {
             if (array_len(stop, GEN_MAX_STOPS + 1) > GEN_MAX_STOPS)
                 return fail(e, SVC_JERR_OUT_OF_RANGE, "at most %d stop strings", GEN_MAX_STOPS);
@@ -588,8 +643,10 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
                 if (!cJSON_IsString(s) || !*s->valuestring)
                     return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must hold non-empty strings");
                 if (strlen(s->valuestring) > SVC_JOB_STR_MAX)
-                    return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes", SVC_JOB_STR_MAX);
-                if (!(job->stop[job->n_stop++] = strdup(s->valuestring))) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+                    return fail(e, SVC_JERR_OUT_OF_RANGE, "a stop string is longer than %d bytes",
+                                SVC_JOB_STR_MAX);
+                if (!(job->stop[job->n_stop++] = strdup(s->valuestring)))
+                    return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
             }
         } else {
             return fail(e, SVC_JERR_INVALID_FIELD, "'stop' must be a string or an array of strings");
@@ -601,24 +658,29 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
         (rc = get_bool(o, "save", &job->save_template, e)))
         return rc;
     if (job->template_name && !tpl_name_ok(job->template_name))
-        return fail(e, SVC_JERR_INVALID_FIELD, "'template' is 1 to %d bytes of A-Z a-z 0-9 . _ : -", TPL_NAME_MAX);
+        return fail(e, SVC_JERR_INVALID_FIELD, "'template' is 1 to %d bytes of A-Z a-z 0-9 . _ : -",
+                    TPL_NAME_MAX);
     if (job->save_template && (!job->template_name || !job->prompt))
-        return fail(e, SVC_JERR_INVALID_FIELD, "'save' takes a 'template' name and a text 'prompt' (its text)");
+        return fail(e, SVC_JERR_INVALID_FIELD,
+                    "'save' takes a 'template' name and a text 'prompt' (its text)");
     if (job->policy) {
         kvpol_config pc;
         char perr[200];
         if (kvpol_parse(job->policy, &pc, perr, sizeof perr))
             return fail(e, SVC_JERR_INVALID_POLICY, "policy '%.64s': %s", job->policy, perr);
     }
-    return samp_params_check(&job->samp) ? fail(e, SVC_JERR_OUT_OF_RANGE, "sampling parameters out of range") : 0;
+    return samp_params_check(&job->samp) ? fail(e, SVC_JERR_OUT_OF_RANGE, "sampling parameters out of range")
+                                         : 0;
 }
 
 static void set_id(svc_job *job, cJSON *o, const char *fallback) {
     cJSON *id = o ? cJSON_GetObjectItemCaseSensitive(o, "id") : NULL;
     const char *s = NULL;
     char num[32];
-    if (cJSON_IsString(id) && *id->valuestring && strlen(id->valuestring) <= SVC_JOB_ID_MAX) s = id->valuestring;
-    else if (cJSON_IsNumber(id) && id->valuedouble == floor(id->valuedouble) && fabs(id->valuedouble) < 1e15) {
+    if (cJSON_IsString(id) && *id->valuestring && strlen(id->valuestring) <= SVC_JOB_ID_MAX)
+        s = id->valuestring;
+    else if (cJSON_IsNumber(id) && id->valuedouble == floor(id->valuedouble) &&
+             fabs(id->valuedouble) < 1e15) {
         snprintf(num, sizeof num, "%.0f", id->valuedouble);
         s = num;
     }
@@ -651,7 +713,8 @@ int svc_job_decode(const void *data, size_t len, const char *content_type, const
     }
     if (!cJSON_IsObject(o)) {
         set_id(job, NULL, fallback_id);
-        snprintf(err->message, sizeof err->message, "a job must be a %s", enc ? "msgpack map" : "JSON object");
+        snprintf(err->message, sizeof err->message, "a job must be a %s",
+                 enc ? "msgpack map" : "JSON object");
         cJSON_Delete(o);
         return SVC_JOB_DEAD;
     }
@@ -662,17 +725,19 @@ int svc_job_decode(const void *data, size_t len, const char *content_type, const
     if (md && svc_json_has_nonfinite(md)) {
         cJSON_Delete(md);
         md = NULL;
-        rc = fail(err, SVC_JERR_INVALID_FIELD, "'metadata' holds a number that is not finite (1e999, inf, nan)");
+        rc = fail(err, SVC_JERR_INVALID_FIELD,
+                  "'metadata' holds a number that is not finite (1e999, inf, nan)");
     }
     job->metadata = md;
     for (cJSON *c = o->child; c && !rc; c = c->next)
         if (svc_json_has_nonfinite(c))
-            rc = fail(err, SVC_JERR_INVALID_FIELD, "'%.64s' holds a number that is not finite (1e999, inf, nan)",
-                      c->string);
+            rc = fail(err, SVC_JERR_INVALID_FIELD,
+                      "'%.64s' holds a number that is not finite (1e999, inf, nan)", c->string);
     cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     if (!rc && id && !cJSON_IsNull(id) && strcmp(job->id, fallback_id ? fallback_id : "") == 0 &&
         !(cJSON_IsString(id) && !strcmp(id->valuestring, job->id)))
-        rc = fail(err, SVC_JERR_INVALID_FIELD, "'id' must be a string of 1..%d bytes or an integer", SVC_JOB_ID_MAX);
+        rc = fail(err, SVC_JERR_INVALID_FIELD, "'id' must be a string of 1..%d bytes or an integer",
+                  SVC_JOB_ID_MAX);
     if (!rc) rc = parse_job(o, lim, job, err);
     cJSON_Delete(o);
     return rc;

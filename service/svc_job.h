@@ -45,23 +45,23 @@
 #include "gen.h"
 #include "samp.h"
 
-#define SVC_JOB_ERRORS(X)                                                               \
-    X(INVALID_FIELD, "invalid_field", "a field has the wrong type or form")             \
-    X(MISSING_PROMPT, "missing_prompt", "the job has no prompt, messages or tokens")    \
-    X(OUT_OF_RANGE, "out_of_range", "a parameter is out of its range")                  \
-    X(UNKNOWN_MODEL, "unknown_model", "this service does not serve that model")         \
-    X(MESSAGE_TOO_LARGE, "message_too_large", "the job message is over the size limit") \
-    X(PROMPT_TOO_LONG, "prompt_too_long", "the prompt has more tokens than allowed")    \
-    X(CONTEXT_EXCEEDED, "context_exceeded", "prompt + max_tokens exceed the context")   \
-    X(INVALID_POLICY, "invalid_policy", "the KV policy spec does not parse")            \
-    X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")              \
-    X(ENGINE_ERROR, "engine_error", "the engine failed on this job")                    \
-    X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")  \
-    X(UNKNOWN_TEMPLATE, "unknown_template", "the job names a template that does not exist")              \
-    X(UNSUPPORTED_CHAT_TEMPLATE, "unsupported_chat_template",                                        \
-      "the model's chat template uses Jinja outside the supported subset")                          \
+#define SVC_JOB_ERRORS(X)                                                                             \
+    X(INVALID_FIELD, "invalid_field", "a field has the wrong type or form")                           \
+    X(MISSING_PROMPT, "missing_prompt", "the job has no prompt, messages or tokens")                  \
+    X(OUT_OF_RANGE, "out_of_range", "a parameter is out of its range")                                \
+    X(UNKNOWN_MODEL, "unknown_model", "this service does not serve that model")                       \
+    X(MESSAGE_TOO_LARGE, "message_too_large", "the job message is over the size limit")               \
+    X(PROMPT_TOO_LONG, "prompt_too_long", "the prompt has more tokens than allowed")                  \
+    X(CONTEXT_EXCEEDED, "context_exceeded", "prompt + max_tokens exceed the context")                 \
+    X(INVALID_POLICY, "invalid_policy", "the KV policy spec does not parse")                          \
+    X(DEADLINE_EXCEEDED, "deadline_exceeded", "the job's deadline passed")                            \
+    X(ENGINE_ERROR, "engine_error", "the engine failed on this job")                                  \
+    X(RESULT_TOO_LARGE, "result_too_large", "the result is over Kafka's message size")                \
+    X(UNKNOWN_TEMPLATE, "unknown_template", "the job names a template that does not exist")           \
+    X(UNSUPPORTED_CHAT_TEMPLATE, "unsupported_chat_template",                                         \
+      "the model's chat template uses Jinja outside the supported subset")                            \
     X(CHAT_TEMPLATE_EXCEPTION, "chat_template_exception", "the chat template refused these messages") \
-    X(CHAT_TEMPLATE_ERROR, "chat_template_error", "the chat template failed on these messages")        \
+    X(CHAT_TEMPLATE_ERROR, "chat_template_error", "the chat template failed on these messages")       \
     X(CHAT_TEMPLATE_LIMIT, "chat_template_limit", "rendering the chat template hit a limit")
 
 enum {
@@ -70,54 +70,54 @@ enum {
     SVC_JOB_ERRORS(SVC_JX_)
 #undef SVC_JX_
 };
-const char *svc_job_error_code(int e);  /* "invalid_field", ...; "none" for 0 */
+const char *svc_job_error_code(int e); /* "invalid_field", ...; "none" for 0 */
 
 enum { SVC_JOB_OK = 0, SVC_JOB_DEAD = 1, SVC_JOB_INVALID = 2 };
 enum { SVC_ENC_JSON = 0, SVC_ENC_MSGPACK = 1 };
 
 #define SVC_JOB_ID_MAX 256
-#define SVC_JOB_STR_MAX 256   /* session_id, template, policy, each stop string */
+#define SVC_JOB_STR_MAX 256          /* session_id, template, policy, each stop string */
 #define SVC_JOB_TOKENS_MAX (1 << 24) /* ids in `tokens` (svc_config's max_prompt_tokens cap) */
 
 typedef struct svc_job_error {
-    int code;           /* SVC_JERR_* */
+    int code; /* SVC_JERR_* */
     char message[256];
 } svc_job_error;
 
 typedef struct svc_job_limits {
     size_t max_message_bytes;
     int max_tokens_cap;
-    int default_max_tokens;   /* 0: filled by the engine thread from the context */
-    int vocab_size;           /* token ids must be below it */
-    int max_prompt_tokens;    /* most ids in `tokens`; 0 (or over it): SVC_JOB_TOKENS_MAX */
+    int default_max_tokens;     /* 0: filled by the engine thread from the context */
+    int vocab_size;             /* token ids must be below it */
+    int max_prompt_tokens;      /* most ids in `tokens`; 0 (or over it): SVC_JOB_TOKENS_MAX */
     const char *model_names[4]; /* names a job's `model` may take (NULL-terminated) */
 } svc_job_limits;
 
 typedef struct svc_job {
     char id[SVC_JOB_ID_MAX + 1];
-    int encoding;             /* SVC_ENC_*: the result is written in it */
-    char *model;              /* as the job named it, NULL when absent */
-    char *prompt;             /* prompt text (NUL-terminated), or NULL; for messages their
+    int encoding; /* SVC_ENC_*: the result is written in it */
+    char *model;  /* as the job named it, NULL when absent */
+    char *prompt; /* prompt text (NUL-terminated), or NULL; for messages their
                                  contents joined with "\n" */
     size_t prompt_len;
-    eng_message *msgs;        /* `messages` (n_msgs), role and content strings owned, or NULL */
+    eng_message *msgs; /* `messages` (n_msgs), role and content strings owned, or NULL */
     int n_msgs;
-    int parse_special;        /* `parse_special`: special-token strings in `prompt` are tokens */
-    int32_t *tokens;          /* or prompt ids as given */
+    int parse_special; /* `parse_special`: special-token strings in `prompt` are tokens */
+    int32_t *tokens;   /* or prompt ids as given */
     int n_tokens;
     samp_params samp;
-    int max_tokens;           /* 0 = not given */
+    int max_tokens; /* 0 = not given */
     int n_stop;
     char *stop[ENG_MAX_STOPS];
     int ignore_eos;
     int priority;
-    int64_t deadline_ms;      /* budget from the message timestamp, 0 = none */
+    int64_t deadline_ms; /* budget from the message timestamp, 0 = none */
     char *policy;
     int return_confidence;
     char *session_id, *template_name;
-    int save_template;        /* `save`: the prompt text becomes template `template` */
-    int prefill_only;         /* not from messages: a prewarm the service makes itself */
-    cJSON *metadata;          /* echoed back, any JSON value */
+    int save_template; /* `save`: the prompt text becomes template `template` */
+    int prefill_only;  /* not from messages: a prewarm the service makes itself */
+    cJSON *metadata;   /* echoed back, any JSON value */
 } svc_job;
 
 /* Decode `len` bytes. content_type may be NULL; fallback_id is the id when

@@ -14,11 +14,11 @@
 #include "svc_log.h"
 #include "svc_offsets.h"
 
-#define POLL_BUDGET 512      /* messages handled per wake-up before yielding */
-#define SAFETY_POLL_MS 100   /* timer poll, in case an io event was missed */
-#define COMMIT_INTERVAL_MS 1000 /* default period of the offset commit (kafka.auto.commit.interval.ms) */
+#define POLL_BUDGET 512           /* messages handled per wake-up before yielding */
+#define SAFETY_POLL_MS 100        /* timer poll, in case an io event was missed */
+#define COMMIT_INTERVAL_MS 1000   /* default period of the offset commit (kafka.auto.commit.interval.ms) */
 #define COMMITTED_TIMEOUT_MS 5000 /* rd_kafka_committed, on a worker thread */
-#define FETCH_RETRY_MS 1000  /* after a failed read of the committed offsets */
+#define FETCH_RETRY_MS 1000       /* after a failed read of the committed offsets */
 
 /* One produce in flight: the caller's callback. */
 typedef struct kpend {
@@ -30,21 +30,21 @@ struct svc_kafka {
     uv_loop_t *loop;
     svc_kafka_cbs cbs;
     rd_kafka_t *cons, *prod;
-    rd_kafka_queue_t *cq, *pq;       /* consumer queue, producer main queue */
+    rd_kafka_queue_t *cq, *pq; /* consumer queue, producer main queue */
     int cpipe[2], ppipe[2];
     uv_poll_t cpoll, ppoll;
     uv_timer_t timer, kick;
     int handles_open;
-    char *topic;                      /* jobs topic */
-    svc_offsets *off;                 /* per partition of the jobs topic: ring, marks, hold */
+    char *topic;      /* jobs topic */
+    svc_offsets *off; /* per partition of the jobs topic: ring, marks, hold */
     int paused;
-    int closing;                      /* teardown: delivery reports no longer reach callers */
-    int handles_closing;              /* svc_kafka_close_handles was called */
-    uv_timer_t ctimer;                /* offset commits */
+    int closing;         /* teardown: delivery reports no longer reach callers */
+    int handles_closing; /* svc_kafka_close_handles was called */
+    uv_timer_t ctimer;   /* offset commits */
     int commit_inflight, commit_again;
-    int fetch_inflight;               /* a rd_kafka_committed on the thread pool */
-    uint64_t fetch_after;             /* uv_now before which no new fetch starts (retry backoff) */
-    int release;                      /* held messages may be dispatchable */
+    int fetch_inflight;   /* a rd_kafka_committed on the thread pool */
+    uint64_t fetch_after; /* uv_now before which no new fetch starts (retry backoff) */
+    int release;          /* held messages may be dispatchable */
     svc_kafka_stats st;
 };
 
@@ -58,14 +58,28 @@ typedef struct conf_ctx {
     int consumer;
 } conf_ctx;
 
-static const char *consumer_only[] = {"group.id", "enable.auto.commit", "enable.auto.offset.store",
-                                      "auto.offset.reset", "auto.commit.interval.ms",
-                                      "session.timeout.ms", "max.poll.interval.ms",
-                                      "partition.assignment.strategy", "group.instance.id",
-                                      "heartbeat.interval.ms", "isolation.level", NULL};
-static const char *producer_only[] = {"enable.idempotence", "acks", "linger.ms", "partitioner",
-                                      "compression.type", "message.timeout.ms", "retries",
-                                      "queue.buffering.max.messages", "batch.size", NULL};
+static const char *consumer_only[] = {"group.id",
+                                      "enable.auto.commit",
+                                      "enable.auto.offset.store",
+                                      "auto.offset.reset",
+                                      "auto.commit.interval.ms",
+                                      "session.timeout.ms",
+                                      "max.poll.interval.ms",
+                                      "partition.assignment.strategy",
+                                      "group.instance.id",
+                                      "heartbeat.interval.ms",
+                                      "isolation.level",
+                                      NULL};
+static const char *producer_only[] = {"enable.idempotence",
+                                      "acks",
+                                      "linger.ms",
+                                      "partitioner",
+                                      "compression.type",
+                                      "message.timeout.ms",
+                                      "retries",
+                                      "queue.buffering.max.messages",
+                                      "batch.size",
+                                      NULL};
 
 static int in_list(const char *const *l, const char *k) {
     for (; *l; l++)
@@ -87,7 +101,10 @@ static int conf_set_cb(void *ud, const char *name, const char *value) {
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
     char q[600];
-    svc_log(level <= 3 ? SVC_LOG_ERROR : level <= 4 ? SVC_LOG_WARN : level <= 6 ? SVC_LOG_INFO : SVC_LOG_DEBUG,
+    svc_log(level <= 3   ? SVC_LOG_ERROR
+            : level <= 4 ? SVC_LOG_WARN
+            : level <= 6 ? SVC_LOG_INFO
+                         : SVC_LOG_DEBUG,
             "kafka_log", "client=%s facility=%s msg=%s", rd_kafka_name(rk), fac,
             svc_log_str(q, sizeof q, buf, strlen(buf)));
 }
@@ -144,7 +161,8 @@ void svc_kafka_done(svc_kafka *k, svc_ktok tok) {
 }
 
 /* Append partition p's commit (next offset, mark as metadata) to l. */
-static void add_commit(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int32_t p, int64_t offset, int64_t mark) {
+static void add_commit(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int32_t p, int64_t offset,
+                       int64_t mark) {
     char md[48];
     int n = svc_offsets_mark_format(md, sizeof md, mark);
     rd_kafka_topic_partition_t *e = rd_kafka_topic_partition_list_add(l, k->topic, p);
@@ -167,8 +185,9 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
     for (int i = 0; offsets && i < offsets->cnt; i++) {
         rd_kafka_topic_partition_t *e = &offsets->elems[i];
         rd_kafka_resp_err_t pe = err ? err : e->err;
-        if (pe) svc_log(SVC_LOG_WARN, "commit_failed", "partition=%d offset=%lld err=%s", e->partition,
-                        (long long)e->offset, rd_kafka_err2name(pe));
+        if (pe)
+            svc_log(SVC_LOG_WARN, "commit_failed", "partition=%d offset=%lld err=%s", e->partition,
+                    (long long)e->offset, rd_kafka_err2name(pe));
         if (!regular || strcmp(e->topic, k->topic)) continue;
         /* held messages below an acknowledged mark may go (poll_consumer) */
         if (svc_offsets_commit_result(k->off, e->partition, pe == 0)) k->release = 1;
@@ -212,7 +231,8 @@ static void commit_send(svc_kafka *k) {
 /* dispatch and hold */
 
 static void pause_list(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int pause) {
-    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(k->cons, l) : rd_kafka_resume_partitions(k->cons, l);
+    rd_kafka_resp_err_t e =
+        pause ? rd_kafka_pause_partitions(k->cons, l) : rd_kafka_resume_partitions(k->cons, l);
     if (e) svc_log(SVC_LOG_WARN, pause ? "pause_failed" : "resume_failed", "err=%s", rd_kafka_err2name(e));
 }
 
@@ -266,10 +286,12 @@ static void on_consumed(svc_kafka *k, rd_kafka_message_t *m) {
     int rc = svc_offsets_consumed(k->off, m->partition, m->offset, m);
     if (rc == CK_ESTATE) {
         /* Not (or no longer) ours: its owner consumes it. */
-        svc_log(SVC_LOG_DEBUG, "message_dropped", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        svc_log(SVC_LOG_DEBUG, "message_dropped", "partition=%d offset=%lld", m->partition,
+                (long long)m->offset);
         rd_kafka_message_destroy(m);
     } else if (rc) {
-        svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition,
+                (long long)m->offset);
         rd_kafka_message_destroy(m); /* never done: redelivered after a restart */
     }
 }
@@ -281,7 +303,7 @@ typedef struct kfetch {
     uv_work_t req;
     svc_kafka *k;
     rd_kafka_topic_partition_list_t *l;
-    uint32_t *agen;          /* per element: the partition's assignment generation when asked */
+    uint32_t *agen; /* per element: the partition's assignment generation when asked */
     rd_kafka_resp_err_t err;
 } kfetch;
 
@@ -364,7 +386,8 @@ void svc_kafka_pause(svc_kafka *k, int pause) {
     if (rd_kafka_assignment(k->cons, &l) == 0 && l) {
         /* Partitions paused because their mark is late stay paused. */
         for (int i = l->cnt - 1; !pause && i >= 0; i--) {
-            if (!strcmp(l->elems[i].topic, k->topic) && svc_offsets_hold_paused(k->off, l->elems[i].partition))
+            if (!strcmp(l->elems[i].topic, k->topic) &&
+                svc_offsets_hold_paused(k->off, l->elems[i].partition))
                 rd_kafka_topic_partition_list_del_by_idx(l, i);
         }
         if (l->cnt) pause_list(k, l, pause);
@@ -443,8 +466,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
 
 static void drain_pipe(int fd) {
     char buf[64];
-    while (read(fd, buf, sizeof buf) > 0) {
-    }
+    while (read(fd, buf, sizeof buf) > 0) {}
 }
 
 static void poll_producer(svc_kafka *k) { rd_kafka_poll(k->prod, 0); }
@@ -553,8 +575,8 @@ static rd_kafka_t *make_client(svc_kafka *k, const svc_config *c, int consumer, 
         snprintf(key, sizeof key, "kafka.%s", forced[i]);
         const char *v = svc_config_get(c, key);
         if (v && strcmp(v, "false"))
-            svc_log(SVC_LOG_WARN, "kafka_setting_ignored", "key=%s value=%s reason=\"confkvd commits offsets itself\"",
-                    key, v);
+            svc_log(SVC_LOG_WARN, "kafka_setting_ignored",
+                    "key=%s value=%s reason=\"confkvd commits offsets itself\"", key, v);
         rd_kafka_conf_set(conf, forced[i], "false", e, sizeof e);
     }
     rd_kafka_conf_set_opaque(conf, k);
@@ -576,8 +598,8 @@ static rd_kafka_t *make_client(svc_kafka *k, const svc_config *c, int consumer, 
 
 static int open_pipe(int fds[2]) { return pipe2(fds, O_NONBLOCK | O_CLOEXEC) ? CK_EIO : 0; }
 
-int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs, svc_kafka **out,
-                  char *err, size_t errlen) {
+int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs, svc_kafka **out, char *err,
+                  size_t errlen) {
     *out = NULL;
     if (!svc_config_get(c, "kafka.bootstrap.servers")) {
         snprintf(err, errlen, "no Kafka brokers: give --brokers HOST:PORT or --kafka-embedded");
@@ -663,7 +685,9 @@ int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t k
         if (headers) rd_kafka_headers_destroy(headers);
         free(p);
         svc_log(SVC_LOG_ERROR, "produce_failed", "topic=%s err=%s", topic, rd_kafka_err2name(e));
-        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? CK_EBUSY : e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? CK_ERANGE : CK_EIO;
+        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL          ? CK_EBUSY
+               : e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? CK_ERANGE
+                                                           : CK_EIO;
     }
     k->st.produced++;
     return 0;

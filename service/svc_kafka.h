@@ -81,20 +81,20 @@ typedef void (*svc_kafka_dr_cb)(void *ud, rd_kafka_resp_err_t err);
 #define SVC_KAFKA_MAX_LAG_PARTS 256
 
 typedef struct svc_kafka_stats {
-    int up;                 /* a broker connection is up */
-    int assigned;           /* partitions assigned */
-    int paused;             /* partitions are paused */
+    int up;       /* a broker connection is up */
+    int assigned; /* partitions assigned */
+    int paused;   /* partitions are paused */
     uint64_t consumed, produced, delivered, delivery_failed, stored;
-    uint64_t redelivered;   /* dispatched with svc_ktok.redelivered set */
-    int n_lag;              /* partitions with a known consumer lag */
+    uint64_t redelivered; /* dispatched with svc_ktok.redelivered set */
+    int n_lag;            /* partitions with a known consumer lag */
     int32_t lag_partition[SVC_KAFKA_MAX_LAG_PARTS];
     int64_t lag[SVC_KAFKA_MAX_LAG_PARTS];
 } svc_kafka_stats;
 
 typedef struct svc_kafka svc_kafka;
 
-int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs, svc_kafka **out,
-                  char *err, size_t errlen);
+int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs, svc_kafka **out, char *err,
+                  size_t errlen);
 /* Subscribe to the jobs topic (consumption starts on the next poll). */
 int svc_kafka_subscribe(svc_kafka *k, char *err, size_t errlen);
 /* Produce one message; headers (may be NULL) are taken over in every case.

@@ -25,10 +25,12 @@ void svc_hist_observe(svc_hist *h, double v) {
 }
 
 void svc_metrics_init(svc_metrics *m) {
-    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                 0.5,   1,      2.5,   5,    10,    30,   60};
     static const double ent[] = {0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 6};
     static const double unit[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1};
-    static const double bytes[] = {4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456};
+    static const double bytes[] = {4096,    16384,    65536,    262144,   1048576,
+                                   4194304, 16777216, 67108864, 268435456};
     memset(m, 0, sizeof *m);
     svc_hist_init(&m->queue_s, lat, 15);
     svc_hist_init(&m->ttft_s, lat, 15);
@@ -95,8 +97,9 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         (double)m->results_failed);
     one(f, "confkv_jobs_inflight", "gauge", "Jobs consumed whose result is not yet delivered.", v->inflight);
     head(f, "confkv_tokens_total", "counter", "Tokens, by kind.");
-    fprintf(f, "confkv_tokens_total{kind=\"prompt\"} %llu\nconfkv_tokens_total{kind=\"completion\"} %llu\n"
-               "confkv_tokens_total{kind=\"cached\"} %llu\n",
+    fprintf(f,
+            "confkv_tokens_total{kind=\"prompt\"} %llu\nconfkv_tokens_total{kind=\"completion\"} %llu\n"
+            "confkv_tokens_total{kind=\"cached\"} %llu\n",
             (unsigned long long)m->prompt_tokens, (unsigned long long)m->completion_tokens,
             (unsigned long long)m->cached_tokens);
     hist(f, "confkv_queue_seconds", "Time from consumption to the first prefill step.", &m->queue_s);
@@ -109,8 +112,9 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     hist(f, "confkv_kv_retained_ratio", "Hot window: mean fraction of a job's KV kept hot.", &m->kv_retained);
     hist(f, "confkv_kv_hot_peak_bytes", "Hot window: peak hot KV bytes of each job.", &m->hot_peak_bytes);
     head(f, "confkv_kv_moves_total", "counter", "KV blocks moved between tiers by the policies.");
-    fprintf(f, "confkv_kv_moves_total{kind=\"recall\"} %llu\nconfkv_kv_moves_total{kind=\"demotion\"} %llu\n"
-               "confkv_kv_moves_total{kind=\"spill\"} %llu\n",
+    fprintf(f,
+            "confkv_kv_moves_total{kind=\"recall\"} %llu\nconfkv_kv_moves_total{kind=\"demotion\"} %llu\n"
+            "confkv_kv_moves_total{kind=\"spill\"} %llu\n",
             (unsigned long long)m->recalls, (unsigned long long)m->demotions, (unsigned long long)m->spills);
     if (v->batch) hist(f, "confkv_batch_sequences", "Sequences in each engine step.", v->batch);
     if (v->eng) {
@@ -120,35 +124,47 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         one(f, "confkv_engine_steps_total", "counter", "Engine steps run.", (double)e->steps);
         one(f, "confkv_preemptions_total", "counter", "Sequences preempted under memory pressure.",
             (double)e->preemptions);
-        one(f, "confkv_engine_step_seconds_total", "counter", "Time spent in engine steps.", e->step_ms_total / 1e3);
+        one(f, "confkv_engine_step_seconds_total", "counter", "Time spent in engine steps.",
+            e->step_ms_total / 1e3);
         head(f, "confkv_kv_bytes", "gauge", "KV bytes in use, by tier.");
-        fprintf(f, "confkv_kv_bytes{tier=\"hot\"} %zu\nconfkv_kv_bytes{tier=\"warm\"} %zu\n"
-                   "confkv_kv_bytes{tier=\"int8\"} %zu\n",
+        fprintf(f,
+                "confkv_kv_bytes{tier=\"hot\"} %zu\nconfkv_kv_bytes{tier=\"warm\"} %zu\n"
+                "confkv_kv_bytes{tier=\"int8\"} %zu\n",
                 e->hot_bytes, e->warm_bytes, e->int8_bytes);
         one(f, "confkv_kv_hot_capacity_bytes", "gauge", "Hot KV pool size.", (double)e->hot_capacity_bytes);
         head(f, "confkv_kv_capacity_bytes", "gauge", "KV memory each tier is sized for (warm: host, int8).");
-        fprintf(f, "confkv_kv_capacity_bytes{tier=\"hot\"} %zu\nconfkv_kv_capacity_bytes{tier=\"warm\"} %zu\n",
+        fprintf(f,
+                "confkv_kv_capacity_bytes{tier=\"hot\"} %zu\nconfkv_kv_capacity_bytes{tier=\"warm\"} %zu\n",
                 e->hot_capacity_bytes, e->warm_capacity_bytes);
         head(f, "confkv_kv_window_changes_total", "counter", "CONF-KV hot window moves, by direction.");
-        fprintf(f, "confkv_kv_window_changes_total{direction=\"grow\"} %llu\n"
-                   "confkv_kv_window_changes_total{direction=\"shrink\"} %llu\n",
+        fprintf(f,
+                "confkv_kv_window_changes_total{direction=\"grow\"} %llu\n"
+                "confkv_kv_window_changes_total{direction=\"shrink\"} %llu\n",
                 (unsigned long long)e->window_grows, (unsigned long long)e->window_shrinks);
         one(f, "confkv_kv_breaker_trips_total", "counter",
-            "Times a sequence's circuit breaker engaged (hot pool past breaker_threshold).", (double)e->breaker_trips);
-        one(f, "confkv_kv_breaker_engaged", "gauge", "Running sequences held at their minimum budget by the breaker.",
-            e->breaker_engaged);
-        one(f, "confkv_kv_reruns_total", "counter", "Uncertain steps rerun with recalled blocks.", (double)e->reruns);
-        head(f, "confkv_policy_threshold", "gauge", "The default policy's thresholds now (tuned under tuning=adaptive).");
-        fprintf(f, "confkv_policy_threshold{param=\"entropy_threshold\"} %.6g\n"
-                   "confkv_policy_threshold{param=\"prob_gap_threshold\"} %.6g\n"
-                   "confkv_policy_threshold{param=\"max_prob_threshold\"} %.6g\n",
+            "Times a sequence's circuit breaker engaged (hot pool past breaker_threshold).",
+            (double)e->breaker_trips);
+        one(f, "confkv_kv_breaker_engaged", "gauge",
+            "Running sequences held at their minimum budget by the breaker.", e->breaker_engaged);
+        one(f, "confkv_kv_reruns_total", "counter", "Uncertain steps rerun with recalled blocks.",
+            (double)e->reruns);
+        head(f, "confkv_policy_threshold", "gauge",
+             "The default policy's thresholds now (tuned under tuning=adaptive).");
+        fprintf(f,
+                "confkv_policy_threshold{param=\"entropy_threshold\"} %.6g\n"
+                "confkv_policy_threshold{param=\"prob_gap_threshold\"} %.6g\n"
+                "confkv_policy_threshold{param=\"max_prob_threshold\"} %.6g\n",
                 e->threshold_entropy, e->threshold_gap, e->threshold_pmax);
         one(f, "confkv_tuning_windows_total", "counter", "Tuning windows closed.", (double)e->tune_windows);
-        one(f, "confkv_tuning_moves_total", "counter", "Threshold moves made by the tuner.", (double)e->tune_moves);
+        one(f, "confkv_tuning_moves_total", "counter", "Threshold moves made by the tuner.",
+            (double)e->tune_moves);
         one(f, "confkv_kv_spills_total", "counter", "KV blocks written from the warm tier to the cold tier.",
             (double)e->cold_spills);
-        head(f, "confkv_kv_cold_fetches_total", "counter", "KV blocks fetched back from the cold tier, by result.");
-        fprintf(f, "confkv_kv_cold_fetches_total{result=\"hit\"} %llu\nconfkv_kv_cold_fetches_total{result=\"miss\"} %llu\n",
+        head(f, "confkv_kv_cold_fetches_total", "counter",
+             "KV blocks fetched back from the cold tier, by result.");
+        fprintf(f,
+                "confkv_kv_cold_fetches_total{result=\"hit\"} "
+                "%llu\nconfkv_kv_cold_fetches_total{result=\"miss\"} %llu\n",
                 (unsigned long long)e->cold_fetch_hits, (unsigned long long)e->cold_fetch_misses);
         one(f, "confkv_kv_integrity_failures_total", "counter",
             "Cold KV blocks refused on reload (checksum, model fingerprint or shape mismatch).",
@@ -157,80 +173,104 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
          * step found hot among those written; warm/cold/template = prompt
          * blocks found in the prefix cache, fetched from Redis, or pinned. */
         head(f, "confkv_cache_lookups_total", "counter", "KV block lookups, by tier.");
-        fprintf(f, "confkv_cache_lookups_total{tier=\"hot\"} %llu\nconfkv_cache_lookups_total{tier=\"prefix\"} %llu\n",
+        fprintf(f,
+                "confkv_cache_lookups_total{tier=\"hot\"} %llu\nconfkv_cache_lookups_total{tier=\"prefix\"} "
+                "%llu\n",
                 (unsigned long long)e->hot_lookups, (unsigned long long)e->prefix_lookups);
         head(f, "confkv_cache_hits_total", "counter", "KV block lookups served, by tier.");
-        fprintf(f, "confkv_cache_hits_total{tier=\"hot\"} %llu\nconfkv_cache_hits_total{tier=\"warm\"} %llu\n"
-                   "confkv_cache_hits_total{tier=\"cold\"} %llu\nconfkv_cache_hits_total{tier=\"template\"} %llu\n",
-                (unsigned long long)e->hot_hits, (unsigned long long)e->prefix_hits_warm,
-                (unsigned long long)e->prefix_hits_cold, (unsigned long long)e->prefix_hits_template);
+        fprintf(
+            f,
+            "confkv_cache_hits_total{tier=\"hot\"} %llu\nconfkv_cache_hits_total{tier=\"warm\"} %llu\n"
+            "confkv_cache_hits_total{tier=\"cold\"} %llu\nconfkv_cache_hits_total{tier=\"template\"} %llu\n",
+            (unsigned long long)e->hot_hits, (unsigned long long)e->prefix_hits_warm,
+            (unsigned long long)e->prefix_hits_cold, (unsigned long long)e->prefix_hits_template);
         double pl = e->prefix_lookups ? (double)e->prefix_lookups : 1;
-        head(f, "confkv_cache_hit_ratio", "gauge", "Hits over lookups, by tier (prefix tiers over prefix lookups).");
-        fprintf(f, "confkv_cache_hit_ratio{tier=\"hot\"} %.6f\nconfkv_cache_hit_ratio{tier=\"warm\"} %.6f\n"
-                   "confkv_cache_hit_ratio{tier=\"cold\"} %.6f\nconfkv_cache_hit_ratio{tier=\"template\"} %.6f\n",
-                e->hot_lookups ? (double)e->hot_hits / (double)e->hot_lookups : 0, (double)e->prefix_hits_warm / pl,
-                (double)e->prefix_hits_cold / pl, (double)e->prefix_hits_template / pl);
-        one(f, "confkv_prefix_cache_bytes", "gauge", "Host memory holding prefix KV blocks.", (double)e->prefix_bytes);
+        head(f, "confkv_cache_hit_ratio", "gauge",
+             "Hits over lookups, by tier (prefix tiers over prefix lookups).");
+        fprintf(
+            f,
+            "confkv_cache_hit_ratio{tier=\"hot\"} %.6f\nconfkv_cache_hit_ratio{tier=\"warm\"} %.6f\n"
+            "confkv_cache_hit_ratio{tier=\"cold\"} %.6f\nconfkv_cache_hit_ratio{tier=\"template\"} %.6f\n",
+            e->hot_lookups ? (double)e->hot_hits / (double)e->hot_lookups : 0,
+            (double)e->prefix_hits_warm / pl, (double)e->prefix_hits_cold / pl,
+            (double)e->prefix_hits_template / pl);
+        one(f, "confkv_prefix_cache_bytes", "gauge", "Host memory holding prefix KV blocks.",
+            (double)e->prefix_bytes);
         one(f, "confkv_prefix_pinned_blocks", "gauge", "Prefix blocks pinned (templates).", e->prefix_pinned);
         one(f, "confkv_prefix_promotions_total", "counter", "Prefix blocks promoted to templates by use.",
             (double)e->prefix_promotions);
         one(f, "confkv_prefix_persisted_total", "counter", "Prefix blocks written to the cold tier.",
             (double)e->prefix_persisted);
         head(f, "confkv_sessions_total", "counter", "Session events.");
-        fprintf(f, "confkv_sessions_total{event=\"saved\"} %llu\nconfkv_sessions_total{event=\"resumed\"} %llu\n"
-                   "confkv_sessions_total{event=\"fetched\"} %llu\nconfkv_sessions_total{event=\"missed\"} %llu\n",
-                (unsigned long long)e->sessions_saved, (unsigned long long)e->sessions_resumed,
-                (unsigned long long)e->sessions_fetched, (unsigned long long)e->session_misses);
+        fprintf(
+            f,
+            "confkv_sessions_total{event=\"saved\"} %llu\nconfkv_sessions_total{event=\"resumed\"} %llu\n"
+            "confkv_sessions_total{event=\"fetched\"} %llu\nconfkv_sessions_total{event=\"missed\"} %llu\n",
+            (unsigned long long)e->sessions_saved, (unsigned long long)e->sessions_resumed,
+            (unsigned long long)e->sessions_fetched, (unsigned long long)e->session_misses);
         head(f, "confkv_templates_total", "counter", "Template records, by event.");
-        fprintf(f, "confkv_templates_total{event=\"fetched\"} %llu\nconfkv_templates_total{event=\"missed\"} %llu\n"
-                   "confkv_templates_total{event=\"saved\"} %llu\n",
-                (unsigned long long)e->template_fetches, (unsigned long long)e->template_misses,
-                (unsigned long long)e->template_saves);
+        fprintf(
+            f,
+            "confkv_templates_total{event=\"fetched\"} %llu\nconfkv_templates_total{event=\"missed\"} %llu\n"
+            "confkv_templates_total{event=\"saved\"} %llu\n",
+            (unsigned long long)e->template_fetches, (unsigned long long)e->template_misses,
+            (unsigned long long)e->template_saves);
         one(f, "confkv_cached_tokens_total", "counter", "Prompt tokens whose KV was copied, not computed.",
             (double)e->cached_tokens);
         head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
-        fprintf(f, "confkv_kv_blocks{tier=\"hot\",state=\"used\"} %d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
+        fprintf(f,
+                "confkv_kv_blocks{tier=\"hot\",state=\"used\"} "
+                "%d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
                 e->hot_blocks_used, e->hot_blocks);
     }
     const svc_kafka_stats *k = v->kafka;
     one(f, "confkv_kafka_up", "gauge", "1 when a Kafka broker connection is up.", k ? k->up : 0);
     const svc_redis_stats *r = v->redis;
     one(f, "confkv_redis_configured", "gauge", "1 when a Redis cold tier is configured.", r ? 1 : 0);
-    one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).", r ? r->up : 0);
+    one(f, "confkv_redis_up", "gauge", "1 when the Redis cold tier is connected (0: not configured).",
+        r ? r->up : 0);
     if (r) {
         head(f, "confkv_cold_requests_total", "counter", "Cold-tier requests accepted, by operation.");
-        fprintf(f, "confkv_cold_requests_total{op=\"put\"} %llu\nconfkv_cold_requests_total{op=\"get\"} %llu\n"
-                   "confkv_cold_requests_total{op=\"del\"} %llu\n",
+        fprintf(f,
+                "confkv_cold_requests_total{op=\"put\"} %llu\nconfkv_cold_requests_total{op=\"get\"} %llu\n"
+                "confkv_cold_requests_total{op=\"del\"} %llu\n",
                 (unsigned long long)r->requests[0], (unsigned long long)r->requests[1],
                 (unsigned long long)r->requests[2]);
         head(f, "confkv_cold_gets_total", "counter", "Cold-tier reads answered, by result.");
-        fprintf(f, "confkv_cold_gets_total{result=\"hit\"} %llu\nconfkv_cold_gets_total{result=\"miss\"} %llu\n",
+        fprintf(f,
+                "confkv_cold_gets_total{result=\"hit\"} %llu\nconfkv_cold_gets_total{result=\"miss\"} %llu\n",
                 (unsigned long long)r->hits, (unsigned long long)r->misses);
-        one(f, "confkv_cold_failures_total", "counter", "Cold-tier requests that failed (Redis down, error, timeout).",
-            (double)r->failures);
-        one(f, "confkv_cold_busy_total", "counter", "Cold-tier requests refused: bytes in flight at the bound.",
-            (double)r->busy);
-        one(f, "confkv_cold_bad_replies_total", "counter", "Redis replies refused (error, wrong type or size).",
-            (double)r->bad_replies);
+        one(f, "confkv_cold_failures_total", "counter",
+            "Cold-tier requests that failed (Redis down, error, timeout).", (double)r->failures);
+        one(f, "confkv_cold_busy_total", "counter",
+            "Cold-tier requests refused: bytes in flight at the bound.", (double)r->busy);
+        one(f, "confkv_cold_bad_replies_total", "counter",
+            "Redis replies refused (error, wrong type or size).", (double)r->bad_replies);
         head(f, "confkv_cold_bytes_total", "counter", "Cold-tier value bytes, by direction.");
-        fprintf(f, "confkv_cold_bytes_total{direction=\"written\"} %llu\nconfkv_cold_bytes_total{direction=\"read\"} %llu\n",
+        fprintf(f,
+                "confkv_cold_bytes_total{direction=\"written\"} "
+                "%llu\nconfkv_cold_bytes_total{direction=\"read\"} %llu\n",
                 (unsigned long long)r->bytes_written, (unsigned long long)r->bytes_read);
         one(f, "confkv_cold_inflight_bytes", "gauge", "Cold-tier bytes accepted and not yet delivered.",
             (double)r->inflight_bytes);
         one(f, "confkv_redis_reconnects_total", "counter", "Redis connections re-established after a loss.",
             (double)r->reconnects);
-        one(f, "confkv_redis_disconnects_total", "counter", "Redis connections lost or dropped.", (double)r->disconnects);
-        one(f, "confkv_redis_timeouts_total", "counter", "Redis replies later than the timeout.", (double)r->timeouts);
+        one(f, "confkv_redis_disconnects_total", "counter", "Redis connections lost or dropped.",
+            (double)r->disconnects);
+        one(f, "confkv_redis_timeouts_total", "counter", "Redis replies later than the timeout.",
+            (double)r->timeouts);
         hist(f, "confkv_redis_roundtrip_seconds", "Redis request to reply.", &r->rtt_s);
     }
     if (k) {
-        one(f, "confkv_kafka_partitions_assigned", "gauge", "Jobs partitions assigned to this instance.", k->assigned);
+        one(f, "confkv_kafka_partitions_assigned", "gauge", "Jobs partitions assigned to this instance.",
+            k->assigned);
         one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
         one(f, "confkv_kafka_offsets_stored_total", "counter", "Offset stores (completed low-water marks).",
             (double)k->stored);
         head(f, "confkv_kafka_consumer_lag", "gauge", "Messages behind the end of each jobs partition.");
         for (int i = 0; i < k->n_lag; i++)
-            fprintf(f, "confkv_kafka_consumer_lag{partition=\"%d\"} %lld\n", k->lag_partition[i], (long long)k->lag[i]);
+            fprintf(f, "confkv_kafka_consumer_lag{partition=\"%d\"} %lld\n", k->lag_partition[i],
+                    (long long)k->lag[i]);
     }
 }
 

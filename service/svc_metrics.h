@@ -19,7 +19,7 @@
 
 /* A histogram with fixed upper bounds (le), counts per bucket (not cumulative). */
 typedef struct svc_hist {
-    int n;                        /* bounds, +Inf excluded */
+    int n; /* bounds, +Inf excluded */
     double le[SVC_HIST_MAX];
     uint64_t count[SVC_HIST_MAX + 1];
     double sum;
@@ -32,14 +32,14 @@ void svc_hist_observe(svc_hist *h, double v);
 enum { SVC_ST_OK = 0, SVC_ST_ERROR = 1, SVC_ST_EXPIRED = 2, SVC_ST_N = 3 };
 
 typedef struct svc_metrics {
-    uint64_t jobs[SVC_ST_N];          /* results by status */
-    uint64_t errors_by_code[16];      /* error results by SVC_JERR_* */
+    uint64_t jobs[SVC_ST_N];     /* results by status */
+    uint64_t errors_by_code[16]; /* error results by SVC_JERR_* */
     uint64_t jobs_consumed, jobs_redelivered, dead_letters, results_failed;
     uint64_t prompt_tokens, completion_tokens, cached_tokens;
-    svc_hist queue_s, ttft_s, total_s;          /* latency, seconds */
-    svc_hist itl_s;                             /* mean inter-token latency of each job, seconds */
-    svc_hist entropy, gap, pmax;                /* per-job mean confidence signals */
-    svc_hist kv_retained, hot_peak_bytes;       /* hot window: retained fraction, peak bytes */
+    svc_hist queue_s, ttft_s, total_s;    /* latency, seconds */
+    svc_hist itl_s;                       /* mean inter-token latency of each job, seconds */
+    svc_hist entropy, gap, pmax;          /* per-job mean confidence signals */
+    svc_hist kv_retained, hot_peak_bytes; /* hot window: retained fraction, peak bytes */
     uint64_t recalls, demotions, spills;
 } svc_metrics;
 
@@ -50,9 +50,9 @@ void svc_metrics_batch_hist_init(svc_hist *h);
 /* Everything a rendering shows, gathered by the service. */
 typedef struct svc_metrics_view {
     const svc_metrics *m;
-    const eng_stats *eng;             /* NULL before the model is loaded */
-    const svc_hist *batch;            /* sequences per engine step */
-    const svc_kafka_stats *kafka;     /* NULL when not connected */
+    const eng_stats *eng;                /* NULL before the model is loaded */
+    const svc_hist *batch;               /* sequences per engine step */
+    const svc_kafka_stats *kafka;        /* NULL when not connected */
     const struct svc_redis_stats *redis; /* NULL when no cold tier is configured */
     int ready, model_loaded, inflight, draining;
     double uptime_s;

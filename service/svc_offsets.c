@@ -16,22 +16,22 @@ typedef struct held {
 /* One partition. Ring and hold are kept linear: live entries in
  * [head, head + n), compacted when the end of the array is reached. */
 typedef struct part {
-    uint32_t epoch;      /* bumped when the ring is cleared: stale done calls are ignored */
-    uint32_t agen;       /* bumped on every assign/revoke */
+    uint32_t epoch; /* bumped when the ring is cleared: stale done calls are ignored */
+    uint32_t agen;  /* bumped on every assign/revoke */
     int assigned;
     int64_t *off;
     uint8_t *done;
     int head, n, cap;
     /* commit state, valid while assigned */
-    int known;           /* the committed offset and the previous mark were read */
-    int dirty;           /* next changed since it was last committed */
-    int64_t next;        /* offset to commit: contiguous done prefix + 1 (-1: none yet) */
-    int64_t prev_mark;   /* earlier owners may have dispatched every offset below it (-1: no mark) */
-    int64_t acked;       /* the broker holds a mark >= this: we dispatch only offsets below it */
-    int64_t mark;        /* highest mark asked for (>= acked) */
-    int64_t hi;          /* highest offset dispatched in this assignment (-1: none) */
-    int64_t sent_mark;   /* mark in the commit in flight */
-    uint32_t sent_agen;  /* agen when that commit was sent */
+    int known;          /* the committed offset and the previous mark were read */
+    int dirty;          /* next changed since it was last committed */
+    int64_t next;       /* offset to commit: contiguous done prefix + 1 (-1: none yet) */
+    int64_t prev_mark;  /* earlier owners may have dispatched every offset below it (-1: no mark) */
+    int64_t acked;      /* the broker holds a mark >= this: we dispatch only offsets below it */
+    int64_t mark;       /* highest mark asked for (>= acked) */
+    int64_t hi;         /* highest offset dispatched in this assignment (-1: none) */
+    int64_t sent_mark;  /* mark in the commit in flight */
+    uint32_t sent_agen; /* agen when that commit was sent */
     held *hold;
     int hhead, nhold, cap_hold, hold_paused;
 } part;
@@ -56,8 +56,8 @@ void svc_offsets_config_default(svc_offsets_config *c) {
 
 int svc_offsets_new(const svc_offsets_config *c, svc_offsets **out) {
     *out = NULL;
-    if (c->mark_ahead < 2 || c->hold_pause < 1 || c->max_partition < 0 || c->max_ring < 1 || !c->cbs.dispatch ||
-        !c->cbs.drop || !c->cbs.commit)
+    if (c->mark_ahead < 2 || c->hold_pause < 1 || c->max_partition < 0 || c->max_ring < 1 ||
+        !c->cbs.dispatch || !c->cbs.drop || !c->cbs.commit)
         return CK_EINVAL;
     svc_offsets *o = calloc(1, sizeof *o);
     if (!o) return CK_ENOMEM;
@@ -136,8 +136,10 @@ int svc_offsets_done(svc_offsets *o, svc_offsets_tok tok) {
             t->done[mid] = 1;
             break;
         }
-        if (t->off[mid] < tok.offset) lo = mid + 1;
-        else hi = mid - 1;
+        if (t->off[mid] < tok.offset)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     int64_t last = -1;
     while (t->n > 0 && t->done[t->head]) {
@@ -204,8 +206,10 @@ static void dispatch(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     svc_offsets_tok tok = {p, off, 0, 0};
     /* A message at or below the last one seen means a re-fetch: start over. */
     if (t->n > 0 && off <= t->off[t->head + t->n - 1]) ring_reset(t);
-    if (ring_push(o, t, off) == CK_OK) tok.epoch = t->epoch;
-    else tok.epoch = t->epoch - 1; /* untracked: its done is ignored */
+    if (ring_push(o, t, off) == CK_OK)
+        tok.epoch = t->epoch;
+    else
+        tok.epoch = t->epoch - 1; /* untracked: its done is ignored */
     /* Below an earlier owner's mark, or at/below what we dispatched
      * ourselves: it may have been processed before. */
     tok.redelivered = off < t->prev_mark || off <= t->hi;
@@ -240,7 +244,7 @@ static int hold(svc_offsets *o, int32_t p, part *t, int64_t off, void *msg) {
 
 int svc_offsets_consumed(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     part *t = get(o, p);
-    if (!t || !t->assigned) return CK_ESTATE; /* not (or no longer) ours: its owner consumes it */
+    if (!t || !t->assigned) return CK_ESTATE;   /* not (or no longer) ours: its owner consumes it */
     if (t->known && t->next < 0) t->next = off; /* no committed offset: start here */
     if (t->known && t->nhold == 0 && off < t->acked) {
         dispatch(o, p, off, msg);

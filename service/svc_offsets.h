@@ -44,7 +44,7 @@ typedef struct svc_offsets_tok {
     int32_t partition;
     int64_t offset;
     uint32_t epoch;
-    uint8_t redelivered;    /* it may have been handed to a service before */
+    uint8_t redelivered; /* it may have been handed to a service before */
 } svc_offsets_tok;
 
 typedef struct svc_offsets_cbs {
@@ -62,11 +62,11 @@ typedef struct svc_offsets_cbs {
 } svc_offsets_cbs;
 
 typedef struct svc_offsets_config {
-    int mark_ahead;         /* 64 */
-    int hold_pause;         /* held messages of a partition before it is paused (1024) */
-    int max_partition;      /* highest partition number (1000000) */
-    int max_ring;           /* dispatched offsets tracked per partition (1 << 22) */
-    svc_offsets_cbs cbs;    /* dispatch, drop and commit required; hold_pause optional */
+    int mark_ahead;      /* 64 */
+    int hold_pause;      /* held messages of a partition before it is paused (1024) */
+    int max_partition;   /* highest partition number (1000000) */
+    int max_ring;        /* dispatched offsets tracked per partition (1 << 22) */
+    svc_offsets_cbs cbs; /* dispatch, drop and commit required; hold_pause optional */
 } svc_offsets_config;
 
 typedef struct svc_offsets svc_offsets;

@@ -20,22 +20,22 @@ enum { ST_DOWN = 0, ST_CONNECTING, ST_UP }; /* loop thread's view of the connect
 /* One request, from put/get/del to its callback in poll. The key (and a
  * put's value until it is sent) live in the same allocation. */
 typedef struct rreq {
-    struct rreq *next, *prev;    /* in queue / done queue (next), sent list (both) */
+    struct rreq *next, *prev; /* in queue / done queue (next), sent list (both) */
     int op, status;
     cold_cb cb;
     void *ud;
-    size_t bytes;                /* counted in inflight_bytes until delivered */
+    size_t bytes; /* counted in inflight_bytes until delivered */
     char *key;
     size_t key_len;
-    char *val;                   /* put: the value (inline); get: the reply copy (malloc) */
+    char *val; /* put: the value (inline); get: the reply copy (malloc) */
     size_t len;
-    unsigned flags;              /* put: COLD_PUT_* */
-    int val_owned;               /* val is a malloc'd reply copy */
+    unsigned flags; /* put: COLD_PUT_* */
+    int val_owned;  /* val is a malloc'd reply copy */
     double t_sent;
 } rreq;
 
 struct svc_redis {
-    cold_store base;             /* first: the engine's cold_store */
+    cold_store base; /* first: the engine's cold_store */
     svc_redis_config c;
     svc_redis_url url;
     char *prefix;
@@ -43,12 +43,12 @@ struct svc_redis {
     uv_loop_t *loop;
     uv_async_t async;
     uv_timer_t tick, retry;
-    int n_closed;                /* handles closed (3 = all) */
+    int n_closed; /* handles closed (3 = all) */
     /* loop thread only */
-    redisAsyncContext *ac;       /* NULL while down */
-    int state;                   /* ST_* */
-    double t_state;              /* when state last changed */
-    int attempt;                 /* failed connects in a row (backoff) */
+    redisAsyncContext *ac; /* NULL while down */
+    int state;             /* ST_* */
+    double t_state;        /* when state last changed */
+    int attempt;           /* failed connects in a row (backoff) */
     int ever_up, down_logged;
     rreq *sent_head, *sent_tail; /* sent, reply not yet in (oldest first) */
     double t_progress;           /* last reply (or when the connection came up) */
@@ -78,7 +78,7 @@ static double now_s(void) {
  * error, let hiredis read and write, which finds the error and disconnects. */
 
 typedef struct uvev {
-    redisAsyncContext *ac;       /* NULL once hiredis let go (cleanup) */
+    redisAsyncContext *ac; /* NULL once hiredis let go (cleanup) */
     uv_poll_t handle;
     int events;
 } uvev;
@@ -91,10 +91,14 @@ static void uvev_poll_cb(uv_poll_t *h, int status, int events) {
 }
 
 static void uvev_update(uvev *p, int add, int ev) {
-    if (add) p->events |= ev;
-    else p->events &= ~ev;
-    if (p->events) uv_poll_start(&p->handle, p->events, uvev_poll_cb);
-    else uv_poll_stop(&p->handle);
+    if (add)
+        p->events |= ev;
+    else
+        p->events &= ~ev;
+    if (p->events)
+        uv_poll_start(&p->handle, p->events, uvev_poll_cb);
+    else
+        uv_poll_stop(&p->handle);
 }
 static void uvev_add_read(void *d) { uvev_update(d, 1, UV_READABLE); }
 static void uvev_del_read(void *d) { uvev_update(d, 0, UV_READABLE); }
@@ -196,7 +200,8 @@ int svc_redis_parse_url(const char *url, svc_redis_url *u, char *err, size_t err
         size_t n = q ? (size_t)(q - p) : strlen(p);
         u->is_unix = 1;
         if (n == 0 || p[0] != '/' || n >= sizeof u->path) {
-            snprintf(err, errlen, "redis: unix:// needs an absolute socket path (at most %zu bytes)", sizeof u->path - 1);
+            snprintf(err, errlen, "redis: unix:// needs an absolute socket path (at most %zu bytes)",
+                     sizeof u->path - 1);
             return CK_EINVAL;
         }
         memcpy(u->path, p, n);
@@ -276,8 +281,10 @@ int svc_redis_parse_url(const char *url, svc_redis_url *u, char *err, size_t err
 
 static void push(rreq **head, rreq **tail, rreq *q) {
     q->next = NULL;
-    if (*tail) (*tail)->next = q;
-    else *head = q;
+    if (*tail)
+        (*tail)->next = q;
+    else
+        *head = q;
     *tail = q;
 }
 
@@ -310,8 +317,8 @@ static void set_up(svc_redis *r, int up) {
 /* ------------------------------------------------------------------------ */
 /* engine thread: cold_ops */
 
-static int submit(svc_redis *r, int op, const char *key, const void *data, size_t len, unsigned flags, cold_cb cb,
-                  void *ud) {
+static int submit(svc_redis *r, int op, const char *key, const void *data, size_t len, unsigned flags,
+                  cold_cb cb, void *ud) {
     size_t kl = strlen(key);
     if (kl == 0 || r->prefix_len + kl > MAX_KEY) return CK_EINVAL;
     size_t vl = op == OP_PUT ? len : 0;
@@ -425,7 +432,8 @@ static void went_down(svc_redis *r, const char *why, const char *detail) {
     if (was_up || !r->down_logged) {
         char q[300];
         svc_log(was_up ? SVC_LOG_ERROR : SVC_LOG_WARN, "redis_down", "reason=%s detail=%s retry_ms>=%d", why,
-                svc_log_str(q, sizeof q, detail ? detail : "", detail ? strlen(detail) : 0), r->c.backoff_min_ms);
+                svc_log_str(q, sizeof q, detail ? detail : "", detail ? strlen(detail) : 0),
+                r->c.backoff_min_ms);
         r->down_logged = 1;
     }
     if (was_up) {
@@ -471,12 +479,19 @@ static void handshake_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     const char *what = privdata;
     if (!reply || ac != r->ac || r->state != ST_CONNECTING) return; /* going away: handled elsewhere */
     int ok;
-    if (what == &HS_PING) ok = reply->type == REDIS_REPLY_STATUS && reply->len == 4 && !memcmp(reply->str, "PONG", 4);
-    else ok = reply->type == REDIS_REPLY_STATUS && reply->len == 2 && !memcmp(reply->str, "OK", 2);
+    if (what == &HS_PING)
+        ok = reply->type == REDIS_REPLY_STATUS && reply->len == 4 && !memcmp(reply->str, "PONG", 4);
+    else
+        ok = reply->type == REDIS_REPLY_STATUS && reply->len == 2 && !memcmp(reply->str, "OK", 2);
     if (!ok) {
         char detail[200];
-        snprintf(detail, sizeof detail, "%s: %.*s", what == &HS_AUTH ? "AUTH" : what == &HS_SELECT ? "SELECT" : "PING",
-                 reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS ? (int)(reply->len < 150 ? reply->len : 150) : 0,
+        snprintf(detail, sizeof detail, "%s: %.*s",
+                 what == &HS_AUTH     ? "AUTH"
+                 : what == &HS_SELECT ? "SELECT"
+                                      : "PING",
+                 reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS
+                     ? (int)(reply->len < 150 ? reply->len : 150)
+                     : 0,
                  reply->str ? reply->str : "");
         conn_drop(r, "handshake_failed", detail);
         return;
@@ -487,8 +502,10 @@ static void handshake_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     r->attempt = 0;
     r->down_logged = 0;
     set_up(r, 1);
-    if (r->url.is_unix) svc_log(SVC_LOG_INFO, "redis_up", "socket=%s db=%d", r->url.path, r->url.db);
-    else svc_log(SVC_LOG_INFO, "redis_up", "host=%s port=%d db=%d", r->url.host, r->url.port, r->url.db);
+    if (r->url.is_unix)
+        svc_log(SVC_LOG_INFO, "redis_up", "socket=%s db=%d", r->url.path, r->url.db);
+    else
+        svc_log(SVC_LOG_INFO, "redis_up", "host=%s port=%d db=%d", r->url.host, r->url.port, r->url.db);
 }
 
 static void conn_start(svc_redis *r) {
@@ -542,10 +559,14 @@ static void conn_start(svc_redis *r) {
 /* loop thread: requests */
 
 static void sent_unlink(svc_redis *r, rreq *q) {
-    if (q->prev) q->prev->next = q->next;
-    else r->sent_head = q->next;
-    if (q->next) q->next->prev = q->prev;
-    else r->sent_tail = q->prev;
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        r->sent_head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        r->sent_tail = q->prev;
     q->next = q->prev = NULL;
 }
 
@@ -561,11 +582,15 @@ static void reply_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (reply->type == REDIS_REPLY_ERROR) {
         bad = 1;
     } else if (q->op == OP_PUT) {
-        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && !memcmp(reply->str, "OK", 2)) status = CK_OK;
-        else bad = 1;
+        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && !memcmp(reply->str, "OK", 2))
+            status = CK_OK;
+        else
+            bad = 1;
     } else if (q->op == OP_DEL) {
-        if (reply->type == REDIS_REPLY_INTEGER) status = CK_OK;
-        else bad = 1;
+        if (reply->type == REDIS_REPLY_INTEGER)
+            status = CK_OK;
+        else
+            bad = 1;
     } else if (reply->type == REDIS_REPLY_NIL) {
         status = CK_ENOTFOUND;
     } else if (reply->type == REDIS_REPLY_STRING && (size_t)reply->len <= r->c.max_value_bytes &&
@@ -582,7 +607,10 @@ static void reply_cb(redisAsyncContext *ac, void *reply_, void *privdata) {
     }
     if (bad && reply->type == REDIS_REPLY_ERROR) {
         char m[200];
-        svc_log(SVC_LOG_WARN, "redis_error_reply", "op=%s error=%s", q->op == OP_PUT ? "SET" : q->op == OP_GET ? "GET" : "DEL",
+        svc_log(SVC_LOG_WARN, "redis_error_reply", "op=%s error=%s",
+                q->op == OP_PUT   ? "SET"
+                : q->op == OP_GET ? "GET"
+                                  : "DEL",
                 svc_log_str(m, sizeof m, reply->str ? reply->str : "", reply->str ? (size_t)reply->len : 0));
     }
     pthread_mutex_lock(&r->mu);
@@ -621,7 +649,8 @@ static void send_req(svc_redis *r, rreq *q) {
     }
     /* hiredis copies the command into its output buffer (pipelined: every
      * command of this wake-up goes out in as few writes as the socket takes). */
-    if (redisAsyncCommandArgv(r->ac, reply_cb, q, argc, argv, lens) != REDIS_OK) return complete(r, q, CK_EIO);
+    if (redisAsyncCommandArgv(r->ac, reply_cb, q, argc, argv, lens) != REDIS_OK)
+        return complete(r, q, CK_EIO);
     if (q->op == OP_PUT) {
         pthread_mutex_lock(&r->mu);
         r->st.bytes_written += q->len;
@@ -632,8 +661,10 @@ static void send_req(svc_redis *r, rreq *q) {
     q->t_sent = now_s();
     q->next = NULL;
     q->prev = r->sent_tail;
-    if (r->sent_tail) r->sent_tail->next = q;
-    else r->sent_head = q;
+    if (r->sent_tail)
+        r->sent_tail->next = q;
+    else
+        r->sent_head = q;
     r->sent_tail = q;
 }
 
@@ -646,8 +677,10 @@ static void async_cb(uv_async_t *h) {
     pthread_mutex_unlock(&r->mu);
     while (q) {
         rreq *next = q->next;
-        if (r->state == ST_UP && r->ac) send_req(r, q);
-        else complete(r, q, CK_EIO);
+        if (r->state == ST_UP && r->ac)
+            send_req(r, q);
+        else
+            complete(r, q, CK_EIO);
         q = next;
     }
 }
@@ -699,8 +732,8 @@ int svc_redis_new(uv_loop_t *loop, const svc_redis_config *c, svc_redis **out, c
     if (rc) goto fail;
     r->c = *c;
     r->c.url = NULL;
-    if (c->ttl_s < 0 || c->timeout_ms <= 0 || c->backoff_min_ms <= 0 || c->backoff_max_ms < c->backoff_min_ms ||
-        !c->max_inflight_bytes || !c->max_value_bytes) {
+    if (c->ttl_s < 0 || c->timeout_ms <= 0 || c->backoff_min_ms <= 0 ||
+        c->backoff_max_ms < c->backoff_min_ms || !c->max_inflight_bytes || !c->max_value_bytes) {
         snprintf(err, errlen, "redis: bad TTL, timeout, backoff or size limit");
         rc = CK_EINVAL;
         goto fail;
@@ -717,7 +750,8 @@ int svc_redis_new(uv_loop_t *loop, const svc_redis_config *c, svc_redis **out, c
         goto fail;
     }
     snprintf(r->ttl, sizeof r->ttl, "%d", c->ttl_s);
-    static const double rtt[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+    static const double rtt[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                 0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
     svc_hist_init(&r->st.rtt_s, rtt, (int)(sizeof rtt / sizeof rtt[0]));
     r->base.ops = &redis_ops;
     r->loop = loop;
@@ -756,7 +790,8 @@ static void cmd_cb(redisAsyncContext *ac, void *reply, void *priv) {
     free(x);
 }
 
-int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv, const size_t *lens) {
+int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv,
+                      const size_t *lens) {
     if (!r || !r->ac || r->state != ST_UP) return CK_ESTATE;
     cmd_ctx *x = malloc(sizeof *x);
     if (!x) return CK_ENOMEM;

@@ -44,12 +44,12 @@
 #include "svc_metrics.h"
 
 typedef struct svc_redis_config {
-    const char *url;             /* see above; borrowed during svc_redis_new */
-    const char *prefix;          /* key prefix ("confkv:"), copied */
-    int ttl_s;                   /* expiry of every SET (86400); 0 = none */
-    size_t max_inflight_bytes;   /* 64 MiB */
-    size_t max_value_bytes;      /* largest GET reply accepted (16 MiB) */
-    int timeout_ms;              /* connect + handshake, and each reply (2000) */
+    const char *url;                    /* see above; borrowed during svc_redis_new */
+    const char *prefix;                 /* key prefix ("confkv:"), copied */
+    int ttl_s;                          /* expiry of every SET (86400); 0 = none */
+    size_t max_inflight_bytes;          /* 64 MiB */
+    size_t max_value_bytes;             /* largest GET reply accepted (16 MiB) */
+    int timeout_ms;                     /* connect + handshake, and each reply (2000) */
     int backoff_min_ms, backoff_max_ms; /* 100, 5000 */
 } svc_redis_config;
 
@@ -58,11 +58,11 @@ void svc_redis_config_default(svc_redis_config *c);
 /* A parsed URL (svc_redis_parse_url). */
 typedef struct svc_redis_url {
     int is_unix;
-    char host[256];              /* TCP: host name or address (no brackets) */
-    int port;                    /* TCP: 6379 when not given */
-    char path[108];              /* unix socket path */
+    char host[256];                /* TCP: host name or address (no brackets) */
+    int port;                      /* TCP: 6379 when not given */
+    char path[108];                /* unix socket path */
     char user[128], password[256]; /* empty = none */
-    int db;                      /* 0 when not given */
+    int db;                        /* 0 when not given */
 } svc_redis_url;
 
 /* Parse and check a URL. Returns 0 or CK_EINVAL with err filled (the
@@ -70,19 +70,19 @@ typedef struct svc_redis_url {
 int svc_redis_parse_url(const char *url, svc_redis_url *u, char *err, size_t errlen);
 
 typedef struct svc_redis_stats {
-    int up;                      /* connected and handshake done */
-    uint64_t requests[3];        /* accepted, by op: put, get, del */
-    uint64_t failures;           /* accepted requests that completed with CK_EIO */
-    uint64_t busy;               /* refused with CK_EBUSY (bytes in flight at the bound) */
-    uint64_t bad_replies;        /* error replies, or replies of the wrong type or size */
-    uint64_t hits, misses;       /* GET: a value, nil */
+    int up;                             /* connected and handshake done */
+    uint64_t requests[3];               /* accepted, by op: put, get, del */
+    uint64_t failures;                  /* accepted requests that completed with CK_EIO */
+    uint64_t busy;                      /* refused with CK_EBUSY (bytes in flight at the bound) */
+    uint64_t bad_replies;               /* error replies, or replies of the wrong type or size */
+    uint64_t hits, misses;              /* GET: a value, nil */
     uint64_t bytes_written, bytes_read; /* values sent with SET, received from GET */
-    uint64_t connects;           /* connections established (handshake done) */
-    uint64_t reconnects;         /* ... after the first */
-    uint64_t disconnects;        /* connections lost or dropped (timeouts included) */
-    uint64_t timeouts;           /* replies later than timeout_ms */
+    uint64_t connects;                  /* connections established (handshake done) */
+    uint64_t reconnects;                /* ... after the first */
+    uint64_t disconnects;               /* connections lost or dropped (timeouts included) */
+    uint64_t timeouts;                  /* replies later than timeout_ms */
     size_t inflight_bytes;
-    svc_hist rtt_s;              /* request to reply, seconds */
+    svc_hist rtt_s; /* request to reply, seconds */
 } svc_redis_stats;
 
 typedef struct svc_redis svc_redis;
@@ -109,7 +109,8 @@ void svc_redis_close(svc_redis *r);
  * never fires), CK_ENOMEM. */
 struct redisReply;
 typedef void (*svc_redis_reply_cb)(void *ud, const struct redisReply *reply);
-int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv, const size_t *lens);
+int svc_redis_command(svc_redis *r, svc_redis_reply_cb cb, void *ud, int argc, const char **argv,
+                      const size_t *lens);
 const char *svc_redis_prefix(const svc_redis *r);
 
 #endif

@@ -19,8 +19,10 @@ static const char *finish_name(int f) {
 }
 
 static void add_str_or_null(cJSON *o, const char *k, const char *v) {
-    if (v) cJSON_AddStringToObject(o, k, v);
-    else cJSON_AddNullToObject(o, k);
+    if (v)
+        cJSON_AddStringToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
 }
 
 cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, const char *err_msg,
@@ -33,7 +35,10 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
         err_msg = w->err_msg;
     }
     cJSON_AddStringToObject(r, "id", job->id);
-    cJSON_AddStringToObject(r, "status", status == SVC_WORK_OK ? "ok" : status == SVC_WORK_EXPIRED ? "expired" : "error");
+    cJSON_AddStringToObject(r, "status",
+                            status == SVC_WORK_OK        ? "ok"
+                            : status == SVC_WORK_EXPIRED ? "expired"
+                                                         : "error");
     if (w && status != SVC_WORK_ERROR) {
         char *text = svc_utf8_clean(w->text ? w->text : "", w->text ? w->text_len : 0);
         cJSON_AddStringToObject(r, "text", text ? text : "");
@@ -86,14 +91,18 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
         cJSON *e = cJSON_AddObjectToObject(r, "error");
         int code = status == SVC_WORK_EXPIRED ? SVC_JERR_DEADLINE_EXCEEDED : err_code;
         cJSON_AddStringToObject(e, "code", svc_job_error_code(code));
-        cJSON_AddStringToObject(e, "message", status == SVC_WORK_EXPIRED && (!err_msg || !*err_msg)
-                                                  ? "the job's deadline passed before it finished"
-                                                  : err_msg ? err_msg : "");
+        cJSON_AddStringToObject(e, "message",
+                                status == SVC_WORK_EXPIRED && (!err_msg || !*err_msg)
+                                    ? "the job's deadline passed before it finished"
+                                : err_msg ? err_msg
+                                          : "");
     } else {
         cJSON_AddNullToObject(r, "error");
     }
-    if (job->metadata) cJSON_AddItemToObject(r, "metadata", cJSON_Duplicate(job->metadata, 1));
-    else cJSON_AddNullToObject(r, "metadata");
+    if (job->metadata)
+        cJSON_AddItemToObject(r, "metadata", cJSON_Duplicate(job->metadata, 1));
+    else
+        cJSON_AddNullToObject(r, "metadata");
     add_str_or_null(r, "session_id", job->session_id);
     add_str_or_null(r, "template", job->template_name);
     cJSON_AddStringToObject(r, "model", model ? model : "");

@@ -21,7 +21,7 @@ typedef struct svc_origin {
     const char *topic;
     int32_t partition;
     int64_t offset;
-    int redelivered;     /* consumed before by this group (at-least-once duplicate) */
+    int redelivered; /* consumed before by this group (at-least-once duplicate) */
 } svc_origin;
 
 /* A result for a job. w: the engine's outcome (NULL when the job failed

@@ -93,8 +93,8 @@ void svc_route_name(const svc_route_rule *r, char *buf, size_t cap) {
     if (r->never) n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",never");
     for (int i = 0; i < r->n_cond; i++) {
         const svc_route_cond *c = &r->cond[i];
-        n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",%s_%s%c%g", STAT[c->stat], SIG[c->signal],
-                      c->greater ? '>' : '<', c->x);
+        n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",%s_%s%c%g", STAT[c->stat],
+                      SIG[c->signal], c->greater ? '>' : '<', c->x);
     }
 }
 
@@ -118,9 +118,12 @@ int svc_route_feed(const svc_route_rule *r, svc_route_state *s, float entropy, f
         const float *v = s->sig[c->signal];
         double acc = c->stat == SVC_ROUTE_MEAN ? 0 : v[0];
         for (int k = 0; k < w; k++) {
-            if (c->stat == SVC_ROUTE_MEAN) acc += v[k];
-            else if (c->stat == SVC_ROUTE_MIN) acc = v[k] < acc ? v[k] : acc;
-            else acc = v[k] > acc ? v[k] : acc;
+            if (c->stat == SVC_ROUTE_MEAN)
+                acc += v[k];
+            else if (c->stat == SVC_ROUTE_MIN)
+                acc = v[k] < acc ? v[k] : acc;
+            else
+                acc = v[k] > acc ? v[k] : acc;
         }
         if (c->stat == SVC_ROUTE_MEAN) acc /= w;
         if (c->greater ? acc > c->x : acc < c->x) return 1;

@@ -39,8 +39,8 @@ typedef struct svc_route_cond {
 } svc_route_cond;
 
 typedef struct svc_route_rule {
-    int tokens;       /* window */
-    int every;        /* at=every */
+    int tokens; /* window */
+    int every;  /* at=every */
     int always, never;
     int n_cond;
     svc_route_cond cond[SVC_ROUTE_MAX_COND];
@@ -55,8 +55,8 @@ void svc_route_name(const svc_route_rule *r, char *buf, size_t cap);
 /* One job's view: a ring of the last `tokens` signals. */
 typedef struct svc_route_state {
     float sig[3][SVC_ROUTE_MAX_WINDOW];
-    int n;            /* tokens seen */
-    int decided;      /* at=first: the decision has been made */
+    int n;       /* tokens seen */
+    int decided; /* at=first: the decision has been made */
 } svc_route_state;
 
 void svc_route_begin(svc_route_state *s);

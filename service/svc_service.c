@@ -25,7 +25,7 @@
 
 /* One consumed message, from consumption to the delivery of what it produced. */
 typedef struct rec {
-    svc_work w;                  /* first: the engine thread hands back &w */
+    svc_work w; /* first: the engine thread hands back &w */
     svc_job job;
     struct svc_service *s;
     struct rec *prev, *next;
@@ -33,7 +33,7 @@ typedef struct rec {
     svc_origin origin;
     char corr_id[SVC_JOB_ID_MAX + 1];
     char reply_topic[250];
-    char *payload;               /* what is being produced (kept for retries) */
+    char *payload; /* what is being produced (kept for retries) */
     size_t payload_len;
     const char *out_topic;
     int attempts, in_engine, is_dlq, status;
@@ -46,12 +46,12 @@ typedef struct svc_service {
     svc_kafka *kafka;
     svc_et *et;
     svc_http *http;
-    svc_redis *redis;            /* cold tier; NULL when not configured */
-    svc_tpl *tpl;                /* template usage and prewarm */
+    svc_redis *redis; /* cold tier; NULL when not configured */
+    svc_tpl *tpl;     /* template usage and prewarm */
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t metrics_timer, drain_timer, tick_timer;
-    uint64_t tune_moves_seen;    /* the tuner's moves already published as records */
-    int flush_asked;             /* draining: the engine thread flushes cold writes */
+    uint64_t tune_moves_seen; /* the tuner's moves already published as records */
+    int flush_asked;          /* draining: the engine thread flushes cold writes */
     svc_metrics metrics;
     rec *recs;
     int inflight, paused, loaded, assigned_once, ready_written, draining, stopping, exit_code;
@@ -94,7 +94,8 @@ static void write_ready_file(svc_service *s) {
     s->ready_written = 1;
     char http[300];
     snprintf(http, sizeof http, "%s:%d", s->cfg->http_host, s->http ? svc_http_port(s->http) : 0);
-    svc_log(SVC_LOG_INFO, "ready", "bootstrap_servers=%s http=%s model=%s", s->bootstrap, http, s->model_name);
+    svc_log(SVC_LOG_INFO, "ready", "bootstrap_servers=%s http=%s model=%s", s->bootstrap, http,
+            s->model_name);
     if (!s->cfg->ready_file) return;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", s->cfg->ready_file);
@@ -124,8 +125,10 @@ static void backpressure(svc_service *s) {
 }
 
 static void rec_free(svc_service *s, rec *r) {
-    if (r->prev) r->prev->next = r->next;
-    else s->recs = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->recs = r->next;
     if (r->next) r->next->prev = r->prev;
     s->inflight--;
     svc_work_clear(&r->w);
@@ -166,11 +169,13 @@ static int produce(rec *r) {
         rd_kafka_header_add(h, "kafka_dlt-original-offset", -1, num, -1);
     } else {
         rd_kafka_header_add(h, "content-type", -1,
-                            r->job.encoding == SVC_ENC_MSGPACK ? "application/msgpack" : "application/json", -1);
+                            r->job.encoding == SVC_ENC_MSGPACK ? "application/msgpack" : "application/json",
+                            -1);
         rd_kafka_header_add(h, "kafka_correlationId", -1, r->corr_id[0] ? r->corr_id : r->job.id, -1);
     }
     const char *key = r->job.id;
-    int rc = svc_kafka_produce(s->kafka, r->out_topic, key, strlen(key), r->payload, r->payload_len, h, dr_cb, r);
+    int rc =
+        svc_kafka_produce(s->kafka, r->out_topic, key, strlen(key), r->payload, r->payload_len, h, dr_cb, r);
     return rc;
 }
 
@@ -190,7 +195,8 @@ static void send_rec(rec *r) {
         free(r->payload);
         r->payload = NULL;
         char msg[160];
-        snprintf(msg, sizeof msg, "the result was over Kafka's message.max.bytes (%zu bytes)", r->payload_len);
+        snprintf(msg, sizeof msg, "the result was over Kafka's message.max.bytes (%zu bytes)",
+                 r->payload_len);
         send_result(r, NULL, SVC_JERR_RESULT_TOO_LARGE, msg);
         return;
     }
@@ -202,18 +208,24 @@ static void send_rec(rec *r) {
 }
 
 static void count_result(svc_service *s, rec *r, const svc_work *w, int err_code) {
-    int st = w ? (w->status == SVC_WORK_OK ? SVC_ST_OK : w->status == SVC_WORK_EXPIRED ? SVC_ST_EXPIRED : SVC_ST_ERROR)
+    int st = w ? (w->status == SVC_WORK_OK        ? SVC_ST_OK
+                  : w->status == SVC_WORK_EXPIRED ? SVC_ST_EXPIRED
+                                                  : SVC_ST_ERROR)
                : SVC_ST_ERROR;
     s->metrics.jobs[st]++;
     if (w && w->status == SVC_WORK_ERROR) err_code = w->err_code;
     if (st == SVC_ST_ERROR && err_code > 0 && err_code < 16) s->metrics.errors_by_code[err_code]++;
     char q[300];
-    svc_log(st == SVC_ST_ERROR ? SVC_LOG_WARN : SVC_LOG_INFO, "job_done",
-            "id=%s status=%s partition=%d offset=%lld prompt_tokens=%d completion_tokens=%d total_ms=%.1f%s%s",
-            svc_log_str(q, sizeof q, r->job.id, strlen(r->job.id)),
-            st == SVC_ST_OK ? "ok" : st == SVC_ST_EXPIRED ? "expired" : "error", r->tok.partition,
-            (long long)r->tok.offset, w ? w->prompt_tokens : 0, w ? w->completion_tokens : 0, w ? w->total_ms : 0.0,
-            st == SVC_ST_ERROR ? " code=" : "", st == SVC_ST_ERROR ? svc_job_error_code(err_code) : "");
+    svc_log(
+        st == SVC_ST_ERROR ? SVC_LOG_WARN : SVC_LOG_INFO, "job_done",
+        "id=%s status=%s partition=%d offset=%lld prompt_tokens=%d completion_tokens=%d total_ms=%.1f%s%s",
+        svc_log_str(q, sizeof q, r->job.id, strlen(r->job.id)),
+        st == SVC_ST_OK        ? "ok"
+        : st == SVC_ST_EXPIRED ? "expired"
+                               : "error",
+        r->tok.partition, (long long)r->tok.offset, w ? w->prompt_tokens : 0, w ? w->completion_tokens : 0,
+        w ? w->total_ms : 0.0, st == SVC_ST_ERROR ? " code=" : "",
+        st == SVC_ST_ERROR ? svc_job_error_code(err_code) : "");
     if (!w || w->status != SVC_WORK_OK) return;
     if (r->job.template_name) svc_tpl_used(s->tpl, r->job.template_name);
     svc_metrics *m = &s->metrics;
@@ -301,7 +313,8 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
     s->metrics.jobs_consumed++;
     rec *r = calloc(1, sizeof *r);
     if (!r) {
-        svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        svc_log(SVC_LOG_ERROR, "out_of_memory", "partition=%d offset=%lld", m->partition,
+                (long long)m->offset);
         return; /* never done: redelivered after a restart */
     }
     r->s = s;
@@ -319,13 +332,15 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
     backpressure(s);
 
     static const char *ct_names[] = {"content-type", "Content-Type", "contentType", NULL};
-    static const char *corr_names[] = {"kafka_correlationId", "correlation-id", "correlation_id", "correlationId", NULL};
+    static const char *corr_names[] = {"kafka_correlationId", "correlation-id", "correlation_id",
+                                       "correlationId", NULL};
     static const char *reply_names[] = {"kafka_replyTopic", "reply-topic", "reply_topic", "replyTopic", NULL};
     char ct[128];
     int have_ct = header(m, ct_names, ct, sizeof ct);
     header(m, corr_names, r->corr_id, sizeof r->corr_id);
     if (header(m, reply_names, r->reply_topic, sizeof r->reply_topic) && !valid_topic(r->reply_topic)) {
-        svc_log(SVC_LOG_WARN, "bad_reply_topic", "partition=%d offset=%lld", m->partition, (long long)m->offset);
+        svc_log(SVC_LOG_WARN, "bad_reply_topic", "partition=%d offset=%lld", m->partition,
+                (long long)m->offset);
         r->reply_topic[0] = 0;
     }
     /* id fallback: the key when it is printable text, else topic-partition-offset */
@@ -339,10 +354,12 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
         memcpy(fallback, m->key, m->key_len);
         fallback[m->key_len] = 0;
     } else {
-        snprintf(fallback, sizeof fallback, "%s-%d-%lld", s->cfg->topic_jobs, m->partition, (long long)m->offset);
+        snprintf(fallback, sizeof fallback, "%s-%d-%lld", s->cfg->topic_jobs, m->partition,
+                 (long long)m->offset);
     }
     svc_job_error e;
-    int rc = svc_job_decode(m->payload, m->payload ? m->len : 0, have_ct ? ct : NULL, fallback, &s->lim, &r->job, &e);
+    int rc = svc_job_decode(m->payload, m->payload ? m->len : 0, have_ct ? ct : NULL, fallback, &s->lim,
+                            &r->job, &e);
     if (rc == SVC_JOB_DEAD) {
         char q[300];
         svc_log(SVC_LOG_WARN, "dead_letter", "partition=%d offset=%lld bytes=%zu error=%s", m->partition,
@@ -400,7 +417,8 @@ static void on_loaded(void *ud, int ok, const char *msg) {
         return;
     }
     s->loaded = 1;
-    snprintf(s->model_name, sizeof s->model_name, "%s", s->cfg->model_name ? s->cfg->model_name : svc_et_model_name(s->et));
+    snprintf(s->model_name, sizeof s->model_name, "%s",
+             s->cfg->model_name ? s->cfg->model_name : svc_et_model_name(s->et));
     s->lim.vocab_size = svc_et_vocab(s->et);
     s->lim.model_names[0] = s->model_name;
     s->lim.model_names[1] = svc_et_model_name(s->et);
@@ -417,8 +435,8 @@ static void on_loaded(void *ud, int ok, const char *msg) {
     svc_log(SVC_LOG_INFO, "memory_plan",
             "total=%zu weights=%zu kv=%zu kv8=%zu warm=%zu prefix=%zu batch=%zu engine=%zu scratch=%zu "
             "threads=%d context=%d max_memory_mb=%zu summary=\"%s\"",
-            mp->total, mp->be.weights, mp->be.kv, mp->be.kv8, mp->warm, mp->prefix, mp->be.activations, mp->host,
-            mp->be.scratch, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
+            mp->total, mp->be.weights, mp->be.kv, mp->be.kv8, mp->warm, mp->prefix, mp->be.activations,
+            mp->host, mp->be.scratch, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
     char err[512];
     if (svc_kafka_subscribe(s->kafka, err, sizeof err)) {
         svc_log(SVC_LOG_ERROR, "subscribe_failed", "error=\"%s\"", err);
@@ -467,8 +485,10 @@ static char *render(svc_service *s, int json, size_t *len) {
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
-    if (json) svc_metrics_json(&v, f);
-    else svc_metrics_render(&v, f);
+    if (json)
+        svc_metrics_json(&v, f);
+    else
+        svc_metrics_render(&v, f);
     if (fclose(f)) {
         free(buf);
         return NULL;
@@ -487,21 +507,26 @@ static void http_prewarm(svc_service *s, const svc_http_req *q, svc_http_resp *r
     cJSON *arr = body ? cJSON_GetObjectItemCaseSensitive(body, "names") : NULL;
     if (arr && (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) > 64)) bad = 1;
     cJSON *it;
-    if (!bad && arr)
-        cJSON_ArrayForEach(it, arr) {
-            if (!cJSON_IsString(it) || !eng_template_name_ok(it->valuestring)) bad = 1;
-            else names[n++] = it->valuestring;
+    if (!bad && arr) cJSON_ArrayForEach(it, arr) {
+            if (!cJSON_IsString(it) || !eng_template_name_ok(it->valuestring))
+                bad = 1;
+            else
+                names[n++] = it->valuestring;
         }
     int rc = bad ? CK_EINVAL : !s->loaded ? CK_ESTATE : svc_tpl_prewarm(s->tpl, names, n);
     svc_tpl_stats ts;
     svc_tpl_get_stats(s->tpl, &ts);
     r->status = rc == CK_OK ? 202 : rc == CK_EINVAL ? 400 : rc == CK_EBUSY ? 409 : 503;
-    const char *why = rc == CK_OK ? "" : rc == CK_EINVAL ? "body must be {\"names\": [template names]}"
-                      : rc == CK_EBUSY                 ? "a prewarm round is running"
-                      : !s->loaded                     ? "the model is not loaded yet"
-                                                       : "Redis is not connected";
+    const char *why = rc == CK_OK       ? ""
+                      : rc == CK_EINVAL ? "body must be {\"names\": [template names]}"
+                      : rc == CK_EBUSY  ? "a prewarm round is running"
+                      : !s->loaded      ? "the model is not loaded yet"
+                                        : "Redis is not connected";
     if (asprintf(&r->body, "{\"started\": %s, \"templates\": %d, \"error\": \"%s\"}\n", rc ? "false" : "true",
-                 rc ? 0 : n ? n : -1, why) < 0)
+                 rc  ? 0
+                 : n ? n
+                     : -1,
+                 why) < 0)
         r->body = NULL;
     r->len = r->body ? strlen(r->body) : 0;
     cJSON_Delete(body);
@@ -526,9 +551,10 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         return http_prewarm(s, q, r);
     }
     if (!strcmp(q->method, "POST")) {
-        r->status = path[0] && (!strcmp(path, "/metrics") || !strcmp(path, "/healthz") || !strcmp(path, "/readyz"))
-                        ? 405
-                        : 404;
+        r->status =
+            path[0] && (!strcmp(path, "/metrics") || !strcmp(path, "/healthz") || !strcmp(path, "/readyz"))
+                ? 405
+                : 404;
         return;
     }
     if (!strcmp(path, "/metrics")) {
@@ -547,14 +573,18 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         char *b = NULL;
         /* the prompt format (chat_model_describe keeps these printable ASCII) */
         const eng_prompt_format *ci = s->et ? svc_et_chat_info(s->et) : NULL;
-        if (asprintf(&b, "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
-                         "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
-                         "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\"}\n",
-                     ready ? "true" : "false", s->loaded ? "true" : "false",
-                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
-                     !s->redis ? "off" : rs.up ? "up" : "down", prewarm_state(s), ci ? ci->arch : "",
-                     ci ? ci->tok_model : "", ci ? ci->tok_pre : "", ci ? ci->template_source : "",
-                     ci ? ci->template_hash : "") < 0)
+        if (asprintf(
+                &b,
+                "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
+                "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
+                "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\"}\n",
+                ready ? "true" : "false", s->loaded ? "true" : "false",
+                s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
+                !s->redis ? "off"
+                : rs.up   ? "up"
+                          : "down",
+                prewarm_state(s), ci ? ci->arch : "", ci ? ci->tok_model : "", ci ? ci->tok_pre : "",
+                ci ? ci->template_source : "", ci ? ci->template_hash : "") < 0)
             b = NULL;
         r->status = ready ? 200 : 503;
         r->body = b;
@@ -573,7 +603,8 @@ static void metrics_cb(uv_timer_t *t) {
     if (!b) return;
     rd_kafka_headers_t *h = rd_kafka_headers_new(1);
     rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
-    svc_kafka_produce(s->kafka, s->cfg->topic_metrics, s->instance, strlen(s->instance), b, len, h, NULL, NULL);
+    svc_kafka_produce(s->kafka, s->cfg->topic_metrics, s->instance, strlen(s->instance), b, len, h, NULL,
+                      NULL);
     free(b);
 }
 
@@ -617,7 +648,8 @@ static void drain_cb(uv_timer_t *t) {
             double left = s->cfg->drain_timeout_s - (now_s() - s->t_drain);
             svc_et_flush(s->et, left > 0.1 ? (int)(left * 1000) : 100);
         }
-        if (s->et && s->redis && !svc_et_flushed(s->et) && now_s() - s->t_drain <= s->cfg->drain_timeout_s) return;
+        if (s->et && s->redis && !svc_et_flushed(s->et) && now_s() - s->t_drain <= s->cfg->drain_timeout_s)
+            return;
         svc_log(SVC_LOG_INFO, "drained", "seconds=%.2f", now_s() - s->t_drain);
         finish_service(s);
     } else if (now_s() - s->t_drain > s->cfg->drain_timeout_s) {
@@ -672,8 +704,8 @@ static void reload_cb(uv_signal_t *h, int sig) {
         if (il < sizeof ignored - 1)
             il += (size_t)snprintf(ignored + il, sizeof ignored - il, "%s%s", il ? "," : "", k);
     }
-    svc_log(SVC_LOG_INFO, "config_reload", "status=loaded policy=\"%s\" tuning=%s%s%s", nc.policy ? nc.policy : "conf",
-            nc.tuning, *ignored ? " restart_needed=" : "", ignored);
+    svc_log(SVC_LOG_INFO, "config_reload", "status=loaded policy=\"%s\" tuning=%s%s%s",
+            nc.policy ? nc.policy : "conf", nc.tuning, *ignored ? " restart_needed=" : "", ignored);
     if (s->et)
         svc_et_reload(s->et, nc.policy ? nc.policy : "conf", svc_config_tuning(&nc), nc.tuning_window_s,
                       nc.tuning_target);
@@ -687,7 +719,8 @@ static void signal_cb(uv_signal_t *h, int sig) {
         finish_service(s);
         return;
     }
-    svc_log(SVC_LOG_INFO, "draining", "signal=%d inflight=%d timeout_s=%g", sig, s->inflight, s->cfg->drain_timeout_s);
+    svc_log(SVC_LOG_INFO, "draining", "signal=%d inflight=%d timeout_s=%g", sig, s->inflight,
+            s->cfg->drain_timeout_s);
     s->draining = 1;
     s->t_drain = now_s();
     backpressure(s);
@@ -706,7 +739,8 @@ int svc_service_run(svc_config *cfg) {
     s->lim.max_tokens_cap = cfg->max_tokens_cap;
     s->lim.default_max_tokens = cfg->default_max_tokens;
     s->lim.max_prompt_tokens = cfg->max_prompt_tokens;
-    if (cfg->instance) snprintf(s->instance, sizeof s->instance, "%s", cfg->instance);
+    if (cfg->instance)
+        snprintf(s->instance, sizeof s->instance, "%s", cfg->instance);
     else if (gethostname(s->instance, sizeof s->instance - 16) == 0) {
         size_t n = strlen(s->instance);
         snprintf(s->instance + n, sizeof s->instance - n, "-%d", (int)getpid());
@@ -759,7 +793,8 @@ int svc_service_run(svc_config *cfg) {
     }
     svc_kafka_cbs kc = {s, on_message, on_assign};
     if (svc_kafka_new(&s->loop, cfg, &kc, &s->kafka, err, sizeof err)) goto fail;
-    if (svc_http_start(&s->loop, cfg->http_host, cfg->http_port, http_handler, s, &s->http, err, sizeof err)) goto fail;
+    if (svc_http_start(&s->loop, cfg->http_host, cfg->http_port, http_handler, s, &s->http, err, sizeof err))
+        goto fail;
     svc_log(SVC_LOG_INFO, "http_listening", "address=%s:%d", cfg->http_host, svc_http_port(s->http));
     svc_et_opts eo;
     memset(&eo, 0, sizeof eo);
@@ -822,8 +857,8 @@ int svc_service_run(svc_config *cfg) {
         uint64_t ms = (uint64_t)(cfg->metrics_interval_s * 1000);
         uv_timer_start(&s->metrics_timer, metrics_cb, ms, ms);
     }
-    svc_log(SVC_LOG_INFO, "starting", "model=%s brokers=%s group=%s jobs=%s results=%s", cfg->model, s->bootstrap,
-            cfg->group, cfg->topic_jobs, cfg->topic_results);
+    svc_log(SVC_LOG_INFO, "starting", "model=%s brokers=%s group=%s jobs=%s results=%s", cfg->model,
+            s->bootstrap, cfg->group, cfg->topic_jobs, cfg->topic_results);
     uv_run(&s->loop, UV_RUN_DEFAULT);
     rc = s->exit_code;
     goto out;

@@ -15,7 +15,7 @@
 
 /* One prewarm request in the engine. */
 typedef struct pw {
-    svc_work w;          /* first: the engine thread hands back &w */
+    svc_work w; /* first: the engine thread hands back &w */
     svc_job job;
     struct svc_tpl *t;
     struct pw *next;
@@ -27,7 +27,7 @@ struct svc_tpl {
     int top;
     int closed;
     int startup_started;
-    pw *live;            /* in the engine */
+    pw *live; /* in the engine */
     svc_tpl_stats st;
 };
 
@@ -94,12 +94,13 @@ static void pw_done(svc_work *w) {
     if (w->status == SVC_WORK_OK) {
         t->st.round_done++;
         t->st.prewarmed++;
-        svc_log(SVC_LOG_INFO, "template_prewarmed", "name=%s tokens=%d cached=%d ms=%.1f", p->job.template_name,
-                w->prompt_tokens, w->cached_tokens, w->total_ms);
+        svc_log(SVC_LOG_INFO, "template_prewarmed", "name=%s tokens=%d cached=%d ms=%.1f",
+                p->job.template_name, w->prompt_tokens, w->cached_tokens, w->total_ms);
     } else {
         t->st.round_failed++;
         t->st.failed++;
-        svc_log(SVC_LOG_WARN, "template_prewarm_failed", "name=%s error=\"%s\"", p->job.template_name, w->err_msg);
+        svc_log(SVC_LOG_WARN, "template_prewarm_failed", "name=%s error=\"%s\"", p->job.template_name,
+                w->err_msg);
     }
     pw_free(p);
     if (!t->live && t->st.state == SVC_TPL_RUNNING) round_end(t);

@@ -28,11 +28,11 @@
 enum { SVC_TPL_IDLE = 0, SVC_TPL_LISTING = 1, SVC_TPL_RUNNING = 2, SVC_TPL_DONE = 3 };
 
 typedef struct svc_tpl_stats {
-    int state;                 /* SVC_TPL_* of the latest round */
+    int state;                                 /* SVC_TPL_* of the latest round */
     int round_total, round_done, round_failed; /* the latest round */
-    uint64_t prewarmed, failed;/* templates, all rounds */
-    uint64_t uses_counted;     /* ZINCRBY sent */
-    int startup_done;          /* the start-up round ended (or there is none) */
+    uint64_t prewarmed, failed;                /* templates, all rounds */
+    uint64_t uses_counted;                     /* ZINCRBY sent */
+    int startup_done;                          /* the start-up round ended (or there is none) */
 } svc_tpl_stats;
 
 typedef struct svc_tpl svc_tpl;

@@ -12,43 +12,41 @@
 
 static int ck_test_failed_ = 0, ck_test_passed_ = 0, ck_test_cur_failed_ = 0;
 
-#define CK_CHECK(cond)                                                        \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,  \
-                    #cond);                                                   \
-            ck_test_cur_failed_ = 1;                                          \
-            return;                                                           \
-        }                                                                     \
+#define CK_CHECK(cond)                                                               \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            ck_test_cur_failed_ = 1;                                                 \
+            return;                                                                  \
+        }                                                                            \
     } while (0)
 
-#define CK_CHECK_MSG(cond, ...)                                               \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__,  \
-                    #cond);                                                   \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fputc('\n', stderr);                                              \
-            ck_test_cur_failed_ = 1;                                          \
-            return;                                                           \
-        }                                                                     \
+#define CK_CHECK_MSG(cond, ...)                                                      \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+            ck_test_cur_failed_ = 1;                                                 \
+            return;                                                                  \
+        }                                                                            \
     } while (0)
 
-#define CK_CHECK_NEAR(a, b, tol)                                              \
-    CK_CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", \
-                 (double)(a), (double)(b), (double)(tol))
+#define CK_CHECK_NEAR(a, b, tol)                                                                          \
+    CK_CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", (double)(a), (double)(b), \
+                 (double)(tol))
 
-#define CK_RUN(fn)                                                            \
-    do {                                                                      \
-        ck_test_cur_failed_ = 0;                                              \
-        fn();                                                                 \
-        if (ck_test_cur_failed_) {                                            \
-            ck_test_failed_++;                                                \
-            fprintf(stderr, "FAIL %s\n", #fn);                                \
-        } else {                                                              \
-            ck_test_passed_++;                                                \
-            fprintf(stderr, "ok   %s\n", #fn);                                \
-        }                                                                     \
+#define CK_RUN(fn)                             \
+    do {                                       \
+        ck_test_cur_failed_ = 0;               \
+        fn();                                  \
+        if (ck_test_cur_failed_) {             \
+            ck_test_failed_++;                 \
+            fprintf(stderr, "FAIL %s\n", #fn); \
+        } else {                               \
+            ck_test_passed_++;                 \
+            fprintf(stderr, "ok   %s\n", #fn); \
+        }                                      \
     } while (0)
 
 static inline int ck_test_summary(void) {

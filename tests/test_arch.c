@@ -124,8 +124,10 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
     const int D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim, H = c->n_heads;
     const int KH = c->n_kv_heads, QD = H * hd, KVD = KH * hd, L = c->n_layers;
     float *emb = f32_of(&m->tok_emb), *wcls = f32_of(&m->wcls), *onorm = f32_of(&m->out_norm);
-    double *kc = calloc((size_t)L * n_tok * KVD, sizeof *kc), *vc = calloc((size_t)L * n_tok * KVD, sizeof *vc);
-    double *x = malloc(D * sizeof *x), *xb = malloc((D > QD ? D : QD) * sizeof *xb), *q = malloc(QD * sizeof *q);
+    double *kc = calloc((size_t)L * n_tok * KVD, sizeof *kc),
+           *vc = calloc((size_t)L * n_tok * KVD, sizeof *vc);
+    double *x = malloc(D * sizeof *x), *xb = malloc((D > QD ? D : QD) * sizeof *xb),
+           *q = malloc(QD * sizeof *q);
     double *k = malloc(KVD * sizeof *k), *v = malloc(KVD * sizeof *v), *ao = malloc(QD * sizeof *ao);
     double *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1), *h3 = malloc(F * sizeof *h3);
     int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3;
@@ -133,8 +135,10 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
         for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i];
         for (int l = 0; ok && l < L; l++) {
             const model_layer *ly = &m->layers[l];
-            float *an = f32_of(&ly->attn_norm), *wq = f32_of(&ly->wq), *wk = f32_of(&ly->wk), *wv = f32_of(&ly->wv);
-            float *wo = f32_of(&ly->wo), *fn = f32_of(&ly->ffn_norm), *w1 = f32_of(&ly->w1), *w2 = f32_of(&ly->w2);
+            float *an = f32_of(&ly->attn_norm), *wq = f32_of(&ly->wq), *wk = f32_of(&ly->wk),
+                  *wv = f32_of(&ly->wv);
+            float *wo = f32_of(&ly->wo), *fn = f32_of(&ly->ffn_norm), *w1 = f32_of(&ly->w1),
+                  *w2 = f32_of(&ly->w2);
             float *w3 = f32_of(&ly->w3), *bq = f32_of(&ly->bq), *bk = f32_of(&ly->bk), *bv = f32_of(&ly->bv);
             float *qn = f32_of(&ly->q_norm), *kn = f32_of(&ly->k_norm);
             ok = an && wq && wk && wv && wo && fn && w1 && w2 && w3 && (!o->bias || (bq && bk && bv)) &&
@@ -204,7 +208,10 @@ enum { NTOK = 40, BS = 16, NKV = 8 };
 static int cpu_logits(const model *m, const int32_t *tok, int single, float *out) {
     char err[256];
     backend *b = NULL;
-    be_options o = {.max_batch_tokens = NTOK, .n_kv_blocks = NKV, .block_size = BS, .n_threads = 2,
+    be_options o = {.max_batch_tokens = NTOK,
+                    .n_kv_blocks = NKV,
+                    .block_size = BS,
+                    .n_threads = 2,
                     .max_ctx = m->cfg.seq_len < 256 ? m->cfg.seq_len : 256};
     if (be_cpu_new(m, &o, &b, err, sizeof err)) {
         fprintf(stderr, "  %s\n", err);
@@ -283,8 +290,8 @@ static int feature_case(const char *label, synth_params sp, ref_opts on, ref_opt
     double *r_on = malloc((size_t)NTOK * V * sizeof *r_on), *r_off = malloc((size_t)NTOK * V * sizeof *r_off);
     float *g1 = malloc((size_t)NTOK * V * sizeof *g1), *g2 = malloc((size_t)NTOK * V * sizeof *g2);
     int rc = -1;
-    if (r_on && r_off && g1 && g2 && !ref_logits(m, &on, tok, NTOK, r_on) && !ref_logits(m, &off, tok, NTOK, r_off) &&
-        !cpu_logits(m, tok, 1, g1) && !cpu_logits(m, tok, 0, g2)) {
+    if (r_on && r_off && g1 && g2 && !ref_logits(m, &on, tok, NTOK, r_on) &&
+        !ref_logits(m, &off, tok, NTOK, r_off) && !cpu_logits(m, tok, 1, g1) && !cpu_logits(m, tok, 0, g2)) {
         double e1 = worst(g1, r_on, V), e2 = worst(g2, r_on, V), eoff = worst(g1, r_off, V);
         fprintf(stderr, "  %-26s single %.2g, prefill %.2g (bound %.0e); feature off %.2g (must be > %.0e)\n",
                 label, e1, e2, BOUND, eoff, 100 * BOUND);
@@ -302,8 +309,16 @@ static int feature_case(const char *label, synth_params sp, ref_opts on, ref_opt
 }
 
 static synth_params base_params(int arch) {
-    synth_params sp = {.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .hidden_dim = 96,
-                       .vocab_size = 400, .ctx = 256, .type = QUANT_F32, .seed = 11, .arch = arch};
+    synth_params sp = {.dim = 64,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 96,
+                       .vocab_size = 400,
+                       .ctx = 256,
+                       .type = QUANT_F32,
+                       .seed = 11,
+                       .arch = arch};
     return sp;
 }
 
@@ -379,14 +394,16 @@ static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
     CK_CHECK(a && a->id == ARCH_QWEN3 && a->rope == ARCH_ROPE_NEOX);
     CK_CHECK(a->need[ARCH_T_ATTN_Q_NORM] == ARCH_REQUIRED && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO);
-    CK_CHECK(arch_find("llama", 5)->rope == ARCH_ROPE_NORMAL && !arch_find("llam", 4) && !arch_find("mamba", 5));
+    CK_CHECK(arch_find("llama", 5)->rope == ARCH_ROPE_NORMAL && !arch_find("llam", 4) &&
+             !arch_find("mamba", 5));
     int t, l;
     CK_CHECK(arch_parse_tensor("blk.12.attn_k.bias", 13, &t, &l) == 0 && t == ARCH_T_ATTN_K_B && l == 12);
     CK_CHECK(arch_parse_tensor("blk.13.attn_k.bias", 13, &t, &l) == -1); /* past the layers */
     CK_CHECK(arch_parse_tensor("blk.01.attn_k.bias", 13, &t, &l) == -1); /* two names for one */
     CK_CHECK(arch_parse_tensor("rope_freqs.weight", 1, &t, &l) == 0 && t == ARCH_T_ROPE_FREQS && l == -1);
     CK_CHECK(arch_parse_tensor("blk.0.attn_output.bias", 1, &t, &l) == -1);
-    CK_CHECK(arch_scaling_from_name("yarn", 4) == ARCH_SCALING_YARN && arch_scaling_from_name("longrope", 8) < 0);
+    CK_CHECK(arch_scaling_from_name("yarn", 4) == ARCH_SCALING_YARN &&
+             arch_scaling_from_name("longrope", 8) < 0);
     /* no scaling, no factors: exactly the expression the plain path used */
     arch_rope_params p = {.n_dims = 8, .freq_base = 10000, .scaling = ARCH_SCALING_NONE, .factor = 1};
     float f[4], ms;
@@ -406,7 +423,8 @@ static void test_rope_freqs_values(void) {
     char err[512];
     model *m = NULL;
     const char *path = tmp("rf.gguf");
-    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err), "%s", err);
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
     float *f = f32_of(&m->rope_freqs);
     int ok = f && m->rope_freqs.n == 64, ones = 0, eights = 0;
     for (int i = 0; ok && i < 64; i++) {

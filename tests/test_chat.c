@@ -24,7 +24,8 @@
 #define S(x) x, strlen(x)
 
 static const char QWEN[] =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + "
     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 static const char LLAMA3[] =
@@ -40,8 +41,11 @@ typedef struct vocab {
 static int open_vocab(const char *name, vocab *v) {
     char path[512];
     const char *home = getenv("HOME"), *dir = getenv("CONFKV_LLAMACPP_DIR");
-    if (dir) snprintf(path, sizeof path, "%s/models/ggml-vocab-%s.gguf", dir, name);
-    else snprintf(path, sizeof path, "%s/.cache/confkv/llama.cpp/models/ggml-vocab-%s.gguf", home ? home : "", name);
+    if (dir)
+        snprintf(path, sizeof path, "%s/models/ggml-vocab-%s.gguf", dir, name);
+    else
+        snprintf(path, sizeof path, "%s/.cache/confkv/llama.cpp/models/ggml-vocab-%s.gguf", home ? home : "",
+                 name);
     char err[256];
     v->f = NULL;
     v->t = NULL;
@@ -96,7 +100,10 @@ static int32_t *chat_ids(const tokenizer *t, const char *src, const chat_message
     int32_t *ids = NULL;
     if (chat_render(c, m, n, 1, NULL, text, &len, &sp, &ns, &err) == 0) {
         ids = malloc(4096 * sizeof *ids);
-        if (ids && chat_tokenize(c, *text, len, sp, ns, ids, 4096, n_ids)) { free(ids); ids = NULL; }
+        if (ids && chat_tokenize(c, *text, len, sp, ns, ids, 4096, n_ids)) {
+            free(ids);
+            ids = NULL;
+        }
         free(sp);
     }
     chat_free(c);
@@ -169,8 +176,8 @@ static void test_honest_chat_matches_special_parsing(void) {
         int32_t *ids = chat_ids(v.t, CASES[k].src, m, 4, &n, &text);
         int32_t want[4096];
         int nw = 0;
-        int rc = ids ? tok_encode_opts(v.t, text, strlen(text), TOK_ENC_PARSE_SPECIAL | TOK_ENC_ADD_SPECIAL, want,
-                                       4096, &nw)
+        int rc = ids ? tok_encode_opts(v.t, text, strlen(text), TOK_ENC_PARSE_SPECIAL | TOK_ENC_ADD_SPECIAL,
+                                       want, 4096, &nw)
                      : -100;
         int same = rc == 0 && n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
         /* Llama 3 writes bos_token and the vocabulary adds BOS: one, not two */
@@ -259,10 +266,12 @@ static void test_parse_special_text_and_limits(void) {
     int r3 = rc ? rc : chat_tokenize_text(c, p, strlen(p), 0, ids, 2, &n3);
     /* errors are jinja's kinds, never a fallback */
     chat_template *bad = NULL;
-    int r4 = chat_new(v.t, S("{% for m in messages %}{{ m | wordwrap }}{% endfor %}"), CHAT_SRC_MODEL, &bad, &err);
+    int r4 =
+        chat_new(v.t, S("{% for m in messages %}{{ m | wordwrap }}{% endfor %}"), CHAT_SRC_MODEL, &bad, &err);
     const char *k4 = err.kind;
     chat_template *raise = NULL;
-    int r5 = chat_new(v.t, S("{{ raise_exception('System role not supported') }}"), CHAT_SRC_MODEL, &raise, &err);
+    int r5 =
+        chat_new(v.t, S("{{ raise_exception('System role not supported') }}"), CHAT_SRC_MODEL, &raise, &err);
     char *text = NULL;
     chat_message m[] = {{"user", "x"}};
     if (r5 == 0) r5 = chat_render(raise, m, 1, 1, NULL, &text, NULL, NULL, NULL, &err);

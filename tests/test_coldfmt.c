@@ -36,7 +36,8 @@ static coldfmt_meta meta(int dtype) {
 }
 
 /* Encode a random f32 block; returns the value (malloc'd) and its length. */
-static unsigned char *encode_block(coldfmt *f, const coldfmt_meta *m, const void *payload, size_t n, size_t *len) {
+static unsigned char *encode_block(coldfmt *f, const coldfmt_meta *m, const void *payload, size_t n,
+                                   size_t *len) {
     unsigned char *v = malloc(coldfmt_bound(n));
     if (!v || coldfmt_encode(f, m, payload, n, v, coldfmt_bound(n), len)) {
         free(v);
@@ -120,12 +121,14 @@ static void test_every_corruption(void) {
                          flips[k]);
         }
     }
-    for (size_t l = 0; l < len; l++) CK_CHECK_MSG(coldfmt_decode(f, &m, v, l, b, n, NULL) == CK_EFORMAT, "length %zu", l);
+    for (size_t l = 0; l < len; l++)
+        CK_CHECK_MSG(coldfmt_decode(f, &m, v, l, b, n, NULL) == CK_EFORMAT, "length %zu", l);
     CK_CHECK(coldfmt_decode(f, &m, NULL, 0, b, n, NULL) == CK_EFORMAT);
     memcpy(c, v, len);
     for (size_t extra = 1; extra <= 64; extra++) {
         c[len + extra - 1] = 0;
-        CK_CHECK_MSG(coldfmt_decode(f, &m, c, len + extra, b, n, NULL) == CK_EFORMAT, "extended by %zu", extra);
+        CK_CHECK_MSG(coldfmt_decode(f, &m, c, len + extra, b, n, NULL) == CK_EFORMAT, "extended by %zu",
+                     extra);
     }
     /* still fine untouched */
     CK_CHECK(coldfmt_decode(f, &m, v, len, b, n, NULL) == 0 && !memcmp(a, b, n));
@@ -194,7 +197,8 @@ static void test_wrong_reader(void) {
 static void test_tier_integrity(void) {
     cold_store *cold = NULL;
     CK_CHECK(cold_mem_new(&cold) == 0);
-    tier_config c = {.shape = shape, .max_cold = 16, .cold = cold, .instance = 7, .fingerprint = "00000000deadbeef"};
+    tier_config c = {
+        .shape = shape, .max_cold = 16, .cold = cold, .instance = 7, .fingerprint = "00000000deadbeef"};
     c.budget_bytes = 1 * kvq_f32_bytes(&shape);
     tier *t = NULL;
     CK_CHECK(tier_new(&c, &t) == 0);
@@ -252,7 +256,8 @@ static void evil_get_cb(void *ud, int status, const void *data, size_t len) {
     free(c);
     free(r);
 }
-static int evil_put(cold_store *s, const char *k, const void *d, size_t n, unsigned fl, cold_cb cb, void *ud) {
+static int evil_put(cold_store *s, const char *k, const void *d, size_t n, unsigned fl, cold_cb cb,
+                    void *ud) {
     evil_store *e = (evil_store *)s;
     return e->inner->ops->put(e->inner, k, d, n, fl, cb, ud);
 }
@@ -265,7 +270,9 @@ static int evil_get(cold_store *s, const char *k, cold_cb cb, void *ud) {
     if (rc) free(r);
     return rc;
 }
-static int evil_del(cold_store *s, const char *k) { return ((evil_store *)s)->inner->ops->del(((evil_store *)s)->inner, k); }
+static int evil_del(cold_store *s, const char *k) {
+    return ((evil_store *)s)->inner->ops->del(((evil_store *)s)->inner, k);
+}
 static void evil_poll(cold_store *s) { cold_poll(((evil_store *)s)->inner); }
 static void evil_destroy(cold_store *s) { cold_free(((evil_store *)s)->inner); }
 static const cold_ops evil_ops = {evil_put, evil_get, evil_del, evil_poll, evil_destroy};
@@ -273,7 +280,8 @@ static const cold_ops evil_ops = {evil_put, evil_get, evil_del, evil_poll, evil_
 static void test_tier_corrupted_value(void) {
     evil_store e = {.base = {&evil_ops}, .flip = 100};
     CK_CHECK(cold_mem_new(&e.inner) == 0);
-    tier_config c = {.shape = shape, .max_cold = 16, .cold = &e.base, .instance = 7, .fingerprint = "00000000deadbeef"};
+    tier_config c = {
+        .shape = shape, .max_cold = 16, .cold = &e.base, .instance = 7, .fingerprint = "00000000deadbeef"};
     c.budget_bytes = 1 * kvq_f32_bytes(&shape);
     tier *t = NULL;
     CK_CHECK(tier_new(&c, &t) == 0);

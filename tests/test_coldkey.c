@@ -92,18 +92,23 @@ static void test_parse_refuses(void) {
                              "pfx:0123456789abcdef:00000000000000abc", /* 17 */
                              "pfx:0123456789abcdef:00000000000000AB",  /* not as written */
                              "pfx:0123456789abcdeg:00000000000000ab",  /* fingerprint not hex */
-                             "pfx:0123456789abcdef-00000000000000ab", "pfx:", NULL};
+                             "pfx:0123456789abcdef-00000000000000ab",  "pfx:", NULL};
     for (int i = 0; bad_pfx[i]; i++)
-        CK_CHECK_MSG(coldkey_pfx_parse(bad_pfx[i], strlen(bad_pfx[i]), NULL, fp, &h) == CK_EFORMAT, "%s", bad_pfx[i]);
-    const char *bad_kv[] = {"kv:0000000000000001:0000000000000007:3",       "kv:0000000000000001:0000000000000007:3:",
-                            "kv:0000000000000001:0000000000000007::1",      "kv:0000000000000001:0000000000000007:03:1",
-                            "kv:0000000000000001:0000000000000007:-3:1",    "kv:0000000000000001:0000000000000007:3:1:2",
+        CK_CHECK_MSG(coldkey_pfx_parse(bad_pfx[i], strlen(bad_pfx[i]), NULL, fp, &h) == CK_EFORMAT, "%s",
+                     bad_pfx[i]);
+    const char *bad_kv[] = {"kv:0000000000000001:0000000000000007:3",
+                            "kv:0000000000000001:0000000000000007:3:",
+                            "kv:0000000000000001:0000000000000007::1",
+                            "kv:0000000000000001:0000000000000007:03:1",
+                            "kv:0000000000000001:0000000000000007:-3:1",
+                            "kv:0000000000000001:0000000000000007:3:1:2",
                             "kv:0000000000000001:0000000000000007:2147483648:1",
-                            "kv:0000000000000001:0000000000000007:3:4294967296", "kv:000000000000001:0000000000000007:3:1",
+                            "kv:0000000000000001:0000000000000007:3:4294967296",
+                            "kv:000000000000001:0000000000000007:3:1",
                             NULL};
     for (int i = 0; bad_kv[i]; i++)
-        CK_CHECK_MSG(coldkey_kv_parse(bad_kv[i], strlen(bad_kv[i]), NULL, &a, &b, &rec, &gen) == CK_EFORMAT, "%s",
-                     bad_kv[i]);
+        CK_CHECK_MSG(coldkey_kv_parse(bad_kv[i], strlen(bad_kv[i]), NULL, &a, &b, &rec, &gen) == CK_EFORMAT,
+                     "%s", bad_kv[i]);
 }
 
 static void test_refusals(void) {

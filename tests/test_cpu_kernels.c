@@ -100,10 +100,11 @@ static int gemm_compare(const float *y, int ldy, const float *old, const double 
         for (int n = 0; n < N; n++) {
             size_t i = (size_t)m * N + n;
             double o = old ? old[i] : 0.0, want = o + scale * ref[i];
-            double tol = 1.01 * (K + 2) * 0x1p-24 * (scale * mag[i] + fabs(o)) + 1e-30, got = y[(size_t)m * ldy + n];
+            double tol = 1.01 * (K + 2) * 0x1p-24 * (scale * mag[i] + fabs(o)) + 1e-30,
+                   got = y[(size_t)m * ldy + n];
             if (!(fabs(got - want) <= tol)) {
-                fprintf(stderr, "  gemm %s M %d N %d K %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)\n",
-                        what, M, N, K, m, n, got, want, tol);
+                fprintf(stderr, "  gemm %s M %d N %d K %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)\n", what, M,
+                        N, K, m, n, got, want, tol);
                 return -1;
             }
         }
@@ -116,8 +117,8 @@ static int gemm_pad_intact(const float *y, int ldy, int M, int N, int K, float s
     for (int m = 0; m < M; m++)
         for (int n = N; n < ldy; n++)
             if (y[(size_t)m * ldy + n] != sentinel) {
-                fprintf(stderr, "  gemm M %d N %d K %d: padding y[%d][%d] overwritten with %g\n", M, N,
-                        K, m, n, y[(size_t)m * ldy + n]);
+                fprintf(stderr, "  gemm M %d N %d K %d: padding y[%d][%d] overwritten with %g\n", M, N, K, m,
+                        n, y[(size_t)m * ldy + n]);
                 return -1;
             }
     return 0;
@@ -447,8 +448,10 @@ static int att_refusals(void) {
     int written = 0;
     for (int i = 0; i < 64; i++) written += out[i] != -1.0f;
     if (rc8 != -1 || rcs != -1 || written) {
-        fprintf(stderr, "  attn refusals: head_dim 8 returned %d, stride 19 < 20 returned %d, "
-                "%d outputs written\n", rc8, rcs, written);
+        fprintf(stderr,
+                "  attn refusals: head_dim 8 returned %d, stride 19 < 20 returned %d, "
+                "%d outputs written\n",
+                rc8, rcs, written);
         return -1;
     }
     return 0;
@@ -461,8 +464,11 @@ static void test_attn_against_naive(void) {
     attn_shape s[N_SHAPES];
     int n_ok = 0;
     for (int i = 0; i < N_SHAPES; i++) {
-        s[i] = (attn_shape){.n_heads = shapes[i][0], .head_dim = shapes[i][1], .gqa = shapes[i][2],
-                            .kv_dim = shapes[i][0] / shapes[i][2] * shapes[i][1], .block_size = 16};
+        s[i] = (attn_shape){.n_heads = shapes[i][0],
+                            .head_dim = shapes[i][1],
+                            .gqa = shapes[i][2],
+                            .kv_dim = shapes[i][0] / shapes[i][2] * shapes[i][1],
+                            .block_size = 16};
         n_ok += attn_f32_supported(&s[i]);
     }
     if (!n_ok) {
@@ -479,8 +485,8 @@ static void test_attn_against_naive(void) {
                 /* The last block partial; one row and a full block at the ends. */
                 int bs = block_sizes[b];
                 int last = nb == 1 ? 1 : nb == ATT_MAX_BLK ? bs : 1 + (int)(rng_next(&r) % (uint64_t)bs);
-                CK_CHECK_MSG(att_case_ok(&r, &s[i], nb, last) == 0, "shape %d block size %d blocks %d",
-                             i, bs, nb);
+                CK_CHECK_MSG(att_case_ok(&r, &s[i], nb, last) == 0, "shape %d block size %d blocks %d", i, bs,
+                             nb);
             }
         }
 }
@@ -494,11 +500,11 @@ enum { L_ATTN_NORM, L_WQ, L_WK, L_WV, L_WO, L_FFN_NORM, L_W1, L_W2, L_W3 };
  * nothing of the backend; activations and the KV cache in double. */
 typedef struct ref_model {
     model_config c;
-    float *emb;        /* (vocab, dim) */
-    float *out_norm;   /* (dim) */
-    float *wcls;       /* (vocab, dim) */
-    float *(*l)[MODEL_LAYER_TENSORS]; /* (n_layers) */
-    double *kc, *vc;   /* (n_layers, seq_len, kv_dim) */
+    float *emb;                                      /* (vocab, dim) */
+    float *out_norm;                                 /* (dim) */
+    float *wcls;                                     /* (vocab, dim) */
+    float *(*l)[MODEL_LAYER_TENSORS];                /* (n_layers) */
+    double *kc, *vc;                                 /* (n_layers, seq_len, kv_dim) */
     double *x, *xb, *q, *k, *v, *ao, *att, *h1, *h3; /* one token's activations */
 } ref_model;
 
@@ -703,8 +709,8 @@ static int run_single(backend *b, kv_pool *pool, float *got) {
 
 /* One step of run_batched: up to CHUNK more tokens of every unfinished
  * sequence, logits for all of them. */
-static int batched_step(backend *b, kv_pool *pool, kv_seq *q, float (*mass)[MAXLEN / BS + 1],
-                        int *done, float *logits, float *got) {
+static int batched_step(backend *b, kv_pool *pool, kv_seq *q, float (*mass)[MAXLEN / BS + 1], int *done,
+                        float *logits, float *got) {
     const int V = b->m->cfg.vocab_size;
     int32_t tok[NSEQ * CHUNK], pos[NSEQ * CHUNK], six[NSEQ * CHUNK], row[NSEQ * CHUNK];
     size_t where[NSEQ * CHUNK];
@@ -799,8 +805,8 @@ static int forward_runs_ok(const model *m, const double *ref) {
     memset(got, 0, (size_t)MAXLEN * V * sizeof(float));
     if (run_prefill(b, got)) goto out;
     double e3 = worst_err(got, ref, V, 0);
-    fprintf(stderr, "  normalised logits error: single %.3g, batched %.3g, prefill %.3g (bound 1e-5)\n",
-            e1, e2, e3);
+    fprintf(stderr, "  normalised logits error: single %.3g, batched %.3g, prefill %.3g (bound 1e-5)\n", e1,
+            e2, e3);
     rc = e1 <= 1e-5 && e2 <= 1e-5 && e3 <= 1e-5 ? 0 : -1;
 out:
     kv_pool_free(&pool);
@@ -813,8 +819,16 @@ out_b:
 /* A model of head size 32 (the vectorized attention), GQA 2, an FFN width
  * and a vocabulary that end in partial panels. */
 static int forward_check(const char *path) {
-    synth_params sp = {.dim = 64, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .hidden_dim = 100,
-                       .vocab_size = 400, .ctx = 64, .type = QUANT_F32, .seed = 7, .rope_theta = 10000.0f};
+    synth_params sp = {.dim = 64,
+                       .n_layers = 2,
+                       .n_heads = 2,
+                       .n_kv_heads = 1,
+                       .hidden_dim = 100,
+                       .vocab_size = 400,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 7,
+                       .rope_theta = 10000.0f};
     char err[256];
     model *m = NULL;
     ref_model r;
@@ -870,8 +884,16 @@ static void test_forward_against_reference(void) {
  * (about 8M multiply-adds a call), the batch for the layers to be split by
  * token. */
 static int split_runs_same(const char *path) {
-    synth_params sp = {.dim = 64, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .hidden_dim = 96,
-                       .vocab_size = 8200, .ctx = 64, .type = QUANT_F32, .seed = 11, .rope_theta = 10000.0f};
+    synth_params sp = {.dim = 64,
+                       .n_layers = 1,
+                       .n_heads = 2,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 96,
+                       .vocab_size = 8200,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 11,
+                       .rope_theta = 10000.0f};
     enum { NT = 16, RUNS = 30 };
     char err[256];
     model *m = NULL;

@@ -85,7 +85,8 @@ static void test_qact_q8_1(void) {
         CK_CHECK(y[i].d == z[i].d && !memcmp(y[i].qs, z[i].qs, 32));
         int sum = 0;
         float amax = 0;
-        for (int j = 0; j < 32; j++) sum += y[i].qs[j], amax = fabsf(x[32 * i + j]) > amax ? fabsf(x[32 * i + j]) : amax;
+        for (int j = 0; j < 32; j++)
+            sum += y[i].qs[j], amax = fabsf(x[32 * i + j]) > amax ? fabsf(x[32 * i + j]) : amax;
         /* s from the unrounded d, as ggml */
         CK_CHECK(y[i].s == quant_f32_to_f16((float)sum * (amax / 127.0f)));
     }
@@ -177,8 +178,11 @@ static int ref_dot(int type, int act, const void *w, const void *a, int n, doubl
     double d = 0, m = 0;
     for (int e = 0; e < n; e++) {
         double v;
-        if (act == QB_Q8_K) v = (double)k_at(a, e)->d * k_at(a, e)->qs[e % QBLOCK_K];
-        else v = (double)quant_f16_to_f32(((const qblock_q8_0 *)a)[e / 32].d) * ((const qblock_q8_0 *)a)[e / 32].qs[e % 32];
+        if (act == QB_Q8_K)
+            v = (double)k_at(a, e)->d * k_at(a, e)->qs[e % QBLOCK_K];
+        else
+            v = (double)quant_f16_to_f32(((const qblock_q8_0 *)a)[e / 32].d) *
+                ((const qblock_q8_0 *)a)[e / 32].qs[e % 32];
         d += (double)xw[e] * v;
         m += fabs((double)xw[e] * v);
     }
@@ -219,20 +223,22 @@ static void check_type(const cpu_qdot *qd, const cpu_qdot *qc, int type, int n, 
             mag = fabs((double)sc) * 10 + 1; /* no dequantizer: against C only */
             want = sc;
         }
-        CK_CHECK_MSG(close_enough(s[m], sc, mag), "type %d n %d %s: %.9g, C %.9g", type, n, t->impl, s[m], sc);
+        CK_CHECK_MSG(close_enough(s[m], sc, mag), "type %d n %d %s: %.9g, C %.9g", type, n, t->impl, s[m],
+                     sc);
         CK_CHECK_MSG(close_enough(s[m], want, mag), "type %d n %d %s: %.9g, f32 reference %.9g (|w a| %.3g)",
                      type, n, t->impl, s[m], want, mag);
         float sg = 0;
         if (!cpu_vdot_generic(type, t->act, n, &sg, w, am))
             CK_CHECK_MSG(close_enough(sg, want, mag), "type %d generic %.9g, reference %.9g", type, sg, want);
     }
-    if (!have_ref) fprintf(stderr, "  type %d: quant_to_f32 lacks it, compared with the C kernel only\n", type);
+    if (!have_ref)
+        fprintf(stderr, "  type %d: quant_to_f32 lacks it, compared with the C kernel only\n", type);
     if (t->dotn)
         for (int nc = 1; nc <= CPU_QDOT_NCOLS; nc++) {
             t->dotn(n, nc, sn, w, a, ab);
             for (int c = 0; c < nc; c++)
-                CK_CHECK_MSG(close_enough(sn[c], s[c], fabs(s[c]) * 10 + 1), "type %d dotn %d col %d: %.9g vs %.9g",
-                             type, nc, c, sn[c], s[c]);
+                CK_CHECK_MSG(close_enough(sn[c], s[c], fabs(s[c]) * 10 + 1),
+                             "type %d dotn %d col %d: %.9g vs %.9g", type, nc, c, sn[c], s[c]);
         }
     /* dot2: this row and another, each against 1..CPU_QDOT_NCOLS columns,
      * against the one-row kernel and (second row) the f32 reference */
@@ -249,13 +255,13 @@ static void check_type(const cpu_qdot *qd, const cpu_qdot *qc, int type, int n, 
                 t->dot(n, &s1, w2 + wb, ac);
                 double want = s1, mag = fabs((double)s1) * 10 + 1;
                 (void)ref_dot(type, t->act, w2 + wb, ac, n, &want, &mag);
-                CK_CHECK_MSG(close_enough(s2[c], s[c], fabs(s[c]) * 10 + 1), "type %d n %d dot2 %d row 0 col %d: %.9g vs %.9g",
-                             type, n, nc, c, s2[c], s[c]);
+                CK_CHECK_MSG(close_enough(s2[c], s[c], fabs(s[c]) * 10 + 1),
+                             "type %d n %d dot2 %d row 0 col %d: %.9g vs %.9g", type, n, nc, c, s2[c], s[c]);
                 CK_CHECK_MSG(close_enough(s2[CPU_QDOT_NCOLS + c], want, mag),
                              "type %d n %d dot2 %d row 1 col %d: %.9g, f32 reference %.9g", type, n, nc, c,
                              s2[CPU_QDOT_NCOLS + c], want);
-                CK_CHECK_MSG(close_enough(s2[CPU_QDOT_NCOLS + c], s1, mag), "type %d dot2 row 1: %.9g vs dot %.9g",
-                             type, s2[CPU_QDOT_NCOLS + c], s1);
+                CK_CHECK_MSG(close_enough(s2[CPU_QDOT_NCOLS + c], s1, mag),
+                             "type %d dot2 row 1: %.9g vs dot %.9g", type, s2[CPU_QDOT_NCOLS + c], s1);
             }
         }
         free(w2);
@@ -300,8 +306,9 @@ static void test_kernels_every_isa(void) {
         rng r = {0xD1B54A32D192ED03ULL + (uint64_t)isa};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
             const cpu_qtype *t = cpu_qdot_type(&qd, types[i]);
-            fprintf(stderr, "  isa %s type %d: kernel %s%s%s\n", cpu_isa_name(isa), types[i], t ? t->impl : "none",
-                    t && t->dotn ? " (+ multi-row)" : "", t && t->dot2 ? " (+ two-row)" : "");
+            fprintf(stderr, "  isa %s type %d: kernel %s%s%s\n", cpu_isa_name(isa), types[i],
+                    t ? t->impl : "none", t && t->dotn ? " (+ multi-row)" : "",
+                    t && t->dot2 ? " (+ two-row)" : "");
             static const int ns[] = {256, 768, 2048, 256 * 11};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_type(&qd, &qc, types[i], ns[k], &r);
             if (types[i] == QB_Q8_0 || types[i] == QB_Q4_0) check_type(&qd, &qc, types[i], 32 * 3, &r);
@@ -312,7 +319,9 @@ static void test_kernels_every_isa(void) {
 /* The table: every type has a kernel at every level, partner formats as
  * qblock.h says, block sizes and bytes as the GGUF format's. */
 static void test_table(void) {
-    static const struct { int type, act, block, bytes; } want[] = {
+    static const struct {
+        int type, act, block, bytes;
+    } want[] = {
         {QB_Q8_0, QB_Q8_0, 32, 34},   {QB_Q4_0, QB_Q8_0, 32, 18},   {QB_Q4_1, QB_Q8_1, 32, 20},
         {QB_Q5_0, QB_Q8_0, 32, 22},   {QB_Q5_1, QB_Q8_1, 32, 24},   {QB_IQ4_NL, QB_Q8_0, 32, 18},
         {QB_Q2_K, QB_Q8_K, 256, 84},  {QB_Q3_K, QB_Q8_K, 256, 110}, {QB_Q4_K, QB_Q8_K, 256, 144},

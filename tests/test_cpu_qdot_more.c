@@ -57,7 +57,8 @@ typedef struct qtype {
     vdot_fn fn[N_ISA];
 } qtype;
 
-#define FNS(t) {cpu_vdot_##t##_c, cpu_vdot_##t##_avx2, cpu_vdot_##t##_avx512}
+#define FNS(t) \
+    { cpu_vdot_##t##_c, cpu_vdot_##t##_avx2, cpu_vdot_##t##_avx512 }
 static const qtype types[] = {
     {"q4_1", QB_Q4_1, QB_Q8_1, 32, sizeof(qblock_q4_1), {0, 2}, FNS(q4_1)},
     {"q5_0", QB_Q5_0, QB_Q8_0, 32, sizeof(qblock_q5_0), {0, -1}, FNS(q5_0)},
@@ -118,9 +119,12 @@ static void make_weights(const qtype *t, int n, int pattern) {
  * 2 alternating +-1. */
 static void make_acts(int n, int pattern) {
     for (int i = 0; i < n; i++) {
-        if (pattern == 0) g_x[i] = frand() * ((rnd() % 17) ? 1.0f : 8.0f);
-        else if (pattern == 1) g_x[i] = 1.0f;
-        else g_x[i] = (i & 1) ? -1.0f : 1.0f;
+        if (pattern == 0)
+            g_x[i] = frand() * ((rnd() % 17) ? 1.0f : 8.0f);
+        else if (pattern == 1)
+            g_x[i] = 1.0f;
+        else
+            g_x[i] = (i & 1) ? -1.0f : 1.0f;
     }
 }
 
@@ -208,13 +212,13 @@ static int run_case(const qtype *t, int n, int wpat, int apat) {
     float sc = NAN;
     t->fn[ISA_C](n, &sc, g_w, g_a);
     if (!(fabs(sc - ref) <= tol_b)) {
-        fprintf(stderr, "%s n %d w%d a%d: c %.9g vs dequantized %.9g (tol %.3g)\n", t->name, n, wpat,
-                apat, sc, ref, tol_b);
+        fprintf(stderr, "%s n %d w%d a%d: c %.9g vs dequantized %.9g (tol %.3g)\n", t->name, n, wpat, apat,
+                sc, ref, tol_b);
         return 1;
     }
     if (!(fabs(sc - ref_x) <= tol_c)) {
-        fprintf(stderr, "%s n %d w%d a%d: c %.9g vs f32 activations %.9g (tol %.3g)\n", t->name, n,
-                wpat, apat, sc, ref_x, tol_c);
+        fprintf(stderr, "%s n %d w%d a%d: c %.9g vs f32 activations %.9g (tol %.3g)\n", t->name, n, wpat,
+                apat, sc, ref_x, tol_c);
         return 1;
     }
     for (int isa = ISA_AVX2; isa < N_ISA; isa++) {
@@ -222,8 +226,8 @@ static int run_case(const qtype *t, int n, int wpat, int apat) {
         float si = NAN;
         t->fn[isa](n, &si, g_w, g_a);
         if (!(fabs(si - sc) <= tol_isa)) {
-            fprintf(stderr, "%s n %d w%d a%d: %s %.9g vs c %.9g (tol %.3g)\n", t->name, n, wpat,
-                    apat, isa_name[isa], si, sc, tol_isa);
+            fprintf(stderr, "%s n %d w%d a%d: %s %.9g vs c %.9g (tol %.3g)\n", t->name, n, wpat, apat,
+                    isa_name[isa], si, sc, tol_isa);
             return 1;
         }
     }
@@ -264,7 +268,7 @@ static void test_type(int ti) {
     }
 }
 
-#define TYPE_TEST(i)                                                                                \
+#define TYPE_TEST(i) \
     static void test_##i(void) { test_type(i); }
 TYPE_TEST(0)
 TYPE_TEST(1)
@@ -327,14 +331,15 @@ int main(void) {
     isa_ok[ISA_C] = 1;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    isa_ok[ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                       __builtin_cpu_supports("f16c");
+    isa_ok[ISA_AVX2] =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     isa_ok[ISA_AVX512] = isa_ok[ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                          __builtin_cpu_supports("avx512dq");
 #endif
     for (int isa = 0; isa < N_ISA; isa++)
-        fprintf(stderr, "isa %s: %s\n", isa_name[isa], isa_ok[isa] ? "tested" : "not on this CPU (compiled only)");
+        fprintf(stderr, "isa %s: %s\n", isa_name[isa],
+                isa_ok[isa] ? "tested" : "not on this CPU (compiled only)");
     CK_RUN(test_0);
     CK_RUN(test_1);
     CK_RUN(test_2);

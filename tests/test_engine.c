@@ -23,25 +23,25 @@
 #include "scheduler.h"
 #include "tier.h"
 
-#define MAXR 256     /* requests a test tracks */
-#define MAXT 512     /* tokens per request */
+#define MAXR 256 /* requests a test tracks */
+#define MAXT 512 /* tokens per request */
 
 /* What the events said about one request. */
 typedef struct got {
     uint64_t id;
     int n_tok;
     int32_t tok[MAXT];
-    char text[8192];     /* the pieces, concatenated */
+    char text[8192]; /* the pieces, concatenated */
     size_t text_len;
-    int terminal;        /* FINISHED or ERROR events seen */
+    int terminal; /* FINISHED or ERROR events seen */
     int finish, error;
-    int order;           /* rank among finished requests */
+    int order; /* rank among finished requests */
     int32_t res_tok[MAXT];
     int res_n;
     char res_text[8192];
     size_t res_len;
     uint64_t preemptions;
-    int first_step;      /* step of the first token, -1 none */
+    int first_step; /* step of the first token, -1 none */
 } got;
 
 typedef struct run {
@@ -165,10 +165,11 @@ static int reference(const char *prompt, const char *policy, int max_tokens, int
     memset(&pool8, 0, sizeof pool8);
     gen_result r;
     memset(&r, 0, sizeof r);
-    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err, sizeof err);
+    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
+                        sizeof err);
     if (rc) return rc;
-    be_options o = {.max_batch_tokens = 64, .n_kv_blocks = 1024, .block_size = bs, .n_threads = 1,
-                    .n_kv8_blocks = 1024};
+    be_options o = {
+        .max_batch_tokens = 64, .n_kv_blocks = 1024, .block_size = bs, .n_threads = 1, .n_kv8_blocks = 1024};
     kvpol_config pc;
     int32_t ids[512];
     int n = 0;
@@ -361,8 +362,8 @@ static void test_admission_budget(void) {
 }
 
 /* Tokens of one request run alone in an engine configured as c. */
-static int engine_alone(const eng_config *c, const char *prompt, const char *policy, int max_tokens, int32_t *out,
-                        int *n_out) {
+static int engine_alone(const eng_config *c, const char *prompt, const char *policy, int max_tokens,
+                        int32_t *out, int *n_out) {
     eng *e = open_engine(c);
     if (!e) return -1;
     static run t;
@@ -427,8 +428,9 @@ static void preempt_case(const char *policy, int pool_blocks, size_t warm_budget
     CK_CHECK(drain(e, &t, 64, 10000, NULL, NULL) == 0);
     got *gl = track(&t, low), *gh = track(&t, high);
     CK_CHECK(consistent(gl) && consistent(gh));
-    CK_CHECK_MSG(gh->order == 0 && gl->order == 1, "orders %d %d, preemptions %llu %llu, n %d %d", gh->order, gl->order,
-                 (unsigned long long)gh->preemptions, (unsigned long long)gl->preemptions, gh->res_n, gl->res_n); /* high finished first */
+    CK_CHECK_MSG(gh->order == 0 && gl->order == 1, "orders %d %d, preemptions %llu %llu, n %d %d", gh->order,
+                 gl->order, (unsigned long long)gh->preemptions, (unsigned long long)gl->preemptions,
+                 gh->res_n, gl->res_n); /* high finished first */
     CK_CHECK(gl->preemptions == 1 && gh->preemptions == 0);
     eng_get_stats(e, &s);
     CK_CHECK(s.preemptions == 1);
@@ -731,7 +733,12 @@ static void soak(uint64_t seed, size_t warm_budget) {
     CK_CHECK(e);
     static run t;
     memset(&t, 0, sizeof t);
-    const char *pol[] = {"full", "conf", "conf-int8", "window:24", "sinks:24", "h2o:24",
+    const char *pol[] = {"full",
+                         "conf",
+                         "conf-int8",
+                         "window:24",
+                         "sinks:24",
+                         "h2o:24",
                          "conf:min_size=8,base_size=16,recent_window=8"};
     uint64_t live[MAXR];
     int n_live = 0, submitted = 0, cancels = 0;
@@ -811,10 +818,15 @@ static void test_memory_plan_matches_backend(void) {
     model *m = NULL;
     char err[256];
     CK_CHECK_MSG(model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
-                            sizeof err) == 0, "%s", err);
+                            sizeof err) == 0,
+                 "%s", err);
     be_options o1 = {.max_batch_tokens = 64, .n_kv_blocks = 128, .block_size = 4, .n_threads = 1};
-    be_options o2 = {.max_batch_tokens = 7, .n_kv_blocks = 33, .block_size = 16, .n_threads = 2,
-                     .max_ctx = 100, .n_kv8_blocks = 5};
+    be_options o2 = {.max_batch_tokens = 7,
+                     .n_kv_blocks = 33,
+                     .block_size = 16,
+                     .n_threads = 2,
+                     .max_ctx = 100,
+                     .n_kv8_blocks = 5};
     be_options bad = {.max_batch_tokens = 7, .n_kv_blocks = 33, .block_size = 16, .max_ctx = 513};
     be_memory p;
     int ok = 1;
@@ -832,8 +844,15 @@ static void test_memory_plan_matches_backend(void) {
  * context once got n_heads x 2^20 floats (4 GiB) of scratch a thread. */
 static const char *crafted_model(char *path, size_t n) {
     snprintf(path, n, "/tmp/ck_test_engine_crafted_%ld.gguf", (long)getpid());
-    synth_params sp = {.dim = 2048, .n_layers = 1, .n_heads = 1024, .n_kv_heads = 1, .hidden_dim = 32,
-                       .vocab_size = 400, .ctx = 1 << 20, .type = QUANT_Q8_0, .seed = 3};
+    synth_params sp = {.dim = 2048,
+                       .n_layers = 1,
+                       .n_heads = 1024,
+                       .n_kv_heads = 1,
+                       .hidden_dim = 32,
+                       .vocab_size = 400,
+                       .ctx = 1 << 20,
+                       .type = QUANT_Q8_0,
+                       .seed = 3};
     char err[256];
     if (convert_synth(&sp, path, err, sizeof err)) {
         fprintf(stderr, "convert_synth: %s\n", err);
@@ -937,7 +956,7 @@ static void test_memory_crafted(void) {
     char want[64];
     snprintf(want, sizeof want, "scratch %.1f GiB = 2 x %.1f GiB", scratch_gib, scratch_gib / 2);
     CK_CHECK_MSG(strstr(err_big, want) && strstr(err_big, "exceeds max_memory_mb=4096") &&
-                 strstr(err_big, "at context 1048576") && strstr(err_big, "weights "),
+                     strstr(err_big, "at context 1048576") && strstr(err_big, "weights "),
                  "'%s' lacks '%s'", err_big, want);
     CK_CHECK_MSG(rc_fit == 0, "%s", err);
     CK_CHECK(fit.total <= ((size_t)64 << 20) && fit.max_ctx < BE_DEFAULT_MAX_CTX && fit.max_ctx > 1024);
@@ -947,7 +966,8 @@ static void test_memory_crafted(void) {
     CK_CHECK(e_ctx == BE_DEFAULT_MAX_CTX && e_total == def.total);
     CK_CHECK_MSG(n_tok == 4, "%d tokens", n_tok);
     CK_CHECK_MSG(rc_one == CK_ENOSPACE && strstr(err_one, "exceeds max_memory_mb=1") &&
-                 strstr(err_one, "planned "), "rc %d: %s", rc_one, err_one);
+                     strstr(err_one, "planned "),
+                 "rc %d: %s", rc_one, err_one);
 }
 
 int main(void) {

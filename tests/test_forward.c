@@ -191,8 +191,10 @@ static void test_types_against_f32(void) {
     CK_CHECK(seq_logits(m, ref) == 0);
     char dir[] = "/tmp/confkv-fwd-XXXXXX";
     CK_CHECK(mkdtemp(dir));
-    struct { int type; double bound; } t[] = {
-        {QUANT_F32, 1e-6}, {QUANT_F16, 5e-3}, {QUANT_BF16, 3e-2}, {QUANT_Q8_0, 3e-2}};
+    struct {
+        int type;
+        double bound;
+    } t[] = {{QUANT_F32, 1e-6}, {QUANT_F16, 5e-3}, {QUANT_BF16, 3e-2}, {QUANT_Q8_0, 3e-2}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char path[256], err[256];
         snprintf(path, sizeof path, "%s/m-%s.gguf", dir, quant_type_name(t[i].type));

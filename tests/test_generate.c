@@ -23,9 +23,12 @@ static char *read_oracle(void) {
     int state = 0;
     size_t n = 0;
     while (out && fgets(line, sizeof line, f)) {
-        if (state == 0 && !strncmp(line, "Greedy from BOS", 15)) state = 1;
-        else if (state == 1 && !strncmp(line, "```", 3)) state = 2;
-        else if (state == 2 && !strncmp(line, "```", 3)) break;
+        if (state == 0 && !strncmp(line, "Greedy from BOS", 15))
+            state = 1;
+        else if (state == 1 && !strncmp(line, "```", 3))
+            state = 2;
+        else if (state == 2 && !strncmp(line, "```", 3))
+            break;
         else if (state == 2) {
             size_t l = strlen(line);
             if (n + l < 65535) memcpy(out + n, line, l), n += l;
@@ -81,8 +84,7 @@ static void test_oracle_llama2c(void) {
     /* llama2.c's 256 steps from BOS print 256 tokens. */
     CK_CHECK(greedy(m, "", 256, &r) == 0);
     CK_CHECK(r.n_tokens == 256);
-    CK_CHECK_MSG(r.text_len == strlen(oracle) && !memcmp(r.text, oracle, r.text_len),
-                 "got:\n%s", r.text);
+    CK_CHECK_MSG(r.text_len == strlen(oracle) && !memcmp(r.text, oracle, r.text_len), "got:\n%s", r.text);
     gen_result_free(&r);
     /* With the prompt, the prompt text plus completion is the same text. */
     CK_CHECK(greedy(m, "Once upon a time", 256 - 4, &r) == 0);

@@ -44,12 +44,10 @@ static const char *tmp_path(const char *name) {
 
 static void remove_tmp_dir(void) {
     DIR *d = opendir(tmp_dir);
-    if (!d)
-        return;
+    if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         const char *p = tmp_path(e->d_name);
         struct stat st;
         if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
@@ -63,16 +61,14 @@ static void remove_tmp_dir(void) {
 
 static int write_file(const char *path, const void *p, size_t n) {
     FILE *fp = fopen(path, "wb");
-    if (!fp)
-        return -1;
+    if (!fp) return -1;
     size_t w = fwrite(p, 1, n, fp);
     return (fclose(fp) == 0 && w == n) ? 0 : -1;
 }
 
 static uint8_t *read_file(const char *path, size_t *n) {
     FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
+    if (!fp) return NULL;
     fseek(fp, 0, SEEK_END);
     long sz = ftell(fp);
     fseek(fp, 0, SEEK_SET);
@@ -94,8 +90,8 @@ typedef struct kvspec {
     const char *key;
     int type;
     int arr_type;
-    uint64_t n;       /* elements (arrays); 1 for scalars */
-    const void *data; /* the scalar, or n fixed-size elements */
+    uint64_t n;              /* elements (arrays); 1 for scalars */
+    const void *data;        /* the scalar, or n fixed-size elements */
     const char *const *strs; /* STRING (n = 1) or string array */
     const size_t *lens;
 } kvspec;
@@ -126,17 +122,17 @@ static const uint8_t a_bool[] = {1, 0, 1};
 static const uint64_t a_u64[] = {1, UINT64_MAX};
 static const int64_t a_i64[] = {INT64_MIN, 5};
 static const double a_f64[] = {1e300, -0.1};
-static const char *const a_str[] = {"", "a", "b\0c", "<0x0A>",
-                                    "h\xc3\xa9llo"};
+static const char *const a_str[] = {"", "a", "b\0c", "<0x0A>", "h\xc3\xa9llo"};
 static const size_t a_str_len[] = {0, 1, 3, 6, 6};
 
-#define ARR(key, t, a)                                                        \
+#define ARR(key, t, a) \
     { key, GGUF_TYPE_ARRAY, t, sizeof a / sizeof a[0], a, NULL, NULL }
-#define VAL(key, t, v) { key, t, 0, 1, &v, NULL, NULL }
+#define VAL(key, t, v) \
+    { key, t, 0, 1, &v, NULL, NULL }
 
 static const kvspec sample_kvs[] = {
-    {"general.architecture", GGUF_TYPE_STRING, 0, 1, NULL,
-     (const char *const[]){"llama"}, (const size_t[]){5}},
+    {"general.architecture", GGUF_TYPE_STRING, 0, 1, NULL, (const char *const[]){"llama"},
+     (const size_t[]){5}},
     VAL("test.u8", GGUF_TYPE_UINT8, v_u8),
     VAL("test.i8", GGUF_TYPE_INT8, v_i8),
     VAL("test.u16", GGUF_TYPE_UINT16, v_u16),
@@ -163,8 +159,7 @@ static const kvspec sample_kvs[] = {
     ARR("test.arr.i64", GGUF_TYPE_INT64, a_i64),
     ARR("test.arr.f64", GGUF_TYPE_FLOAT64, a_f64),
     {"test.arr.empty", GGUF_TYPE_ARRAY, GGUF_TYPE_FLOAT32, 0, NULL, NULL, NULL},
-    {"tokenizer.ggml.tokens", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING, 5, NULL,
-     a_str, a_str_len},
+    {"tokenizer.ggml.tokens", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING, 5, NULL, a_str, a_str_len},
 };
 #define N_SAMPLE_KVS ((int)(sizeof sample_kvs / sizeof sample_kvs[0]))
 
@@ -190,13 +185,10 @@ typedef struct sample_data {
     uint64_t nbytes[N_SAMPLE_TENSORS];
 } sample_data;
 
-static uint64_t tspec_elems(const tspec *t) {
-    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-}
+static uint64_t tspec_elems(const tspec *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
 
 static void sample_data_free(sample_data *s) {
-    for (int i = 0; i < N_SAMPLE_TENSORS; i++)
-        free(s->data[i]);
+    for (int i = 0; i < N_SAMPLE_TENSORS; i++) free(s->data[i]);
 }
 
 static int sample_data_make(sample_data *s) {
@@ -205,65 +197,43 @@ static int sample_data_make(sample_data *s) {
         const tspec *t = &sample_tensors[k];
         uint64_t n = tspec_elems(t);
         float *f = malloc(n * sizeof *f);
-        if (!f || quant_row_bytes(t->type, n, &s->nbytes[k]) < 0 ||
-            !(s->data[k] = malloc(s->nbytes[k]))) {
+        if (!f || quant_row_bytes(t->type, n, &s->nbytes[k]) < 0 || !(s->data[k] = malloc(s->nbytes[k]))) {
             free(f);
             return -1;
         }
-        for (uint64_t i = 0; i < n; i++)
-            f[i] = sinf(0.37f * (float)i + (float)k) * (float)(k + 1);
+        for (uint64_t i = 0; i < n; i++) f[i] = sinf(0.37f * (float)i + (float)k) * (float)(k + 1);
         int rc = quant_from_f32(t->type, f, s->data[k], n);
         free(f);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     return 0;
 }
 
-static int write_sample(const char *path, const sample_data *s, char *err,
-                        size_t errlen) {
+static int write_sample(const char *path, const sample_data *s, char *err, size_t errlen) {
     gguf_writer *w;
     int rc = gguf_writer_new(&w);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) return rc;
     for (int i = 0; rc == 0 && i < N_SAMPLE_KVS; i++) {
         const kvspec *k = &sample_kvs[i];
         switch (k->type) {
-        case GGUF_TYPE_UINT32:
-            rc = gguf_writer_set_u32(w, k->key, *(const uint32_t *)k->data);
-            break;
-        case GGUF_TYPE_INT32:
-            rc = gguf_writer_set_i32(w, k->key, *(const int32_t *)k->data);
-            break;
-        case GGUF_TYPE_UINT64:
-            rc = gguf_writer_set_u64(w, k->key, *(const uint64_t *)k->data);
-            break;
-        case GGUF_TYPE_FLOAT32:
-            rc = gguf_writer_set_f32(w, k->key, *(const float *)k->data);
-            break;
-        case GGUF_TYPE_BOOL:
-            rc = gguf_writer_set_bool(w, k->key, *(const uint8_t *)k->data);
-            break;
-        case GGUF_TYPE_STRING:
-            rc = gguf_writer_set_str(w, k->key, k->strs[0]);
-            break;
+        case GGUF_TYPE_UINT32: rc = gguf_writer_set_u32(w, k->key, *(const uint32_t *)k->data); break;
+        case GGUF_TYPE_INT32: rc = gguf_writer_set_i32(w, k->key, *(const int32_t *)k->data); break;
+        case GGUF_TYPE_UINT64: rc = gguf_writer_set_u64(w, k->key, *(const uint64_t *)k->data); break;
+        case GGUF_TYPE_FLOAT32: rc = gguf_writer_set_f32(w, k->key, *(const float *)k->data); break;
+        case GGUF_TYPE_BOOL: rc = gguf_writer_set_bool(w, k->key, *(const uint8_t *)k->data); break;
+        case GGUF_TYPE_STRING: rc = gguf_writer_set_str(w, k->key, k->strs[0]); break;
         case GGUF_TYPE_ARRAY:
-            rc = k->arr_type == GGUF_TYPE_STRING
-                     ? gguf_writer_set_arr_str(w, k->key, k->strs, k->lens, k->n)
-                     : gguf_writer_set_arr(w, k->key, k->arr_type, k->data,
-                                           k->n);
+            rc = k->arr_type == GGUF_TYPE_STRING ? gguf_writer_set_arr_str(w, k->key, k->strs, k->lens, k->n)
+                                                 : gguf_writer_set_arr(w, k->key, k->arr_type, k->data, k->n);
             break;
-        default:
-            rc = gguf_writer_set_val(w, k->key, k->type, k->data);
+        default: rc = gguf_writer_set_val(w, k->key, k->type, k->data);
         }
     }
     for (int i = 0; rc == 0 && i < N_SAMPLE_TENSORS; i++) {
         const tspec *t = &sample_tensors[i];
-        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne,
-                                    s->data[i]);
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, s->data[i]);
     }
-    if (rc == 0)
-        rc = gguf_writer_write(w, path, err, errlen);
+    if (rc == 0) rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_free(w);
     return rc;
 }
@@ -328,15 +298,14 @@ static void json_scalar(FILE *o, int type, const void *raw) {
 static void json_array(FILE *o, int et, const void *data, uint64_t n) {
     fputc('[', o);
     for (uint64_t i = 0; i < n; i++) {
-        if (i)
-            fputc(',', o);
+        if (i) fputc(',', o);
         json_scalar(o, et, (const uint8_t *)data + i * gguf_type_size(et));
     }
     fputc(']', o);
 }
 
-static void json_tensor(FILE *o, const char *name, int type, uint32_t n_dims,
-                        const uint64_t *ne, const void *data) {
+static void json_tensor(FILE *o, const char *name, int type, uint32_t n_dims, const uint64_t *ne,
+                        const void *data) {
     fputs("{\"name\":", o);
     json_str(o, name, strlen(name));
     fprintf(o, ",\"type\":%d,\"shape\":[", type);
@@ -348,13 +317,11 @@ static void json_tensor(FILE *o, const char *name, int type, uint32_t n_dims,
     /* the first block(s): up to 32 elements, a multiple of the block size */
     float f[QUANT_Q8_0_BLOCK];
     uint64_t n = elems < 32 ? elems : 32;
-    if (quant_block_size(type) > 1)
-        n = (uint64_t)quant_block_size(type);
+    if (quant_block_size(type) > 1) n = (uint64_t)quant_block_size(type);
     fputs("],\"first\":[", o);
     if (quant_to_f32(type, data, f, n) == 0)
         for (uint64_t i = 0; i < n && i < 4; i++) {
-            if (i)
-                fputc(',', o);
+            if (i) fputc(',', o);
             json_double(o, f[i], 9);
         }
     fputs("]}", o);
@@ -372,16 +339,14 @@ static void json_of_spec(FILE *o, const sample_data *s) {
     for (int i = 0; i < N_SAMPLE_KVS; i++) {
         const kvspec *k = &sample_kvs[i];
         json_kv_head(o, i, k->key, k->type);
-        if (k->type == GGUF_TYPE_ARRAY)
-            fprintf(o, ",\"subtype\":%d", k->arr_type);
+        if (k->type == GGUF_TYPE_ARRAY) fprintf(o, ",\"subtype\":%d", k->arr_type);
         fputs(",\"value\":", o);
         if (k->type == GGUF_TYPE_STRING) {
             json_str(o, k->strs[0], k->lens[0]);
         } else if (k->type == GGUF_TYPE_ARRAY && k->arr_type == GGUF_TYPE_STRING) {
             fputc('[', o);
             for (uint64_t j = 0; j < k->n; j++) {
-                if (j)
-                    fputc(',', o);
+                if (j) fputc(',', o);
                 json_str(o, k->strs[j], k->lens[j]);
             }
             fputc(']', o);
@@ -396,8 +361,7 @@ static void json_of_spec(FILE *o, const sample_data *s) {
     fputs(",\"value\":32}\n],\"tensors\":[\n", o);
     for (int i = 0; i < N_SAMPLE_TENSORS; i++) {
         const tspec *t = &sample_tensors[i];
-        if (i)
-            fputs(",\n", o);
+        if (i) fputs(",\n", o);
         json_tensor(o, t->name, t->type, t->n_dims, t->ne, s->data[i]);
     }
     fputs("\n]}\n", o);
@@ -420,8 +384,7 @@ static void json_of_file(FILE *o, const gguf_file *f) {
                 fputc('[', o);
                 for (uint64_t j = 0; j < n; j++) {
                     gguf_get_arr_str(f, key, j, &s, &len);
-                    if (j)
-                        fputc(',', o);
+                    if (j) fputc(',', o);
                     json_str(o, s, len);
                 }
                 fputc(']', o);
@@ -442,8 +405,7 @@ static void json_of_file(FILE *o, const gguf_file *f) {
     fputs("\n],\"tensors\":[\n", o);
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (i)
-            fputs(",\n", o);
+        if (i) fputs(",\n", o);
         json_tensor(o, t->name, t->type, t->n_dims, t->ne, t->data);
     }
     fputs("\n]}\n", o);
@@ -459,19 +421,21 @@ static void test_round_trip(void) {
     CK_CHECK(sample_data_make(&s) == 0);
     const char *path = tmp_path("sample.gguf");
     int rc = write_sample(path, &s, err, sizeof err);
-    if (rc != 0)
-        sample_data_free(&s);
+    if (rc != 0) sample_data_free(&s);
     CK_CHECK_MSG(rc == 0, "%s", err);
     CK_CHECK(access(tmp_path("sample.gguf.tmp"), F_OK) != 0);
 
     gguf_file *f = NULL;
     rc = gguf_open(path, &f, err, sizeof err);
-    if (rc != 0)
-        sample_data_free(&s);
+    if (rc != 0) sample_data_free(&s);
     CK_CHECK_MSG(rc == 0, "%s", err);
     int ok = 0;
     do {
-#define REQ(c) if (!(c)) { fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c); break; }
+#define REQ(c)                                                  \
+    if (!(c)) {                                                 \
+        fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c); \
+        break;                                                  \
+    }
         REQ(gguf_version(f) == 3);
         REQ(gguf_alignment(f) == 32);
         REQ(gguf_data_offset(f) % 32 == 0);
@@ -502,8 +466,7 @@ static void test_round_trip(void) {
                     REQ(data == NULL);
                     int s_ok = 1;
                     for (uint64_t j = 0; j < n && s_ok; j++)
-                        s_ok = gguf_get_arr_str(f, k->key, j, &str, &len) == 0 &&
-                               len == k->lens[j] &&
+                        s_ok = gguf_get_arr_str(f, k->key, j, &str, &len) == 0 && len == k->lens[j] &&
                                memcmp(str, k->strs[j], len) == 0;
                     REQ(s_ok);
                     REQ(gguf_get_arr_str(f, k->key, n, &str, &len) == CK_ERANGE);
@@ -519,8 +482,7 @@ static void test_round_trip(void) {
             }
             kv_ok = 1;
         }
-        if (!kv_ok)
-            break;
+        if (!kv_ok) break;
         /* typed getters and their conversions */
         int64_t iv;
         double dv;
@@ -575,8 +537,7 @@ static void test_round_trip(void) {
             prev_end = t->offset + t->nbytes;
             t_ok = 1;
         }
-        if (!t_ok)
-            break;
+        if (!t_ok) break;
         REQ(gguf_tensor_at(f, -1) == NULL);
         REQ(gguf_tensor_at(f, N_SAMPLE_TENSORS) == NULL);
         REQ(gguf_find_tensor(f, "blk.0.attn_k.weight") == NULL);
@@ -587,25 +548,18 @@ static void test_round_trip(void) {
         float y[64 * 3];
         REQ(quant_to_f32(q->type, q->data, y, 64 * 3) == 0);
         int q_ok = 1;
-        for (int i = 0; i < 64 * 3; i++)
-            q_ok &= fabsf(y[i] - sinf(0.37f * (float)i)) <= 1.0f / 127 + 1e-3f;
+        for (int i = 0; i < 64 * 3; i++) q_ok &= fabsf(y[i] - sinf(0.37f * (float)i)) <= 1.0f / 127 + 1e-3f;
         REQ(q_ok);
         /* the writer's intent and the reader's view print the same JSON */
         char *a = NULL, *b = NULL;
         size_t al = 0, bl = 0;
         FILE *oa = open_memstream(&a, &al), *ob = open_memstream(&b, &bl);
-        if (oa)
-            json_of_spec(oa, &s);
-        if (ob)
-            json_of_file(ob, f);
-        if (oa)
-            fclose(oa);
-        if (ob)
-            fclose(ob);
+        if (oa) json_of_spec(oa, &s);
+        if (ob) json_of_file(ob, f);
+        if (oa) fclose(oa);
+        if (ob) fclose(ob);
         int same = a && b && al == bl && memcmp(a, b, al) == 0;
-        if (!same)
-            fprintf(stderr, "spec JSON:\n%s\nfile JSON:\n%s\n", a ? a : "",
-                    b ? b : "");
+        if (!same) fprintf(stderr, "spec JSON:\n%s\nfile JSON:\n%s\n", a ? a : "", b ? b : "");
         free(a);
         free(b);
         REQ(same);
@@ -647,34 +601,29 @@ static void test_writer_args(void) {
     r[k++] = gguf_writer_add_tensor(w, "", QUANT_F32, 1, ne, data) == CK_EINVAL;
     r[k++] = gguf_writer_add_tensor(w, "t", 16, 1, ne, data) == CK_EUNSUPPORTED;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_K, 1, ne, data) == CK_EUNSUPPORTED;
-    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_0, 1,
-                                    (uint64_t[]){33}, data) == CK_EFORMAT;
-    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2,
-                                    (uint64_t[]){4, 0}, data) == CK_EINVAL;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_Q8_0, 1, (uint64_t[]){33}, data) == CK_EFORMAT;
+    r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2, (uint64_t[]){4, 0}, data) == CK_EINVAL;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 2, ne, data) == 0;
     r[k++] = gguf_writer_add_tensor(w, "t", QUANT_F32, 1, ne, data) == CK_EINVAL;
     /* setting a key again replaces it, keeping its place */
-    r[k++] = gguf_writer_set_u32(w, "x", 1) == 0 &&
-             gguf_writer_set_str(w, "y", "first") == 0 &&
+    r[k++] = gguf_writer_set_u32(w, "x", 1) == 0 && gguf_writer_set_str(w, "y", "first") == 0 &&
              gguf_writer_set_str(w, "x", "now a string") == 0;
     char err[512];
-    r[k++] = gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) ==
-                 CK_EIO && err[0] != 0;
+    r[k++] = gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) == CK_EIO && err[0] != 0;
     const char *path = tmp_path("args.gguf");
     /* written twice: the second replaces the first */
-    r[k++] = gguf_writer_write(w, path, err, sizeof err) == 0 &&
-             gguf_writer_write(w, path, err, sizeof err) == 0;
+    r[k++] =
+        gguf_writer_write(w, path, err, sizeof err) == 0 && gguf_writer_write(w, path, err, sizeof err) == 0;
     gguf_writer_free(w);
     gguf_writer_free(NULL);
-    for (int i = 0; i < k; i++)
-        CK_CHECK_MSG(r[i], "case %d", i);
+    for (int i = 0; i < k; i++) CK_CHECK_MSG(r[i], "case %d", i);
     gguf_file *f;
     CK_CHECK_MSG(gguf_open(path, &f, err, sizeof err) == 0, "%s", err);
     const char *s;
     size_t len;
     int ok = gguf_n_kv(f) == 3 && strcmp(gguf_key_at(f, 0), "x") == 0 &&
-             gguf_get_str(f, "x", &s, &len) == 0 && len == 12 &&
-             memcmp(s, "now a string", 12) == 0 && gguf_n_tensors(f) == 1;
+             gguf_get_str(f, "x", &s, &len) == 0 && len == 12 && memcmp(s, "now a string", 12) == 0 &&
+             gguf_n_tensors(f) == 1;
     gguf_close(f);
     CK_CHECK(ok);
     CK_CHECK(access(tmp_path("args.gguf.tmp"), F_OK) != 0);
@@ -691,8 +640,8 @@ static void test_empty_file(void) {
     CK_CHECK_MSG(rc == 0, "%s", err);
     gguf_file *f;
     CK_CHECK_MSG(gguf_open(path, &f, err, sizeof err) == 0, "%s", err);
-    int ok = gguf_n_tensors(f) == 0 && gguf_n_kv(f) == 1 &&
-             gguf_tensor_at(f, 0) == NULL && gguf_find_tensor(f, "a") == NULL;
+    int ok = gguf_n_tensors(f) == 0 && gguf_n_kv(f) == 1 && gguf_tensor_at(f, 0) == NULL &&
+             gguf_find_tensor(f, "a") == NULL;
     gguf_close(f);
     CK_CHECK(ok);
 }
@@ -709,16 +658,13 @@ typedef struct bytes {
 static void b_put(bytes *b, const void *s, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
+        while (cap < b->len + n) cap *= 2;
         uint8_t *p = realloc(b->p, cap);
-        if (!p)
-            abort(); /* a test program may */
+        if (!p) abort(); /* a test program may */
         b->p = p;
         b->cap = cap;
     }
-    if (n)
-        memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
 }
 static void b_u8(bytes *b, uint8_t v) { b_put(b, &v, 1); }
@@ -754,8 +700,7 @@ typedef struct craft {
 } craft;
 
 static craft craft_base(void) {
-    craft c = {.magic = "GGUF", .version = 3, .n_tensors = -1, .n_kv = -1,
-               .nt = 2, .data_bytes = 64};
+    craft c = {.magic = "GGUF", .version = 3, .n_tensors = -1, .n_kv = -1, .nt = 2, .data_bytes = 64};
     c.t[0] = (rtensor){"a", 1, {8}, QUANT_F32, 0};
     c.t[1] = (rtensor){"b", 1, {8}, QUANT_F32, 32};
     return c;
@@ -783,24 +728,19 @@ static void craft_bytes(const craft *c, bytes *b) {
             b_u64(b, c->align);
         }
     }
-    if (c->extra_kv)
-        b_put(b, c->extra_kv->p, c->extra_kv->len);
+    if (c->extra_kv) b_put(b, c->extra_kv->p, c->extra_kv->len);
     for (int i = 0; i < c->nt; i++) {
         const rtensor *t = &c->t[i];
         b_str(b, t->name);
         b_u32(b, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims && d < 5; d++)
-            b_u64(b, t->ne[d]);
+        for (uint32_t d = 0; d < t->n_dims && d < 5; d++) b_u64(b, t->ne[d]);
         b_u32(b, t->type);
         b_u64(b, t->offset);
     }
     uint64_t a = c->align_kind == 1 || c->align_kind == 3 ? c->align : 32;
-    if (a == 0 || (a & (a - 1)) || a > 4096)
-        a = 32;
-    while (b->len % a)
-        b_u8(b, 0);
-    for (uint64_t i = 0; i < c->data_bytes; i++)
-        b_u8(b, (uint8_t)(i * 7));
+    if (a == 0 || (a & (a - 1)) || a > 4096) a = 32;
+    while (b->len % a) b_u8(b, 0);
+    for (uint64_t i = 0; i < c->data_bytes; i++) b_u8(b, (uint8_t)(i * 7));
 }
 
 /* Write the crafted file and open it; returns gguf_open's code. */
@@ -810,29 +750,25 @@ static int craft_open(const craft *c, char *err, size_t errlen) {
     const char *path = tmp_path("crafted.gguf");
     int rc = write_file(path, b.p, b.len);
     free(b.p);
-    if (rc < 0)
-        return 1000;
+    if (rc < 0) return 1000;
     gguf_file *f = (gguf_file *)&rc; /* must be reset to NULL on error */
     rc = gguf_open(path, &f, err, errlen);
-    if ((rc == 0) != (f != NULL))
-        return 2000;
+    if ((rc == 0) != (f != NULL)) return 2000;
     gguf_close(f);
     return rc;
 }
 
-#define EXPECT_OPEN(c, code)                                                  \
-    do {                                                                      \
-        char err_[512];                                                       \
-        int rc_ = craft_open(&(c), err_, sizeof err_);                        \
-        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_),  \
-                     ck_errname(code), err_);                                 \
-        if ((code) != 0) {                                                    \
-            CK_CHECK_MSG(strncmp(err_, tmp_dir, strlen(tmp_dir)) == 0 &&      \
-                         strlen(err_) > strlen(tmp_dir) + 20,                 \
-                         "message '%s'", err_);                               \
-            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_),                \
-                    err_ + strlen(tmp_dir) + 1);                              \
-        }                                                                     \
+#define EXPECT_OPEN(c, code)                                                                         \
+    do {                                                                                             \
+        char err_[512];                                                                              \
+        int rc_ = craft_open(&(c), err_, sizeof err_);                                               \
+        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_), ck_errname(code), err_); \
+        if ((code) != 0) {                                                                           \
+            CK_CHECK_MSG(strncmp(err_, tmp_dir, strlen(tmp_dir)) == 0 &&                             \
+                             strlen(err_) > strlen(tmp_dir) + 20,                                    \
+                         "message '%s'", err_);                                                      \
+            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_), err_ + strlen(tmp_dir) + 1);          \
+        }                                                                                            \
     } while (0)
 
 static void test_crafted_header(void) {
@@ -870,80 +806,69 @@ static void test_crafted_header(void) {
 }
 
 /* One extra raw key/value; checks the code. */
-#define EXPECT_KV(build, code)                                                \
-    do {                                                                      \
-        bytes kb_ = {0};                                                      \
-        build;                                                                \
-        craft c_ = craft_base();                                              \
-        c_.extra_kv = &kb_;                                                   \
-        c_.extra_kv_count = 1;                                                \
-        char err_[512];                                                       \
-        int rc_ = craft_open(&c_, err_, sizeof err_);                         \
-        free(kb_.p);                                                          \
-        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_),  \
-                     ck_errname(code), err_);                                 \
-        if ((code) != 0) {                                                    \
-            CK_CHECK(strlen(err_) > strlen(tmp_dir) + 20);                    \
-            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_),                \
-                    err_ + strlen(tmp_dir) + 1);                              \
-        }                                                                     \
+#define EXPECT_KV(build, code)                                                                       \
+    do {                                                                                             \
+        bytes kb_ = {0};                                                                             \
+        build;                                                                                       \
+        craft c_ = craft_base();                                                                     \
+        c_.extra_kv = &kb_;                                                                          \
+        c_.extra_kv_count = 1;                                                                       \
+        char err_[512];                                                                              \
+        int rc_ = craft_open(&c_, err_, sizeof err_);                                                \
+        free(kb_.p);                                                                                 \
+        CK_CHECK_MSG(rc_ == (code), "got %s, want %s: %s", ck_errname(rc_), ck_errname(code), err_); \
+        if ((code) != 0) {                                                                           \
+            CK_CHECK(strlen(err_) > strlen(tmp_dir) + 20);                                           \
+            fprintf(stderr, "    %-13s %s\n", ck_errname(rc_), err_ + strlen(tmp_dir) + 1);          \
+        }                                                                                            \
     } while (0)
 
 static void test_crafted_kv(void) {
     /* a valid extra key, to show the harness itself is sound */
-    EXPECT_KV((b_str(&kb_, "k"), b_u32(&kb_, GGUF_TYPE_UINT16),
-               b_put(&kb_, "\1\2", 2)), 0);
+    EXPECT_KV((b_str(&kb_, "k"), b_u32(&kb_, GGUF_TYPE_UINT16), b_put(&kb_, "\1\2", 2)), 0);
     /* key length past the end */
     EXPECT_KV(b_u64(&kb_, 1000000000), CK_EFORMAT);
     EXPECT_KV(b_u64(&kb_, UINT64_MAX), CK_EFORMAT);
     /* empty key, key with a NUL byte, duplicate key */
-    EXPECT_KV((b_str(&kb_, ""), b_u32(&kb_, GGUF_TYPE_UINT8), b_u8(&kb_, 1)),
-              CK_EFORMAT);
-    EXPECT_KV((b_strn(&kb_, "a\0b", 3), b_u32(&kb_, GGUF_TYPE_UINT8),
-               b_u8(&kb_, 1)), CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "general.name"), b_u32(&kb_, GGUF_TYPE_UINT8),
-               b_u8(&kb_, 1)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, ""), b_u32(&kb_, GGUF_TYPE_UINT8), b_u8(&kb_, 1)), CK_EFORMAT);
+    EXPECT_KV((b_strn(&kb_, "a\0b", 3), b_u32(&kb_, GGUF_TYPE_UINT8), b_u8(&kb_, 1)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "general.name"), b_u32(&kb_, GGUF_TYPE_UINT8), b_u8(&kb_, 1)), CK_EFORMAT);
     /* string value length past the end */
-    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING),
-               b_u64(&kb_, 1000000)), CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING),
-               b_u64(&kb_, UINT64_MAX - 3)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 1000000)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "s"), b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, UINT64_MAX - 3)), CK_EFORMAT);
     /* unknown value types */
     EXPECT_KV((b_str(&kb_, "u"), b_u32(&kb_, 13), b_u32(&kb_, 0)), CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "u"), b_u32(&kb_, UINT32_MAX), b_u32(&kb_, 0)),
-              CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "u"), b_u32(&kb_, UINT32_MAX), b_u32(&kb_, 0)), CK_EFORMAT);
     /* bool other than 0/1, scalar and in an array */
-    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_BOOL), b_u8(&kb_, 2)),
+    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_BOOL), b_u8(&kb_, 2)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_BOOL), b_u64(&kb_, 3),
+               b_put(&kb_, "\1\0\3", 3)),
               CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "b"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_BOOL), b_u64(&kb_, 3),
-               b_put(&kb_, "\1\0\3", 3)), CK_EFORMAT);
     /* array counts whose byte size overflows or passes the end */
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_UINT32), b_u64(&kb_, 1ull << 62)),
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_UINT32),
+               b_u64(&kb_, 1ull << 62)),
               CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_UINT64), b_u64(&kb_, UINT64_MAX)),
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_UINT64),
+               b_u64(&kb_, UINT64_MAX)),
               CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_UINT8), b_u64(&kb_, 100000)), CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 1ull << 61)),
+    EXPECT_KV(
+        (b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_UINT8), b_u64(&kb_, 100000)),
+        CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_STRING),
+               b_u64(&kb_, 1ull << 61)),
               CK_EFORMAT);
     /* the second string of an array runs past the end */
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 2), b_str(&kb_, "x"),
-               b_u64(&kb_, 5000)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 2),
+               b_str(&kb_, "x"), b_u64(&kb_, 5000)),
+              CK_EFORMAT);
     /* unknown element type; nested arrays are refused as unsupported */
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, 13),
-               b_u64(&kb_, 0)), CK_EFORMAT);
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_ARRAY), b_u64(&kb_, 1),
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, 13), b_u64(&kb_, 0)), CK_EFORMAT);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u64(&kb_, 1),
                b_u32(&kb_, GGUF_TYPE_UINT8), b_u64(&kb_, 1), b_u8(&kb_, 1)),
               CK_EUNSUPPORTED);
     /* an empty string array is fine */
-    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY),
-               b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 0)), 0);
+    EXPECT_KV((b_str(&kb_, "a"), b_u32(&kb_, GGUF_TYPE_ARRAY), b_u32(&kb_, GGUF_TYPE_STRING), b_u64(&kb_, 0)),
+              0);
 }
 
 /* The quantized weight types: a 2 x 3-block tensor of each opens and has
@@ -955,9 +880,9 @@ static void test_quant_tensor_types(void) {
         uint32_t type;
         uint64_t block, bytes;
     } q[] = {
-        {2, 32, 18},   {3, 32, 20},   {6, 32, 22},   {7, 32, 24},   {8, 32, 34},
+        {2, 32, 18},   {3, 32, 20},    {6, 32, 22},    {7, 32, 24},    {8, 32, 34},
         {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176}, {14, 256, 210},
-        {20, 32, 18},  {23, 256, 136}, {30, 1, 2},     {1, 1, 2},     {0, 1, 4},
+        {20, 32, 18},  {23, 256, 136}, {30, 1, 2},     {1, 1, 2},      {0, 1, 4},
     };
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         craft c = craft_base();
@@ -975,8 +900,8 @@ static void test_quant_tensor_types(void) {
         int rc = gguf_open(path, &f, err, sizeof err);
         CK_CHECK_MSG(rc == 0, "type %u: %s", q[i].type, err);
         const gguf_tensor *t = f ? gguf_find_tensor(f, "a") : NULL;
-        CK_CHECK_MSG(t && t->type == (int)q[i].type && t->nbytes == nb, "type %u: %llu bytes",
-                     q[i].type, t ? (unsigned long long)t->nbytes : 0ull);
+        CK_CHECK_MSG(t && t->type == (int)q[i].type && t->nbytes == nb, "type %u: %llu bytes", q[i].type,
+                     t ? (unsigned long long)t->nbytes : 0ull);
         gguf_close(f);
         if (q[i].block > 1) {
             /* half a block short: a row must be whole blocks */
@@ -1006,8 +931,8 @@ static void test_quant_tensor_types(void) {
         c.data_bytes = 2048 + 32;
         char err[512] = "";
         int rc = craft_open(&c, err, sizeof err);
-        CK_CHECK_MSG(rc == (no[i].type < 64 ? CK_EUNSUPPORTED : CK_EFORMAT), "type %u: %s",
-                     no[i].type, ck_errname(rc));
+        CK_CHECK_MSG(rc == (no[i].type < 64 ? CK_EUNSUPPORTED : CK_EFORMAT), "type %u: %s", no[i].type,
+                     ck_errname(rc));
         CK_CHECK_MSG(strstr(err, no[i].what) != NULL, "type %u: '%s'", no[i].type, err);
     }
 }
@@ -1033,8 +958,7 @@ static void test_crafted_tensors(void) {
     EXPECT_OPEN(c, CK_EFORMAT); /* dimension above INT64_MAX */
     c.t[0] = (rtensor){"a", 1, {1ull << 62}, QUANT_F32, 0};
     EXPECT_OPEN(c, CK_EFORMAT); /* byte size overflows */
-    c.t[0] = (rtensor){"a", 4, {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 2},
-                       QUANT_F16, 0};
+    c.t[0] = (rtensor){"a", 4, {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 2}, QUANT_F16, 0};
     EXPECT_OPEN(c, CK_EFORMAT); /* huge but representable: outside the file */
     c = craft_base();
     c.t[1].type = 16; /* iq2_xxs: a ggml type we do not handle */
@@ -1114,8 +1038,7 @@ static void test_crafted_tensors(void) {
 static void test_open_errors(void) {
     char err[512];
     gguf_file *f = (gguf_file *)err;
-    CK_CHECK(gguf_open(tmp_path("does-not-exist.gguf"), &f, err, sizeof err) ==
-             CK_EIO);
+    CK_CHECK(gguf_open(tmp_path("does-not-exist.gguf"), &f, err, sizeof err) == CK_EIO);
     CK_CHECK(f == NULL && strstr(err, "does-not-exist.gguf") != NULL);
     CK_CHECK(gguf_open(tmp_dir, &f, err, sizeof err) == CK_EIO && err[0]);
     CK_CHECK(write_file(tmp_path("zero.gguf"), "", 0) == 0);
@@ -1125,8 +1048,7 @@ static void test_open_errors(void) {
     CK_CHECK(gguf_open(tmp_path("zero.gguf"), NULL, err, sizeof err) == CK_EINVAL);
     /* a tiny error buffer is truncated, not overrun */
     char small[8];
-    CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, small, sizeof small) ==
-             CK_EFORMAT);
+    CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, small, sizeof small) == CK_EFORMAT);
     CK_CHECK(strlen(small) == 7);
     CK_CHECK(gguf_open(tmp_path("zero.gguf"), &f, NULL, 0) == CK_EFORMAT);
     gguf_close(NULL);
@@ -1148,8 +1070,7 @@ static void test_truncated(void) {
     CK_CHECK(p != NULL);
     gguf_file *f;
     rc = gguf_open(full, &f, err, sizeof err);
-    if (rc < 0)
-        free(p);
+    if (rc < 0) free(p);
     CK_CHECK_MSG(rc == 0, "%s", err);
     uint64_t end = 0;
     for (int i = 0; i < gguf_n_tensors(f); i++) {
@@ -1169,8 +1090,7 @@ static void test_truncated(void) {
         gguf_close(f);
         if (len < end) {
             refused += rc == CK_EFORMAT && strlen(err) > strlen(cut) + 10;
-            if (rc != CK_EFORMAT && bad++ < 5)
-                fprintf(stderr, "prefix %zu: rc %d: %s\n", len, rc, err);
+            if (rc != CK_EFORMAT && bad++ < 5) fprintf(stderr, "prefix %zu: rc %d: %s\n", len, rc, err);
         } else {
             opened += rc == 0;
         }
@@ -1178,8 +1098,7 @@ static void test_truncated(void) {
     free(p);
     CK_CHECK(bad == 0);
     CK_CHECK(refused == end && opened == n - end);
-    fprintf(stderr, "    %zu prefixes refused, %zu opened (file %zu bytes)\n",
-            refused, opened, n);
+    fprintf(stderr, "    %zu prefixes refused, %zu opened (file %zu bytes)\n", refused, opened, n);
 }
 
 /* Mutate each header byte of the sample a few ways: whatever the reader
@@ -1202,21 +1121,16 @@ static void test_mutated(void) {
     gguf_close(f);
     const char *mut = tmp_path("mut.gguf");
     int fd = write_file(mut, p, n) == 0 ? open(mut, O_WRONLY) : -1;
-    if (fd < 0)
-        free(p);
+    if (fd < 0) free(p);
     CK_CHECK(fd >= 0);
     size_t opened = 0, refused = 0, inconsistent = 0;
     for (size_t i = 0; i < hdr; i++) {
         uint8_t orig = p[i];
-        const uint8_t vals[5] = {0x00, 0xFF, (uint8_t)(orig ^ 1),
-                                 (uint8_t)(orig + 0x80), orig};
+        const uint8_t vals[5] = {0x00, 0xFF, (uint8_t)(orig ^ 1), (uint8_t)(orig + 0x80), orig};
         for (int v = 0; v < 5; v++) {
-            if (pwrite(fd, &vals[v], 1, (off_t)i) != 1)
-                inconsistent++;
-            if (v == 4)
-                break; /* restored */
-            if (vals[v] == orig)
-                continue;
+            if (pwrite(fd, &vals[v], 1, (off_t)i) != 1) inconsistent++;
+            if (v == 4) break; /* restored */
+            if (vals[v] == orig) continue;
             rc = gguf_open(mut, &f, err, sizeof err);
             if (rc < 0) {
                 refused++;
@@ -1234,13 +1148,11 @@ static void test_mutated(void) {
                 const void *data;
                 inconsistent += gguf_find_key(f, key) != k;
                 if (gguf_get_str(f, key, &str, &len) == 0)
-                    for (size_t j = 0; j < len; j++)
-                        sum += (uint8_t)str[j];
+                    for (size_t j = 0; j < len; j++) sum += (uint8_t)str[j];
                 if (gguf_get_arr(f, key, &et, &cnt, &data) == 0) {
                     if (et == GGUF_TYPE_STRING) {
                         for (uint64_t j = 0; j < cnt; j++)
-                            if (gguf_get_arr_str(f, key, j, &str, &len) == 0 &&
-                                len)
+                            if (gguf_get_arr_str(f, key, j, &str, &len) == 0 && len)
                                 sum += (uint8_t)str[0] + (uint8_t)str[len - 1];
                     } else if (cnt) {
                         size_t bytes = cnt * gguf_type_size(et);
@@ -1253,8 +1165,7 @@ static void test_mutated(void) {
                 inconsistent += gguf_find_tensor(f, t->name) != t;
                 inconsistent += gguf_data_offset(f) + t->offset + t->nbytes > n;
                 inconsistent += t->n_dims < 1 || t->n_dims > 4;
-                sum += ((const uint8_t *)t->data)[0] +
-                       ((const uint8_t *)t->data)[t->nbytes - 1];
+                sum += ((const uint8_t *)t->data)[0] + ((const uint8_t *)t->data)[t->nbytes - 1];
             }
             (void)sum;
             gguf_close(f);
@@ -1284,8 +1195,7 @@ static void test_mutated(void) {
 
 static uint64_t old_fnv(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
     return h;
 }
 
@@ -1302,8 +1212,7 @@ static int many_find_blocks(void) {
         for (uint32_t b = 0; b < 36 * 36 * 36; b++) { /* ~4 collide */
             char blk[3] = {al[b % 36], al[b / 36 % 36], al[b / 1296]};
             uint64_t h = st;
-            for (int k = 0; k < 3; k++)
-                h = (h ^ (uint8_t)blk[k]) * 1099511628211ull;
+            for (int k = 0; k < 3; k++) h = (h ^ (uint8_t)blk[k]) * 1099511628211ull;
             uint32_t low = (uint32_t)h & MANY_LOW_MASK;
             if (seen[low]) {
                 uint32_t a = seen[low] - 1;
@@ -1316,16 +1225,14 @@ static int many_find_blocks(void) {
             }
             seen[low] = b + 1;
         }
-        if (!many_blocks[l][1][0])
-            return -1;
+        if (!many_blocks[l][1][0]) return -1;
     }
     return 0;
 }
 
 /* Name number i (< 2^MANY_LEVELS): bit l picks the block of level l. */
 static void many_name(uint32_t i, char out[3 * MANY_LEVELS + 1]) {
-    for (int l = 0; l < MANY_LEVELS; l++)
-        memcpy(out + 3 * l, many_blocks[l][(i >> l) & 1], 3);
+    for (int l = 0; l < MANY_LEVELS; l++) memcpy(out + 3 * l, many_blocks[l][(i >> l) & 1], 3);
     out[3 * MANY_LEVELS] = 0;
 }
 
@@ -1337,8 +1244,7 @@ static double now_s(void) {
 
 /* A file of n_kv uint32 keys (value: the key's number) named by name_of,
  * and n_t F32 tensors of 8 elements named by tname_of. */
-static int write_many(const char *path, int n_kv,
-                      void (*name_of)(uint32_t, char *, void *), int n_t,
+static int write_many(const char *path, int n_kv, void (*name_of)(uint32_t, char *, void *), int n_t,
                       void (*tname_of)(uint32_t, char *, void *), void *ctx) {
     bytes b = {0};
     char name[512];
@@ -1360,8 +1266,7 @@ static int write_many(const char *path, int n_kv,
         b_u32(&b, QUANT_F32);
         b_u64(&b, 32 * (uint64_t)i);
     }
-    while (b.len % 32)
-        b_u8(&b, 0);
+    while (b.len % 32) b_u8(&b, 0);
     for (int i = 0; i < n_t; i++)
         for (int k = 0; k < 8; k++) {
             float v = (float)i;
@@ -1379,14 +1284,11 @@ typedef struct many_ctx {
 } many_ctx;
 
 static uint32_t many_pick(uint32_t i, const many_ctx *c) {
-    if (c->dup_of >= 0 && (int)i == c->n - 1)
-        i = (uint32_t)c->dup_of;
+    if (c->dup_of >= 0 && (int)i == c->n - 1) i = (uint32_t)c->dup_of;
     return c->perm ? c->perm[i] : i;
 }
 
-static void colliding_name(uint32_t i, char *out, void *ctx) {
-    many_name(many_pick(i, ctx), out);
-}
+static void colliding_name(uint32_t i, char *out, void *ctx) { many_name(many_pick(i, ctx), out); }
 
 /* 200 bytes in common, then the number: each comparison reads them all */
 static void prefixed_name(uint32_t i, char *out, void *ctx) {
@@ -1405,8 +1307,8 @@ static void test_many_colliding_keys(void) {
     uint64_t slot0 = old_fnv(nm, strlen(nm)) & MANY_LOW_MASK;
     for (uint32_t i = 1; i <= N; i++) {
         many_name(i, nm);
-        CK_CHECK_MSG((old_fnv(nm, strlen(nm)) & MANY_LOW_MASK) == slot0,
-                     "name %u does not collide", (unsigned)i);
+        CK_CHECK_MSG((old_fnv(nm, strlen(nm)) & MANY_LOW_MASK) == slot0, "name %u does not collide",
+                     (unsigned)i);
     }
     many_ctx c = {NULL, -1, N};
     const char *path = tmp_path("many.gguf");
@@ -1417,14 +1319,15 @@ static void test_many_colliding_keys(void) {
     int rc = gguf_open(path, &f, err, sizeof err);
     double t1 = now_s();
     CK_CHECK_MSG(rc == 0, "%s", err);
-    fprintf(stderr, "    %d colliding keys + %d colliding tensor names: "
-            "gguf_open %.3f s\n", N, NT, t1 - t0);
+    fprintf(stderr,
+            "    %d colliding keys + %d colliding tensor names: "
+            "gguf_open %.3f s\n",
+            N, NT, t1 - t0);
     CK_CHECK(gguf_n_kv(f) == N && gguf_n_tensors(f) == NT);
     for (uint32_t i = 0; i < N; i++) {
         many_name(i, nm);
         int64_t v = -1;
-        if (gguf_find_key(f, nm) != (int)i || gguf_get_int(f, nm, &v) != 0 ||
-            v != i) {
+        if (gguf_find_key(f, nm) != (int)i || gguf_get_int(f, nm, &v) != 0 || v != i) {
             gguf_close(f);
             CK_CHECK_MSG(0, "key %u (%s) not found as itself", (unsigned)i, nm);
         }
@@ -1433,12 +1336,10 @@ static void test_many_colliding_keys(void) {
         many_name(i, nm);
         const gguf_tensor *t = gguf_find_tensor(f, nm);
         float v = -1;
-        if (t)
-            memcpy(&v, t->data, 4);
+        if (t) memcpy(&v, t->data, 4);
         if (!t || t != gguf_tensor_at(f, (int)i) || v != (float)i) {
             gguf_close(f);
-            CK_CHECK_MSG(0, "tensor %u (%s) not found as itself", (unsigned)i,
-                         nm);
+            CK_CHECK_MSG(0, "tensor %u (%s) not found as itself", (unsigned)i, nm);
         }
     }
     /* colliding names that are not in the file */
@@ -1459,8 +1360,7 @@ static void test_many_prefixed_keys(void) {
     enum { N = 80000 };
     uint32_t *perm = malloc(N * sizeof *perm);
     CK_CHECK(perm);
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
+    for (uint32_t i = 0; i < N; i++) perm[i] = i;
     uint64_t r = 88172645463325252ull;
     for (uint32_t i = N - 1; i > 0; i--) { /* file order: shuffled */
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
@@ -1479,8 +1379,7 @@ static void test_many_prefixed_keys(void) {
     int bad = -1;
     for (uint32_t i = 0; rc == 0 && i < N && bad < 0; i++) {
         prefixed_name(i, nm, &c); /* the name of key i */
-        if (gguf_find_key(f, nm) != (int)i)
-            bad = (int)i;
+        if (gguf_find_key(f, nm) != (int)i) bad = (int)i;
     }
     int absent = CK_EINVAL;
     if (rc == 0) {
@@ -1491,8 +1390,7 @@ static void test_many_prefixed_keys(void) {
     gguf_close(f);
     free(perm);
     CK_CHECK_MSG(rc == 0, "%s", err);
-    fprintf(stderr, "    %d keys, 200-byte common prefix: gguf_open %.3f s\n",
-            N, t1 - t0);
+    fprintf(stderr, "    %d keys, 200-byte common prefix: gguf_open %.3f s\n", N, t1 - t0);
     CK_CHECK_MSG(bad < 0, "key %d not found as itself", bad);
     CK_CHECK(absent == 1);
     CK_CHECK_MSG(t1 - t0 < 20.0, "gguf_open took %.1f s", t1 - t0);
@@ -1516,15 +1414,13 @@ static void test_many_duplicates(void) {
     CK_CHECK(write_many(path, 0, NULL, N, colliding_name, &c) == 0);
     f = (gguf_file *)err;
     CK_CHECK(gguf_open(path, &f, err, sizeof err) == CK_EFORMAT && !f);
-    snprintf(want, sizeof want, "duplicate tensor name '%s' (tensors 123 and %d)",
-             nm, N - 1);
+    snprintf(want, sizeof want, "duplicate tensor name '%s' (tensors 123 and %d)", nm, N - 1);
     CK_CHECK_MSG(strstr(err, want) != NULL, "message '%s'", err);
     /* the small crafted file: two tensors "a" */
     craft cr = craft_base();
     cr.t[1].name = "a";
     CK_CHECK(craft_open(&cr, err, sizeof err) == CK_EFORMAT);
-    CK_CHECK_MSG(strstr(err, "duplicate tensor name 'a' (tensors 0 and 1)"),
-                 "message '%s'", err);
+    CK_CHECK_MSG(strstr(err, "duplicate tensor name 'a' (tensors 0 and 1)"), "message '%s'", err);
     /* and a key set twice in the crafted file */
     bytes kb = {0};
     b_str(&kb, "general.name");
@@ -1536,8 +1432,7 @@ static void test_many_duplicates(void) {
     int rc = craft_open(&cr, err, sizeof err);
     free(kb.p);
     CK_CHECK(rc == CK_EFORMAT);
-    CK_CHECK_MSG(strstr(err, "duplicate key 'general.name' (kv 0 and 1)"),
-                 "message '%s'", err);
+    CK_CHECK_MSG(strstr(err, "duplicate key 'general.name' (kv 0 and 1)"), "message '%s'", err);
 }
 
 /* ------------------------------------------------------------------------
@@ -1574,10 +1469,8 @@ static int cmd_describe(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--write-sample") == 0)
-        return cmd_write_sample(argv[2]);
-    if (argc == 3 && strcmp(argv[1], "--describe") == 0)
-        return cmd_describe(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--write-sample") == 0) return cmd_write_sample(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--describe") == 0) return cmd_describe(argv[2]);
     if (argc != 1) {
         fprintf(stderr, "usage: test_gguf [--write-sample PATH | --describe PATH]\n");
         return 2;

@@ -25,17 +25,22 @@ static backend *b;
 
 static int setup(void) {
     char err[256];
-    if (model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err, sizeof err))
+    if (model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
+                   sizeof err))
         return -1;
-    be_options o = {.max_batch_tokens = 64, .n_kv_blocks = NB, .block_size = BS, .n_threads = 1,
-                    .n_kv8_blocks = NB};
+    be_options o = {
+        .max_batch_tokens = 64, .n_kv_blocks = NB, .block_size = BS, .n_threads = 1, .n_kv8_blocks = NB};
     return be_cpu_new(m, &o, &b, err, sizeof err) ? -1 : 0;
 }
 
 static int new_kvm(kvm *k, size_t warm_bytes) {
     char err[256];
-    kvm_config c = {.b = b, .n_blocks = NB, .block_size = BS, .warm_budget_bytes = warm_bytes,
-                    .instance = 42, .staging_bytes = (size_t)1 << 20};
+    kvm_config c = {.b = b,
+                    .n_blocks = NB,
+                    .block_size = BS,
+                    .warm_budget_bytes = warm_bytes,
+                    .instance = 42,
+                    .staging_bytes = (size_t)1 << 20};
     return kvm_init(k, &c, err, sizeof err);
 }
 
@@ -118,7 +123,7 @@ static void test_commitment(void) {
     CK_CHECK(kvpol_parse("conf", &conf, err, sizeof err) == 0);
     CK_CHECK(kvm_commitment(&k, &full, 10, 30, 10, 1) == 10);
     CK_CHECK(kvm_commitment(&k, &win, 10, 30, 10, 1) == 4);
-    CK_CHECK(kvm_commitment(&k, &win, 10, 30, 30, 0) == 9);  /* 30 tokens prefilling: 8 blocks + 1 */
+    CK_CHECK(kvm_commitment(&k, &win, 10, 30, 30, 0) == 9);   /* 30 tokens prefilling: 8 blocks + 1 */
     CK_CHECK(kvm_commitment(&k, &conf, 10, 30, 10, 1) == 10); /* conf's 16 capped at the whole 10 */
     CK_CHECK(kvm_commitment(&k, &conf, 100, 100, 100, 1) == 16);
     kvm_free(&k);

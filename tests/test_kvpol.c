@@ -23,8 +23,8 @@ static int setup(void) {
     if (model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
                    sizeof err))
         return -1;
-    be_options o = {.max_batch_tokens = 64, .n_kv_blocks = 128, .block_size = 4, .n_threads = 1,
-                    .n_kv8_blocks = 128};
+    be_options o = {
+        .max_batch_tokens = 64, .n_kv_blocks = 128, .block_size = 4, .n_threads = 1, .n_kv8_blocks = 128};
     if (be_cpu_new(m, &o, &b, err, sizeof err)) return -1;
     kv_pool_init(&pool, 128, 4);
     kv_pool_init(&pool8, 128, 4);
@@ -36,8 +36,8 @@ static int leak_free(void) { return kv_pool_used(&pool) == 0 && kv_pool_used(&po
 static void test_budget_direction(void) {
     kvpol_config c;
     char err[128];
-    CK_CHECK(kvpol_parse("conf:min_size=32,base_size=64,max_size=256,hysteresis=2,signal_ema=1", &c,
-                         err, sizeof err) == 0);
+    CK_CHECK(kvpol_parse("conf:min_size=32,base_size=64,max_size=256,hysteresis=2,signal_ema=1", &c, err,
+                         sizeof err) == 0);
     kvpol *p = NULL;
     CK_CHECK(kvpol_new(&c, b, &pool, NULL, NULL, &p) == 0);
     kv_seq s;
@@ -112,8 +112,8 @@ static void test_breaker(void) {
 static void test_demote_recall_exact(void) {
     kvpol_config c;
     char err[128];
-    CK_CHECK(kvpol_parse("conf:min_size=8,base_size=512,max_size=512,recent_window=4", &c, err,
-                         sizeof err) == 0);
+    CK_CHECK(kvpol_parse("conf:min_size=8,base_size=512,max_size=512,recent_window=4", &c, err, sizeof err) ==
+             0);
     tier_config tc;
     tier_config_default(&tc, b);
     tier *t = NULL;
@@ -215,7 +215,12 @@ static void test_int8_demote_recall_exact(void) {
  * budget (plus the block being written); nothing leaks; a failing cold
  * store with a tiny warm tier is survived. */
 static void test_generate_every_policy(void) {
-    const char *specs[] = {"full", "window:64", "sinks:64", "h2o:64", "conf", "conf-int8",
+    const char *specs[] = {"full",
+                           "window:64",
+                           "sinks:64",
+                           "h2o:64",
+                           "conf",
+                           "conf-int8",
                            "conf:min_size=16,base_size=16,max_size=64,retry_pmax=0.5,retry_size=128"};
     cold_store *cold = NULL;
     CK_CHECK(cold_mem_new(&cold) == 0);
@@ -228,7 +233,8 @@ static void test_generate_every_policy(void) {
             tier_config_default(&tc, b);
             tc.compress = c.cache_compression;
             tc.cold = cold;
-            if (failing) tc.budget_bytes = 3 * (c.cache_compression ? b->kv8_block_bytes : b->kv_block_floats * 4);
+            if (failing)
+                tc.budget_bytes = 3 * (c.cache_compression ? b->kv8_block_bytes : b->kv_block_floats * 4);
             cold_mem_set_failing(cold, failing, failing);
             tier *t = NULL;
             kvpol *p = NULL;
@@ -248,8 +254,10 @@ static void test_generate_every_policy(void) {
             CK_CHECK(r.n_tokens == 300);
             if (c.kind == KVPOL_WINDOW || c.kind == KVPOL_SINKS || c.kind == KVPOL_H2O)
                 CK_CHECK_MSG(r.hot_peak_tokens <= 64 + 4, "%s kept %d", specs[i], r.hot_peak_tokens);
-            if (c.kind == KVPOL_FULL) CK_CHECK(r.hot_peak_tokens == r.full_peak_tokens);
-            else CK_CHECK_MSG(r.hot_token_steps < r.full_token_steps, "%s kept everything", specs[i]);
+            if (c.kind == KVPOL_FULL)
+                CK_CHECK(r.hot_peak_tokens == r.full_peak_tokens);
+            else
+                CK_CHECK_MSG(r.hot_token_steps < r.full_token_steps, "%s kept everything", specs[i]);
             gen_result_free(&r);
             gen_free(g);
             tier_poll(t);

@@ -158,7 +158,7 @@ static void test_conf_recall_fetch_compress(void) {
         } else {
             /* 0..8 in order, 9 (the tail) stays f32 */
             const int32_t up[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-            const uint8_t op[] = {MV_COMPRESS, MV_COMPRESS, MV_RECALL8, MV_RECALL8, MV_COMPRESS,
+            const uint8_t op[] = {MV_COMPRESS, MV_COMPRESS, MV_RECALL8,  MV_RECALL8, MV_COMPRESS,
                                   MV_FETCH,    MV_COMPRESS, MV_COMPRESS, MV_COMPRESS};
             CK_CHECK_MSG(list_is(pl->up, pl->n_up, up, 9) && !memcmp(pl->up_op, op, 9), "int8 plan: %d ups",
                          pl->n_up);
@@ -187,7 +187,7 @@ static void test_conf_room(void) {
     kvpol *p = planner("conf", 0, 1);
     CK_CHECK(p != NULL);
     kv_seq s;
-    hot_seq(&s, 200); /* 50 blocks */
+    hot_seq(&s, 200);                                                         /* 50 blocks */
     for (int j = 0; j < s.n_blocks; j++) s.score[j] = (float)((j * 37) % 11); /* a ranking */
     kvpol_begin(p, &s);
     const kv_plan *pl = NULL;

@@ -73,10 +73,14 @@ static void test_llama2c_malformed(void) {
         CK_CHECK(refused(tmp("cut.bin"), tok, NULL));
     }
     /* Absurd header fields. */
-    struct { int field; int32_t v; const char *needle; } bad[] = {
-        {0, 0, "dim"}, {0, -5, "dim"}, {0, 1 << 30, "dim"}, {2, 100000, "n_layers"},
-        {3, 7, "multiple"}, {4, 3, "multiple"}, {5, 1 << 30, "vocab"}, {6, 0, "seq_len"},
-        {1, 1 << 30, "hidden"},
+    struct {
+        int field;
+        int32_t v;
+        const char *needle;
+    } bad[] = {
+        {0, 0, "dim"},           {0, -5, "dim"},     {0, 1 << 30, "dim"},
+        {2, 100000, "n_layers"}, {3, 7, "multiple"}, {4, 3, "multiple"},
+        {5, 1 << 30, "vocab"},   {6, 0, "seq_len"},  {1, 1 << 30, "hidden"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         unsigned char *c = malloc(n);
@@ -96,14 +100,18 @@ static void test_llama2c_malformed(void) {
 /* Build a GGUF from the reference model, then break one thing in it. */
 typedef void (*mutate_fn)(gguf_writer *w, const model *m);
 
-static int write_variant(const model *m, const char *path, const char *skip_tensor,
-                         const char *arch, int bad_shape) {
+static int write_variant(const model *m, const char *path, const char *skip_tensor, const char *arch,
+                         int bad_shape) {
     gguf_writer *w = NULL;
     if (gguf_writer_new(&w)) return -1;
     const model_config *c = &m->cfg;
     gguf_writer_set_str(w, "general.architecture", arch);
     char key[128];
-#define U32(k, v) do { snprintf(key, sizeof key, "%s.%s", arch, k); gguf_writer_set_u32(w, key, (uint32_t)(v)); } while (0)
+#define U32(k, v)                                    \
+    do {                                             \
+        snprintf(key, sizeof key, "%s.%s", arch, k); \
+        gguf_writer_set_u32(w, key, (uint32_t)(v));  \
+    } while (0)
     U32("context_length", c->seq_len);
     U32("embedding_length", c->dim);
     U32("block_count", bad_shape == 2 ? 1024 : c->n_layers); /* 2: more layers than tensors */
@@ -121,7 +129,11 @@ static int write_variant(const model *m, const char *path, const char *skip_tens
     }
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)pieces, lens, (uint64_t)V);
-    struct { const char *name; const model_tensor *t; uint64_t cols, rows; } ts[64];
+    struct {
+        const char *name;
+        const model_tensor *t;
+        uint64_t cols, rows;
+    } ts[64];
     int nt = 0;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim;
     uint64_t KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
@@ -130,10 +142,19 @@ static int write_variant(const model *m, const char *path, const char *skip_tens
     ts[nt].name = "output_norm.weight", ts[nt].t = &m->out_norm, ts[nt].cols = D, ts[nt++].rows = 1;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ly = &m->layers[l];
-        struct { const char *n; const model_tensor *t; uint64_t cols, rows; } lt[] = {
-            {"attn_norm", &ly->attn_norm, D, 1}, {"attn_q", &ly->wq, D, D}, {"attn_k", &ly->wk, D, KV},
-            {"attn_v", &ly->wv, D, KV}, {"attn_output", &ly->wo, D, D}, {"ffn_norm", &ly->ffn_norm, D, 1},
-            {"ffn_gate", &ly->w1, D, F}, {"ffn_down", &ly->w2, F, D}, {"ffn_up", &ly->w3, D, F}};
+        struct {
+            const char *n;
+            const model_tensor *t;
+            uint64_t cols, rows;
+        } lt[] = {{"attn_norm", &ly->attn_norm, D, 1},
+                  {"attn_q", &ly->wq, D, D},
+                  {"attn_k", &ly->wk, D, KV},
+                  {"attn_v", &ly->wv, D, KV},
+                  {"attn_output", &ly->wo, D, D},
+                  {"ffn_norm", &ly->ffn_norm, D, 1},
+                  {"ffn_gate", &ly->w1, D, F},
+                  {"ffn_down", &ly->w2, F, D},
+                  {"ffn_up", &ly->w3, D, F}};
         for (int i = 0; i < 9; i++) {
             snprintf(names[nt], sizeof names[nt], "blk.%d.%s.weight", l, lt[i].n);
             ts[nt].name = names[nt];

@@ -123,11 +123,13 @@ static void test_prefix_reuse(void) {
 
 /* The conversation's tokens: turn 1's prompt and completion, then turn 2's
  * prompt as a continuation (no BOS). */
-static int conversation(const eng *e, const out *t1, const int32_t *p1, int n1, const char *p2, int32_t *dst) {
+static int conversation(const eng *e, const out *t1, const int32_t *p1, int n1, const char *p2,
+                        int32_t *dst) {
     memcpy(dst, p1, (size_t)n1 * sizeof *dst);
     memcpy(dst + n1, t1->tok, (size_t)t1->n_tok * sizeof *dst);
     int k = 0;
-    if (tok_encode(eng_model(e)->tok, p2, strlen(p2), 0, dst + n1 + t1->n_tok, 512 - n1 - t1->n_tok, &k)) return -1;
+    if (tok_encode(eng_model(e)->tok, p2, strlen(p2), 0, dst + n1 + t1->n_tok, 512 - n1 - t1->n_tok, &k))
+        return -1;
     return n1 + t1->n_tok + k;
 }
 
@@ -151,8 +153,8 @@ static void test_session(void) {
     int32_t p1tok[128], conv[512];
     int n1 = 0;
     CK_CHECK(!tok_encode(eng_model(e)->tok, p1, strlen(p1), 1, p1tok, 128, &n1));
-    CK_CHECK_MSG(t2.session_tokens == n1 + t1.n_tok, "session tokens %d, turn 1 had %d + %d", t2.session_tokens, n1,
-                 t1.n_tok);
+    CK_CHECK_MSG(t2.session_tokens == n1 + t1.n_tok, "session tokens %d, turn 1 had %d + %d",
+                 t2.session_tokens, n1, t1.n_tok);
     CK_CHECK_MSG(t2.cached >= n1 + t1.n_tok - 4, "turn 2 cached %d of %d", t2.cached, n1 + t1.n_tok);
     int nc = conversation(e, &t1, p1tok, n1, p2, conv);
     CK_CHECK(nc == t2.prompt_tokens);
@@ -171,7 +173,8 @@ static void test_session(void) {
     q.prompt = p3;
     q.prompt_len = strlen(p3);
     CK_CHECK(!run1(e, &q, &t3) && !t3.error);
-    CK_CHECK_MSG(t3.session_tokens == t2.prompt_tokens + t2.n_tok, "turn 3 resumed %d tokens", t3.session_tokens);
+    CK_CHECK_MSG(t3.session_tokens == t2.prompt_tokens + t2.n_tok, "turn 3 resumed %d tokens",
+                 t3.session_tokens);
     CK_CHECK_MSG(t3.cached >= t3.session_tokens - 4, "turn 3 cached %d of %d", t3.cached, t3.session_tokens);
     eng_stats st;
     eng_get_stats(e, &st);
@@ -197,8 +200,9 @@ static void test_template_and_corruption(void) {
     eng_stats st;
     eng_get_stats(e, &st);
     int nb = (w.prompt_tokens - 1) / 4;
-    CK_CHECK_MSG(st.prefix_pinned == nb && st.prefix_persisted == (uint64_t)nb, "pinned %d persisted %llu of %d",
-                 st.prefix_pinned, (unsigned long long)st.prefix_persisted, nb);
+    CK_CHECK_MSG(st.prefix_pinned == nb && st.prefix_persisted == (uint64_t)nb,
+                 "pinned %d persisted %llu of %d", st.prefix_pinned, (unsigned long long)st.prefix_persisted,
+                 nb);
     CK_CHECK(eng_flush(e, 1000) == CK_OK);
     eng_free(e);
     /* Another engine: the template's blocks come from the store. */
@@ -315,11 +319,13 @@ static void test_named_template(void) {
     r.prompt_len = q.prompt_len;
     CK_CHECK(!run1(ref, &r, &b) && !b.error);
     CK_CHECK(a.prompt_tokens == b.prompt_tokens && !strcmp(a.text, b.text));
-    CK_CHECK_MSG(a.cached >= s.prompt_tokens - 1 - 4, "cached %d of the template's %d", a.cached, s.prompt_tokens);
+    CK_CHECK_MSG(a.cached >= s.prompt_tokens - 1 - 4, "cached %d of the template's %d", a.cached,
+                 s.prompt_tokens);
     q.template_name = "nope";
     CK_CHECK(!run1(e, &q, &u) && u.error == CK_ENOTFOUND);
     /* A damaged record is no template. */
-    CK_CHECK(!cs->ops->put(cs, "tpl:bad", "confkv-template 1\nname bad\n", 27, COLD_PUT_PERSIST, NULL, NULL) || 1);
+    CK_CHECK(
+        !cs->ops->put(cs, "tpl:bad", "confkv-template 1\nname bad\n", 27, COLD_PUT_PERSIST, NULL, NULL) || 1);
     cold_poll(cs);
     q.template_name = "bad";
     CK_CHECK(!run1(e, &q, &u) && u.error == CK_ENOTFOUND);
@@ -356,7 +362,10 @@ static void test_pfx_unit(void) {
     size_t bb = kvq_f32_bytes(&sh);
     cold_store *cs = NULL;
     CK_CHECK(!cold_mem_new(&cs));
-    pfx_config c = {.shape = sh, .budget_bytes = 4 * bb, .fingerprint = "0123456789abcdef", .cold = cs,
+    pfx_config c = {.shape = sh,
+                    .budget_bytes = 4 * bb,
+                    .fingerprint = "0123456789abcdef",
+                    .cold = cs,
                     .promote_hits = 2};
     pfx *p = NULL;
     CK_CHECK(!pfx_new(&c, &p));
@@ -404,7 +413,8 @@ static void test_pfx_unit(void) {
 static void test_sess_unit(void) {
     cold_store *cs = NULL;
     CK_CHECK(!cold_mem_new(&cs));
-    sess_config c = {.max_sessions = 2, .max_tokens = 64, .vocab = 100, .fingerprint = "0123456789abcdef", .cold = cs};
+    sess_config c = {
+        .max_sessions = 2, .max_tokens = 64, .vocab = 100, .fingerprint = "0123456789abcdef", .cold = cs};
     sess_store *s = NULL;
     CK_CHECK(!sess_new(&c, &s));
     int32_t a[3] = {1, 5, 7}, b[2] = {1, 9};

@@ -21,7 +21,7 @@
 /* A sequence with its KV bookkeeping, and no backend behind it. */
 typedef struct fix {
     model *m;
-    backend b;    /* only the sizes: pipeline_token reads no weights */
+    backend b; /* only the sizes: pipeline_token reads no weights */
     kv_pool pool;
     kv_seq seq;
     int32_t hist[MAXT];
@@ -227,8 +227,8 @@ static void test_force(void) {
     double logp[6];
     int32_t amax[6];
     const char *stops[1] = {"upon"};
-    f.ru = (pipeline_rules){.m = f.m, .b = &f.b, .limit = n, .max_ctx = MAXT, .stop = stops, .n_stop = 1,
-                        .force = force};
+    f.ru = (pipeline_rules){
+        .m = f.m, .b = &f.b, .limit = n, .max_ctx = MAXT, .stop = stops, .n_stop = 1, .force = force};
     f.ps.sm = NULL; /* forcing needs no sampler */
     f.ps.logp = logp;
     f.ps.argmax = amax;

@@ -61,20 +61,19 @@ static void test_type_table(void) {
         const char *name;
         int block, bytes, weight;
     } t[] = {
-        {0, "f32", 1, 4, 1},         {1, "f16", 1, 2, 1},         {2, "q4_0", 32, 18, 1},
-        {3, "q4_1", 32, 20, 1},      {6, "q5_0", 32, 22, 1},      {7, "q5_1", 32, 24, 1},
-        {8, "q8_0", 32, 34, 1},      {9, "q8_1", 32, 36, 0},      {10, "q2_K", 256, 84, 1},
-        {11, "q3_K", 256, 110, 1},   {12, "q4_K", 256, 144, 1},   {13, "q5_K", 256, 176, 1},
-        {14, "q6_K", 256, 210, 1},   {15, "q8_K", 256, 292, 0},   {20, "iq4_nl", 32, 18, 1},
+        {0, "f32", 1, 4, 1},         {1, "f16", 1, 2, 1},       {2, "q4_0", 32, 18, 1},
+        {3, "q4_1", 32, 20, 1},      {6, "q5_0", 32, 22, 1},    {7, "q5_1", 32, 24, 1},
+        {8, "q8_0", 32, 34, 1},      {9, "q8_1", 32, 36, 0},    {10, "q2_K", 256, 84, 1},
+        {11, "q3_K", 256, 110, 1},   {12, "q4_K", 256, 144, 1}, {13, "q5_K", 256, 176, 1},
+        {14, "q6_K", 256, 210, 1},   {15, "q8_K", 256, 292, 0}, {20, "iq4_nl", 32, 18, 1},
         {23, "iq4_xs", 256, 136, 1}, {30, "bf16", 1, 2, 1},
     };
     int known = 0;
-    for (int id = -2; id < 100; id++)
-        known += quant_type_name(id) != NULL;
+    for (int id = -2; id < 100; id++) known += quant_type_name(id) != NULL;
     CK_CHECK(known == (int)(sizeof t / sizeof t[0]));
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        CK_CHECK_MSG(quant_type_name(t[i].id) && strcmp(quant_type_name(t[i].id), t[i].name) == 0,
-                     "id %d", t[i].id);
+        CK_CHECK_MSG(quant_type_name(t[i].id) && strcmp(quant_type_name(t[i].id), t[i].name) == 0, "id %d",
+                     t[i].id);
         CK_CHECK(quant_type_from_name(t[i].name) == t[i].id);
         CK_CHECK(strcmp(quant_ggml_type_name(t[i].id), t[i].name) == 0);
         CK_CHECK_MSG(quant_block_size(t[i].id) == t[i].block, "%s", t[i].name);
@@ -120,8 +119,7 @@ static void test_row_bytes(void) {
     CK_CHECK(quant_row_bytes(QUANT_Q4_K, 288, &b) == CK_EFORMAT && b == 777);
     CK_CHECK(quant_row_bytes(QUANT_IQ4_XS, 128, &b) == CK_EFORMAT);
     CK_CHECK(quant_row_bytes(QUANT_Q4_0, 288, &b) == 0 && b == 9 * 18);
-    CK_CHECK(quant_row_bytes(QUANT_Q6_K, UINT64_MAX / 256 * 256, &b) == 0 &&
-             b == UINT64_MAX / 256 * 210);
+    CK_CHECK(quant_row_bytes(QUANT_Q6_K, UINT64_MAX / 256 * 256, &b) == 0 && b == UINT64_MAX / 256 * 210);
     CK_CHECK(quant_row_bytes(QUANT_Q8_K, UINT64_MAX / 256 * 256, &b) == CK_ERANGE); /* 292 > 256 */
     b = 12345;
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, 33, &b) == CK_EFORMAT && b == 12345);
@@ -129,8 +127,7 @@ static void test_row_bytes(void) {
     CK_CHECK(quant_row_bytes(16, 256, &b) == CK_EUNSUPPORTED);
     CK_CHECK(quant_row_bytes(1000, 32, &b) == CK_EUNSUPPORTED);
     CK_CHECK(quant_row_bytes(QUANT_F32, UINT64_MAX / 2, &b) == CK_ERANGE);
-    CK_CHECK(quant_row_bytes(QUANT_F32, UINT64_MAX / 4, &b) == 0 &&
-             b == UINT64_MAX / 4 * 4);
+    CK_CHECK(quant_row_bytes(QUANT_F32, UINT64_MAX / 4, &b) == 0 && b == UINT64_MAX / 4 * 4);
     CK_CHECK(quant_row_bytes(QUANT_Q8_0, UINT64_MAX / 32 * 32, &b) == CK_ERANGE);
     CK_CHECK(quant_row_bytes(QUANT_F16, UINT64_MAX, &b) == CK_ERANGE);
     CK_CHECK(quant_row_bytes(QUANT_F32, 1, NULL) == CK_EINVAL);
@@ -146,22 +143,22 @@ static void test_f16_known(void) {
         {1.0f, 0x3C00},
         {-2.0f, 0xC000},
         {0.5f, 0x3800},
-        {65504.0f, 0x7BFF},           /* largest finite */
-        {65519.0f, 0x7BFF},           /* below the half-way point */
-        {65520.0f, 0x7C00},           /* half-way: ties to even = inf */
+        {65504.0f, 0x7BFF}, /* largest finite */
+        {65519.0f, 0x7BFF}, /* below the half-way point */
+        {65520.0f, 0x7C00}, /* half-way: ties to even = inf */
         {-65520.0f, 0xFC00},
         {1e10f, 0x7C00},
-        {0x1p-14f, 0x0400},           /* smallest normal */
-        {0x1p-24f, 0x0001},           /* smallest subnormal */
-        {0x1p-25f, 0x0000},           /* tie between 0 and 2^-24: even */
-        {0x1.000002p-25f, 0x0001},    /* just above the tie */
-        {0x1.8p-24f, 0x0002},         /* 1.5 ulp: tie, rounds to even 2 */
-        {0x1.4p-23f, 0x0002},         /* 2.5 ulp: tie, rounds to even 2 */
-        {0x1.ff8p-15f, 0x03FF},       /* largest subnormal */
-        {0x1.ffcp-15f, 0x0400},       /* tie with the smallest normal: even */
+        {0x1p-14f, 0x0400},        /* smallest normal */
+        {0x1p-24f, 0x0001},        /* smallest subnormal */
+        {0x1p-25f, 0x0000},        /* tie between 0 and 2^-24: even */
+        {0x1.000002p-25f, 0x0001}, /* just above the tie */
+        {0x1.8p-24f, 0x0002},      /* 1.5 ulp: tie, rounds to even 2 */
+        {0x1.4p-23f, 0x0002},      /* 2.5 ulp: tie, rounds to even 2 */
+        {0x1.ff8p-15f, 0x03FF},    /* largest subnormal */
+        {0x1.ffcp-15f, 0x0400},    /* tie with the smallest normal: even */
         {0x1.ffap-15f, 0x03FF},
-        {1.0f + 0x1p-11f, 0x3C00},    /* tie: even mantissa 0 */
-        {1.0f + 0x1.8p-10f, 0x3C02},  /* tie between 0x3C01 and 0x3C02 */
+        {1.0f + 0x1p-11f, 0x3C00},   /* tie: even mantissa 0 */
+        {1.0f + 0x1.8p-10f, 0x3C02}, /* tie between 0x3C01 and 0x3C02 */
         {1.0f + 0x1p-10f, 0x3C01},
         {0.1f, 0x2E66},
         {3.14159265f, 0x4248},
@@ -169,8 +166,7 @@ static void test_f16_known(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t h = quant_f32_to_f16(cases[i].f);
-        CK_CHECK_MSG(h == cases[i].h, "%a -> 0x%04x, want 0x%04x",
-                     (double)cases[i].f, h, cases[i].h);
+        CK_CHECK_MSG(h == cases[i].h, "%a -> 0x%04x, want 0x%04x", (double)cases[i].f, h, cases[i].h);
     }
     CK_CHECK(quant_f32_to_f16(INFINITY) == 0x7C00);
     CK_CHECK(quant_f32_to_f16(-INFINITY) == 0xFC00);
@@ -202,23 +198,19 @@ static void test_f16_exhaustive(void) {
         if (e == 0x1F) {
             CK_CHECK_MSG(m ? isnan(f) : isinf(f), "h=0x%04x", h);
             if (m)
-                CK_CHECK_MSG(quant_f32_to_f16(f) == (h | 0x200),
-                             "nan 0x%04x -> 0x%04x", h, quant_f32_to_f16(f));
+                CK_CHECK_MSG(quant_f32_to_f16(f) == (h | 0x200), "nan 0x%04x -> 0x%04x", h,
+                             quant_f32_to_f16(f));
             continue;
         }
-        double want = e ? ldexp(1.0 + m / 1024.0, (int)e - 15)
-                        : ldexp(m / 1024.0, -14);
-        if (h & 0x8000)
-            want = -want;
-        CK_CHECK_MSG((double)f == want, "h=0x%04x: %a vs %a", h, (double)f,
-                     want);
+        double want = e ? ldexp(1.0 + m / 1024.0, (int)e - 15) : ldexp(m / 1024.0, -14);
+        if (h & 0x8000) want = -want;
+        CK_CHECK_MSG((double)f == want, "h=0x%04x: %a vs %a", h, (double)f, want);
         CK_CHECK_MSG(quant_f32_to_f16(f) == h, "round trip 0x%04x", h);
     }
     /* the row conversions (vectorised) agree with the scalar ones */
     static uint16_t hs[0x10000], back[0x10000];
     static float fs[0x10000];
-    for (uint32_t h = 0; h < 0x10000; h++)
-        hs[h] = (uint16_t)h;
+    for (uint32_t h = 0; h < 0x10000; h++) hs[h] = (uint16_t)h;
     CK_CHECK(quant_to_f32(QUANT_F16, hs, fs, 0x10000) == 0);
     CK_CHECK(quant_from_f32(QUANT_F16, fs, back, 0x10000) == 0);
     for (uint32_t h = 0; h < 0x10000; h++) {
@@ -238,8 +230,7 @@ static void test_f16_rounding(void) {
         CK_CHECK((double)mid == (lo + hi) / 2);
         uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
         CK_CHECK_MSG(quant_f32_to_f16(mid) == even, "tie after 0x%04x", h);
-        CK_CHECK_MSG(quant_f32_to_f16(-mid) == (even | 0x8000),
-                     "neg tie after 0x%04x", h);
+        CK_CHECK_MSG(quant_f32_to_f16(-mid) == (even | 0x8000), "neg tie after 0x%04x", h);
         CK_CHECK(quant_f32_to_f16(nextafterf(mid, 0.0f)) == h);
         CK_CHECK(quant_f32_to_f16(nextafterf(mid, INFINITY)) == h + 1);
     }
@@ -264,8 +255,8 @@ static void test_f16_vs_compiler(void) {
         _Float16 c = (_Float16)fs[i];
         uint16_t want;
         memcpy(&want, &c, 2);
-        CK_CHECK_MSG(quant_f32_to_f16(fs[i]) == want, "%a: 0x%04x vs 0x%04x",
-                     (double)fs[i], quant_f32_to_f16(fs[i]), want);
+        CK_CHECK_MSG(quant_f32_to_f16(fs[i]) == want, "%a: 0x%04x vs 0x%04x", (double)fs[i],
+                     quant_f32_to_f16(fs[i]), want);
         CK_CHECK_MSG(hs[i] == want, "row %a", (double)fs[i]);
     }
 }
@@ -280,14 +271,13 @@ static void test_bf16(void) {
     CK_CHECK(quant_f32_to_bf16(float_of(0x3F807FFFu)) == 0x3F80);
     CK_CHECK(quant_f32_to_bf16(INFINITY) == 0x7F80);
     CK_CHECK(quant_f32_to_bf16(float_of(0x7F7FFFFFu)) == 0x7F80); /* overflow */
-    uint16_t n = quant_f32_to_bf16(float_of(0x7F800001u)); /* sNaN */
+    uint16_t n = quant_f32_to_bf16(float_of(0x7F800001u));        /* sNaN */
     CK_CHECK((n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0 && (n & 0x40));
     CK_CHECK(quant_bf16_to_f32(0x3F80) == 1.0f);
     for (uint32_t h = 0; h < 0x10000; h++) {
         float f = quant_bf16_to_f32((uint16_t)h);
         CK_CHECK(bits_of(f) == h << 16);
-        if (!isnan(f))
-            CK_CHECK_MSG(quant_f32_to_bf16(f) == h, "0x%04x", h);
+        if (!isnan(f)) CK_CHECK_MSG(quant_f32_to_bf16(f) == h, "0x%04x", h);
     }
 }
 
@@ -298,8 +288,7 @@ static void test_rows(void) {
     float x[N], y[N];
     uint8_t buf[1 + N * 4];
     uint64_t s = 42;
-    for (int i = 0; i < N; i++)
-        x[i] = rng_uniform(&s) * 100.0f;
+    for (int i = 0; i < N; i++) x[i] = rng_uniform(&s) * 100.0f;
     const int types[] = {QUANT_F32, QUANT_F16, QUANT_BF16};
     for (size_t t = 0; t < 3; t++) {
         uint8_t *dst = buf + 1; /* unaligned on purpose */
@@ -333,8 +322,7 @@ static void test_q8_0(void) {
     uint64_t s = 7;
     for (int b = 0; b < NB; b++) {
         float scale = ldexpf(1.0f, (b % 24) - 12); /* 2^-12 .. 2^11 */
-        for (int j = 0; j < 32; j++)
-            x[b * 32 + j] = rng_uniform(&s) * scale;
+        for (int j = 0; j < 32; j++) x[b * 32 + j] = rng_uniform(&s) * scale;
     }
     for (int j = 0; j < 32; j++) /* an all-zero block */
         x[5 * 32 + j] = 0.0f;
@@ -343,8 +331,7 @@ static void test_q8_0(void) {
     CK_CHECK(quant_to_f32(QUANT_Q8_0, dst, y, N) == 0);
     for (int b = 0; b < NB; b++) {
         float amax = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
         double d = amax / 127.0f;
         uint16_t dh;
         memcpy(&dh, dst + b * 34, 2);
@@ -355,36 +342,31 @@ static void test_q8_0(void) {
             int8_t qj = (int8_t)dst[b * 34 + 2 + j];
             CK_CHECK(qj != -128);
             CK_CHECK_MSG(fabs(x[b * 32 + j] - y[b * 32 + j]) <= bound,
-                         "block %d elem %d: %g vs %g (bound %g)", b, j,
-                         (double)x[b * 32 + j], (double)y[b * 32 + j], bound);
+                         "block %d elem %d: %g vs %g (bound %g)", b, j, (double)x[b * 32 + j],
+                         (double)y[b * 32 + j], bound);
         }
     }
     /* byte-identical to ggml's reference quantize_row_q8_0 (roundf) */
     for (int b = 0; b < NB; b++) {
         const float *xb = x + b * 32;
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         uint16_t dh = quant_f32_to_f16(d);
         CK_CHECK(memcmp(dst + b * 34, &dh, 2) == 0);
         for (int j = 0; j < 32; j++)
-            CK_CHECK_MSG((int8_t)dst[b * 34 + 2 + j] == (int8_t)roundf(xb[j] * id),
-                         "block %d elem %d", b, j);
+            CK_CHECK_MSG((int8_t)dst[b * 34 + 2 + j] == (int8_t)roundf(xb[j] * id), "block %d elem %d", b, j);
     }
     /* all-zero block: d = 0, q = 0, exact */
-    for (int j = 0; j < 32; j++)
-        CK_CHECK(y[5 * 32 + j] == 0.0f && dst[5 * 34 + 2 + j] == 0);
+    for (int j = 0; j < 32; j++) CK_CHECK(y[5 * 32 + j] == 0.0f && dst[5 * 34 + 2 + j] == 0);
     /* a block whose max is 127: d = 1.0 (0x3C00) and q = x exactly */
     float z[32];
     uint8_t zq[34];
-    for (int j = 0; j < 32; j++)
-        z[j] = (float)(j * 8 - 127 + (j == 31 ? 2 : 0)); /* -127 .. 121 */
+    for (int j = 0; j < 32; j++) z[j] = (float)(j * 8 - 127 + (j == 31 ? 2 : 0)); /* -127 .. 121 */
     z[3] = 127.0f;
     CK_CHECK(quant_from_f32(QUANT_Q8_0, z, zq, 32) == 0);
     CK_CHECK(zq[0] == 0x00 && zq[1] == 0x3C);
-    for (int j = 0; j < 32; j++)
-        CK_CHECK((int8_t)zq[2 + j] == (int)z[j]);
+    for (int j = 0; j < 32; j++) CK_CHECK((int8_t)zq[2 + j] == (int)z[j]);
     /* rounding of q: half away from zero, as roundf in ggml */
     z[0] = 2.5f;
     z[1] = -2.5f;
@@ -418,9 +400,9 @@ static const int iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
 
 typedef struct {
-    int L[256];           /* element codes, unsigned as stored */
-    int sc[16], mn[16];   /* sub-block scale and min codes, as stored */
-    float d, m;           /* block scales (powers of two) */
+    int L[256];         /* element codes, unsigned as stored */
+    int sc[16], mn[16]; /* sub-block scale and min codes, as stored */
+    float d, m;         /* block scales (powers of two) */
 } blockspec;
 
 static void put16(uint8_t *p, float f) {
@@ -434,36 +416,36 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
     double d = sp->d, m = sp->m;
     memset(blk, 0, 292);
     switch (type) {
-    case QUANT_Q4_0: case QUANT_Q4_1: case QUANT_IQ4_NL: { /* d [m] qs[16] */
+    case QUANT_Q4_0:
+    case QUANT_Q4_1:
+    case QUANT_IQ4_NL: { /* d [m] qs[16] */
         uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
         put16(blk, sp->d);
-        if (type == QUANT_Q4_1)
-            put16(blk + 2, sp->m);
-        for (int j = 0; j < 16; j++)
-            qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+        if (type == QUANT_Q4_1) put16(blk + 2, sp->m);
+        for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
         for (int j = 0; j < 32; j++)
             want[j] = type == QUANT_Q4_0   ? d * (L[j] - 8)
-                    : type == QUANT_Q4_1 ? d * L[j] + m
-                                         : d * iq4nl_levels[L[j]];
+                      : type == QUANT_Q4_1 ? d * L[j] + m
+                                           : d * iq4nl_levels[L[j]];
         break;
     }
-    case QUANT_Q5_0: case QUANT_Q5_1: { /* d [m] qh[4] qs[16] */
+    case QUANT_Q5_0:
+    case QUANT_Q5_1: { /* d [m] qh[4] qs[16] */
         int off = type == QUANT_Q5_1 ? 4 : 2;
         uint32_t qh = 0;
         put16(blk, sp->d);
-        if (type == QUANT_Q5_1)
-            put16(blk + 2, sp->m);
+        if (type == QUANT_Q5_1) put16(blk + 2, sp->m);
         for (int j = 0; j < 16; j++) {
             blk[off + 4 + j] = (uint8_t)((L[j] & 0xf) | (L[j + 16] & 0xf) << 4);
             qh |= (uint32_t)(L[j] >> 4) << j;
             qh |= (uint32_t)(L[j + 16] >> 4) << (j + 16);
         }
         memcpy(blk + off, &qh, 4);
-        for (int j = 0; j < 32; j++)
-            want[j] = type == QUANT_Q5_0 ? d * (L[j] - 16) : d * L[j] + m;
+        for (int j = 0; j < 32; j++) want[j] = type == QUANT_Q5_0 ? d * (L[j] - 16) : d * L[j] + m;
         break;
     }
-    case QUANT_Q8_0: case QUANT_Q8_1: /* d [s] qs[32], L as int8 */
+    case QUANT_Q8_0:
+    case QUANT_Q8_1: /* d [s] qs[32], L as int8 */
         put16(blk, sp->d);
         for (int j = 0; j < 32; j++) {
             blk[(type == QUANT_Q8_1 ? 4 : 2) + j] = (uint8_t)(L[j] - 128);
@@ -479,16 +461,14 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
         break;
     }
     case QUANT_Q2_K: { /* scales[16] qs[64] d dmin */
-        for (int j = 0; j < 16; j++)
-            blk[j] = (uint8_t)(sp->sc[j] | sp->mn[j] << 4);
+        for (int j = 0; j < 16; j++) blk[j] = (uint8_t)(sp->sc[j] | sp->mn[j] << 4);
         for (int j = 0; j < 256; j += 128)
             for (int l = 0; l < 32; l++)
-                blk[16 + j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 |
-                                                L[j + l + 64] << 4 | L[j + l + 96] << 6);
+                blk[16 + j / 4 + l] =
+                    (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
         put16(blk + 80, sp->d);
         put16(blk + 82, sp->m);
-        for (int j = 0; j < 256; j++)
-            want[j] = d * sp->sc[j / 16] * L[j] - m * sp->mn[j / 16];
+        for (int j = 0; j < 256; j++) want[j] = d * sp->sc[j / 16] * L[j] - m * sp->mn[j / 16];
         break;
     }
     case QUANT_Q3_K: { /* hmask[32] qs[64] scales[12] d; L 0..7 = q + 4 */
@@ -518,14 +498,14 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
         }
         for (int j = 0; j < 256; j += 128)
             for (int l = 0; l < 32; l++)
-                qs[j / 4 + l] = (uint8_t)(Lc[j + l] | Lc[j + l + 32] << 2 | Lc[j + l + 64] << 4 |
-                                          Lc[j + l + 96] << 6);
+                qs[j / 4 + l] =
+                    (uint8_t)(Lc[j + l] | Lc[j + l + 32] << 2 | Lc[j + l + 64] << 4 | Lc[j + l + 96] << 6);
         put16(blk + 108, sp->d);
-        for (int j = 0; j < 256; j++)
-            want[j] = d * (sp->sc[j / 16] - 32) * (L[j] - 4);
+        for (int j = 0; j < 256; j++) want[j] = d * (sp->sc[j / 16] - 32) * (L[j] - 4);
         break;
     }
-    case QUANT_Q4_K: case QUANT_Q5_K: { /* d dmin scales[12] [qh[32]] qs[128] */
+    case QUANT_Q4_K:
+    case QUANT_Q5_K: { /* d dmin scales[12] [qh[32]] qs[128] */
         uint8_t *scales = blk + 4;
         uint8_t *qh = blk + 16, *q = blk + (type == QUANT_Q5_K ? 48 : 16);
         put16(blk, sp->d);
@@ -543,8 +523,7 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
         }
         if (type == QUANT_Q4_K) {
             for (int j = 0; j < 256; j += 64, q += 32)
-                for (int l = 0; l < 32; l++)
-                    q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+                for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
         } else {
             uint8_t m1 = 1, m2 = 2;
             for (int n = 0; n < 256; n += 64, q += 32) {
@@ -564,8 +543,7 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
                 m2 <<= 2;
             }
         }
-        for (int j = 0; j < 256; j++)
-            want[j] = d * sp->sc[j / 32] * L[j] - m * sp->mn[j / 32];
+        for (int j = 0; j < 256; j++) want[j] = d * sp->sc[j / 32] * L[j] - m * sp->mn[j / 32];
         break;
     }
     case QUANT_Q6_K: { /* ql[128] qh[64] scales[16] (int8) d; L 0..63 = q + 32 */
@@ -576,14 +554,12 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
                 int q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
                 ql[l] = (uint8_t)(q1 | q3 << 4);
                 ql[l + 32] = (uint8_t)(q2 | q4 << 4);
-                qh[l] = (uint8_t)(L[j + l] >> 4 | (L[j + l + 32] >> 4) << 2 |
-                                  (L[j + l + 64] >> 4) << 4 | (L[j + l + 96] >> 4) << 6);
+                qh[l] = (uint8_t)(L[j + l] >> 4 | (L[j + l + 32] >> 4) << 2 | (L[j + l + 64] >> 4) << 4 |
+                                  (L[j + l + 96] >> 4) << 6);
             }
-        for (int j = 0; j < 16; j++)
-            blk[192 + j] = (uint8_t)(sp->sc[j] - 128); /* int8 */
+        for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(sp->sc[j] - 128); /* int8 */
         put16(blk + 208, sp->d);
-        for (int j = 0; j < 256; j++)
-            want[j] = d * (sp->sc[j / 16] - 128) * (L[j] - 32);
+        for (int j = 0; j < 256; j++) want[j] = d * (sp->sc[j / 16] - 128) * (L[j] - 32);
         break;
     }
     case QUANT_IQ4_XS: { /* d scales_h scales_l[4] qs[128] */
@@ -597,8 +573,7 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
                 blk[8 + 16 * ib + j] = (uint8_t)(L[32 * ib + j] | L[32 * ib + j + 16] << 4);
         }
         memcpy(blk + 2, &sh, 2);
-        for (int j = 0; j < 256; j++)
-            want[j] = d * (sp->sc[j / 32] - 32) * iq4nl_levels[L[j]];
+        for (int j = 0; j < 256; j++) want[j] = d * (sp->sc[j / 32] - 32) * iq4nl_levels[L[j]];
         break;
     }
     }
@@ -609,10 +584,9 @@ static void test_block_layouts(void) {
     static const struct {
         int type, lbits, sbits, mbits;
     } t[] = {
-        {QUANT_Q4_0, 4, 0, 0},   {QUANT_Q4_1, 4, 0, 0},  {QUANT_Q5_0, 5, 0, 0},
-        {QUANT_Q5_1, 5, 0, 0},   {QUANT_Q8_0, 8, 0, 0},  {QUANT_Q8_1, 8, 0, 0},
-        {QUANT_Q2_K, 2, 4, 4},   {QUANT_Q3_K, 3, 6, 0},  {QUANT_Q4_K, 4, 6, 6},
-        {QUANT_Q5_K, 5, 6, 6},   {QUANT_Q6_K, 6, 8, 0},  {QUANT_Q8_K, 8, 0, 0},
+        {QUANT_Q4_0, 4, 0, 0},   {QUANT_Q4_1, 4, 0, 0},   {QUANT_Q5_0, 5, 0, 0}, {QUANT_Q5_1, 5, 0, 0},
+        {QUANT_Q8_0, 8, 0, 0},   {QUANT_Q8_1, 8, 0, 0},   {QUANT_Q2_K, 2, 4, 4}, {QUANT_Q3_K, 3, 6, 0},
+        {QUANT_Q4_K, 4, 6, 6},   {QUANT_Q5_K, 5, 6, 6},   {QUANT_Q6_K, 6, 8, 0}, {QUANT_Q8_K, 8, 0, 0},
         {QUANT_IQ4_NL, 4, 0, 0}, {QUANT_IQ4_XS, 4, 6, 0},
     };
     enum { NB = 3 }; /* blocks a row: each block with its own codes */
@@ -625,8 +599,7 @@ static void test_block_layouts(void) {
         for (int trial = 0; trial < 20; trial++) {
             for (int b = 0; b < NB; b++) {
                 blockspec sp;
-                for (int j = 0; j < 256; j++)
-                    sp.L[j] = (int)(rng_next(&s) >> 40) & ((1 << t[i].lbits) - 1);
+                for (int j = 0; j < 256; j++) sp.L[j] = (int)(rng_next(&s) >> 40) & ((1 << t[i].lbits) - 1);
                 for (int j = 0; j < 16; j++) {
                     sp.sc[j] = t[i].sbits ? (int)(rng_next(&s) >> 40) & ((1 << t[i].sbits) - 1) : 0;
                     sp.mn[j] = t[i].mbits ? (int)(rng_next(&s) >> 40) & ((1 << t[i].mbits) - 1) : 0;
@@ -638,8 +611,7 @@ static void test_block_layouts(void) {
                     }
                 sp.d = ldexpf(1.0f, -(int)(rng_next(&s) % 12) - 2);
                 sp.m = ldexpf(1.0f, -(int)(rng_next(&s) % 12) - 2);
-                if (trial % 2)
-                    sp.m = -sp.m;
+                if (trial % 2) sp.m = -sp.m;
                 pack_block(t[i].type, &sp, row + 1 + b * bb, want + b * bs);
             }
             /* row + 1: unaligned, as in a file mapping */

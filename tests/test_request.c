@@ -107,9 +107,10 @@ static void test_prompt_is_its_tokens(void) {
             r.prompt = texts[i];
             r.prompt_len = strlen(texts[i]);
             r.parse_special = special;
-            CK_CHECK_MSG(run1(e, &r, &reason, err, sizeof err, &b) == 0 && reason == ENG_REJECT_NONE, "%s", err);
-            CK_CHECK_MSG(same(&a, &b) && b.n == 12 && b.prompt_tokens == n, "text %d special %d: %d/%d tokens", i,
-                         special, a.n, b.n);
+            CK_CHECK_MSG(run1(e, &r, &reason, err, sizeof err, &b) == 0 && reason == ENG_REJECT_NONE, "%s",
+                         err);
+            CK_CHECK_MSG(same(&a, &b) && b.n == 12 && b.prompt_tokens == n,
+                         "text %d special %d: %d/%d tokens", i, special, a.n, b.n);
         }
     }
     /* messages without a template: the contents joined with "\n" */
@@ -131,7 +132,8 @@ static void test_prompt_is_its_tokens(void) {
     CK_CHECK(run1(e, &r, &reason, err, sizeof err, &b) == 0);
     CK_CHECK(same(&a, &b));
     const eng_prompt_format *pf = eng_get_prompt_format(e);
-    CK_CHECK(!strcmp(pf->template_source, "none") && !pf->template_error_kind && !strcmp(pf->tok_model, "llama2c"));
+    CK_CHECK(!strcmp(pf->template_source, "none") && !pf->template_error_kind &&
+             !strcmp(pf->tok_model, "llama2c"));
     eng_free(e);
 }
 
@@ -156,7 +158,8 @@ static void test_limits(void) {
     for (int k = ctx / 2 - 4; k < ctx / 2 + 4 && k_at < 0; k++) {
         for (int i = 0; i < k; i++) memcpy(big + 2 * i, "x ", 2);
         int n = 0;
-        if (!tok_encode_opts(tok, big, 2 * (size_t)k, TOK_ENC_ADD_SPECIAL, ids, 2048, &n) && n == ctx) k_at = k;
+        if (!tok_encode_opts(tok, big, 2 * (size_t)k, TOK_ENC_ADD_SPECIAL, ids, 2048, &n) && n == ctx)
+            k_at = k;
     }
     CK_CHECK(k_at > 0);
     eng_request r;
@@ -170,15 +173,17 @@ static void test_limits(void) {
     r.client_form = 1;
     r.prompt = big;
     r.prompt_len = nb;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG && reason == ENG_REJECT_PROMPT_TOO_LONG);
-    snprintf(want, sizeof want, "the prompt is %zu bytes; %d tokens (the limit) hold at most %zu bytes", nb, ctx,
-             (size_t)ctx * piece);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG &&
+             reason == ENG_REJECT_PROMPT_TOO_LONG);
+    snprintf(want, sizeof want, "the prompt is %zu bytes; %d tokens (the limit) hold at most %zu bytes", nb,
+             ctx, (size_t)ctx * piece);
     CK_CHECK_MSG(!strcmp(err, want), "%s", err);
     /* max_prompt_tokens below the context */
     for (int i = 0; i < 10; i++) memcpy(big + 2 * i, "x ", 2);
     r.prompt_len = 20; /* 22 ids */
     r.max_prompt_tokens = 21;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG && reason == ENG_REJECT_PROMPT_TOO_LONG);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG &&
+             reason == ENG_REJECT_PROMPT_TOO_LONG);
     CK_CHECK_MSG(!strcmp(err, "the prompt is 22 tokens or more; the limit is 21"), "%s", err);
     r.max_prompt_tokens = 22;
     CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == 0 && o.done && o.prompt_tokens == 22);
@@ -189,7 +194,8 @@ static void test_limits(void) {
     r.tokens = ids;
     r.n_tokens = 30;
     r.max_prompt_tokens = 29;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG && reason == ENG_REJECT_PROMPT_TOO_LONG);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG &&
+             reason == ENG_REJECT_PROMPT_TOO_LONG);
     CK_CHECK_MSG(!strcmp(err, "the prompt is 30 tokens; the limit is 29"), "%s", err);
     /* exactly the context: nothing left for a default, nor for max_tokens 1 */
     for (int i = 0; i < k_at; i++) memcpy(big + 2 * i, "x ", 2);
@@ -208,7 +214,8 @@ static void test_limits(void) {
     /* one token short: the default is cut to the one left */
     r.prompt_len -= 2; /* 510 ids */
     r.max_tokens = 0;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == 0 && o.done && o.n == 2 && o.prompt_tokens == ctx - 2);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == 0 && o.done && o.n == 2 &&
+             o.prompt_tokens == ctx - 2);
     /* the default when there is room; 0 = up to the context */
     greedy(&r, 0);
     r.client_form = 1;
@@ -230,11 +237,13 @@ static void test_limits(void) {
     r.client_form = 1;
     r.messages = &m;
     r.n_messages = 1;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG && reason == ENG_REJECT_PROMPT_TOO_LONG);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG &&
+             reason == ENG_REJECT_PROMPT_TOO_LONG);
     CK_CHECK_MSG(strstr(err, "bytes (the rendered chat)") != NULL, "%s", err);
     for (int i = 0; i < 300; i++) memcpy(big + 2 * i, "x ", 2);
     big[600] = 0;
-    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG && reason == ENG_REJECT_PROMPT_TOO_LONG);
+    CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_ETOOLONG &&
+             reason == ENG_REJECT_PROMPT_TOO_LONG);
     snprintf(want, sizeof want, "the chat is 602 tokens or more; the limit is %d", ctx);
     CK_CHECK_MSG(!strcmp(err, want), "%s", err);
     free(ids);
@@ -256,9 +265,11 @@ static void test_chat_override(void) {
     char dir[] = "/tmp/ck_test_request_XXXXXX", path[64], err[512];
     CK_CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/t.jinja", dir);
-    CK_CHECK(write_file(path, "{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
-                              "{% if messages[0].role == 'loop' %}{% for i in range(100000000) %}xxxxxxxx{% endfor %}"
-                              "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}") == 0);
+    CK_CHECK(
+        write_file(path,
+                   "{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+                   "{% if messages[0].role == 'loop' %}{% for i in range(100000000) %}xxxxxxxx{% endfor %}"
+                   "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}") == 0);
     eng_config c;
     config(&c);
     c.chat_template = path;

@@ -170,7 +170,9 @@ static void test_argmax_cases(void) {
         for (int it = 0; it < 20; it++) {
             for (int i = 0; i < n; i++) {
                 double u = urand();
-                x[i] = (i < 40 && u < 0.3) || u < 0.05 ? NAN : u < 0.1 ? -INFINITY : (float)(int)(4.0 * nrand());
+                x[i] = (i < 40 && u < 0.3) || u < 0.05 ? NAN
+                       : u < 0.1                       ? -INFINITY
+                                                       : (float)(int)(4.0 * nrand());
             }
             samp_conf cf;
             int am = -7, want = samp_argmax(x, n);
@@ -202,8 +204,7 @@ static void test_confidence_speed(void) {
 /* ---------------------------------------------------------------------------
  * the sampler */
 
-static sampler *mk(int n, float temp, float top_p, int top_k, float min_p, float pen,
-                   uint64_t seed) {
+static sampler *mk(int n, float temp, float top_p, int top_k, float min_p, float pen, uint64_t seed) {
     samp_params p;
     samp_params_default(&p);
     p.temperature = temp;
@@ -595,8 +596,7 @@ static void test_top_p_large(void) {
         }
         samp_free(s);
         /* expected distinct draws from k candidates: a good share of them */
-        CK_CHECK_MSG(distinct > (k < D ? k : D) / 4, "top-p %g: %d distinct of %d", tps[t],
-                     distinct, k);
+        CK_CHECK_MSG(distinct > (k < D ? k : D) / 4, "top-p %g: %d distinct of %d", tps[t], distinct, k);
     }
 }
 

@@ -34,9 +34,9 @@ static void test_aging_key(void) {
     sched_queue q;
     CK_CHECK(sched_queue_init(&q, 4, 1000) == 0);
     sched_entry old_low = entry(0, 0, 0), young_high = entry(1, 1500, 1), recent_high = entry(1, 500, 2);
-    CK_CHECK(sched_before(&q, &old_low, &young_high));    /* waited 1.5 levels longer */
-    CK_CHECK(sched_before(&q, &recent_high, &old_low));   /* only 0.5 levels */
-    sched_entry tie = entry(1, 1000, 3);                  /* exactly one level: arrival order */
+    CK_CHECK(sched_before(&q, &old_low, &young_high));  /* waited 1.5 levels longer */
+    CK_CHECK(sched_before(&q, &recent_high, &old_low)); /* only 0.5 levels */
+    sched_entry tie = entry(1, 1000, 3);                /* exactly one level: arrival order */
     CK_CHECK(sched_before(&q, &old_low, &tie) && !sched_before(&q, &tie, &old_low));
     CK_CHECK(sched_push(&q, &young_high) == 0 && sched_push(&q, &old_low) == 0 &&
              sched_push(&q, &recent_high) == 0);
@@ -87,8 +87,10 @@ static void test_random(void) {
     for (int i = 0; i < N; i++) e[i] = entry((int)(rng(&s) % 5) - 2, (double)(rng(&s) % 5000), (uint64_t)i);
     for (int it = 0; it < 5000; it++) {
         sched_entry *x = &e[rng(&s) % N];
-        if (x->index < 0) CK_CHECK(sched_push(&q, x) == 0);
-        else sched_remove(&q, x);
+        if (x->index < 0)
+            CK_CHECK(sched_push(&q, x) == 0);
+        else
+            sched_remove(&q, x);
         CK_CHECK(invariants(&q));
     }
     /* Popping best first gives a non-increasing sequence. */

@@ -8,7 +8,9 @@
 #include "svc_result.h"
 
 static svc_job_limits lim(void) {
-    svc_job_limits l = {.max_message_bytes = 4096, .max_tokens_cap = 100, .vocab_size = 512,
+    svc_job_limits l = {.max_message_bytes = 4096,
+                        .max_tokens_cap = 100,
+                        .vocab_size = 512,
                         .model_names = {"stories260K", NULL}};
     return l;
 }
@@ -19,8 +21,9 @@ static int decode(const char *s, size_t n, const char *ct, svc_job *j, svc_job_e
 }
 
 static void test_json_ok(void) {
-    const char *s = "{\"id\":\"a\",\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"stop\":[\"x\",\"y\"],"
-                    "\"priority\":2,\"session_id\":\"s\",\"metadata\":{\"k\":[1,2]},\"model\":\"stories260K\"}";
+    const char *s =
+        "{\"id\":\"a\",\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"stop\":[\"x\",\"y\"],"
+        "\"priority\":2,\"session_id\":\"s\",\"metadata\":{\"k\":[1,2]},\"model\":\"stories260K\"}";
     svc_job j;
     svc_job_error e;
     CK_CHECK(decode(s, strlen(s), NULL, &j, &e) == SVC_JOB_OK);
@@ -44,8 +47,8 @@ static void expect_invalid(const char *s, const char *code) {
     svc_job j;
     svc_job_error e;
     int rc = decode(s, strlen(s), NULL, &j, &e);
-    CK_CHECK_MSG(rc == SVC_JOB_INVALID && !strcmp(svc_job_error_code(e.code), code), "%s -> rc %d %s (%s)", s, rc,
-                 svc_job_error_code(e.code), e.message);
+    CK_CHECK_MSG(rc == SVC_JOB_INVALID && !strcmp(svc_job_error_code(e.code), code), "%s -> rc %d %s (%s)", s,
+                 rc, svc_job_error_code(e.code), e.message);
     CK_CHECK(e.message[0]);
     svc_job_free(&j);
 }
@@ -62,7 +65,8 @@ static void test_invalid(void) {
     expect_invalid("{\"tokens\":[1,512]}", "out_of_range");
     expect_invalid("{\"max_tokens\":3}", "missing_prompt");
     expect_invalid("{\"prompt\":\"x\",\"tokens\":[1]}", "invalid_field");
-    expect_invalid("{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}", "out_of_range");
+    expect_invalid("{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}",
+                   "out_of_range");
     expect_invalid("{\"prompt\":\"x\",\"policy\":\"bogus\"}", "invalid_policy");
     expect_invalid("{\"prompt\":\"x\",\"return_confidence\":1}", "invalid_field");
 }
@@ -86,13 +90,17 @@ static void test_undecodable(void) {
     expect_dead("\xdf\xff\xff\xff\xff", 5, NULL);
     expect_dead("\xdd\xff\xff\xff\xff", 5, "application/msgpack");
     /* truncated: {"prompt": "abc"} cut short */
-    expect_dead("\x81\xa6prompt\xa3" "ab", 11, NULL);
+    expect_dead("\x81\xa6prompt\xa3"
+                "ab",
+                11, NULL);
     /* trailing bytes */
     expect_dead("\x80\x00", 2, NULL);
     /* a non-string key */
     expect_dead("\x81\x01\x02", 3, NULL);
     /* NUL in a string */
-    expect_dead("\x81\xa6prompt\xa3" "a\0b", 12, NULL);
+    expect_dead("\x81\xa6prompt\xa3"
+                "a\0b",
+                12, NULL);
     /* deep nesting */
     char deep[200];
     memset(deep, '[', 100);
@@ -158,8 +166,12 @@ static void test_too_large(void) {
 }
 
 static void test_utf8(void) {
-    char *s = svc_utf8_clean("a\xff" "b\xc3\xa9\0c\xed\xa0\x80", 10);
-    CK_CHECK(s && !strcmp(s, "a\xef\xbf\xbd" "b\xc3\xa9\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
+    char *s = svc_utf8_clean("a\xff"
+                             "b\xc3\xa9\0c\xed\xa0\x80",
+                             10);
+    CK_CHECK(s && !strcmp(s, "a\xef\xbf\xbd"
+                             "b\xc3\xa9\xef\xbf\xbd"
+                             "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
     free(s);
     char *b = svc_base64("foobar", 6);
     CK_CHECK(!strcmp(b, "Zm9vYmFy"));
@@ -170,8 +182,8 @@ static void test_utf8(void) {
 }
 
 static void test_config(void) {
-    char *argv[] = {"confkvd", "--http-port", "0", "--kafka.sasl.password", "pw", "--kafka-embedded",
-                    "--max-tokens-cap=7", NULL};
+    char *argv[] = {"confkvd",          "--http-port",        "0", "--kafka.sasl.password", "pw",
+                    "--kafka-embedded", "--max-tokens-cap=7", NULL};
     svc_config c;
     char err[256];
     CK_CHECK_MSG(svc_config_load(&c, 7, argv, err, sizeof err) == 0, "%s", err);
@@ -190,7 +202,8 @@ static void test_config(void) {
 
 #define MP(lit) lit, sizeof lit - 1 /* a msgpack literal and its length (it may hold NULs) */
 
-static int decode_lim(const void *s, size_t n, const char *ct, const svc_job_limits *l, svc_job *j, svc_job_error *e) {
+static int decode_lim(const void *s, size_t n, const char *ct, const svc_job_limits *l, svc_job *j,
+                      svc_job_error *e) {
     return svc_job_decode(s, n, ct, "fallback", l, j, e);
 }
 
@@ -227,8 +240,8 @@ static void test_empty_content_messages(void) {
         int rc = decode_lim(s, len, NULL, &l, &j, &e);
         free(s);
         CK_CHECK_MSG(rc == SVC_JOB_OK, "n %d: rc %d %s", n, rc, e.message);
-        CK_CHECK_MSG(j.prompt && j.prompt_len == (size_t)(n - 1) && strlen(j.prompt) == j.prompt_len, "n %d: len %zu",
-                     n, j.prompt_len);
+        CK_CHECK_MSG(j.prompt && j.prompt_len == (size_t)(n - 1) && strlen(j.prompt) == j.prompt_len,
+                     "n %d: len %zu", n, j.prompt_len);
         for (size_t i = 0; i < j.prompt_len; i++) CK_CHECK(j.prompt[i] == '\n');
         svc_job_free(&j);
     }
@@ -239,9 +252,10 @@ static void test_empty_content_messages(void) {
         free(s);
     }
     /* mixed: text, empty arrays, empty strings, parts */
-    const char *m = "{\"messages\":[{\"role\":\"a\",\"content\":\"xy\"},{\"role\":\"b\",\"content\":[]},"
-                    "{\"role\":\"c\",\"content\":\"\"},{\"role\":\"d\",\"content\":[{\"type\":\"text\",\"text\":\"\"},"
-                    "{\"type\":\"text\",\"text\":\"z\"}]}]}";
+    const char *m =
+        "{\"messages\":[{\"role\":\"a\",\"content\":\"xy\"},{\"role\":\"b\",\"content\":[]},"
+        "{\"role\":\"c\",\"content\":\"\"},{\"role\":\"d\",\"content\":[{\"type\":\"text\",\"text\":\"\"},"
+        "{\"type\":\"text\",\"text\":\"z\"}]}]}";
     svc_job j;
     svc_job_error e;
     CK_CHECK(decode(m, strlen(m), NULL, &j, &e) == SVC_JOB_OK);
@@ -269,7 +283,8 @@ static void test_empty_content_messages(void) {
 
 /* The same in msgpack: 30,000 {"role": "user", "content": []} in an array32. */
 static void test_empty_content_msgpack(void) {
-    static const uint8_t one[] = "\x82\xa4role\xa4user\xa7" "content\x90";
+    static const uint8_t one[] = "\x82\xa4role\xa4user\xa7"
+                                 "content\x90";
     size_t ol = sizeof one - 1, n = 30000, len = 0;
     uint8_t *m = malloc(32 + n * ol);
     CK_CHECK(m);
@@ -302,18 +317,20 @@ static void test_msgpack_empty_strings(void) {
         {MP("\x81\xd9\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},     /* str8 key of 0 bytes */
         {MP("\xde\x00\x01\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"}, /* map16: the 5-byte repro */
         {MP("\xdf\x00\x00\x00\x01\xda\x00\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},
-        {MP("\x82\xa0\xa0\xa6prompt\xa2hi"), SVC_JOB_OK, NULL},     /* {"": "", "prompt": "hi"} */
-        {MP("\x81\xa6prompt\xa0"), SVC_JOB_OK, NULL},                /* prompt "" */
-        {MP("\x81\xa6prompt\xc4\x00"), SVC_JOB_OK, NULL},           /* prompt: empty bin */
+        {MP("\x82\xa0\xa0\xa6prompt\xa2hi"), SVC_JOB_OK, NULL}, /* {"": "", "prompt": "hi"} */
+        {MP("\x81\xa6prompt\xa0"), SVC_JOB_OK, NULL},           /* prompt "" */
+        {MP("\x81\xa6prompt\xc4\x00"), SVC_JOB_OK, NULL},       /* prompt: empty bin */
         {MP("\x82\xa6prompt\xa1x\xa8metadata\x81\xa0\xa0"), SVC_JOB_OK, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         svc_job j;
         svc_job_error e;
         int rc = decode(cases[i].m, cases[i].n, NULL, &j, &e);
-        CK_CHECK_MSG(rc == cases[i].rc && (!cases[i].code || !strcmp(svc_job_error_code(e.code), cases[i].code)),
+        CK_CHECK_MSG(rc == cases[i].rc &&
+                         (!cases[i].code || !strcmp(svc_job_error_code(e.code), cases[i].code)),
                      "case %zu: rc %d %s (%s)", i, rc, svc_job_error_code(e.code), e.message);
-        if (rc == SVC_JOB_OK) CK_CHECK(j.prompt && strlen(j.prompt) == j.prompt_len && j.encoding == SVC_ENC_MSGPACK);
+        if (rc == SVC_JOB_OK)
+            CK_CHECK(j.prompt && strlen(j.prompt) == j.prompt_len && j.encoding == SVC_ENC_MSGPACK);
         if (i == 5 || i == 6) CK_CHECK(j.prompt_len == 0);
         if (i == 7) {
             cJSON *v = cJSON_GetObjectItemCaseSensitive(j.metadata, "");
@@ -337,7 +354,8 @@ static void expect_nonfinite(const void *m, size_t n, const char *what) {
     int rc = decode(m, n, NULL, &j, &e);
     CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_INVALID_FIELD, "%s: rc %d %s (%s)", what, rc,
                  svc_job_error_code(e.code), e.message);
-    CK_CHECK_MSG(strstr(e.message, "not finite") && !strcmp(j.id, "nf"), "%s: %s / id %s", what, e.message, j.id);
+    CK_CHECK_MSG(strstr(e.message, "not finite") && !strcmp(j.id, "nf"), "%s: %s / id %s", what, e.message,
+                 j.id);
     /* never echoed back: a result could not carry it as JSON */
     CK_CHECK(!j.metadata || !cJSON_IsObject(j.metadata) || cJSON_GetArraySize(j.metadata) == 1);
     svc_job_free(&j);
@@ -355,7 +373,8 @@ static void test_nonfinite(void) {
         "{\"id\":\"nf\",\"tokens\":[1,1e999]}",
         "{\"id\":\"nf\",\"prompt\":\"x\",\"unknown_field\":[1e400]}",
     };
-    for (size_t i = 0; i < sizeof json / sizeof json[0]; i++) expect_nonfinite(json[i], strlen(json[i]), json[i]);
+    for (size_t i = 0; i < sizeof json / sizeof json[0]; i++)
+        expect_nonfinite(json[i], strlen(json[i]), json[i]);
     /* metadata wrong, but the rest is fine: the job still gets no metadata */
     svc_job j;
     svc_job_error e;
@@ -409,7 +428,8 @@ static void test_huge_tokens(void) {
     int rc = decode_lim(s, len, NULL, &l, &j, &e);
     free(s);
     CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == 200000, "rc %d n %d %s", rc, j.n_tokens, e.message);
-    for (int i = 0; i < j.n_tokens; i++) CK_CHECK_MSG(j.tokens[i] == i % 512, "tokens[%d] = %d", i, j.tokens[i]);
+    for (int i = 0; i < j.n_tokens; i++)
+        CK_CHECK_MSG(j.tokens[i] == i % 512, "tokens[%d] = %d", i, j.tokens[i]);
     svc_job_free(&j);
     l.max_prompt_tokens = 1000;
     for (int n = 999; n <= 1001; n++) {
@@ -417,8 +437,11 @@ static void test_huge_tokens(void) {
         CK_CHECK(s);
         rc = decode_lim(s, len, NULL, &l, &j, &e);
         free(s);
-        if (n <= 1000) CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == n, "n %d: %s", n, e.message);
-        else CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_PROMPT_TOO_LONG && !j.tokens, "n %d: %s", n, e.message);
+        if (n <= 1000)
+            CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == n, "n %d: %s", n, e.message);
+        else
+            CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_PROMPT_TOO_LONG && !j.tokens, "n %d: %s",
+                         n, e.message);
         svc_job_free(&j);
     }
     /* msgpack array32 of 300,000 positive fixints, under a limit of 1000 */
@@ -434,7 +457,8 @@ static void test_huge_tokens(void) {
     l.max_prompt_tokens = 0;
     rc = decode_lim(m, 13 + n, NULL, &l, &j, &e);
     free(m);
-    CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == (int)n && j.tokens[n - 1] == (int32_t)((n - 1) % 128), "%s", e.message);
+    CK_CHECK_MSG(rc == SVC_JOB_OK && j.n_tokens == (int)n && j.tokens[n - 1] == (int32_t)((n - 1) % 128),
+                 "%s", e.message);
     svc_job_free(&j);
 }
 

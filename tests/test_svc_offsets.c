@@ -51,8 +51,10 @@ static void r_drop(void *ud, void *msg) {
 static void r_pause(void *ud, int32_t p, int pause, int held) {
     rec *r = ud;
     (void)p;
-    if (pause) r->pauses++, r->last_held = held;
-    else r->resumes++;
+    if (pause)
+        r->pauses++, r->last_held = held;
+    else
+        r->resumes++;
 }
 static void r_commit(void *ud) { ((rec *)ud)->commits++; }
 
@@ -138,7 +140,8 @@ static void test_low_water(void) {
         ack(r, 0); /* keep the mark ahead */
     }
     CK_CHECK_MSG(r->n_disp == N, "%d dispatched", r->n_disp);
-    for (int i = 0; i < N; i++) CK_CHECK(r->tok[i].offset == off[i] && r->msg[i] == M(off[i]) && !r->tok[i].redelivered);
+    for (int i = 0; i < N; i++)
+        CK_CHECK(r->tok[i].offset == off[i] && r->msg[i] == M(off[i]) && !r->tok[i].redelivered);
     int order[N], done[N] = {0};
     for (int i = 0; i < N; i++) order[i] = i;
     srand(7);
@@ -320,7 +323,7 @@ static void test_mark_strings(void) {
         {"confkv.mark=9223372036854775799", 9223372036854775799LL}, /* the largest taken */
         {"confkv.mark=9223372036854775800", -1}, /* refused: the check before the last digit is coarse */
         {"confkv.mark=9223372036854775807", -1},
-        {"confkv.mark=99999999999999999999", -1},                 /* 20 digits */
+        {"confkv.mark=99999999999999999999", -1}, /* 20 digits */
         {"confkv.mark=", -1},
         {"confkv.mark=12a", -1},
         {"confkv.mark=-5", -1},
@@ -331,13 +334,16 @@ static void test_mark_strings(void) {
         {"kafka-streams metadata", -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        CK_CHECK_MSG(svc_offsets_mark_parse(cases[i].s, strlen(cases[i].s)) == cases[i].v, "'%s'", cases[i].s);
+        CK_CHECK_MSG(svc_offsets_mark_parse(cases[i].s, strlen(cases[i].s)) == cases[i].v, "'%s'",
+                     cases[i].s);
     CK_CHECK(svc_offsets_mark_parse(NULL, 5) == -1);
     /* not NUL-terminated: only n bytes are read */
     char raw[16];
     memcpy(raw, "confkv.mark=42xx", 16);
     CK_CHECK(svc_offsets_mark_parse(raw, 14) == 42 && svc_offsets_mark_parse(raw, 16) == -1);
-    CK_CHECK(svc_offsets_mark_parse("confkv.mark=4\0" "2", 15) == -1); /* an embedded NUL */
+    CK_CHECK(svc_offsets_mark_parse("confkv.mark=4\0"
+                                    "2",
+                                    15) == -1); /* an embedded NUL */
 }
 
 /* The ring holds max_ring offsets: past it a message still goes, but its

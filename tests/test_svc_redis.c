@@ -112,8 +112,9 @@ static pid_t start_redis(int port, const char *const *extra, const char *auth) {
     char p[16], logf[300];
     snprintf(p, sizeof p, "%d", port);
     snprintf(logf, sizeof logf, "%s/redis-%d.log", g_dir, port);
-    const char *argv[32] = {"redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                            "--daemonize", "no", "--logfile", logf, "--dir", g_dir};
+    const char *argv[32] = {
+        "redis-server", "--port",      p,    "--bind",    "127.0.0.1", "--save", "",   "--appendonly",
+        "no",           "--daemonize", "no", "--logfile", logf,        "--dir",  g_dir};
     int n = 15;
     for (; extra && *extra && n < 31; extra++) argv[n++] = *extra;
     argv[n] = NULL;
@@ -187,8 +188,10 @@ static int h_start(harness *h, const char *url, const svc_redis_config *base) {
     memset(h, 0, sizeof *h);
     uv_loop_init(&h->loop);
     svc_redis_config c;
-    if (base) c = *base;
-    else svc_redis_config_default(&c);
+    if (base)
+        c = *base;
+    else
+        svc_redis_config_default(&c);
     c.url = url;
     c.prefix = "confkv-test:";
     char err[256];
@@ -260,14 +263,29 @@ static void test_url(void) {
     CK_CHECK(svc_redis_parse_url("redis://:p%40ss@h:1/", &u, err, sizeof err) == 0);
     CK_CHECK(!strcmp(u.password, "p@ss") && !u.user[0] && u.port == 1 && u.db == 0);
     CK_CHECK(svc_redis_parse_url("redis://alice:s3cret@[::1]:7000/15", &u, err, sizeof err) == 0);
-    CK_CHECK(!strcmp(u.user, "alice") && !strcmp(u.password, "s3cret") && !strcmp(u.host, "::1") && u.port == 7000 &&
-             u.db == 15);
+    CK_CHECK(!strcmp(u.user, "alice") && !strcmp(u.password, "s3cret") && !strcmp(u.host, "::1") &&
+             u.port == 7000 && u.db == 15);
     CK_CHECK(svc_redis_parse_url("unix:///run/redis.sock?db=3", &u, err, sizeof err) == 0);
     CK_CHECK(u.is_unix && !strcmp(u.path, "/run/redis.sock") && u.db == 3);
-    static const char *bad[] = {"", "http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:x",
-                                "redis://h/x", "redis://h/-1", "redis://user@h", "redis://:@h", "redis://:%zz@h",
-                                "redis://:%0@h", "redis://:%00@h", "redis://[::1", "redis://[::1]x", "unix://rel",
-                                "unix:///s?x=1", "redis://h /1", NULL};
+    static const char *bad[] = {"",
+                                "http://h",
+                                "redis://",
+                                "redis://h:0",
+                                "redis://h:65536",
+                                "redis://h:x",
+                                "redis://h/x",
+                                "redis://h/-1",
+                                "redis://user@h",
+                                "redis://:@h",
+                                "redis://:%zz@h",
+                                "redis://:%0@h",
+                                "redis://:%00@h",
+                                "redis://[::1",
+                                "redis://[::1]x",
+                                "unix://rel",
+                                "unix:///s?x=1",
+                                "redis://h /1",
+                                NULL};
     for (int i = 0; bad[i]; i++) {
         err[0] = 0;
         CK_CHECK_MSG(svc_redis_parse_url(bad[i], &u, err, sizeof err) == CK_EINVAL && err[0], "%s", bad[i]);
@@ -370,7 +388,8 @@ static void test_burst(void) {
     CK_CHECK(wait_res(&h, r, BURST, 20));
     double t_get = now_s() - t0;
     for (int i = 0; i < BURST; i++)
-        CK_CHECK_MSG(r[i].status == 0 && r[i].len == BLOCK && !memcmp(r[i].data, v + (size_t)i * BLOCK, BLOCK),
+        CK_CHECK_MSG(r[i].status == 0 && r[i].len == BLOCK &&
+                         !memcmp(r[i].data, v + (size_t)i * BLOCK, BLOCK),
                      "block %d", i);
     fprintf(stderr, "     burst: %d x %d bytes: put %.3f s, get %.3f s\n", BURST, BLOCK, t_put, t_get);
     svc_redis_stats st = stats(&h);
@@ -390,7 +409,8 @@ static void test_burst(void) {
         sleep_ms(10);
     }
     cold_poll(h.s);
-    CK_CHECK(sync_int(c, "EXISTS confkv-test:burst:0") == 0 && sync_int(c, "EXISTS confkv-test:burst:999") == 0);
+    CK_CHECK(sync_int(c, "EXISTS confkv-test:burst:0") == 0 &&
+             sync_int(c, "EXISTS confkv-test:burst:999") == 0);
     redisFree(c);
     free(v);
     free(r);
@@ -413,8 +433,10 @@ static void test_inflight_bound(void) {
     int accepted = 0, busy = 0;
     for (int i = 0; i < 10; i++) {
         int rc = h.s->ops->put(h.s, "bound", v, sizeof v, 0, cb, &r[i]);
-        if (rc == 0) accepted++;
-        else if (rc == CK_EBUSY) busy++, r[i].done = 1;
+        if (rc == 0)
+            accepted++;
+        else if (rc == CK_EBUSY)
+            busy++, r[i].done = 1;
     }
     CK_CHECK_MSG(accepted == 4 && busy == 6, "accepted %d busy %d", accepted, busy);
     CK_CHECK(wait_res(&h, r, 10, 5));
@@ -435,7 +457,8 @@ static void test_tier_corruption(void) {
     CK_CHECK(h_start(&h, url, NULL) == 0);
     CK_CHECK(wait_up(&h, 1, 5));
     const kvq_shape shape = {5, 16, 32};
-    tier_config tc = {.shape = shape, .max_cold = 64, .cold = h.s, .instance = 1, .fingerprint = "0123456789abcdef"};
+    tier_config tc = {
+        .shape = shape, .max_cold = 64, .cold = h.s, .instance = 1, .fingerprint = "0123456789abcdef"};
     tc.budget_bytes = kvq_f32_bytes(&shape); /* one slot */
     tier *t = NULL;
     CK_CHECK(tier_new(&tc, &t) == 0);
@@ -454,7 +477,8 @@ static void test_tier_corruption(void) {
         sleep_ms(2);
     }
     tier_poll(t);
-    CK_CHECK(st->spills == 2 && st->spill_failures == 0 && s.tier[0] == KV_TIER_COLD && s.tier[1] == KV_TIER_COLD);
+    CK_CHECK(st->spills == 2 && st->spill_failures == 0 && s.tier[0] == KV_TIER_COLD &&
+             s.tier[1] == KV_TIER_COLD);
     redisContext *c = sync_conn(g_port, NULL, 0);
     CK_CHECK(c);
     redisReply *keys = redisCommand(c, "KEYS confkv-test:kv:*");
@@ -515,8 +539,9 @@ static void test_auth_db_unix(void) {
     int port = free_port();
     char sock[300];
     snprintf(sock, sizeof sock, "%s/r.sock", g_dir);
-    const char *extra[] = {"--requirepass", "pw1", "--unixsocket", sock, "--unixsocketperm", "700",
-                           "--user", "alice", "on", ">pw2", "~*", "+@all", NULL};
+    const char *extra[] = {
+        "--requirepass", "pw1", "--unixsocket", sock, "--unixsocketperm", "700", "--user", "alice", "on",
+        ">pw2",          "~*",  "+@all",        NULL};
     pid_t pid = g_pid2 = start_redis(port, extra, "pw1");
     CK_CHECK(pid > 0);
     const char *urls[2];
@@ -620,7 +645,8 @@ static void test_kill9_and_reconnect(void) {
         char key[32];
         snprintf(key, sizeof key, "k9:%d", i % 50);
         t_req[i] = now_s();
-        int rc = (i & 1) ? h.s->ops->get(h.s, key, cb, &r[i]) : h.s->ops->put(h.s, key, v, sizeof v, 0, cb, &r[i]);
+        int rc =
+            (i & 1) ? h.s->ops->get(h.s, key, cb, &r[i]) : h.s->ops->put(h.s, key, v, sizeof v, 0, cb, &r[i]);
         CK_CHECK(rc == 0 || rc == CK_EBUSY);
         if (rc) r[i].done = 1, r[i].t = t_req[i];
         if (i == N / 4) {
@@ -639,8 +665,8 @@ static void test_kill9_and_reconnect(void) {
         if (d > worst) worst = d;
         ok_after += r[i].status == 0;
     }
-    fprintf(stderr, "     kill -9: %d requests after, slowest answered in %.1f ms, %d ok\n", N - killed_at - 1,
-            worst * 1e3, ok_after);
+    fprintf(stderr, "     kill -9: %d requests after, slowest answered in %.1f ms, %d ok\n",
+            N - killed_at - 1, worst * 1e3, ok_after);
     CK_CHECK_MSG(worst < 0.5, "a request took %.3f s while Redis was down", worst);
     CK_CHECK(stats(&h).up == 0 && stats(&h).failures > 0);
     /* restart on the same port: back by itself */
@@ -754,7 +780,8 @@ static void test_engine_spills_to_redis(void) {
     eng_free(big);
     h_stop(&h);
     CK_CHECK(up && !ra && !rb);
-    fprintf(stderr, "  %llu preemptions, %llu blocks spilled to Redis, %llu fetched back, %llu Redis GET hits\n",
+    fprintf(stderr,
+            "  %llu preemptions, %llu blocks spilled to Redis, %llu fetched back, %llu Redis GET hits\n",
             (unsigned long long)st.preemptions, (unsigned long long)st.cold_spills,
             (unsigned long long)st.cold_fetch_hits, (unsigned long long)rs.hits);
     CK_CHECK(st.preemptions > 0 && st.cold_spills > 0 && st.cold_fetch_hits > 0 && rs.hits > 0);

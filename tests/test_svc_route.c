@@ -22,8 +22,18 @@ static void test_parse(void) {
     CK_CHECK(svc_route_parse("tokens=4,at=every,max_gap<0.2", &r, err, sizeof err) == 0);
     CK_CHECK(r.tokens == 4 && r.every && r.n_cond == 1 && r.cond[0].stat == SVC_ROUTE_MAX &&
              r.cond[0].signal == SVC_ROUTE_GAP && !r.cond[0].greater && r.cond[0].x == 0.2);
-    const char *bad[] = {"tokens=0", "tokens=257", "tokens=x", "mean_entropy", "avg_entropy>1", "mean_foo>1",
-                         "mean_entropy>", "mean_entropy>nan", "always,never", "tokens=8", "a,,b", "at=last",
+    const char *bad[] = {"tokens=0",
+                         "tokens=257",
+                         "tokens=x",
+                         "mean_entropy",
+                         "avg_entropy>1",
+                         "mean_foo>1",
+                         "mean_entropy>",
+                         "mean_entropy>nan",
+                         "always,never",
+                         "tokens=8",
+                         "a,,b",
+                         "at=last",
                          "mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1,"
                          "mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -37,9 +47,12 @@ static void test_parse(void) {
 static double stat_of(const float *v, int from, int n, int stat) {
     double acc = stat == SVC_ROUTE_MEAN ? 0 : v[from];
     for (int i = from; i < from + n; i++) {
-        if (stat == SVC_ROUTE_MEAN) acc += v[i];
-        else if (stat == SVC_ROUTE_MIN && v[i] < acc) acc = v[i];
-        else if (stat == SVC_ROUTE_MAX && v[i] > acc) acc = v[i];
+        if (stat == SVC_ROUTE_MEAN)
+            acc += v[i];
+        else if (stat == SVC_ROUTE_MIN && v[i] < acc)
+            acc = v[i];
+        else if (stat == SVC_ROUTE_MAX && v[i] > acc)
+            acc = v[i];
     }
     return stat == SVC_ROUTE_MEAN ? acc / n : acc;
 }

@@ -127,7 +127,7 @@ static void test_spill_and_fetch(void) {
     const tier_stats *st = tier_get_stats(t);
     CK_CHECK(st->spills == 2 && st->fetch_hits == 1 && st->drops == 0);
     CK_CHECK(cold_mem_count(cold) == 1); /* the fetched key was deleted */
-    tier_release_seq(t, &s);            /* block 1 (cold) and block 2 (warm) */
+    tier_release_seq(t, &s);             /* block 1 (cold) and block 2 (warm) */
     tier_poll(t);
     CK_CHECK(cold_mem_count(cold) == 0 && st->slots_used == 0);
     for (int j = 0; j < 4; j++) free(blk[j]);

@@ -59,11 +59,16 @@ static int ref_byte(const tokenizer *t, unsigned b) {
 /* how many bytes form the codepoint at s (n bytes left) */
 static size_t ref_cp(const unsigned char *s, size_t n) {
     size_t need;
-    if (s[0] <= 0x7F) need = 1;
-    else if (s[0] >= 0xC0 && s[0] <= 0xDF) need = 2;
-    else if (s[0] >= 0xE0 && s[0] <= 0xEF) need = 3;
-    else if (s[0] >= 0xF0 && s[0] <= 0xF7) need = 4;
-    else need = 1;
+    if (s[0] <= 0x7F)
+        need = 1;
+    else if (s[0] >= 0xC0 && s[0] <= 0xDF)
+        need = 2;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        need = 3;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF7)
+        need = 4;
+    else
+        need = 1;
     if (need > n) return 1;
     for (size_t k = 1; k < need; k++)
         if (s[k] < 0x80 || s[k] > 0xBF) return 1;
@@ -71,8 +76,7 @@ static size_t ref_cp(const unsigned char *s, size_t n) {
 }
 
 /* returns count, ids in out (capacity cap) */
-static int ref_encode(const tokenizer *t, const char *text, size_t len, int bos, int *out,
-                      int cap) {
+static int ref_encode(const tokenizer *t, const char *text, size_t len, int bos, int *out, int cap) {
     static rtok tk_[4096];
     int n = 0, m = 0;
     if (bos) out[m++] = tok_bos(t);
@@ -155,32 +159,55 @@ static int check_string(const tokenizer *t, const char *s, size_t len) {
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     char *dec = malloc(len + 8);
     int n, bad = 0;
-    if (tok_encode(t, s, len, 1, ids, cap, &n) != 0) { bad = __LINE__; goto out; }
-    if (n < 1 || ids[0] != tok_bos(t)) { bad = __LINE__; goto out; }
-    if (len == 0 && n != 1) { bad = __LINE__; goto out; }
+    if (tok_encode(t, s, len, 1, ids, cap, &n) != 0) {
+        bad = __LINE__;
+        goto out;
+    }
+    if (n < 1 || ids[0] != tok_bos(t)) {
+        bad = __LINE__;
+        goto out;
+    }
+    if (len == 0 && n != 1) {
+        bad = __LINE__;
+        goto out;
+    }
     for (int i = 1; i < n; i++) {
         int ty = tok_type(t, ids[i]);
         if (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ids[i] == tok_bos(t) ||
-            ids[i] == tok_eos(t)) { bad = __LINE__; goto out; }
+            ids[i] == tok_eos(t)) {
+            bad = __LINE__;
+            goto out;
+        }
     }
     /* local optimum: no adjacent mergeable pair concatenates to a piece */
     for (int i = 1; i + 1 < n; i++) {
-        if (tok_type(t, ids[i]) == TOK_TYPE_BYTE || tok_type(t, ids[i + 1]) == TOK_TYPE_BYTE)
-            continue;
+        if (tok_type(t, ids[i]) == TOK_TYPE_BYTE || tok_type(t, ids[i + 1]) == TOK_TYPE_BYTE) continue;
         size_t la, lb;
         const char *a = tok_piece(t, ids[i], &la), *b = tok_piece(t, ids[i + 1], &lb);
         char buf[64];
         if (la + lb > sizeof buf) continue;
         memcpy(buf, a, la);
         memcpy(buf + la, b, lb);
-        if (ref_find(t, buf, la + lb) >= 0) { bad = __LINE__; goto out; }
+        if (ref_find(t, buf, la + lb) >= 0) {
+            bad = __LINE__;
+            goto out;
+        }
     }
     size_t dl = decode_all(t, ids, n, dec, len + 8);
-    if (dl != len || memcmp(dec, s, len) != 0) { bad = __LINE__; goto out; }
+    if (dl != len || memcmp(dec, s, len) != 0) {
+        bad = __LINE__;
+        goto out;
+    }
     /* without BOS the dummy prefix's space stays */
     int n2;
-    if (tok_encode(t, s, len, 0, ids, cap, &n2) != 0) { bad = __LINE__; goto out; }
-    if (n2 != (len ? n - 1 : 0)) { bad = __LINE__; goto out; }
+    if (tok_encode(t, s, len, 0, ids, cap, &n2) != 0) {
+        bad = __LINE__;
+        goto out;
+    }
+    if (n2 != (len ? n - 1 : 0)) {
+        bad = __LINE__;
+        goto out;
+    }
     dl = decode_all(t, ids, n2, dec, len + 8);
     if (len > 0 && (dl != len + 1 || dec[0] != ' ' || memcmp(dec + 1, s, len) != 0)) {
         bad = __LINE__;
@@ -212,11 +239,13 @@ static const char *samples[] = {
     "trailing space ",
     "tabs\tand\nnewlines\n\n",
     "Lily's mom said, \"Lily, let's go to the park.\"",
-    "\xe2\x84\xa2\xe2\x80\x8a",                             /* pieces 507 and 511 */
-    "caf\xc3\xa9 na\xc3\xaf" "ve \xc3\xbc" "ber \xc3\x9f",          /* Latin-1 range */
+    "\xe2\x84\xa2\xe2\x80\x8a", /* pieces 507 and 511 */
+    "caf\xc3\xa9 na\xc3\xaf"
+    "ve \xc3\xbc"
+    "ber \xc3\x9f",                                                             /* Latin-1 range */
     "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7", /* ZWJ family */
     "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c",
-    "<0x41> <s> </s> <unk>",                                 /* control/byte look-alikes */
+    "<0x41> <s> </s> <unk>", /* control/byte look-alikes */
     "a",
     " ",
     "\x80\x80 stray \xc3 truncated \xe2\x82 and \xff\xfe",
@@ -266,9 +295,28 @@ static void test_vs_reference(void) {
     for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++)
         CK_CHECK_MSG(same_as_ref(tk, samples[i], strlen(samples[i])), "sample %zu", i);
     /* random strings over a mixed alphabet */
-    static const char *alpha[] = {"a", "e", "t", "h", " ", " ", "o", "n", "s", "d", ",", ".",
-                                  "\n", "T", "\xc3\xa9", "\xe2\x84\xa2", "\xf0\x9f\x98\x80",
-                                  "\x80", "\xff", "\x01", "'", "\""};
+    static const char *alpha[] = {"a",
+                                  "e",
+                                  "t",
+                                  "h",
+                                  " ",
+                                  " ",
+                                  "o",
+                                  "n",
+                                  "s",
+                                  "d",
+                                  ",",
+                                  ".",
+                                  "\n",
+                                  "T",
+                                  "\xc3\xa9",
+                                  "\xe2\x84\xa2",
+                                  "\xf0\x9f\x98\x80",
+                                  "\x80",
+                                  "\xff",
+                                  "\x01",
+                                  "'",
+                                  "\""};
     char buf[128];
     for (int it = 0; it < 400; it++) {
         size_t n = 0, want = rnd() % 40;
@@ -318,9 +366,23 @@ static void test_random_bytes(void) {
 
 static void test_long(void) {
     /* 200 KB of story-like text: fast (heap merges) and still a round trip */
-    static const char *words[] = {"Once", "upon", "a", "time", "there", "was", "little",
-                                  "girl", "named", "Lily.", "She", "loved", "to", "play",
-                                  "\xc3\xa9t\xc3\xa9", "\xf0\x9f\x98\x80!", "\n"};
+    static const char *words[] = {"Once",
+                                  "upon",
+                                  "a",
+                                  "time",
+                                  "there",
+                                  "was",
+                                  "little",
+                                  "girl",
+                                  "named",
+                                  "Lily.",
+                                  "She",
+                                  "loved",
+                                  "to",
+                                  "play",
+                                  "\xc3\xa9t\xc3\xa9",
+                                  "\xf0\x9f\x98\x80!",
+                                  "\n"};
     size_t cap = 200000, n = 0;
     char *s = malloc(cap + 32);
     CK_CHECK(s != NULL);
@@ -403,11 +465,13 @@ static void test_from_arrays(void) {
     char err[256] = "";
     tokenizer *a = NULL, *b = NULL;
     /* types inferred, lengths given */
-    CK_CHECK_MSG(tok_from_arrays(n, (const char *const *)pieces, lens, scores, NULL, 1, 2, 0, &a,
-                                 err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(tok_from_arrays(n, (const char *const *)pieces, lens, scores, NULL, 1, 2, 0, &a, err,
+                                 sizeof err) == 0,
+                 "%s", err);
     /* types given, lengths from strlen */
-    CK_CHECK_MSG(tok_from_arrays(n, (const char *const *)pieces, NULL, scores, types, 1, 2, 0, &b,
-                                 err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(tok_from_arrays(n, (const char *const *)pieces, NULL, scores, types, 1, 2, 0, &b, err,
+                                 sizeof err) == 0,
+                 "%s", err);
     for (int i = 0; i < n; i++) {
         CK_CHECK(tok_type(a, i) == tok_type(tk, i));
         CK_CHECK(tok_type(b, i) == tok_type(tk, i));
@@ -433,15 +497,15 @@ static void test_from_arrays(void) {
     tok_free(b);
 
     /* no scores: every merge ties, still a valid, round-tripping encoding */
-    CK_CHECK(tok_from_arrays(n, (const char *const *)pieces, lens, NULL, NULL, 1, 2, 0, &a, err,
-                             sizeof err) == 0);
+    CK_CHECK(
+        tok_from_arrays(n, (const char *const *)pieces, lens, NULL, NULL, 1, 2, 0, &a, err, sizeof err) == 0);
     CK_CHECK(check_string(a, samples[1], strlen(samples[1])) == 0);
     CK_CHECK(same_as_ref(a, samples[1], strlen(samples[1])));
     tok_free(a);
 
     /* no byte pieces, no unk: unknown bytes cannot be encoded */
-    CK_CHECK(tok_from_arrays(2, (const char *const *)(const char *[]){"a", "\xe2\x96\x81"}, NULL,
-                             NULL, NULL, -1, -1, -1, &a, err, sizeof err) == 0);
+    CK_CHECK(tok_from_arrays(2, (const char *const *)(const char *[]){"a", "\xe2\x96\x81"}, NULL, NULL, NULL,
+                             -1, -1, -1, &a, err, sizeof err) == 0);
     int32_t ids[8];
     int m;
     CK_CHECK(tok_encode(a, "a a", 3, 1, ids, 8, &m) == 0 && m == 4); /* no BOS in vocab */
@@ -452,16 +516,17 @@ static void test_from_arrays(void) {
     /* bad arguments */
     a = (tokenizer *)1;
     err[0] = 0;
-    CK_CHECK(tok_from_arrays(n, (const char *const *)pieces, lens, scores, NULL, 1, 2, 600, &a,
-                             err, sizeof err) == CK_EINVAL && a == NULL && err[0]);
+    CK_CHECK(tok_from_arrays(n, (const char *const *)pieces, lens, scores, NULL, 1, 2, 600, &a, err,
+                             sizeof err) == CK_EINVAL &&
+             a == NULL && err[0]);
     int32_t badtypes[2] = {1, 9};
-    CK_CHECK(tok_from_arrays(2, (const char *const *)pieces, lens, NULL, badtypes, -1, -1, -1,
-                             &a, err, sizeof err) == CK_EFORMAT);
+    CK_CHECK(tok_from_arrays(2, (const char *const *)pieces, lens, NULL, badtypes, -1, -1, -1, &a, err,
+                             sizeof err) == CK_EFORMAT);
     float nan_scores[2] = {0, NAN};
-    CK_CHECK(tok_from_arrays(2, (const char *const *)pieces, lens, nan_scores, NULL, -1, -1, -1,
-                             &a, err, sizeof err) == CK_EFORMAT);
-    CK_CHECK(tok_from_arrays(0, (const char *const *)pieces, lens, NULL, NULL, -1, -1, -1, &a,
-                             err, sizeof err) == CK_EINVAL);
+    CK_CHECK(tok_from_arrays(2, (const char *const *)pieces, lens, nan_scores, NULL, -1, -1, -1, &a, err,
+                             sizeof err) == CK_EFORMAT);
+    CK_CHECK(tok_from_arrays(0, (const char *const *)pieces, lens, NULL, NULL, -1, -1, -1, &a, err,
+                             sizeof err) == CK_EINVAL);
     for (int i = 0; i < n; i++) free(pieces[i]);
     free(pieces);
     free(lens);
@@ -566,15 +631,15 @@ static void test_max_piece_len(void) {
     size_t want = 1;
     for (int i = 0; i < tok_vocab_size(tk); i++) {
         int ty = tok_type(tk, i);
-        if ((ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_USER) || i == tok_bos(tk) ||
-            i == tok_eos(tk) || i == tok_unk(tk))
+        if ((ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_USER) || i == tok_bos(tk) || i == tok_eos(tk) ||
+            i == tok_unk(tk))
             continue;
         size_t l;
         tok_piece(tk, i, &l);
         if (l > want) want = l;
     }
-    CK_CHECK_MSG(tok_max_piece_len(tk) == (int)want && want == 7, "%d vs %zu",
-                 tok_max_piece_len(tk), want); /* " friend", " little" */
+    CK_CHECK_MSG(tok_max_piece_len(tk) == (int)want && want == 7, "%d vs %zu", tok_max_piece_len(tk),
+                 want); /* " friend", " little" */
     CK_CHECK(tok_max_piece_len(NULL) == 0);
 }
 
@@ -592,8 +657,10 @@ static void test_encode_bound(void) {
     double t1 = now_s();
     int rc_full = tok_encode(tk, big, MIB, 1, ids, MIB + 2, &n_full);
     double t2 = now_s();
-    fprintf(stderr, "    1 MiB prompt, limit %d: refused in %.6f s (lower bound %d); "
-            "encoding it all takes %.3f s (%d ids)\n", LIMIT, t1 - t0, n_fast, t2 - t1, n_full);
+    fprintf(stderr,
+            "    1 MiB prompt, limit %d: refused in %.6f s (lower bound %d); "
+            "encoding it all takes %.3f s (%d ids)\n",
+            LIMIT, t1 - t0, n_fast, t2 - t1, n_full);
     CK_CHECK(rc_fast == CK_ETOOLONG && rc_full == 0);
     /* the lower bound is a true one, and above the limit */
     CK_CHECK_MSG(n_fast > LIMIT && n_fast <= n_full, "%d vs %d", n_fast, n_full);
@@ -677,9 +744,7 @@ static void test_colliding_pieces(void) {
     CK_CHECK_MSG(rc == 0, "%s", err);
     int bad = -1, n;
     for (int i = 0; i < N && bad < 0; i++)
-        if (tok_encode(t, cp[i], 4, 0, ids, 4, &n) != 0 || n != 2 || ids[0] != SPACE ||
-            ids[1] != i)
-            bad = i;
+        if (tok_encode(t, cp[i], 4, 0, ids, 4, &n) != 0 || n != 2 || ids[0] != SPACE || ids[1] != i) bad = i;
     double t2 = now_s();
     /* all of them in one text: N + 1 ids, no merges (no 8-byte pieces) */
     char *text = (char *)cp;
@@ -695,14 +760,14 @@ static void test_colliding_pieces(void) {
     free(pieces);
     free(lens);
     free(ids);
-    fprintf(stderr, "    %d pieces homed in %d of 131072 old slots: load %.3f s, %d one-piece "
-            "encodes %.3f s, one %d-byte encode %.3f s\n", N, WINDOW, t1 - t0, N, t2 - t1,
-            4 * N, t3 - t2);
+    fprintf(stderr,
+            "    %d pieces homed in %d of 131072 old slots: load %.3f s, %d one-piece "
+            "encodes %.3f s, one %d-byte encode %.3f s\n",
+            N, WINDOW, t1 - t0, N, t2 - t1, 4 * N, t3 - t2);
     CK_CHECK_MSG(bad < 0, "piece %d does not encode to itself", bad);
     CK_CHECK(!bad_all && dup_ok);
     CK_CHECK_MSG(t3 - t0 < 20.0, "took %.1f s", t3 - t0); /* generous */
 }
-
 
 /* ---------------------------------------------------------------------------
  * GGUF vocabularies (tok_from_gguf): tiny files written here, expected ids
@@ -718,7 +783,7 @@ typedef struct {
     const float *scores;
     int n_merges;
     const char *const *merges;
-    int bos, eos, eot; /* -1: key absent */
+    int bos, eos, eot;                      /* -1: key absent */
     int add_bos, add_eos, add_space_prefix; /* -1: key absent */
 } vocab_spec;
 
@@ -758,8 +823,7 @@ static int vocab_load(const vocab_spec *v, tokenizer **out, char *err, size_t er
 }
 
 /* encode text and compare with want (n_want ids) */
-static int enc_is(const tokenizer *t, const char *text, unsigned flags, const int32_t *want,
-                  int n_want) {
+static int enc_is(const tokenizer *t, const char *text, unsigned flags, const int32_t *want, int n_want) {
     int32_t ids[64];
     int n = -1;
     int rc = tok_encode_opts(t, text, strlen(text), flags, ids, 64, &n);
@@ -771,20 +835,37 @@ static int enc_is(const tokenizer *t, const char *text, unsigned flags, const in
     }
     return ok;
 }
-#define ENC_IS(t, text, flags, ...)                                                  \
-    enc_is(t, text, flags, (const int32_t[]){__VA_ARGS__},                         \
+#define ENC_IS(t, text, flags, ...)                        \
+    enc_is(t, text, flags, (const int32_t[]){__VA_ARGS__}, \
            (int)(sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)))
 
 /* byte-level BPE: "Ġ" is the space of GPT-2's byte alphabet */
-static const char *const bpe_tokens[] = {
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "c", "\xc4\xa0", "<", "|", "i",
-    "m", "_", "s", "t", "r", ">", "ab", "\xc4\xa0" "ab", "abc", "[USR]"};
+static const char *const bpe_tokens[] = {"<|endoftext|>",
+                                         "<|im_start|>",
+                                         "<|im_end|>",
+                                         "a",
+                                         "b",
+                                         "c",
+                                         "\xc4\xa0",
+                                         "<",
+                                         "|",
+                                         "i",
+                                         "m",
+                                         "_",
+                                         "s",
+                                         "t",
+                                         "r",
+                                         ">",
+                                         "ab",
+                                         "\xc4\xa0"
+                                         "ab",
+                                         "abc",
+                                         "[USR]"};
 static const int32_t bpe_types[] = {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4};
 static const char *const bpe_merges[] = {"a b", "\xc4\xa0 ab", "ab c"};
 
 static vocab_spec bpe_spec(void) {
-    vocab_spec v = {"gpt2", "gpt-2", 20, bpe_tokens, bpe_types, NULL, 3, bpe_merges,
-                    -1, 0, -1, -1, -1, -1};
+    vocab_spec v = {"gpt2", "gpt-2", 20, bpe_tokens, bpe_types, NULL, 3, bpe_merges, -1, 0, -1, -1, -1, -1};
     return v;
 }
 
@@ -817,7 +898,10 @@ static void test_gguf_bpe(void) {
     CK_CHECK(l == 5 && memcmp(p, "[USR]", 5) == 0);
     char buf[16];
     CK_CHECK(tok_piece_gguf(t, 17, buf, sizeof buf, &l) == 0 && l == 4 &&
-             memcmp(buf, "\xc4\xa0" "ab", 4) == 0);
+             memcmp(buf,
+                    "\xc4\xa0"
+                    "ab",
+                    4) == 0);
     /* end of generation: eos, and the EOG texts <|endoftext|>, <|im_end|> */
     CK_CHECK(tok_is_eog(t, 0) && tok_is_eog(t, 2));
     CK_CHECK(!tok_is_eog(t, 1) && !tok_is_eog(t, 3) && !tok_is_eog(t, 19) && !tok_is_eog(t, 99));
@@ -854,8 +938,18 @@ static void test_gguf_bpe(void) {
 }
 
 static void test_gguf_spm(void) {
-    static const char *const tokens[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
-                                         "\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab", "<0x63>"};
+    static const char *const tokens[] = {"<unk>",
+                                         "<s>",
+                                         "</s>",
+                                         "\xe2\x96\x81",
+                                         "a",
+                                         "b",
+                                         "\xe2\x96\x81"
+                                         "a",
+                                         "ab",
+                                         "\xe2\x96\x81"
+                                         "ab",
+                                         "<0x63>"};
     static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 6};
     static const float scores[] = {0, 0, 0, -5, -6, -6, -1, -2, -0.5f, 0};
     vocab_spec v = {"llama", NULL, 10, tokens, types, scores, 0, NULL, -1, -1, -1, -1, -1, -1};
@@ -899,8 +993,7 @@ static void test_gguf_refused(void) {
         v.n_merges = 2;
         err[0] = 0;
         int rc = vocab_load(&v, &t, err, sizeof err);
-        CK_CHECK_MSG(rc == CK_EFORMAT && t == NULL && strstr(err, "merge"), "case %zu: %d %s",
-                     i, rc, err);
+        CK_CHECK_MSG(rc == CK_EFORMAT && t == NULL && strstr(err, "merge"), "case %zu: %d %s", i, rc, err);
     }
     /* unknown model and pre-tokenizer: refused by name */
     v = bpe_spec();

@@ -94,8 +94,10 @@ static void test_alternating_load_holds(void) {
     CK_CHECK(tuner_init(&t, &c, th, 1.0, 4096, 0) == 0);
     tuner_move mv[3];
     for (int w = 1; w <= 30; w++) {
-        if (w & 1) feed(&t, 2000, 2, 6, 0, 1, 0, 1);
-        else feed(&t, 2000, 0, 2, 0, 1, 0, 1);
+        if (w & 1)
+            feed(&t, 2000, 2, 6, 0, 1, 0, 1);
+        else
+            feed(&t, 2000, 0, 2, 0, 1, 0, 1);
         CK_CHECK(tuner_tick(&t, w, mv) == 0);
     }
     CK_CHECK(t.th[0] == 3.0);

@@ -23,10 +23,10 @@ int cli_convert(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_eval(int argc, char **argv);
-int cli_broker(int argc, char **argv);   /* cli_broker.c: embedded Kafka broker */
-int cli_submit(int argc, char **argv);   /* cli_submit.c: jobs to confkvd */
-int cli_batch(int argc, char **argv);    /* cli_batch.c: OpenAI Batch API files */
-int cli_loadgen(int argc, char **argv);  /* cli_loadgen.c: serve-bench load through Kafka */
+int cli_broker(int argc, char **argv);    /* cli_broker.c: embedded Kafka broker */
+int cli_submit(int argc, char **argv);    /* cli_submit.c: jobs to confkvd */
+int cli_batch(int argc, char **argv);     /* cli_batch.c: OpenAI Batch API files */
+int cli_loadgen(int argc, char **argv);   /* cli_loadgen.c: serve-bench load through Kafka */
 int cli_templates(int argc, char **argv); /* cli_templates.c: cache templates in Redis */
 int cli_tokenize(int argc, char **argv);  /* cli_tokenize.c: text to token ids */
 int cli_tune(int argc, char **argv);      /* cli_tune.c: the tuning report */
@@ -65,16 +65,16 @@ typedef struct cli_engine {
 typedef struct cli_engine_opts {
     const char *model_path;
     const char *tokenizer_path;
-    const char *backend;   /* "cpu", "cuda", "auto" */
-    int threads;           /* 0 = all cores */
-    int block_size;        /* tokens per KV block; 0 = kv_default_block_size */
+    const char *backend; /* "cpu", "cuda", "auto" */
+    int threads;         /* 0 = all cores */
+    int block_size;      /* tokens per KV block; 0 = kv_default_block_size */
     int max_batch_tokens;
-    int kv_blocks;         /* 0 = enough for max_seqs full contexts */
+    int kv_blocks; /* 0 = enough for max_seqs full contexts */
     int max_seqs;
-    int max_ctx;           /* --max-context; 0 = the rule of eng_fit_context */
-    int kv8_blocks;        /* int8 block pool (conf-int8); 0 = none, -1 = as many as f32 */
-    int max_memory_mb;     /* --max-memory-mb: refuse a plan past it (0 = no limit) */
-    int verbose;           /* --verbose: the memory plan on stderr */
+    int max_ctx;       /* --max-context; 0 = the rule of eng_fit_context */
+    int kv8_blocks;    /* int8 block pool (conf-int8); 0 = none, -1 = as many as f32 */
+    int max_memory_mb; /* --max-memory-mb: refuse a plan past it (0 = no limit) */
+    int verbose;       /* --verbose: the memory plan on stderr */
 } cli_engine_opts;
 
 void cli_engine_opts_default(cli_engine_opts *o);

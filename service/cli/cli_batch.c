@@ -25,7 +25,8 @@
 #include "svc_result.h"
 
 static void help(void) {
-    printf("usage: confkv batch --input in.jsonl --output out.jsonl (--brokers B | --local --model M [--tokenizer T])\n\n"
+    printf("usage: confkv batch --input in.jsonl --output out.jsonl (--brokers B | --local --model M "
+           "[--tokenizer T])\n\n"
            "  --brokers B        send the requests to confkvd through Kafka\n"
            "  --topic T          jobs topic (default confkv.jobs); --results-topic T (confkv.results)\n"
            "  --local            run them in this process on the engine\n"
@@ -35,10 +36,10 @@ static void help(void) {
 
 typedef struct breq {
     char *custom_id;
-    char *job_json;     /* the job: body + id */
-    int chat;           /* /v1/chat/completions */
-    char *bad;          /* a line that is not a valid request: the error */
-    cJSON *result;      /* confkv result tree */
+    char *job_json; /* the job: body + id */
+    int chat;       /* /v1/chat/completions */
+    char *bad;      /* a line that is not a valid request: the error */
+    cJSON *result;  /* confkv result tree */
 } breq;
 
 typedef struct batch {
@@ -75,7 +76,8 @@ static void parse_line(breq *q, const char *line, size_t len, int lineno) {
         /* Every "id" goes (JSON allows a key twice, and the job decoder
          * reads the first): the job's id is the custom_id, or its result
          * would come back under another id and never be matched. */
-        while (cJSON_GetObjectItemCaseSensitive(job, "id")) cJSON_DeleteItemFromObjectCaseSensitive(job, "id");
+        while (cJSON_GetObjectItemCaseSensitive(job, "id"))
+            cJSON_DeleteItemFromObjectCaseSensitive(job, "id");
         cJSON_AddStringToObject(job, "id", q->custom_id);
         q->job_json = cJSON_PrintUnformatted(job);
         cJSON_Delete(job);
@@ -170,11 +172,17 @@ static void write_line(FILE *out, const breq *q, int idx, const char *model) {
         cJSON *re = cJSON_GetObjectItemCaseSensitive(r, "error");
         cJSON *code = cJSON_GetObjectItemCaseSensitive(re, "code");
         cJSON *msg = cJSON_GetObjectItemCaseSensitive(re, "message");
-        cJSON_AddStringToObject(e, "message", q->bad ? q->bad : !r ? "no result within the timeout"
-                                              : cJSON_IsString(msg) ? msg->valuestring : "failed");
+        cJSON_AddStringToObject(e, "message",
+                                q->bad                ? q->bad
+                                : !r                  ? "no result within the timeout"
+                                : cJSON_IsString(msg) ? msg->valuestring
+                                                      : "failed");
         cJSON_AddStringToObject(e, "type", "invalid_request_error");
-        cJSON_AddStringToObject(e, "code", q->bad ? "invalid_request" : !r ? "timeout"
-                                           : cJSON_IsString(code) ? code->valuestring : "error");
+        cJSON_AddStringToObject(e, "code",
+                                q->bad                 ? "invalid_request"
+                                : !r                   ? "timeout"
+                                : cJSON_IsString(code) ? code->valuestring
+                                                       : "error");
     }
     cJSON_AddNullToObject(o, "error");
     char *s = cJSON_PrintUnformatted(o);
@@ -229,10 +237,11 @@ static void local_loaded(void *ud, int ok, const char *msg) {
         x->idx = i;
         if (q->bad) continue;
         svc_job_error e;
-        int rc = svc_job_decode(q->job_json, strlen(q->job_json), "application/json", q->custom_id, &l->lim, &x->job, &e);
+        int rc = svc_job_decode(q->job_json, strlen(q->job_json), "application/json", q->custom_id, &l->lim,
+                                &x->job, &e);
         if (rc) {
-            q->result = svc_result_build(&x->job, NULL, e.code ? e.code : SVC_JERR_INVALID_FIELD, e.message, NULL,
-                                         svc_et_model_name(l->et), "local");
+            q->result = svc_result_build(&x->job, NULL, e.code ? e.code : SVC_JERR_INVALID_FIELD, e.message,
+                                         NULL, svc_et_model_name(l->et), "local");
             continue;
         }
         x->w.job = &x->job;
@@ -294,8 +303,10 @@ int cli_batch(int argc, char **argv) {
             cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
             cli_str(&a, "--results-topic", &rtopic) || cli_int(&a, "--timeout", 1, 864000, &timeout))
             continue;
-        if (cli_flag(&a, "--local")) local_mode = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--local"))
+            local_mode = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!in || !outp || (!brokers == !local_mode)) {
@@ -333,7 +344,8 @@ int cli_batch(int argc, char **argv) {
         int n = 0;
         for (int i = 0; i < b.n; i++) {
             if (b.r[i].bad) continue;
-            if (svc_client_send(c, b.r[i].custom_id, NULL, b.r[i].job_json, strlen(b.r[i].job_json), err, sizeof err)) {
+            if (svc_client_send(c, b.r[i].custom_id, NULL, b.r[i].job_json, strlen(b.r[i].job_json), err,
+                                sizeof err)) {
                 cli_error(&a, "%s", err);
                 break;
             }

@@ -108,7 +108,8 @@ static void help(void) {
 
 int cli_bench(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--scenario") && !strcmp(argv[i + 1], "serve")) return cli_bench_serve(argc, argv);
+        if (!strcmp(argv[i], "--scenario") && !strcmp(argv[i + 1], "serve"))
+            return cli_bench_serve(argc, argv);
     cli_args a = {argc, argv, 1, "bench", 0};
     cli_engine_opts eo;
     cli_engine_opts_default(&eo);
@@ -123,11 +124,15 @@ int cli_bench(int argc, char **argv) {
         if (cli_engine_flag(&a, &eo) || cli_int(&a, "--batch", 1, 4096, &batch) ||
             cli_int(&a, "--prompt-tokens", 1, 1 << 20, &prompt) ||
             cli_int(&a, "--gen-tokens", 1, 1 << 20, &gen) || cli_str(&a, "--scenario", &scenario) ||
-            cli_float(&a, "--peak-bw", 0, 1e6, &peak_bw) || cli_float(&a, "--peak-tflops", 0, 1e6, &peak_flops))
+            cli_float(&a, "--peak-bw", 0, 1e6, &peak_bw) ||
+            cli_float(&a, "--peak-tflops", 0, 1e6, &peak_flops))
             continue;
-        if (cli_flag(&a, "--json")) json = 1;
-        else if (cli_flag(&a, "--no-roofline")) roofline = 0;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else if (cli_flag(&a, "--no-roofline"))
+            roofline = 0;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (strcmp(scenario, "decode")) {
@@ -196,8 +201,10 @@ int cli_bench(int argc, char **argv) {
                 n++;
             }
             done += c;
-            if (done == prompt) s++, done = 0;
-            else break;
+            if (done == prompt)
+                s++, done = 0;
+            else
+                break;
         }
         /* one logits row per finished prompt in this batch */
         int nout = 0;
@@ -286,7 +293,8 @@ int cli_bench(int argc, char **argv) {
         jw_key(&w, "mem_read_bytes_per_s"), jw_num(&w, bw);
         jw_key(&w, "mem_read_buffer_bytes"), jw_int(&w, (int64_t)wset);
         jw_key(&w, "dram_read_bytes_per_s"), jw_num(&w, bw_dram);
-        jw_key(&w, "bandwidth_fraction_dram"), jw_num(&w, bw_dram > 0 ? step_bytes * (agg / batch) / bw_dram : 0);
+        jw_key(&w, "bandwidth_fraction_dram"),
+            jw_num(&w, bw_dram > 0 ? step_bytes * (agg / batch) / bw_dram : 0);
         jw_key(&w, "sgemm_flops_per_s"), jw_num(&w, sg);
         jw_key(&w, "weight_bytes_per_step"), jw_num(&w, wbytes);
         jw_key(&w, "bytes_per_step"), jw_num(&w, step_bytes);
@@ -302,8 +310,9 @@ int cli_bench(int argc, char **argv) {
         printf("roofline bandwidth %.2f GB/s (reached %.0f%%), sgemm %.1f GFLOP/s (reached %.0f%%)\n",
                bw / 1e9, 100 * bw_frac, sg / 1e9, 100 * sg_frac);
         printf("RSS      %.1f MiB after decode, peak %.1f MiB (the bandwidth probe's buffer included); "
-               "file %.1f MiB, backend %.1f MiB\n", rss / 1048576.0, ru.ru_maxrss / 1024.0,
-               model_file_bytes(e.m) / 1048576.0, e.b->ops->memory_bytes(e.b) / 1048576.0);
+               "file %.1f MiB, backend %.1f MiB\n",
+               rss / 1048576.0, ru.ru_maxrss / 1024.0, model_file_bytes(e.m) / 1048576.0,
+               e.b->ops->memory_bytes(e.b) / 1048576.0);
         printf("cpu      %s, isa %s; kernels %s\n", cpu, cpu_isa_name(cpu_isa_detect()), kern);
     }
     exit_code = 0;

@@ -24,7 +24,7 @@ static void help(void) {
 
 /* --port: a TCP forwarder from a fixed port to the mock broker's own. */
 typedef struct fwd {
-    uv_tcp_t a, b;   /* client side, broker side */
+    uv_tcp_t a, b; /* client side, broker side */
     uv_connect_t conn;
     int closed;
 } fwd;
@@ -171,7 +171,8 @@ int cli_broker(int argc, char **argv) {
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", ready);
         FILE *f = fopen(tmp, "w");
-        if (!f || fprintf(f, "{\"bootstrap_servers\": \"%s\"}\n", boot_out) < 0 || fclose(f) || rename(tmp, ready)) {
+        if (!f || fprintf(f, "{\"bootstrap_servers\": \"%s\"}\n", boot_out) < 0 || fclose(f) ||
+            rename(tmp, ready)) {
             cli_error(&a, "cannot write %s", ready);
             svc_broker_stop(b);
             return 1;

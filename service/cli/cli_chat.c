@@ -21,15 +21,29 @@ static char *slurp(const char *path, size_t max, size_t *len) {
         size_t k = fread(p + n, 1, cap - n, f);
         n += k;
         if (n < cap) break;
-        if (cap >= max) { free(p); p = NULL; break; }
+        if (cap >= max) {
+            free(p);
+            p = NULL;
+            break;
+        }
         char *q = realloc(p, cap * 2 + 1);
-        if (!q) { free(p); p = NULL; break; }
+        if (!q) {
+            free(p);
+            p = NULL;
+            break;
+        }
         p = q;
         cap *= 2;
     }
-    if (p && (ferror(f) || n > max)) { free(p); p = NULL; }
+    if (p && (ferror(f) || n > max)) {
+        free(p);
+        p = NULL;
+    }
     fclose(f);
-    if (p) { p[n] = 0; *len = n; }
+    if (p) {
+        p[n] = 0;
+        *len = n;
+    }
     return p;
 }
 
@@ -63,8 +77,8 @@ int cli_chat_load(const cli_args *a, const char *messages_path, const char *temp
     if (date) {
         int y, mo, d;
         char tail;
-        if (sscanf(date, "%d-%d-%d%c", &y, &mo, &d, &tail) != 3 || y < 1900 || y > 9999 || mo < 1 || mo > 12 || d < 1 ||
-            d > 31) {
+        if (sscanf(date, "%d-%d-%d%c", &y, &mo, &d, &tail) != 3 || y < 1900 || y > 9999 || mo < 1 ||
+            mo > 12 || d < 1 || d > 31) {
             cli_error(a, "--date takes YYYY-MM-DD, not '%s'", date);
             return 1;
         }
@@ -153,7 +167,10 @@ static int open_template(const cli_args *a, const tokenizer *tok, const gguf_fil
     int source = CHAT_SRC_OVERRIDE;
     if (!src) {
         source = CHAT_SRC_MODEL;
-        if (f ? chat_template_in_gguf(f, &src, &len) : chat_template_in_model(m, &src, &len)) { src = NULL; len = 0; }
+        if (f ? chat_template_in_gguf(f, &src, &len) : chat_template_in_model(m, &src, &len)) {
+            src = NULL;
+            len = 0;
+        }
     }
     jinja_error err;
     int rc = chat_new(tok, src, len, source, out, &err);
@@ -179,7 +196,8 @@ int cli_chat_render_only(const cli_args *a, const char *model_path, const char *
     exit_code = 1;
     if (open_template(a, v.tok, v.gf, v.m, c, &ct)) goto out;
     jinja_error je;
-    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, NULL, NULL, &je)) {
+    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, NULL, NULL,
+                    &je)) {
         render_err(a, &je);
         goto out;
     }
@@ -199,14 +217,18 @@ int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *
     int bad = 1;
     if (open_template(a, m->tok, NULL, m, c, &ct)) return 1;
     jinja_error je;
-    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, &sp, &ns, &je)) {
+    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, &sp, &ns,
+                    &je)) {
         render_err(a, &je);
         goto out;
     }
     int rc = chat_tokenize(ct, text, len, sp, ns, ids, max, n);
-    if (rc == CK_ETOOLONG) cli_error(a, "the chat is %d tokens or more; the context holds %d", *n, max);
-    else if (rc) cli_error(a, "cannot tokenize the chat: %s", ck_strerror(rc));
-    else bad = 0;
+    if (rc == CK_ETOOLONG)
+        cli_error(a, "the chat is %d tokens or more; the context holds %d", *n, max);
+    else if (rc)
+        cli_error(a, "cannot tokenize the chat: %s", ck_strerror(rc));
+    else
+        bad = 0;
 out:
     free(text);
     free(sp);
@@ -229,8 +251,12 @@ int cli_chat_describe(const char *model_path, const char *template_path, chat_mo
         rc = CK_EIO;
     }
     if (!rc) {
-        if (tmpl) src = tmpl;
-        else if (chat_template_in_gguf(gf, &src, &tlen)) { src = NULL; tlen = 0; }
+        if (tmpl)
+            src = tmpl;
+        else if (chat_template_in_gguf(gf, &src, &tlen)) {
+            src = NULL;
+            tlen = 0;
+        }
         jinja_error je;
         rc = chat_new(tok, src, tlen, tmpl ? CHAT_SRC_OVERRIDE : CHAT_SRC_MODEL, &ct, &je);
         if (rc) snprintf(err, errlen, "chat template: %s: %.400s", je.kind, je.msg);

@@ -15,9 +15,9 @@ typedef struct cli_chat {
     chat_message *msgs; /* (n), strings owned here */
     int n;
     int add_generation_prompt;
-    char *tmpl;         /* --chat-template text, or NULL */
+    char *tmpl; /* --chat-template text, or NULL */
     size_t tmpl_len;
-    struct tm now;      /* --date, or the current local time */
+    struct tm now; /* --date, or the current local time */
 } cli_chat;
 
 /* Read the messages file, the template override (path may be NULL) and the

@@ -124,8 +124,8 @@ static int cpu_kernels_flag(cli_args *a) {
 
 int cli_engine_flag(cli_args *a, cli_engine_opts *o) {
     return cli_str(a, "--model", &o->model_path) || cli_str(a, "--tokenizer", &o->tokenizer_path) ||
-           cpu_kernels_flag(a) ||
-           cli_str(a, "--backend", &o->backend) || cli_int(a, "--threads", 0, 1024, &o->threads) ||
+           cpu_kernels_flag(a) || cli_str(a, "--backend", &o->backend) ||
+           cli_int(a, "--threads", 0, 1024, &o->threads) ||
            cli_int(a, "--block-size", 1, 4096, &o->block_size) ||
            cli_int(a, "--max-context", 1, 1 << 20, &o->max_ctx) ||
            cli_int(a, "--max-memory-mb", 0, 1 << 30, &o->max_memory_mb) ||
@@ -163,8 +163,7 @@ int cli_sampling_flag(cli_args *a, samp_params *p) {
     return cli_float(a, "--temperature", 0, 100, &p->temperature) ||
            cli_float(a, "--top-p", 0, 1, &p->top_p) || cli_int(a, "--top-k", 0, 1 << 22, &p->top_k) ||
            cli_float(a, "--min-p", 0, 1, &p->min_p) ||
-           cli_float(a, "--repeat-penalty", 0.01, 100, &p->repeat_penalty) ||
-           cli_u64(a, "--seed", &p->seed);
+           cli_float(a, "--repeat-penalty", 0.01, 100, &p->repeat_penalty) || cli_u64(a, "--seed", &p->seed);
 }
 
 int cli_engine_open(const cli_args *a, const cli_engine_opts *o, cli_engine *e) {

@@ -12,25 +12,25 @@
 #define EVAL_MAX_POLICIES 64
 
 static void help(void) {
-    printf(
-        "usage: confkv eval --model M [--tokenizer T] --prompts FILE [options]\n\n"
-        "  --prompts FILE        one prompt per line\n"
-        "  --probes FILE         long-range probes: NAME<TAB>PROMPT per line; scores how\n"
-        "                        often each policy predicts NAME where the reference\n"
-        "                        repeats it at position >= --probe-from (default 300)\n"
-        "  --gen-tokens N        reference length per prompt (default 400)\n"
-        "  --policies LIST       comma-separated (default full,window:128,sinks:128,h2o:128,conf,conf-int8);\n"
-        "                        parameters follow a policy: conf:min_size=32,recent_window=16\n"
-        "  --match-budget P      for every window/sinks/h2o policy, also a run whose\n"
-        "                        budget gives P's kv_retained_mean (within 2%%)\n"
-        "  --limit N             first N prompts only\n"
-        "  --block-size N        KV block size (default: 16, or less for contexts\n"
-        "                        under 2048 so a context has 128 blocks; 4 for stories260K)\n"
-        "  --max-context N       context per sequence (default: the model's, at most 8192)\n"
-        "  --max-memory-mb MB    refuse a memory plan larger than MB; shortens the\n"
-        "                        default context to fit (docs/ARCHITECTURE.md, memory plan)\n"
-        "  --verbose             print the memory plan on stderr\n"
-        "  --json                JSON array of rows (default: a table)\n");
+    printf("usage: confkv eval --model M [--tokenizer T] --prompts FILE [options]\n\n"
+           "  --prompts FILE        one prompt per line\n"
+           "  --probes FILE         long-range probes: NAME<TAB>PROMPT per line; scores how\n"
+           "                        often each policy predicts NAME where the reference\n"
+           "                        repeats it at position >= --probe-from (default 300)\n"
+           "  --gen-tokens N        reference length per prompt (default 400)\n"
+           "  --policies LIST       comma-separated (default "
+           "full,window:128,sinks:128,h2o:128,conf,conf-int8);\n"
+           "                        parameters follow a policy: conf:min_size=32,recent_window=16\n"
+           "  --match-budget P      for every window/sinks/h2o policy, also a run whose\n"
+           "                        budget gives P's kv_retained_mean (within 2%%)\n"
+           "  --limit N             first N prompts only\n"
+           "  --block-size N        KV block size (default: 16, or less for contexts\n"
+           "                        under 2048 so a context has 128 blocks; 4 for stories260K)\n"
+           "  --max-context N       context per sequence (default: the model's, at most 8192)\n"
+           "  --max-memory-mb MB    refuse a memory plan larger than MB; shortens the\n"
+           "                        default context to fit (docs/ARCHITECTURE.md, memory plan)\n"
+           "  --verbose             print the memory plan on stderr\n"
+           "  --json                JSON array of rows (default: a table)\n");
 }
 
 /* Split the list at commas, gluing "key=value" items to the policy before. */
@@ -132,8 +132,10 @@ int cli_eval(int argc, char **argv) {
             cli_int(&a, "--limit", 0, 1 << 20, &limit) ||
             cli_int(&a, "--probe-from", 0, 1 << 20, &probe_from))
             continue;
-        if (cli_flag(&a, "--json")) json = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!prompts && !probes) {
@@ -204,7 +206,8 @@ int cli_eval(int argc, char **argv) {
         for (int i = 0; i < np; i++) {
             int k = cfg[i].kind;
             if (k != KVPOL_WINDOW && k != KVPOL_SINKS && k != KVPOL_H2O) continue;
-            fprintf(stderr, "confkv eval: %s matched to %s (kv_retained_mean %.4f)\n", specs[i], match, target);
+            fprintf(stderr, "confkv eval: %s matched to %s (kv_retained_mean %.4f)\n", specs[i], match,
+                    target);
             if ((rc = eval_match(ev, &cfg[i], target, 0.02, match, full_nll, &rows[nrows]))) goto fail;
             nrows++;
         }

@@ -13,41 +13,40 @@
 #include "tier.h"
 
 static void help(void) {
-    printf(
-        "usage: confkv generate --model M [--tokenizer T] [options]\n\n"
-        "  --model PATH           GGUF or llama2.c checkpoint\n"
-        "  --tokenizer PATH       llama2.c tokenizer (GGUF carries its own)\n"
-        "  --prompt TEXT          prompt (default: none, generation starts from BOS)\n"
-        "  --messages FILE        a chat (JSON: [{\"role\", \"content\"}, ...]) rendered with the\n"
-        "                         model's chat template and tokenized so that no content can\n"
-        "                         forge a turn marker (docs/CHAT_TEMPLATES.md)\n"
-        "  --chat-template FILE   with --messages: this Jinja template instead of the model's\n"
-        "  --render-only          with --messages: print the rendered prompt exactly and exit\n"
-        "                         (reads only the vocabulary: vocab-only GGUF files work)\n"
-        "  --date YYYY-MM-DD      the date templates format (strftime_now; default today)\n"
-        "  --max-tokens N         completion tokens at most (default 256)\n"
-        "  --steps N              llama2.c's -n: N positions in all, prompt included\n"
-        "                         (sets --max-tokens to N - prompt tokens + 1)\n"
-        "  --temperature X        0 = greedy (default 1.0)\n"
-        "  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed S\n"
-        "  --ignore-eos           keep generating past end-of-text tokens\n"
-        "  --stop TEXT            stop before this text (repeatable, up to %d)\n"
-        "  --policy P             KV policy: full, window:N, sinks:N, h2o:N, conf, conf-int8\n"
-        "  --json                 one JSON object instead of plain text\n"
-        "  --confidence-trace     with --json: entropy, gap, p_max of every token\n"
-        "  --backend B            cpu (default), cuda, auto\n"
-        "  --threads N            CPU threads (default: all cores)\n"
-        "  --dump-logits FILE     write each step's logits (raw, before sampling) to FILE:\n"
-        "                         steps x vocab little-endian float32, step 0 = after the\n"
-        "                         prompt, step i = after completion token i-1\n"
-        "  --dump-steps K         with --dump-logits: the first K steps only (default: all)\n",
-        GEN_MAX_STOPS);
+    printf("usage: confkv generate --model M [--tokenizer T] [options]\n\n"
+           "  --model PATH           GGUF or llama2.c checkpoint\n"
+           "  --tokenizer PATH       llama2.c tokenizer (GGUF carries its own)\n"
+           "  --prompt TEXT          prompt (default: none, generation starts from BOS)\n"
+           "  --messages FILE        a chat (JSON: [{\"role\", \"content\"}, ...]) rendered with the\n"
+           "                         model's chat template and tokenized so that no content can\n"
+           "                         forge a turn marker (docs/CHAT_TEMPLATES.md)\n"
+           "  --chat-template FILE   with --messages: this Jinja template instead of the model's\n"
+           "  --render-only          with --messages: print the rendered prompt exactly and exit\n"
+           "                         (reads only the vocabulary: vocab-only GGUF files work)\n"
+           "  --date YYYY-MM-DD      the date templates format (strftime_now; default today)\n"
+           "  --max-tokens N         completion tokens at most (default 256)\n"
+           "  --steps N              llama2.c's -n: N positions in all, prompt included\n"
+           "                         (sets --max-tokens to N - prompt tokens + 1)\n"
+           "  --temperature X        0 = greedy (default 1.0)\n"
+           "  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed S\n"
+           "  --ignore-eos           keep generating past end-of-text tokens\n"
+           "  --stop TEXT            stop before this text (repeatable, up to %d)\n"
+           "  --policy P             KV policy: full, window:N, sinks:N, h2o:N, conf, conf-int8\n"
+           "  --json                 one JSON object instead of plain text\n"
+           "  --confidence-trace     with --json: entropy, gap, p_max of every token\n"
+           "  --backend B            cpu (default), cuda, auto\n"
+           "  --threads N            CPU threads (default: all cores)\n"
+           "  --dump-logits FILE     write each step's logits (raw, before sampling) to FILE:\n"
+           "                         steps x vocab little-endian float32, step 0 = after the\n"
+           "                         prompt, step i = after completion token i-1\n"
+           "  --dump-steps K         with --dump-logits: the first K steps only (default: all)\n",
+           GEN_MAX_STOPS);
 }
 
 /* --dump-logits: where the steps go, how many are wanted and written. */
 typedef struct logit_dump {
     FILE *f;
-    int steps;  /* steps to write; < 0 = all */
+    int steps; /* steps to write; < 0 = all */
     int written;
 } logit_dump;
 
@@ -70,10 +69,9 @@ static int host_little_endian(void) {
     return b == 1;
 }
 
-static void print_json(const cli_engine *e, const char *prompt, const int32_t *prompt_ids,
-                       int n_prompt, const gen_result *r,
-                       int trace, const char *policy, const kvpol_stats *ks, const tier_stats *ts,
-                       size_t token_bytes) {
+static void print_json(const cli_engine *e, const char *prompt, const int32_t *prompt_ids, int n_prompt,
+                       const gen_result *r, int trace, const char *policy, const kvpol_stats *ks,
+                       const tier_stats *ts, size_t token_bytes) {
     jw w;
     jw_init(&w, stdout);
     jw_obj(&w);
@@ -173,11 +171,10 @@ int cli_generate(int argc, char **argv) {
             help();
             return 0;
         }
-        if (cli_engine_flag(&a, &eo) || cli_sampling_flag(&a, &gp.samp) ||
-            cli_str(&a, "--prompt", &prompt) || cli_str(&a, "--policy", &policy) ||
-            cli_str(&a, "--dump-logits", &dump_path) || cli_str(&a, "--messages", &messages) ||
-            cli_str(&a, "--chat-template", &chat_tmpl) || cli_str(&a, "--date", &date) ||
-            cli_int(&a, "--dump-steps", 0, 1 << 24, &dump_steps) ||
+        if (cli_engine_flag(&a, &eo) || cli_sampling_flag(&a, &gp.samp) || cli_str(&a, "--prompt", &prompt) ||
+            cli_str(&a, "--policy", &policy) || cli_str(&a, "--dump-logits", &dump_path) ||
+            cli_str(&a, "--messages", &messages) || cli_str(&a, "--chat-template", &chat_tmpl) ||
+            cli_str(&a, "--date", &date) || cli_int(&a, "--dump-steps", 0, 1 << 24, &dump_steps) ||
             cli_int(&a, "--max-tokens", 0, 1 << 24, &gp.max_tokens) ||
             cli_int(&a, "--steps", 1, 1 << 24, &steps))
             continue;
@@ -189,11 +186,16 @@ int cli_generate(int argc, char **argv) {
             gp.stop[gp.n_stop++] = stop;
             continue;
         }
-        if (cli_flag(&a, "--json")) json = 1;
-        else if (cli_flag(&a, "--confidence-trace")) trace = 1;
-        else if (cli_flag(&a, "--ignore-eos")) gp.ignore_eos = 1;
-        else if (cli_flag(&a, "--render-only")) render_only = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else if (cli_flag(&a, "--confidence-trace"))
+            trace = 1;
+        else if (cli_flag(&a, "--ignore-eos"))
+            gp.ignore_eos = 1;
+        else if (cli_flag(&a, "--render-only"))
+            render_only = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if ((render_only || chat_tmpl) && !messages) {
@@ -235,7 +237,10 @@ int cli_generate(int argc, char **argv) {
     if (policy && pc.cache_compression) eo.kv8_blocks = -1; /* as many as f32 blocks */
     cli_engine e;
     int rc = cli_engine_open(&a, &eo, &e);
-    if (rc) { cli_chat_free(&chat); return rc; }
+    if (rc) {
+        cli_chat_free(&chat);
+        return rc;
+    }
     int max = e.b->opt.max_ctx;
     int32_t *ids = malloc((size_t)max * sizeof *ids);
     gen_ctx *g = NULL;
@@ -284,8 +289,10 @@ int cli_generate(int argc, char **argv) {
         gp.on_logits_ud = &dump;
     }
     if ((rc = gen_run(g, ids, n, &gp, &r))) {
-        if (rc == CK_EIO && dump.f) cli_error(&a, "--dump-logits: cannot write %s", dump_path);
-        else cli_error(&a, "generation failed: %s", ck_strerror(rc));
+        if (rc == CK_EIO && dump.f)
+            cli_error(&a, "--dump-logits: cannot write %s", dump_path);
+        else
+            cli_error(&a, "generation failed: %s", ck_strerror(rc));
         goto out;
     }
     if (dump.f) {
@@ -297,8 +304,8 @@ int cli_generate(int argc, char **argv) {
         }
         /* Fewer steps than asked when the run stopped early (EOS, a stop
          * string, --max-tokens): say so, the file alone cannot tell. */
-        fprintf(stderr, "confkv generate: %d steps x %d logits in %s\n", dump.written,
-                e.m->cfg.vocab_size, dump_path);
+        fprintf(stderr, "confkv generate: %d steps x %d logits in %s\n", dump.written, e.m->cfg.vocab_size,
+                dump_path);
     }
     if (json) {
         char pname[64] = "";

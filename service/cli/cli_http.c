@@ -55,7 +55,8 @@ static int dial(const char *hostport, int timeout_ms, int *out, char *err, size_
         snprintf(err, errlen, "'%s' is not HOST:PORT", hostport);
         return CK_EINVAL;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
+                    *ai;
     int g = getaddrinfo(host, port, &hints, &ai);
     if (g) {
         snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(g));
@@ -71,7 +72,8 @@ static int dial(const char *hostport, int timeout_ms, int *out, char *err, size_
             continue;
         }
         if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) ||
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) || connect(fd, a->ai_addr, a->ai_addrlen)) {
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
+            connect(fd, a->ai_addr, a->ai_addrlen)) {
             last = errno;
             close(fd);
             fd = -1;
@@ -131,8 +133,8 @@ static int on_complete(http_parser *p) {
     return 0;
 }
 
-int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply, size_t *reply_len,
-                        char *err, size_t errlen) {
+int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply,
+                        size_t *reply_len, char *err, size_t errlen) {
     *reply = NULL;
     *reply_len = 0;
     *status = 0;
@@ -151,7 +153,8 @@ int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, 
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             snprintf(err, errlen, "%s: %s", who,
-                     errno == EAGAIN || errno == EWOULDBLOCK ? "no reply within the timeout" : strerror(errno));
+                     errno == EAGAIN || errno == EWOULDBLOCK ? "no reply within the timeout"
+                                                             : strerror(errno));
             rc = CK_EIO;
             break;
         }
@@ -194,9 +197,9 @@ int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, 
 }
 
 /* One request: method with a body (POST) or without (GET, body NULL). */
-static int request(const char *method, const char *hostport, const char *path, const char *ctype, const char *body,
-                   size_t len, int timeout_ms, size_t max_reply, int *status, char **reply, size_t *reply_len,
-                   char *err, size_t errlen) {
+static int request(const char *method, const char *hostport, const char *path, const char *ctype,
+                   const char *body, size_t len, int timeout_ms, size_t max_reply, int *status, char **reply,
+                   size_t *reply_len, char *err, size_t errlen) {
     *reply = NULL;
     *reply_len = 0;
     *status = 0;

@@ -29,7 +29,7 @@ int cli_http_get(const char *hostport, const char *path, int timeout_ms, size_t 
  * return it as cli_http_post does; `who` names the peer in err. The only
  * place reply bytes are parsed, so tests/fuzz/fuzz_http.c feeds it
  * from a socketpair. */
-int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply, size_t *reply_len,
-                        char *err, size_t errlen);
+int cli_http_read_reply(int fd, const char *who, size_t max_reply, int *status, char **reply,
+                        size_t *reply_len, char *err, size_t errlen);
 
 #endif

@@ -49,25 +49,26 @@
 #include "jw.h"
 
 static void help(void) {
-    printf("usage: confkv loadgen --brokers HOST:PORT [options]\n\n"
-           "Send the serve bench's load (Poisson arrivals, fixed prompt and generation lengths) to confkvd\n"
-           "through Kafka; print throughput and the latency from produce to result.\n\n"
-           "  --brokers B          Kafka bootstrap servers (required)\n"
-           "  --topic T            jobs topic (confkv.jobs)\n"
-           "  --results-topic T    results topic (confkv.results)\n"
-           "  --requests N         jobs in all (100)\n"
-           "  --rate R             arrivals per second, Poisson (10; 0 = all at once)\n"
-           "  --prompt-tokens P    prompt length, BOS included (16)\n"
-           "  --gen-tokens G       tokens generated per job, EOS ignored (128)\n"
-           "  --vocab V            prompt ids are drawn from [3, V) (512)\n"
-           "  --model NAME         the job's `model` field (none)\n"
-           "  --seed S             arrivals and prompts (1)\n"
-           "  --timeout S          give up S seconds after the last job was sent (120)\n"
-           "  --fetch-wait-ms W    fetch.wait.max.ms of the results consumer (1; see the mock broker note\n"
-           "                       in docs/SERVICE.md)\n"
-           "  --per-job FILE       also write one line per job: index sent_s recv_s total_ms ttft_ms back_ms\n"
-           "                       (back_ms: the result's CreateTime to its arrival, ms resolution)\n"
-           "  --json               one JSON object on stdout\n");
+    printf(
+        "usage: confkv loadgen --brokers HOST:PORT [options]\n\n"
+        "Send the serve bench's load (Poisson arrivals, fixed prompt and generation lengths) to confkvd\n"
+        "through Kafka; print throughput and the latency from produce to result.\n\n"
+        "  --brokers B          Kafka bootstrap servers (required)\n"
+        "  --topic T            jobs topic (confkv.jobs)\n"
+        "  --results-topic T    results topic (confkv.results)\n"
+        "  --requests N         jobs in all (100)\n"
+        "  --rate R             arrivals per second, Poisson (10; 0 = all at once)\n"
+        "  --prompt-tokens P    prompt length, BOS included (16)\n"
+        "  --gen-tokens G       tokens generated per job, EOS ignored (128)\n"
+        "  --vocab V            prompt ids are drawn from [3, V) (512)\n"
+        "  --model NAME         the job's `model` field (none)\n"
+        "  --seed S             arrivals and prompts (1)\n"
+        "  --timeout S          give up S seconds after the last job was sent (120)\n"
+        "  --fetch-wait-ms W    fetch.wait.max.ms of the results consumer (1; see the mock broker note\n"
+        "                       in docs/SERVICE.md)\n"
+        "  --per-job FILE       also write one line per job: index sent_s recv_s total_ms ttft_ms back_ms\n"
+        "                       (back_ms: the result's CreateTime to its arrival, ms resolution)\n"
+        "  --json               one JSON object on stdout\n");
 }
 
 static double mean(const double *v, size_t n) {
@@ -80,11 +81,11 @@ static void sorted(double *v, size_t n) { cli_sort_doubles(v, n); }
 
 /* Per job: what the client saw. */
 typedef struct lg_job {
-    double arrival;   /* planned, s from start */
-    double sent;      /* produce call, s from start (-1: not yet) */
-    double recv;      /* result received (-1: not yet) */
+    double arrival; /* planned, s from start */
+    double sent;    /* produce call, s from start (-1: not yet) */
+    double recv;    /* result received (-1: not yet) */
     double ttft_ms, total_ms;
-    double back_ms;   /* result's CreateTime (confkvd's produce call) to its arrival, wall clock */
+    double back_ms; /* result's CreateTime (confkvd's produce call) to its arrival, wall clock */
     int completion_tokens, ok;
 } lg_job;
 
@@ -94,9 +95,12 @@ static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers, const char 
     const char *kv[][2] = {
         {"bootstrap.servers", brokers},
         {"client.id", "confkv-loadgen"},
-        {type == RD_KAFKA_PRODUCER ? "client.id" : "group.id", "confkv-loadgen"}, /* assign() only: never joins */
-        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms", type == RD_KAFKA_PRODUCER ? "0" : fetch_wait},
-        {type == RD_KAFKA_PRODUCER ? "acks" : "enable.partition.eof", type == RD_KAFKA_PRODUCER ? "all" : "false"},
+        {type == RD_KAFKA_PRODUCER ? "client.id" : "group.id",
+         "confkv-loadgen"}, /* assign() only: never joins */
+        {type == RD_KAFKA_PRODUCER ? "linger.ms" : "fetch.wait.max.ms",
+         type == RD_KAFKA_PRODUCER ? "0" : fetch_wait},
+        {type == RD_KAFKA_PRODUCER ? "acks" : "enable.partition.eof",
+         type == RD_KAFKA_PRODUCER ? "all" : "false"},
         {"socket.nagle.disable", "true"}, /* no 40 ms delayed-ACK stalls on small requests */
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
@@ -118,7 +122,9 @@ static int assign_at_end(rd_kafka_t *cons, const char *topic, char *err, size_t 
     int rc = -1;
     if (e || !md || md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt < 1) {
         snprintf(err, errlen, "no metadata for topic %s: %s", topic,
-                 rd_kafka_err2str(e ? e : md && md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+                 rd_kafka_err2str(e                     ? e
+                                  : md && md->topic_cnt ? md->topics[0].err
+                                                        : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
         goto out;
     }
     int n = md->topics[0].partition_cnt;
@@ -136,8 +142,10 @@ static int assign_at_end(rd_kafka_t *cons, const char *topic, char *err, size_t 
     }
     e = rd_kafka_assign(cons, l);
     rd_kafka_topic_partition_list_destroy(l);
-    if (e) snprintf(err, errlen, "assign %s: %s", topic, rd_kafka_err2str(e));
-    else rc = 0;
+    if (e)
+        snprintf(err, errlen, "assign %s: %s", topic, rd_kafka_err2str(e));
+    else
+        rc = 0;
 out:
     if (md) rd_kafka_metadata_destroy(md);
     if (rkt) rd_kafka_topic_destroy(rkt);
@@ -199,7 +207,8 @@ static int take_result(const rd_kafka_message_t *m, const char *prefix, lg_job *
 
 int cli_loadgen(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "loadgen", 0};
-    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *model = NULL, *per_job = NULL;
+    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *model = NULL,
+               *per_job = NULL;
     int n = 100, P = 16, G = 128, V = 512, json = 0, fetch_wait = 1;
     float rate = 10, timeout = 120;
     uint64_t seed = 1;
@@ -209,14 +218,17 @@ int cli_loadgen(int argc, char **argv) {
             return 0;
         }
         if (cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
-            cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--model", &model) || cli_str(&a, "--per-job", &per_job) ||
-            cli_int(&a, "--requests", 1, 1 << 20, &n) || cli_float(&a, "--rate", 0, 1e6, &rate) ||
-            cli_int(&a, "--prompt-tokens", 1, 1 << 16, &P) || cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) ||
-            cli_int(&a, "--vocab", 4, 1 << 24, &V) || cli_u64(&a, "--seed", &seed) ||
-            cli_float(&a, "--timeout", 1, 86400, &timeout) || cli_int(&a, "--fetch-wait-ms", 0, 10000, &fetch_wait))
+            cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--model", &model) ||
+            cli_str(&a, "--per-job", &per_job) || cli_int(&a, "--requests", 1, 1 << 20, &n) ||
+            cli_float(&a, "--rate", 0, 1e6, &rate) || cli_int(&a, "--prompt-tokens", 1, 1 << 16, &P) ||
+            cli_int(&a, "--gen-tokens", 1, 1 << 20, &G) || cli_int(&a, "--vocab", 4, 1 << 24, &V) ||
+            cli_u64(&a, "--seed", &seed) || cli_float(&a, "--timeout", 1, 86400, &timeout) ||
+            cli_int(&a, "--fetch-wait-ms", 0, 10000, &fetch_wait))
             continue;
-        if (cli_flag(&a, "--json")) json = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!brokers) {
@@ -259,8 +271,8 @@ int cli_loadgen(int argc, char **argv) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "lg-%d-%llu-", (int)getpid(), (unsigned long long)seed);
     if (!json)
-        fprintf(stderr, "confkv loadgen: %d jobs at %g/s, %d + %d tokens, to %s on %s ...\n", n, (double)rate, P, G,
-                topic, brokers);
+        fprintf(stderr, "confkv loadgen: %d jobs at %g/s, %d + %d tokens, to %s on %s ...\n", n, (double)rate,
+                P, G, topic, brokers);
     /* A ping first, outside the clock: an invalid job (no prompt) that
      * confkvd answers with an error result at once. It warms up both of our
      * clients (metadata, connections, the first fetch) and checks that
@@ -302,10 +314,10 @@ int cli_loadgen(int argc, char **argv) {
                 goto out;
             }
             jobs[next].sent = cli_now() - t0;
-            rd_kafka_resp_err_t e = rd_kafka_producev(
-                prod, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(id, strlen(id)), RD_KAFKA_V_VALUE(v, strlen(v)),
-                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
-                RD_KAFKA_V_HEADER("content-type", "application/json", -1), RD_KAFKA_V_END);
+            rd_kafka_resp_err_t e =
+                rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(id, strlen(id)),
+                                  RD_KAFKA_V_VALUE(v, strlen(v)), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+                                  RD_KAFKA_V_HEADER("content-type", "application/json", -1), RD_KAFKA_V_END);
             if (e) {
                 free(v); /* not taken on failure */
                 if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -333,11 +345,11 @@ int cli_loadgen(int argc, char **argv) {
             struct timespec ts = {0, (long)(wait * 1e9)};
             if (ppoll(&pf, 1, &ts, NULL) > 0) {
                 char buf[64];
-                while (read(wake[0], buf, sizeof buf) > 0) {
-                }
+                while (read(wake[0], buf, sizeof buf) > 0) {}
             }
         }
-        for (rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 0); m; m = rd_kafka_consumer_poll(cons, 0)) {
+        for (rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 0); m;
+             m = rd_kafka_consumer_poll(cons, 0)) {
             if (!m->err && take_result(m, prefix, jobs, n, cli_now() - t0)) {
                 got++;
                 t_last = cli_now() - t0;
@@ -349,8 +361,8 @@ int cli_loadgen(int argc, char **argv) {
         FILE *f = fopen(per_job, "w");
         if (!f) cli_error(&a, "cannot write %s", per_job);
         for (int i = 0; f && i < n; i++)
-            fprintf(f, "%d %.6f %.6f %.3f %.3f %.3f\n", i, jobs[i].sent, jobs[i].recv, jobs[i].total_ms, jobs[i].ttft_ms,
-                    jobs[i].back_ms);
+            fprintf(f, "%d %.6f %.6f %.3f %.3f %.3f\n", i, jobs[i].sent, jobs[i].recv, jobs[i].total_ms,
+                    jobs[i].ttft_ms, jobs[i].back_ms);
         if (f) fclose(f);
     }
     /* Figures */
@@ -417,8 +429,9 @@ int cli_loadgen(int argc, char **argv) {
                wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0);
         printf("latency p50 %.1f ms, p90 %.1f ms, p99 %.1f ms; ttft (estimate) p50 %.1f ms, p99 %.1f ms; "
                "outside the engine p50 %.1f ms, p99 %.1f ms\n",
-               cli_quantile(lat, nl, 0.5), cli_quantile(lat, nl, 0.9), cli_quantile(lat, nl, 0.99), cli_quantile(ttft, nl, 0.5),
-               cli_quantile(ttft, nl, 0.99), cli_quantile(outside, nl, 0.5), cli_quantile(outside, nl, 0.99));
+               cli_quantile(lat, nl, 0.5), cli_quantile(lat, nl, 0.9), cli_quantile(lat, nl, 0.99),
+               cli_quantile(ttft, nl, 0.5), cli_quantile(ttft, nl, 0.99), cli_quantile(outside, nl, 0.5),
+               cli_quantile(outside, nl, 0.99));
     }
     rc = failed ? 1 : 0;
 out:

@@ -24,8 +24,10 @@ static const struct {
     {"submit", cli_submit, "send jobs to confkvd through Kafka and print their results"},
     {"batch", cli_batch, "run an OpenAI Batch API file through confkvd (Kafka) or in-process"},
     {"loadgen", cli_loadgen, "send the serve bench's load to confkvd through Kafka; throughput, latency"},
-    {"templates", cli_templates, "cache templates (prompt prefixes in Redis): create, list, inspect, delete, prewarm"},
-    {"tune", cli_tune, "the tuning report: signal distributions, alerts, memory/quality frontier, recommended config"},
+    {"templates", cli_templates,
+     "cache templates (prompt prefixes in Redis): create, list, inspect, delete, prewarm"},
+    {"tune", cli_tune,
+     "the tuning report: signal distributions, alerts, memory/quality frontier, recommended config"},
     {"tokenize", cli_tokenize, "print the token ids of a text (any GGUF vocabulary, even vocab-only files)"},
     {"version", cli_version, "print the version and the compiled-in backends"},
 };
@@ -40,9 +42,12 @@ int cli_version(int argc, char **argv) {
     int json = 0;
     const char *model_path = NULL, *tmpl_path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_path = argv[++i];
-        else if (!strcmp(argv[i], "--chat-template") && i + 1 < argc) tmpl_path = argv[++i];
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model_path = argv[++i];
+        else if (!strcmp(argv[i], "--chat-template") && i + 1 < argc)
+            tmpl_path = argv[++i];
         else {
             fprintf(stderr, "usage: confkv version [--json] [--model GGUF [--chat-template FILE]]\n"
                             "  --model: also the file's architecture, tokenizer and chat template\n");
@@ -120,8 +125,8 @@ int cli_version(int argc, char **argv) {
         printf(")\n");
         if (model_path)
             printf("model: arch %s, tokenizer %s%s%s, chat template %s%s%s\n", ci.arch, ci.tok_model,
-                   ci.tok_pre[0] ? " pre " : "", ci.tok_pre, ci.template_source, ci.template_hash[0] ? " " : "",
-                   ci.template_hash);
+                   ci.tok_pre[0] ? " pre " : "", ci.tok_pre, ci.template_source,
+                   ci.template_hash[0] ? " " : "", ci.template_hash);
     }
     return 0;
 }

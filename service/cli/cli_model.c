@@ -17,8 +17,8 @@ int cli_convert(int argc, char **argv) {
                    "       confkv convert --from gguf IN.gguf -o OUT.gguf --type T   (re-type)\n");
             return 0;
         }
-        if (cli_str(&a, "--from", &from) || cli_str(&a, "--tokenizer", &tok) ||
-            cli_str(&a, "-o", &out) || cli_str(&a, "--output", &out) || cli_str(&a, "--type", &type))
+        if (cli_str(&a, "--from", &from) || cli_str(&a, "--tokenizer", &tok) || cli_str(&a, "-o", &out) ||
+            cli_str(&a, "--output", &out) || cli_str(&a, "--type", &type))
             continue;
         if (a.argv[a.i][0] != '-' && !ckpt) {
             ckpt = a.argv[a.i++];
@@ -52,17 +52,25 @@ int cli_convert(int argc, char **argv) {
         return 1;
     }
     int rc = convert_write_gguf(m, t, out, err, sizeof err);
-    if (rc) cli_error(&a, "%s", err);
-    else fprintf(stderr, "confkv convert: wrote %s (%s, %d layers, dim %d, vocab %d)\n", out, type,
-                 m->cfg.n_layers, m->cfg.dim, m->cfg.vocab_size);
+    if (rc)
+        cli_error(&a, "%s", err);
+    else
+        fprintf(stderr, "confkv convert: wrote %s (%s, %d layers, dim %d, vocab %d)\n", out, type,
+                m->cfg.n_layers, m->cfg.dim, m->cfg.vocab_size);
     model_free(m);
     return rc ? 1 : 0;
 }
 
 int cli_synth(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "synth", 0};
-    synth_params p = {.dim = 288, .n_layers = 6, .n_heads = 6, .n_kv_heads = 0, .hidden_dim = 768,
-                      .vocab_size = 32000, .ctx = 1024, .seed = 1};
+    synth_params p = {.dim = 288,
+                      .n_layers = 6,
+                      .n_heads = 6,
+                      .n_kv_heads = 0,
+                      .hidden_dim = 768,
+                      .vocab_size = 32000,
+                      .ctx = 1024,
+                      .seed = 1};
     const char *out = NULL, *type = "f32", *arch = "llama", *scaling = "none";
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
@@ -94,9 +102,9 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--heads", 1, 1024, &p.n_heads) ||
             cli_int(&a, "--kv-heads", 1, 1024, &p.n_kv_heads) ||
             cli_int(&a, "--ffn", 1, 1 << 18, &p.hidden_dim) ||
-            cli_int(&a, "--vocab", 1, 1 << 22, &p.vocab_size) ||
-            cli_int(&a, "--ctx", 1, 1 << 20, &p.ctx) || cli_u64(&a, "--seed", &p.seed) ||
-            cli_str(&a, "--arch", &arch) || cli_int(&a, "--head-dim", 2, MODEL_MAX_HEAD_DIM, &p.head_dim) ||
+            cli_int(&a, "--vocab", 1, 1 << 22, &p.vocab_size) || cli_int(&a, "--ctx", 1, 1 << 20, &p.ctx) ||
+            cli_u64(&a, "--seed", &p.seed) || cli_str(&a, "--arch", &arch) ||
+            cli_int(&a, "--head-dim", 2, MODEL_MAX_HEAD_DIM, &p.head_dim) ||
             cli_str(&a, "--vocab-from", &p.vocab_from) ||
             cli_float(&a, "--rope-theta", 1.0001, 1e11, &p.rope_theta) ||
             cli_str(&a, "--rope-scaling", &scaling) ||

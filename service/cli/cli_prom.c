@@ -8,7 +8,9 @@
 
 #include "ck_err.h"
 
-static int is_name0(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
+static int is_name0(int c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
 static int is_name(int c) { return is_name0(c) || (c >= '0' && c <= '9'); }
 
 /* Cursor over one line [p, end). */
@@ -66,8 +68,10 @@ static int parse_labels(cur *c, char *labels) {
             put(labels, CLI_PROM_LABELS_MAX, &len, v, (size_t)(c->p - v)))
             return CK_ETOOLONG;
         skip_ws(c);
-        if (c->p < c->end && *c->p == ',') c->p++;
-        else if (c->p >= c->end || *c->p != '}') return CK_EFORMAT;
+        if (c->p < c->end && *c->p == ',')
+            c->p++;
+        else if (c->p >= c->end || *c->p != '}')
+            return CK_EFORMAT;
     }
 }
 
@@ -80,9 +84,12 @@ static int parse_value(cur *c, double *out) {
     }
     buf[n] = 0;
     if (!n) return CK_EFORMAT;
-    if (!strcmp(buf, "+Inf") || !strcmp(buf, "Inf")) *out = INFINITY;
-    else if (!strcmp(buf, "-Inf")) *out = -INFINITY;
-    else if (!strcmp(buf, "NaN")) *out = NAN;
+    if (!strcmp(buf, "+Inf") || !strcmp(buf, "Inf"))
+        *out = INFINITY;
+    else if (!strcmp(buf, "-Inf"))
+        *out = -INFINITY;
+    else if (!strcmp(buf, "NaN"))
+        *out = NAN;
     else {
         char *e;
         *out = strtod(buf, &e);
@@ -180,8 +187,10 @@ static int has_pair(const char *labels, const char *pair, size_t pl) {
         const char *comma = l;
         int inq = 0;
         while (*comma && (inq || *comma != ',')) {
-            if (*comma == '\\' && comma[1]) comma++;
-            else if (*comma == '"') inq = !inq;
+            if (*comma == '\\' && comma[1])
+                comma++;
+            else if (*comma == '"')
+                inq = !inq;
             comma++;
         }
         if (!*comma) break;
@@ -197,8 +206,10 @@ static int matches(const char *labels, const char *match) {
         const char *comma = m;
         int inq = 0;
         while (*comma && (inq || *comma != ',')) {
-            if (*comma == '\\' && comma[1]) comma++;
-            else if (*comma == '"') inq = !inq;
+            if (*comma == '\\' && comma[1])
+                comma++;
+            else if (*comma == '"')
+                inq = !inq;
             comma++;
         }
         if (!has_pair(labels, m, (size_t)(comma - m))) return 0;

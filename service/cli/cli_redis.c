@@ -11,11 +11,13 @@
 #include "svc_redis.h"
 
 /* An error reply's text, bounded: Redis is not trusted to send a short one. */
-static int reply_text_len(const redisReply *rep) { return rep->str ? (int)(rep->len < 200 ? rep->len : 200) : 0; }
+static int reply_text_len(const redisReply *rep) {
+    return rep->str ? (int)(rep->len < 200 ? rep->len : 200) : 0;
+}
 
 /* A handshake step must answer +OK. */
-static int handshake(cli_redis *r, const char *what, int argc, const char **argv, const size_t *lens, char *err,
-                     size_t errlen) {
+static int handshake(cli_redis *r, const char *what, int argc, const char **argv, const size_t *lens,
+                     char *err, size_t errlen) {
     redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
     if (!rep) {
         snprintf(err, errlen, "redis %s: %s: %s", r->where, what, r->c->errstr);
@@ -96,11 +98,13 @@ int cli_redis_cmd(cli_redis *r, int argc, const char **argv, const size_t *lens,
     }
     redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
     if (!rep) {
-        snprintf(err, errlen, "redis %s: %s: %s", r->where, argv[0], r->c->errstr[0] ? r->c->errstr : "no reply");
+        snprintf(err, errlen, "redis %s: %s: %s", r->where, argv[0],
+                 r->c->errstr[0] ? r->c->errstr : "no reply");
         return CK_EIO;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "redis %s: %s: %.*s", r->where, argv[0], reply_text_len(rep), rep->str ? rep->str : "");
+        snprintf(err, errlen, "redis %s: %s: %.*s", r->where, argv[0], reply_text_len(rep),
+                 rep->str ? rep->str : "");
         freeReplyObject(rep);
         return CK_EIO;
     }
@@ -122,7 +126,8 @@ int cli_redis_score(const redisReply *rep, int64_t *out, int *present) {
     /* RESP2 sends scores as bulk strings ("3", "1e+20", "inf"); a use count
      * is whole and far below 2^53, where doubles stop being exact. */
     char buf[64];
-    if (rep->type != REDIS_REPLY_STRING || !rep->str || rep->len == 0 || rep->len >= sizeof buf) return CK_EFORMAT;
+    if (rep->type != REDIS_REPLY_STRING || !rep->str || rep->len == 0 || rep->len >= sizeof buf)
+        return CK_EFORMAT;
     memcpy(buf, rep->str, rep->len);
     buf[rep->len] = 0;
     char *end;

@@ -18,7 +18,7 @@
 
 typedef struct cli_redis {
     redisContext *c;
-    char where[300];   /* "host:port" or the socket path, for messages */
+    char where[300]; /* "host:port" or the socket path, for messages */
 } cli_redis;
 
 /* Parse url (svc_redis_parse_url's forms), connect and do the handshake.

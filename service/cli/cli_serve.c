@@ -102,8 +102,10 @@ static int make_prompts(const model *m, int n_req, int P, int random_pieces, uin
         if (bos >= 0) p[k++] = bos;
         int at = (int)(cli_rng_next(&s) % (uint64_t)n_pool);
         for (; k < P; k++) {
-            if (random_pieces) p[k] = pool[cli_rng_next(&s) % (uint64_t)n_pool];
-            else p[k] = pool[at++ % n_pool];
+            if (random_pieces)
+                p[k] = pool[cli_rng_next(&s) % (uint64_t)n_pool];
+            else
+                p[k] = pool[at++ % n_pool];
         }
     }
     free(pool);
@@ -137,8 +139,10 @@ int cli_bench_serve(int argc, char **argv) {
             cli_int(&a, "--max-batch-tokens", 1, 1 << 20, &max_batch) || cli_str(&a, "--prompts", &prompts) ||
             cli_int(&a, "--system-prompt-tokens", 0, 1 << 20, &S) || cli_str(&a, "--prefix-cache", &pcache))
             continue;
-        if (cli_flag(&a, "--json")) json = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!eo.model_path) {
@@ -191,12 +195,12 @@ int cli_bench_serve(int argc, char **argv) {
         return 2;
     }
     int exit_code = 1, n_ev = 2 * max_running + 16;
-    double *arr = malloc((size_t)n_req * sizeof *arr);       /* arrival, s from start */
-    double *last = malloc((size_t)n_req * sizeof *last);     /* last token time, -1 none */
+    double *arr = malloc((size_t)n_req * sizeof *arr);   /* arrival, s from start */
+    double *last = malloc((size_t)n_req * sizeof *last); /* last token time, -1 none */
     double *ttft = malloc((size_t)n_req * sizeof *ttft);
     double *itl = malloc((size_t)n_req * (size_t)G * sizeof *itl);
     int32_t *ids = malloc((size_t)n_req * (size_t)P * sizeof *ids);
-    int32_t *sys = malloc((size_t)(S + 1) * sizeof *sys);      /* BOS + the shared prefix */
+    int32_t *sys = malloc((size_t)(S + 1) * sizeof *sys); /* BOS + the shared prefix */
     int32_t *prompt = malloc((size_t)(S + P) * sizeof *prompt);
     eng_event *ev = malloc((size_t)n_ev * sizeof *ev);
     if (!arr || !last || !ttft || !itl || !ids || !ev || !sys || !prompt) {
@@ -258,7 +262,8 @@ int cli_bench_serve(int argc, char **argv) {
             memset(&q, 0, sizeof q);
             /* BOS, the shared prefix, the request's own tokens */
             memcpy(prompt, sys, (size_t)(S > 0 ? S + 1 : 0) * sizeof *prompt);
-            memcpy(prompt + (S > 0 ? S + 1 : 0), ids + (size_t)next * P + (S > 0), (size_t)(P - (S > 0)) * sizeof *prompt);
+            memcpy(prompt + (S > 0 ? S + 1 : 0), ids + (size_t)next * P + (S > 0),
+                   (size_t)(P - (S > 0)) * sizeof *prompt);
             q.tokens = prompt;
             q.n_tokens = S + P;
             q.samp = sp;
@@ -295,15 +300,19 @@ int cli_bench_serve(int argc, char **argv) {
             int i = (int)ev[k].user_tag;
             if (ev[k].type == ENG_EV_TOKEN) {
                 tokens++;
-                if (last[i] < 0) ttft[n_ttft++] = t - arr[i];
-                else itl[n_itl++] = t - last[i];
+                if (last[i] < 0)
+                    ttft[n_ttft++] = t - arr[i];
+                else
+                    itl[n_itl++] = t - last[i];
                 last[i] = t;
             } else {
                 done++;
                 t_end = t;
                 int f = ev[k].type == ENG_EV_FINISHED ? ev[k].result->finish : -1;
-                if (f == GEN_FINISH_LENGTH || f == GEN_FINISH_STOP) completed++;
-                else failed++;
+                if (f == GEN_FINISH_LENGTH || f == GEN_FINISH_STOP)
+                    completed++;
+                else
+                    failed++;
             }
         }
     }
@@ -323,8 +332,8 @@ int cli_bench_serve(int argc, char **argv) {
     double tok_frac = st.step_ms_total > 0 ? st.token_ms_total / st.step_ms_total : 0;
     double mean_batch = steps ? (double)batch_seqs / (double)steps : 0;
     uint64_t lookups = st.prefix_lookups - st0.prefix_lookups,
-             hits = st.prefix_hits_warm + st.prefix_hits_cold + st.prefix_hits_template - st0.prefix_hits_warm -
-                    st0.prefix_hits_cold - st0.prefix_hits_template;
+             hits = st.prefix_hits_warm + st.prefix_hits_cold + st.prefix_hits_template -
+                    st0.prefix_hits_warm - st0.prefix_hits_cold - st0.prefix_hits_template;
     double hit_rate = lookups ? (double)hits / (double)lookups : 0;
     uint64_t cached = st.cached_tokens - st0.cached_tokens;
     char pname[64];
@@ -380,15 +389,18 @@ int cli_bench_serve(int argc, char **argv) {
         printf("completed %d, failed %d in %.2f s: %.2f requests/s, %.1f tokens/s (%.1f per CPU second)\n",
                completed, failed, wall, wall > 0 ? completed / wall : 0, wall > 0 ? (double)tokens / wall : 0,
                cpu > 0 ? (double)tokens / cpu : 0);
-        printf("latency p50 %.1f ms, p99 %.1f ms\n", 1e3 * cli_quantile(arr, n_lat, 0.5), 1e3 * cli_quantile(arr, n_lat, 0.99));
-        printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n", 1e3 * cli_quantile(ttft, n_ttft, 0.5),
-               1e3 * cli_quantile(ttft, n_ttft, 0.99), 1e3 * cli_quantile(itl, n_itl, 0.5), 1e3 * cli_quantile(itl, n_itl, 0.99));
+        printf("latency p50 %.1f ms, p99 %.1f ms\n", 1e3 * cli_quantile(arr, n_lat, 0.5),
+               1e3 * cli_quantile(arr, n_lat, 0.99));
+        printf("ttft p50 %.1f ms, p99 %.1f ms; itl p50 %.2f ms, p99 %.2f ms\n",
+               1e3 * cli_quantile(ttft, n_ttft, 0.5), 1e3 * cli_quantile(ttft, n_ttft, 0.99),
+               1e3 * cli_quantile(itl, n_itl, 0.5), 1e3 * cli_quantile(itl, n_itl, 0.99));
         printf("max concurrent %d, mean batch %.1f sequences, hot KV peak %.2f MiB of %.2f, %llu preemptions "
                "(%llu recomputed)\n",
                st.running_peak, mean_batch, st.hot_peak_bytes / 1048576.0, st.hot_capacity_bytes / 1048576.0,
                (unsigned long long)st.preemptions, (unsigned long long)st.recomputes);
         if (S > 0)
-            printf("prefix cache %s: %.1f%% of %llu prompt blocks hit, %llu prompt tokens copied, %llu computed\n",
+            printf("prefix cache %s: %.1f%% of %llu prompt blocks hit, %llu prompt tokens copied, %llu "
+                   "computed\n",
                    pcache, 100 * hit_rate, (unsigned long long)lookups, (unsigned long long)cached,
                    (unsigned long long)(st.tokens_prefilled - st0.tokens_prefilled));
         printf("step time: %.1f%% scheduling, %.1f%% forward, %.1f%% sampling and policy\n", 100 * sched_frac,

@@ -37,7 +37,8 @@ static void on_result(void *ud, int i, const cJSON *r, const char *raw, size_t l
 
 int cli_submit(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "submit", 0};
-    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *file = "-", *prompt = NULL;
+    const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *file = "-",
+               *prompt = NULL;
     int wait = 0, timeout = 120;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
@@ -48,8 +49,10 @@ int cli_submit(int argc, char **argv) {
             cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--file", &file) ||
             cli_str(&a, "--prompt", &prompt) || cli_int(&a, "--timeout", 1, 86400, &timeout))
             continue;
-        if (cli_flag(&a, "--wait")) wait = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--wait"))
+            wait = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!brokers) {

@@ -29,15 +29,15 @@
 #include "tpl.h"
 #include "tokenizer.h"
 
-#define TPLC_TIMEOUT_MS 5000            /* Redis: connect, and each reply */
-#define TPLC_PREFIX_MAX COLDKEY_NS_MAX  /* --key-prefix bytes (256) */
+#define TPLC_TIMEOUT_MS 5000           /* Redis: connect, and each reply */
+#define TPLC_PREFIX_MAX COLDKEY_NS_MAX /* --key-prefix bytes (256) */
 #define TPLC_KEY_MAX COLDKEY_NS_KEY_MAX
 /* The largest valid record: tpl_encode's header (at most TPL_NAME_MAX + 160
  * bytes) and the largest text. Reads ask Redis for one byte more, so a value
  * over the bound is seen without transferring it whole. */
 #define TPLC_RECORD_MAX (TPL_TEXT_MAX + TPL_NAME_MAX + 160)
-#define TPLC_LIST_MAX (1 << 20)         /* templates list will gather */
-#define TPLC_EXISTS_BATCH 256           /* block keys per EXISTS */
+#define TPLC_LIST_MAX (1 << 20) /* templates list will gather */
+#define TPLC_EXISTS_BATCH 256   /* block keys per EXISTS */
 #define TPLC_PREWARM_NAMES 256
 #define TPLC_PREWARM_REPLY_MAX (1 << 20)
 
@@ -47,7 +47,7 @@ enum { F_REDIS = 1, F_NAME = 2, F_TEXT = 4, F_FORCE = 8, F_MODEL = 16, F_HTTP = 
 typedef struct tplc_opts {
     const char *redis, *prefix, *name, *text_path, *http;
     const char *model_path, *tokenizer_path;
-    int block_size;   /* 0 = kv_default_block_size, as confkvd */
+    int block_size; /* 0 = kv_default_block_size, as confkvd */
     int json, force, timeout_s;
     const char *names[TPLC_PREWARM_NAMES];
     int n_names;
@@ -86,9 +86,8 @@ static const struct {
 static const char redis_help[] =
     "\n  --redis URL       redis://[user:password@]host[:port][/db] or unix:///path[?db=N]\n"
     "  --key-prefix P    confkvd's Redis key prefix (default confkv:)\n";
-static const char common_help[] =
-    "  --json            one JSON object on stdout\n"
-    "Exit code: 0 ok, 1 failure (the message says why), 2 usage error.\n";
+static const char common_help[] = "  --json            one JSON object on stdout\n"
+                                  "Exit code: 0 ok, 1 failure (the message says why), 2 usage error.\n";
 
 static void help_main(FILE *f) {
     fprintf(f, "usage: confkv templates <create|list|inspect|delete|prewarm> [options]\n\n"
@@ -112,8 +111,10 @@ static int parse(cli_args *a, int s, tplc_opts *o) {
             return 0;
         }
         const char *nm = NULL;
-        if (cli_flag(a, "--json")) o->json = 1;
-        else if ((fl & F_REDIS) && (cli_str(a, "--redis", &o->redis) || cli_str(a, "--key-prefix", &o->prefix)))
+        if (cli_flag(a, "--json"))
+            o->json = 1;
+        else if ((fl & F_REDIS) &&
+                 (cli_str(a, "--redis", &o->redis) || cli_str(a, "--key-prefix", &o->prefix)))
             continue;
         else if ((fl & F_NAME) && cli_str(a, "--name", &o->name))
             continue;
@@ -121,11 +122,12 @@ static int parse(cli_args *a, int s, tplc_opts *o) {
             continue;
         else if ((fl & F_FORCE) && cli_flag(a, "--force"))
             o->force = 1;
-        else if ((fl & F_MODEL) && (cli_str(a, "--model", &o->model_path) ||
-                                    cli_str(a, "--tokenizer", &o->tokenizer_path) ||
-                                    cli_int(a, "--block-size", 1, 4096, &o->block_size)))
+        else if ((fl & F_MODEL) &&
+                 (cli_str(a, "--model", &o->model_path) || cli_str(a, "--tokenizer", &o->tokenizer_path) ||
+                  cli_int(a, "--block-size", 1, 4096, &o->block_size)))
             continue;
-        else if ((fl & F_HTTP) && (cli_str(a, "--http", &o->http) || cli_int(a, "--timeout", 1, 3600, &o->timeout_s)))
+        else if ((fl & F_HTTP) &&
+                 (cli_str(a, "--http", &o->http) || cli_int(a, "--timeout", 1, 3600, &o->timeout_s)))
             continue;
         else if ((fl & F_NAMES) && cli_str(a, "--name", &nm)) {
             if (!nm) continue; /* missing value: already reported */
@@ -210,7 +212,8 @@ static void iso_time(int64_t ms, char *buf, size_t cap) {
 
 /* Names read back from Redis keys may hold any byte: print them safely. */
 static void put_name(FILE *f, const char *s, size_t n) {
-    for (size_t i = 0; i < n && i < 200; i++) fputc((unsigned char)s[i] > 0x20 && s[i] != 0x7f ? s[i] : '?', f);
+    for (size_t i = 0; i < n && i < 200; i++)
+        fputc((unsigned char)s[i] > 0x20 && s[i] != 0x7f ? s[i] : '?', f);
     if (n > 200) fputs("...", f);
 }
 
@@ -219,9 +222,9 @@ enum { REC_OK, REC_MISSING, REC_CORRUPT };
 
 typedef struct tplc_rec {
     int state;
-    const char *problem;  /* REC_CORRUPT: why, for a person */
-    tpl_record r;         /* REC_OK: borrows raw's bytes */
-    redisReply *raw;      /* owned; free with rec_free */
+    const char *problem; /* REC_CORRUPT: why, for a person */
+    tpl_record r;        /* REC_OK: borrows raw's bytes */
+    redisReply *raw;     /* owned; free with rec_free */
 } tplc_rec;
 
 static void rec_free(tplc_rec *x) {
@@ -246,7 +249,8 @@ static int fetch_record(cli_redis *rd, const char *key, size_t klen, const char 
         snprintf(err, errlen, "redis %s: TYPE: unexpected reply", rd->where);
         return CK_EIO;
     }
-    int is_none = t->len == 4 && !memcmp(t->str, "none", 4), is_string = t->len == 6 && !memcmp(t->str, "string", 6);
+    int is_none = t->len == 4 && !memcmp(t->str, "none", 4),
+        is_string = t->len == 6 && !memcmp(t->str, "string", 6);
     freeReplyObject(t);
     if (is_none) {
         x->state = REC_MISSING;
@@ -267,17 +271,19 @@ static int fetch_record(cli_redis *rd, const char *key, size_t klen, const char 
         snprintf(err, errlen, "redis %s: GETRANGE: unexpected reply", rd->where);
         return CK_EIO;
     }
-    if (x->raw->len > TPLC_RECORD_MAX) x->problem = "larger than any record";
+    if (x->raw->len > TPLC_RECORD_MAX)
+        x->problem = "larger than any record";
     else if (!want || tpl_decode(x->raw->str, x->raw->len, want, &x->r))
         x->problem = "fails verification (format, name, length or checksum)";
-    else x->state = REC_OK;
+    else
+        x->state = REC_OK;
     if (x->state != REC_OK) rec_free(x);
     return CK_OK;
 }
 
 /* The use count of name (0 when the index has none). 0 or CK_EIO. */
-static int fetch_uses(cli_redis *rd, const tplc_opts *o, const char *name, size_t nlen, int64_t *uses, char *err,
-                      size_t errlen) {
+static int fetch_uses(cli_redis *rd, const tplc_opts *o, const char *name, size_t nlen, int64_t *uses,
+                      char *err, size_t errlen) {
     char ikey[TPLC_KEY_MAX];
     const char *argv[3] = {"ZSCORE", ikey, name};
     size_t lens[3] = {6, uses_key(o, ikey), nlen};
@@ -287,8 +293,8 @@ static int fetch_uses(cli_redis *rd, const tplc_opts *o, const char *name, size_
     rc = cli_redis_score(rep, uses, &present);
     freeReplyObject(rep);
     if (rc) {
-        snprintf(err, errlen, "redis %s: %.*s holds a use count for '%.*s' that is not a whole number", rd->where,
-                 (int)lens[1], ikey, (int)(nlen < 200 ? nlen : 200), name);
+        snprintf(err, errlen, "redis %s: %.*s holds a use count for '%.*s' that is not a whole number",
+                 rd->where, (int)lens[1], ikey, (int)(nlen < 200 ? nlen : 200), name);
         return CK_EIO;
     }
     return CK_OK;
@@ -309,10 +315,14 @@ static int read_text(const cli_args *a, const char *path, char **out, size_t *le
     if (f != stdin) fclose(f);
     if (bad) {
         free(b);
-        if (bad == 1) cli_error(a, "out of memory");
-        else if (bad == 2) cli_error(a, "cannot read %s", path);
-        else if (bad == 3) cli_error(a, "%s is over %u bytes, the most a template holds", path, TPL_TEXT_MAX);
-        else cli_error(a, "%s is empty", path);
+        if (bad == 1)
+            cli_error(a, "out of memory");
+        else if (bad == 2)
+            cli_error(a, "cannot read %s", path);
+        else if (bad == 3)
+            cli_error(a, "%s is over %u bytes, the most a template holds", path, TPL_TEXT_MAX);
+        else
+            cli_error(a, "%s is empty", path);
         return 1;
     }
     *out = b;
@@ -430,8 +440,9 @@ static int scan_records(cli_redis *rd, const tplc_opts *o, tplc_key **keys, size
         redisReply *rep;
         if ((rc = cli_redis_cmd(rd, 6, argv, lens, &rep, err, errlen))) break;
         /* [cursor, [key...]] */
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->type != REDIS_REPLY_STRING ||
-            !rep->element[0]->str || rep->element[0]->len == 0 || rep->element[0]->len >= sizeof cursor ||
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING || !rep->element[0]->str ||
+            rep->element[0]->len == 0 || rep->element[0]->len >= sizeof cursor ||
             strspn(rep->element[0]->str, "0123456789") != rep->element[0]->len ||
             rep->element[1]->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(rep);
@@ -446,7 +457,8 @@ static int scan_records(cli_redis *rd, const tplc_opts *o, tplc_key **keys, size
             const redisReply *e = ks->element[i];
             const char *nm;
             size_t nl;
-            if (e->type != REDIS_REPLY_STRING || !e->str || coldkey_tpl_parse(e->str, e->len, o->prefix, &nm, &nl))
+            if (e->type != REDIS_REPLY_STRING || !e->str ||
+                coldkey_tpl_parse(e->str, e->len, o->prefix, &nm, &nl))
                 continue; /* not one of ours after all */
             if (n == TPLC_LIST_MAX) {
                 snprintf(err, errlen, "more than %d template keys", TPLC_LIST_MAX);
@@ -482,8 +494,10 @@ static int scan_records(cli_redis *rd, const tplc_opts *o, tplc_key **keys, size
     if (n) qsort(k, n, sizeof *k, key_cmp);
     size_t u = 0;
     for (size_t i = 0; i < n; i++) {
-        if (u && !key_cmp(&k[u - 1], &k[i])) free(k[i].s);
-        else k[u++] = k[i];
+        if (u && !key_cmp(&k[u - 1], &k[i]))
+            free(k[i].s);
+        else
+            k[u++] = k[i];
     }
     *keys = k;
     *n_keys = u;
@@ -536,11 +550,15 @@ static int cmd_list(cli_args *a, const tplc_opts *o) {
             jw_key(&w, "uses");
             jw_int(&w, uses);
             jw_key(&w, "bytes");
-            if (x.state == REC_OK) jw_int(&w, (int64_t)x.r.text_len);
-            else jw_null(&w);
+            if (x.state == REC_OK)
+                jw_int(&w, (int64_t)x.r.text_len);
+            else
+                jw_null(&w);
             jw_key(&w, "created_ms");
-            if (x.state == REC_OK) jw_int(&w, x.r.created_ms);
-            else jw_null(&w);
+            if (x.state == REC_OK)
+                jw_int(&w, x.r.created_ms);
+            else
+                jw_null(&w);
             jw_key(&w, "corrupt");
             jw_bool(&w, x.state == REC_CORRUPT);
             if (x.state == REC_CORRUPT) {
@@ -683,8 +701,8 @@ static int cmd_inspect(cli_args *a, const tplc_opts *o) {
         goto out;
     }
     if (x.state == REC_CORRUPT) {
-        cli_error(a, "template '%s' is corrupt: its record %s (delete it, or create it again with --force)", o->name,
-                  x.problem);
+        cli_error(a, "template '%s' is corrupt: its record %s (delete it, or create it again with --force)",
+                  o->name, x.problem);
         goto out;
     }
     tplc_kv kv = {0};
@@ -814,7 +832,8 @@ static int cmd_prewarm(cli_args *a, const tplc_opts *o) {
     size_t reply_len;
     int status, ex = 1;
     int rc = cli_http_post(o->http, "/templates/prewarm", "application/json", req, strlen(req),
-                           o->timeout_s * 1000, TPLC_PREWARM_REPLY_MAX, &status, &reply, &reply_len, err, sizeof err);
+                           o->timeout_s * 1000, TPLC_PREWARM_REPLY_MAX, &status, &reply, &reply_len, err,
+                           sizeof err);
     free(req);
     if (rc) {
         cli_error(a, "%s%s", err, rc == CK_EIO ? " (is confkvd running there, with --http-port?)" : "");
@@ -852,7 +871,7 @@ int cli_templates(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     static int (*const fns[])(cli_args *, const tplc_opts *) = {cmd_create, cmd_list, cmd_inspect, cmd_delete,
-                                                                 cmd_prewarm};
+                                                                cmd_prewarm};
     for (size_t s = 0; s < sizeof subs / sizeof subs[0]; s++) {
         if (strcmp(argv[1], subs[s].name)) continue;
         char cmd[32];

@@ -33,8 +33,8 @@ static void help(void) {
 }
 
 /* Encode and print one array; returns 0 or 1 (message printed). */
-static int print_ids(cli_args *a, const tokenizer *t, const char *text, size_t len,
-                     unsigned flags, int32_t **ids, int *cap) {
+static int print_ids(cli_args *a, const tokenizer *t, const char *text, size_t len, unsigned flags,
+                     int32_t **ids, int *cap) {
     int n = 0;
     int rc = tok_encode_opts(t, text, len, flags, *ids, *cap, &n);
     /* too many for the buffer: n is the count (or, for long text refused

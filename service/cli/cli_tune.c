@@ -39,29 +39,31 @@
 #define TUNE_MAX_ROWS (TUNE_MAX_GRID * TUNE_MAX_GRID + 2)
 
 static void help(void) {
-    printf("usage: confkv tune (--metrics URL | --metrics-file FILE) [--eval-prompts F --model M [--tokenizer T]]\n"
-           "                   [-o report.html|report.md] [--json] [options]\n\n"
-           "  --metrics URL          a running confkvd's /metrics, http://HOST:PORT/metrics\n"
-           "  --metrics-file FILE    a saved /metrics page instead\n"
-           "  --eval-prompts FILE    one prompt per line: sweep CONF-KV's settings on them\n"
-           "  --model M, --tokenizer T   the model confkvd serves (for the sweep)\n"
-           "  --gen-tokens N         continuation per prompt in the sweep (default 128)\n"
-           "  --limit N              first N prompts only\n"
-           "  --entropy-grid LIST    entropy_threshold values, nats at 32k scale (default: the threshold now\n"
-           "                         +-0.5, and the p10/p50/p90 of the jobs' mean entropy in /metrics)\n"
-           "  --min-size-grid LIST   CONF-KV min_size values, tokens (default: now /2, x1, x2)\n"
-           "  --max-nll-loss PCT     quality budget: NLL over the full cache, percent (default 1)\n"
-           "  -o FILE                the report: .html (SVG inline) or .md (SVG files beside it);\n"
-           "                         with --json, the JSON goes there instead\n"
-           "  --json                 JSON with `recommended` (config keys), `predicted`, `tolerance`\n"
-           "  plus the engine flags of `confkv eval` (--threads, --block-size, --max-context, ...)\n");
+    printf(
+        "usage: confkv tune (--metrics URL | --metrics-file FILE) [--eval-prompts F --model M [--tokenizer "
+        "T]]\n"
+        "                   [-o report.html|report.md] [--json] [options]\n\n"
+        "  --metrics URL          a running confkvd's /metrics, http://HOST:PORT/metrics\n"
+        "  --metrics-file FILE    a saved /metrics page instead\n"
+        "  --eval-prompts FILE    one prompt per line: sweep CONF-KV's settings on them\n"
+        "  --model M, --tokenizer T   the model confkvd serves (for the sweep)\n"
+        "  --gen-tokens N         continuation per prompt in the sweep (default 128)\n"
+        "  --limit N              first N prompts only\n"
+        "  --entropy-grid LIST    entropy_threshold values, nats at 32k scale (default: the threshold now\n"
+        "                         +-0.5, and the p10/p50/p90 of the jobs' mean entropy in /metrics)\n"
+        "  --min-size-grid LIST   CONF-KV min_size values, tokens (default: now /2, x1, x2)\n"
+        "  --max-nll-loss PCT     quality budget: NLL over the full cache, percent (default 1)\n"
+        "  -o FILE                the report: .html (SVG inline) or .md (SVG files beside it);\n"
+        "                         with --json, the JSON goes there instead\n"
+        "  --json                 JSON with `recommended` (config keys), `predicted`, `tolerance`\n"
+        "  plus the engine flags of `confkv eval` (--threads, --block-size, --max-context, ...)\n");
 }
 
 /* ---- the metrics side ------------------------------------------------ */
 
 typedef struct signal_summary {
     const char *name, *metric, *unit;
-    int n;                           /* buckets */
+    int n; /* buckets */
     double le[TUNE_MAX_BUCKETS], cum[TUNE_MAX_BUCKETS];
     double count, mean, p10, p50, p90;
 } signal_summary;
@@ -74,8 +76,8 @@ typedef struct fired {
 typedef struct metrics_view {
     int have;
     char source[256];
-    signal_summary sig[4];           /* entropy, gap, pmax, kv_retained */
-    double th[3];                    /* current thresholds (NAN: not exported) */
+    signal_summary sig[4]; /* entropy, gap, pmax, kv_retained */
+    double th[3];          /* current thresholds (NAN: not exported) */
     fired alerts[12];
     int n_alerts;
     double jobs, tokens;
@@ -115,8 +117,8 @@ static int fetch_metrics(const cli_args *a, const char *url, const char *file, c
     memcpy(host, hp, hl);
     host[hl] = 0;
     int status;
-    int rc = cli_http_get(host, slash ? slash : "/metrics", 5000, TUNE_MAX_METRICS_BYTES, &status, text, len, err,
-                          sizeof err);
+    int rc = cli_http_get(host, slash ? slash : "/metrics", 5000, TUNE_MAX_METRICS_BYTES, &status, text, len,
+                          err, sizeof err);
     if (rc) {
         cli_error(a, "--metrics %s: %s", url, err);
         return 1;
@@ -163,14 +165,16 @@ static void eval_alerts(const cli_prom *p, metrics_view *v) {
     double hits = cli_prom_get(p, "confkv_cache_hits_total", "tier=\"hot\"");
     double looks = cli_prom_get(p, "confkv_cache_lookups_total", "tier=\"hot\"");
     if (looks > 0 && hits / looks < 0.80)
-        add_alert(v, "ConfkvCacheHitRateLow", "warning", "hot hit rate %.0f%% since start", 100 * hits / looks);
+        add_alert(v, "ConfkvCacheHitRateLow", "warning", "hot hit rate %.0f%% since start",
+                  100 * hits / looks);
     double le[TUNE_MAX_BUCKETS], cum[TUNE_MAX_BUCKETS];
     int n = cli_prom_hist(p, "confkv_request_seconds", NULL, le, cum, TUNE_MAX_BUCKETS);
     double p99 = cli_prom_quantile(le, cum, n, 0.99);
     if (p99 > 0.5) add_alert(v, "ConfkvLatencyP99High", "warning", "p99 job latency %.2f s since start", p99);
     double dl = cli_prom_sum(p, "confkv_dead_letters_total", NULL);
     if (dl > 0) add_alert(v, "ConfkvDeadLetters", "warning", "%.0f dead letters since start", dl);
-    if (cli_prom_get(p, "confkv_redis_configured", NULL) == 1 && cli_prom_get(p, "confkv_redis_up", NULL) == 0)
+    if (cli_prom_get(p, "confkv_redis_configured", NULL) == 1 &&
+        cli_prom_get(p, "confkv_redis_up", NULL) == 0)
         add_alert(v, "ConfkvRedisDown", "critical", "Redis configured and down%.0s", 0);
     double inflight = cli_prom_sum(p, "confkv_jobs_inflight", NULL);
     if (inflight > 0 && cli_prom_sum(p, "confkv_jobs_total", NULL) == 0)
@@ -215,7 +219,7 @@ static int read_metrics(const cli_args *a, const char *url, const char *file, me
 
 typedef struct sweep_row {
     eval_row r;
-    char spec[160];              /* the policy spec confkvd's `policy` key takes */
+    char spec[160]; /* the policy spec confkvd's `policy` key takes */
     float entropy_threshold;
     int min_size;
     int is_conf;
@@ -235,8 +239,8 @@ static int parse_list(const char *s, double *out, int max) {
 }
 
 static void conf_spec(const kvpol_config *c, char *buf, size_t cap) {
-    snprintf(buf, cap, "conf:entropy_threshold=%.3g,min_size=%d,base_size=%d,max_size=%d", c->entropy_threshold,
-             c->min_size, c->base_size, c->max_size);
+    snprintf(buf, cap, "conf:entropy_threshold=%.3g,min_size=%d,base_size=%d,max_size=%d",
+             c->entropy_threshold, c->min_size, c->base_size, c->max_size);
 }
 
 /* ---- plots ----------------------------------------------------------- */
@@ -245,9 +249,12 @@ static void conf_spec(const kvpol_config *c, char *buf, size_t cap) {
  * ones), with a marker at `mark` (a threshold; NAN for none). */
 static void svg_hist(FILE *f, const signal_summary *s, double mark) {
     const int W = 420, H = 180, L = 40, B = 30;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"10\">\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"12\" font-size=\"12\">%s (%s), %.0f jobs</text>\n", L, s->name, s->unit, s->count);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+            "font-size=\"10\">\n",
+            W, H);
+    fprintf(f, "<text x=\"%d\" y=\"12\" font-size=\"12\">%s (%s), %.0f jobs</text>\n", L, s->name, s->unit,
+            s->count);
     double maxc = 0;
     for (int i = 0; i < s->n; i++) {
         double c = s->cum[i] - (i ? s->cum[i - 1] : 0);
@@ -260,14 +267,17 @@ static void svg_hist(FILE *f, const signal_summary *s, double mark) {
         double h = maxc > 0 ? (H - B - 20) * c / maxc : 0;
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4a7ab5\"/>\n",
                 L + i * bw + 1, H - B - h, bw - 2, h);
-        if (isinf(s->le[i])) fprintf(f, "<text x=\"%.1f\" y=\"%d\">+Inf</text>\n", L + i * bw, H - B + 12);
-        else fprintf(f, "<text x=\"%.1f\" y=\"%d\">%g</text>\n", L + i * bw, H - B + 12, s->le[i]);
+        if (isinf(s->le[i]))
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\">+Inf</text>\n", L + i * bw, H - B + 12);
+        else
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\">%g</text>\n", L + i * bw, H - B + 12, s->le[i]);
         /* a threshold inside this bucket: a red line at its place in it */
         double lo = i ? s->le[i - 1] : 0;
         if (isfinite(mark) && mark > lo && (mark <= s->le[i] || isinf(s->le[i]))) {
             double fr = isinf(s->le[i]) ? 0 : (mark - lo) / (s->le[i] - lo);
-            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"20\" y2=\"%d\" stroke=\"#c33\" stroke-width=\"2\"/>\n",
-                    L + (i + fr) * bw, L + (i + fr) * bw, H - B);
+            fprintf(
+                f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"20\" y2=\"%d\" stroke=\"#c33\" stroke-width=\"2\"/>\n",
+                L + (i + fr) * bw, L + (i + fr) * bw, H - B);
         }
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\">upper bound of the bucket (le)</text>\n", L, H - 4);
@@ -282,8 +292,10 @@ static void svg_frontier(FILE *f, const sweep_row *rows, int n, int rec, double 
     for (int i = 0; i < n; i++)
         if (rows[i].r.nll_delta_pct > ymax) ymax = rows[i].r.nll_delta_pct;
     if (!(ymax > 0)) ymax = 1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"10\">\n", W, H);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+            "font-size=\"10\">\n",
+            W, H);
     fprintf(f, "<text x=\"%d\" y=\"12\" font-size=\"12\">quality lost against KV kept</text>\n", L);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000\"/>\n", L, H - B, W - 10, H - B);
     fprintf(f, "<line x1=\"%d\" y1=\"20\" x2=\"%d\" y2=\"%d\" stroke=\"#000\"/>\n", L, L, H - B);
@@ -293,8 +305,8 @@ static void svg_frontier(FILE *f, const sweep_row *rows, int n, int rec, double 
         fprintf(f, "<text x=\"4\" y=\"%.0f\">%.2f%%</text>\n", y + 3, ymax * t / 4.0);
     }
     double by = H - B - (H - B - 20) * budget / ymax;
-    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" stroke-dasharray=\"4\"/>\n", L,
-            W - 10, by, by);
+    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#c33\" stroke-dasharray=\"4\"/>\n",
+            L, W - 10, by, by);
     fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#c33\">budget %.2f%%</text>\n", W - 90, by - 3, budget);
     for (int i = 0; i < n; i++) {
         double x = L + (W - L - 10) * rows[i].r.kv_retained_mean;
@@ -302,7 +314,9 @@ static void svg_frontier(FILE *f, const sweep_row *rows, int n, int rec, double 
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s</title></circle>\n", x, y,
                 rows[i].is_conf ? "#4a7ab5" : "#888", rows[i].spec);
         if (i == rec)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"none\" stroke=\"#c33\" stroke-width=\"2\"/>\n",
+            fprintf(f,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"none\" stroke=\"#c33\" "
+                    "stroke-width=\"2\"/>\n",
                     x, y);
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\">mean fraction of the KV kept hot (kv_retained_mean)</text>\n", L + 60,
@@ -383,11 +397,12 @@ static void write_json(FILE *f, const tune_out *o) {
             jw_key(&w, "tolerance"), jw_obj(&w);
             jw_key(&w, "kv_retained_mean"), jw_num(&w, o->tol_retained);
             jw_key(&w, "greedy_match_tokens_mean"), jw_num(&w, o->tol_match);
-            jw_key(&w, "note"), jw_str(&w, "a confkvd running `recommended` on these prompts greedily "
-                                           "(temperature 0, max_tokens = gen_tokens) should give results whose "
-                                           "mean kv.retained_mean is within this of the prediction; the text "
-                                           "matches the full cache's for the predicted number of tokens within "
-                                           "this many");
+            jw_key(&w, "note"),
+                jw_str(&w, "a confkvd running `recommended` on these prompts greedily "
+                           "(temperature 0, max_tokens = gen_tokens) should give results whose "
+                           "mean kv.retained_mean is within this of the prediction; the text "
+                           "matches the full cache's for the predicted number of tokens within "
+                           "this many");
             jw_obj_end(&w);
         } else {
             jw_key(&w, "recommended"), jw_null(&w);
@@ -410,33 +425,39 @@ static int write_report(const cli_args *a, const char *path, const tune_out *o) 
     char base[1024];
     snprintf(base, sizeof base, "%.*s", (int)(pl > 3 && !strcmp(path + pl - 3, ".md") ? pl - 3 : pl), path);
     const char *h1 = html ? "<h1>%s</h1>\n" : "# %s\n\n", *h2 = html ? "<h2>%s</h2>\n" : "## %s\n\n";
-    if (html) fprintf(f, "<!doctype html><html><head><meta charset=\"utf-8\"><title>confkv tuning report</title>"
-                         "<style>body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px;"
-                         "text-align:right}</style></head><body>\n");
+    if (html)
+        fprintf(f, "<!doctype html><html><head><meta charset=\"utf-8\"><title>confkv tuning report</title>"
+                   "<style>body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px;"
+                   "text-align:right}</style></head><body>\n");
     fprintf(f, h1, "confkv tuning report");
     if (o->mv->have) {
         fprintf(f, h2, "Signals");
-        fprintf(f, html ? "<p>From %s: %.0f jobs, %.0f generated tokens. Per-job means; the red line is the "
-                          "threshold now.</p>\n"
-                        : "From %s: %.0f jobs, %.0f generated tokens. Per-job means; the red line is the "
-                          "threshold now.\n\n",
+        fprintf(f,
+                html ? "<p>From %s: %.0f jobs, %.0f generated tokens. Per-job means; the red line is the "
+                       "threshold now.</p>\n"
+                     : "From %s: %.0f jobs, %.0f generated tokens. Per-job means; the red line is the "
+                       "threshold now.\n\n",
                 o->mv->source, o->mv->jobs, o->mv->tokens);
-        fprintf(f, html ? "<table><tr><th>signal</th><th>jobs</th><th>mean</th><th>p10</th><th>p50</th><th>p90</th>"
-                          "<th>threshold</th></tr>\n"
-                        : "| signal | jobs | mean | p10 | p50 | p90 | threshold |\n| --- | --- | --- | --- | --- | "
-                          "--- | --- |\n");
+        fprintf(
+            f,
+            html ? "<table><tr><th>signal</th><th>jobs</th><th>mean</th><th>p10</th><th>p50</th><th>p90</th>"
+                   "<th>threshold</th></tr>\n"
+                 : "| signal | jobs | mean | p10 | p50 | p90 | threshold |\n| --- | --- | --- | --- | --- | "
+                   "--- | --- |\n");
         for (int i = 0; i < 4; i++) {
             const signal_summary *s = &o->mv->sig[i];
             double th = i < 3 ? o->mv->th[i] : NAN;
-            fprintf(f, html ? "<tr><td>%s</td><td>%.0f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
-                              "<td>%.3f</td></tr>\n"
-                            : "| %s | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+            fprintf(f,
+                    html ? "<tr><td>%s</td><td>%.0f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
+                           "<td>%.3f</td></tr>\n"
+                         : "| %s | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
                     s->name, s->count, s->mean, s->p10, s->p50, s->p90, th);
         }
         fprintf(f, html ? "</table>\n" : "\n");
         for (int i = 0; i < 4; i++) {
             double th = i < 3 ? o->mv->th[i] : NAN;
-            if (html) svg_hist(f, &o->mv->sig[i], th);
+            if (html)
+                svg_hist(f, &o->mv->sig[i], th);
             else {
                 char sp[1100];
                 snprintf(sp, sizeof sp, "%s-%d.svg", base, i);
@@ -457,16 +478,21 @@ static int write_report(const cli_args *a, const char *path, const tune_out *o) 
             fprintf(f, html ? "<p>None of the rules that one scrape can evaluate holds.</p>\n"
                             : "None of the rules that one scrape can evaluate holds.\n\n");
         for (int i = 0; i < o->mv->n_alerts; i++)
-            fprintf(f, html ? "<p><b>%s</b> (%s): %s. See docs/ALERTS.md.</p>\n" : "- **%s** (%s): %s. See docs/ALERTS.md.\n",
+            fprintf(f,
+                    html ? "<p><b>%s</b> (%s): %s. See docs/ALERTS.md.</p>\n"
+                         : "- **%s** (%s): %s. See docs/ALERTS.md.\n",
                     o->mv->alerts[i].alert, o->mv->alerts[i].severity, o->mv->alerts[i].why);
         fprintf(f, html ? "" : "\n");
     }
     if (o->n_rows) {
         fprintf(f, h2, "Memory against quality");
-        fprintf(f, html ? "<p>%d prompts, %d tokens each; NLL of the full cache's greedy continuation %.4f.</p>\n"
-                        : "%d prompts, %d tokens each; NLL of the full cache's greedy continuation %.4f.\n\n",
+        fprintf(f,
+                html
+                    ? "<p>%d prompts, %d tokens each; NLL of the full cache's greedy continuation %.4f.</p>\n"
+                    : "%d prompts, %d tokens each; NLL of the full cache's greedy continuation %.4f.\n\n",
                 o->n_prompts, o->gen, o->full_nll);
-        if (html) svg_frontier(f, o->rows, o->n_rows, o->rec, o->budget);
+        if (html)
+            svg_frontier(f, o->rows, o->n_rows, o->rec, o->budget);
         else {
             char sp[1100];
             snprintf(sp, sizeof sp, "%s-frontier.svg", base);
@@ -478,31 +504,37 @@ static int write_report(const cli_args *a, const char *path, const tune_out *o) 
                 fprintf(f, "![frontier](%s)\n\n", leaf ? leaf + 1 : sp);
             }
         }
-        fprintf(f, html ? "<table><tr><th>policy</th><th>KV kept</th><th>NLL +%%</th><th>greedy match</th></tr>\n"
-                        : "| policy | KV kept | NLL +%% | greedy match (tokens) |\n| --- | --- | --- | --- |\n");
+        fprintf(
+            f, html ? "<table><tr><th>policy</th><th>KV kept</th><th>NLL +%%</th><th>greedy match</th></tr>\n"
+                    : "| policy | KV kept | NLL +%% | greedy match (tokens) |\n| --- | --- | --- | --- |\n");
         for (int i = 0; i < o->n_rows; i++) {
             const eval_row *r = &o->rows[i].r;
-            fprintf(f, html ? "<tr><td>%s%s</td><td>%.3f</td><td>%.2f</td><td>%.1f</td></tr>\n"
-                            : "| %s%s | %.3f | %.2f | %.1f |\n",
-                    i == o->rec ? (html ? "&#9733; " : "**recommended** ") : "", o->rows[i].spec, r->free_kv_retained_mean, r->nll_delta_pct,
-                    r->greedy_match_tokens_mean);
+            fprintf(f,
+                    html ? "<tr><td>%s%s</td><td>%.3f</td><td>%.2f</td><td>%.1f</td></tr>\n"
+                         : "| %s%s | %.3f | %.2f | %.1f |\n",
+                    i == o->rec ? (html ? "&#9733; " : "**recommended** ") : "", o->rows[i].spec,
+                    r->free_kv_retained_mean, r->nll_delta_pct, r->greedy_match_tokens_mean);
         }
         fprintf(f, html ? "</table>\n" : "\n");
         fprintf(f, h2, "Recommendation");
         if (o->rec >= 0) {
             const eval_row *r = &o->rows[o->rec].r;
-            fprintf(f, html ? "<p><code>policy=%s</code>: keeps %.1f%% of the KV hot (saves %.1f%%) for %.2f%% more "
-                              "NLL (budget %.2f%%).</p>\n"
-                            : "`policy=%s`: keeps %.1f%% of the KV hot (saves %.1f%%) for %.2f%% more NLL (budget "
-                              "%.2f%%).\n\n",
-                    o->rec_spec, 100 * r->free_kv_retained_mean, 100 * (1 - r->free_kv_retained_mean),
-                    r->nll_delta_pct, o->budget);
+            fprintf(
+                f,
+                html ? "<p><code>policy=%s</code>: keeps %.1f%% of the KV hot (saves %.1f%%) for %.2f%% more "
+                       "NLL (budget %.2f%%).</p>\n"
+                     : "`policy=%s`: keeps %.1f%% of the KV hot (saves %.1f%%) for %.2f%% more NLL (budget "
+                       "%.2f%%).\n\n",
+                o->rec_spec, 100 * r->free_kv_retained_mean, 100 * (1 - r->free_kv_retained_mean),
+                r->nll_delta_pct, o->budget);
         } else {
-            fprintf(f, html ? "<p>No CONF-KV setting of the grid stays within the %.2f%% budget: keep "
-                              "<code>policy=full</code> or widen the grid.</p>\n"
-                            : "No CONF-KV setting of the grid stays within the %.2f%% budget: keep `policy=full` or "
-                              "widen the grid.\n\n",
-                    o->budget);
+            fprintf(
+                f,
+                html ? "<p>No CONF-KV setting of the grid stays within the %.2f%% budget: keep "
+                       "<code>policy=full</code> or widen the grid.</p>\n"
+                     : "No CONF-KV setting of the grid stays within the %.2f%% budget: keep `policy=full` or "
+                       "widen the grid.\n\n",
+                o->budget);
         }
     }
     if (html) fprintf(f, "</body></html>\n");
@@ -608,7 +640,8 @@ static int sweep(const cli_args *a, cli_engine_opts *eo, const char *prompts, in
             r->entropy_threshold = c.entropy_threshold;
             r->min_size = c.min_size;
             r->is_conf = 1;
-            fprintf(stderr, "confkv tune: entropy_threshold=%.3g min_size=%d\n", c.entropy_threshold, c.min_size);
+            fprintf(stderr, "confkv tune: entropy_threshold=%.3g min_size=%d\n", c.entropy_threshold,
+                    c.min_size);
             if ((rc = eval_policy(ev, &c, 1, *full_nll, &r->r))) goto fail;
             conf_spec(&c, r->spec, sizeof r->spec);
             n++;
@@ -637,14 +670,16 @@ int cli_tune(int argc, char **argv) {
             help();
             return 0;
         }
-        if (cli_engine_flag(&a, &eo) || cli_str(&a, "--metrics", &url) || cli_str(&a, "--metrics-file", &mfile) ||
-            cli_str(&a, "--eval-prompts", &prompts) || cli_str(&a, "-o", &out) ||
-            cli_str(&a, "--entropy-grid", &egs) || cli_str(&a, "--min-size-grid", &mgs) ||
-            cli_int(&a, "--gen-tokens", 1, 1 << 16, &gen) || cli_int(&a, "--limit", 0, 1 << 20, &limit) ||
-            cli_float(&a, "--max-nll-loss", 0, 1000, &budget))
+        if (cli_engine_flag(&a, &eo) || cli_str(&a, "--metrics", &url) ||
+            cli_str(&a, "--metrics-file", &mfile) || cli_str(&a, "--eval-prompts", &prompts) ||
+            cli_str(&a, "-o", &out) || cli_str(&a, "--entropy-grid", &egs) ||
+            cli_str(&a, "--min-size-grid", &mgs) || cli_int(&a, "--gen-tokens", 1, 1 << 16, &gen) ||
+            cli_int(&a, "--limit", 0, 1 << 20, &limit) || cli_float(&a, "--max-nll-loss", 0, 1000, &budget))
             continue;
-        if (cli_flag(&a, "--json")) json = 1;
-        else return cli_unknown(&a);
+        if (cli_flag(&a, "--json"))
+            json = 1;
+        else
+            return cli_unknown(&a);
     }
     if (a.bad) return 2;
     if (!url && !mfile && !prompts) {

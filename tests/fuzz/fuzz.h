@@ -23,13 +23,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* A broken contract: say which, then crash so the input is kept. */
-#define FUZZ_CHECK(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: contract broken: %s\n", __FILE__, __LINE__, __func__, \
-                    #cond);                                                               \
-            abort();                                                                      \
-        }                                                                                 \
+#define FUZZ_CHECK(cond)                                                                              \
+    do {                                                                                              \
+        if (!(cond)) {                                                                                \
+            fprintf(stderr, "%s:%d: %s: contract broken: %s\n", __FILE__, __LINE__, __func__, #cond); \
+            abort();                                                                                  \
+        }                                                                                             \
     } while (0)
 
 /* The readers under test open paths, so the input goes into an anonymous

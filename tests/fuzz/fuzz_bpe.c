@@ -59,8 +59,8 @@ static tokenizer *build(const char *pre) {
     }
     /* merges "A B" and the pieces they make; a space is GPT-2's stand-in
      * character U+0120 in both */
-    const char *ml[NM][2] = {{" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"},
-                             {"in", "g"}, {"1", "2"}, {" ", "a"}, {"e", "r"}};
+    const char *ml[NM][2] = {{" ", "t"},  {"h", "e"}, {" t", "he"}, {"i", "n"},
+                             {"in", "g"}, {"1", "2"}, {" ", "a"},   {"e", "r"}};
     static char mstore[NM][40];
     const char *merges[NM];
     for (int i = 0; i < NM; i++) {
@@ -174,7 +174,9 @@ static void ids_case(const tokenizer *tok, const uint8_t *p, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const tokenizer *tok = toks[data[0] & 3];
-    if (data[0] & 8) ids_case(tok, data + 1, size - 1);
-    else text_case(tok, data + 1, size - 1, (data[0] >> 2) & 1);
+    if (data[0] & 8)
+        ids_case(tok, data + 1, size - 1);
+    else
+        text_case(tok, data + 1, size - 1, (data[0] >> 2) & 1);
     return 0;
 }

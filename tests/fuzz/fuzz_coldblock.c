@@ -73,8 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(rc == 0 || rc == CK_EFORMAT);
     if (rc == 0) {
         FUZZ_CHECK(!memcmp(got.fingerprint, fp, 16) && got.dtype == want.dtype);
-        FUZZ_CHECK(got.shape.n_layers == want.shape.n_layers && got.shape.block_size == want.shape.block_size &&
-                   got.shape.kv_dim == want.shape.kv_dim);
+        FUZZ_CHECK(got.shape.n_layers == want.shape.n_layers &&
+                   got.shape.block_size == want.shape.block_size && got.shape.kv_dim == want.shape.kv_dim);
         FUZZ_CHECK(got.n_tokens >= 0 && got.n_tokens <= want.shape.block_size && got.logical >= 0);
         if (want.check_tag) FUZZ_CHECK(got.tag == want.tag);
         /* re-encode what was decoded: the same payload must come back */

@@ -89,10 +89,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int64_t iv;
             double dv;
             int bv;
-            int ri = gguf_get_int(f, key, &iv), rf = gguf_get_float(f, key, &dv), rb = gguf_get_bool(f, key, &bv);
-            if (type == GGUF_TYPE_BOOL) FUZZ_CHECK(rb == 0 && (bv == 0 || bv == 1) && ri == CK_EFORMAT);
-            else if (type == GGUF_TYPE_FLOAT32 || type == GGUF_TYPE_FLOAT64) FUZZ_CHECK(rf == 0 && ri == CK_EFORMAT);
-            else FUZZ_CHECK((ri == 0 || ri == CK_ERANGE) && rf == 0 && rb == CK_EFORMAT);
+            int ri = gguf_get_int(f, key, &iv), rf = gguf_get_float(f, key, &dv),
+                rb = gguf_get_bool(f, key, &bv);
+            if (type == GGUF_TYPE_BOOL)
+                FUZZ_CHECK(rb == 0 && (bv == 0 || bv == 1) && ri == CK_EFORMAT);
+            else if (type == GGUF_TYPE_FLOAT32 || type == GGUF_TYPE_FLOAT64)
+                FUZZ_CHECK(rf == 0 && ri == CK_EFORMAT);
+            else
+                FUZZ_CHECK((ri == 0 || ri == CK_ERANGE) && rf == 0 && rb == CK_EFORMAT);
         }
     }
     FUZZ_CHECK(gguf_key_at(f, nkv) == NULL);
@@ -113,8 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         FUZZ_CHECK(quant_row_bytes(t->type, t->ne[0], &rb) == 0);
         FUZZ_CHECK(!__builtin_mul_overflow(rb, rows, &want) && t->nbytes == want);
-        FUZZ_CHECK(((uintptr_t)t->data - (uintptr_t)gguf_tensor_at(f, 0)->data + gguf_tensor_at(f, 0)->offset) ==
-                   t->offset);
+        FUZZ_CHECK(((uintptr_t)t->data - (uintptr_t)gguf_tensor_at(f, 0)->data +
+                    gguf_tensor_at(f, 0)->offset) == t->offset);
         touch(t->data, (size_t)t->nbytes);
         /* the first row, dequantized: any bytes are valid blocks of every
          * type gguf_open accepts (ASan/UBSan watch the unpacking) */

@@ -150,7 +150,9 @@ static void client_side(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    if (data[0] & 0x80) client_side(data + 1, size - 1);
-    else server_side(data + 1, size - 1, data[0] ? data[0] : 4096);
+    if (data[0] & 0x80)
+        client_side(data + 1, size - 1);
+    else
+        server_side(data + 1, size - 1, data[0] ? data[0] : 4096);
     return 0;
 }

@@ -91,7 +91,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(job.encoding == SVC_ENC_JSON || job.encoding == SVC_ENC_MSGPACK);
         FUZZ_CHECK(job.prompt || job.n_tokens > 0);
         if (job.prompt) FUZZ_CHECK(strlen(job.prompt) == job.prompt_len);
-        for (int i = 0; i < job.n_tokens; i++) FUZZ_CHECK(job.tokens[i] >= 0 && job.tokens[i] < lim.vocab_size);
+        for (int i = 0; i < job.n_tokens; i++)
+            FUZZ_CHECK(job.tokens[i] >= 0 && job.tokens[i] < lim.vocab_size);
         FUZZ_CHECK(job.n_stop >= 0 && job.n_stop <= GEN_MAX_STOPS);
         for (int i = 0; i < job.n_stop; i++) FUZZ_CHECK(strlen(job.stop[i]) <= SVC_JOB_STR_MAX);
         FUZZ_CHECK(job.max_tokens >= 0 && job.max_tokens <= lim.max_tokens_cap);

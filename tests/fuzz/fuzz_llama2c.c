@@ -28,9 +28,12 @@ static void write_tokenizer(char *path, size_t cap) {
     for (int i = 0; i < 512; i++) {
         char piece[16];
         int pl;
-        if (i < 3) pl = snprintf(piece, sizeof piece, "%s", i == 0 ? "<unk>" : i == 1 ? "\n<s>\n" : "\n</s>\n");
-        else if (i < 259) pl = snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else pl = snprintf(piece, sizeof piece, "%c%c", 'a' + (i - 259) % 26, 'a' + (i - 259) / 26);
+        if (i < 3)
+            pl = snprintf(piece, sizeof piece, "%s", i == 0 ? "<unk>" : i == 1 ? "\n<s>\n" : "\n</s>\n");
+        else if (i < 259)
+            pl = snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
+        else
+            pl = snprintf(piece, sizeof piece, "%c%c", 'a' + (i - 259) % 26, 'a' + (i - 259) / 26);
         float score = (float)-i;
         int32_t l32 = pl;
         memcpy(b + len, &score, 4);
@@ -60,7 +63,8 @@ static void check_tensor(const model *m, const model_tensor *t, uint64_t want) {
     FUZZ_CHECK(t->n == want && t->data != NULL);
     const char *base = m->map_, *p = t->data;
     uint64_t bytes = 4 * t->n;
-    FUZZ_CHECK(p >= base && (uint64_t)(p - base) <= m->map_len_ && bytes <= m->map_len_ - (uint64_t)(p - base));
+    FUZZ_CHECK(p >= base && (uint64_t)(p - base) <= m->map_len_ &&
+               bytes <= m->map_len_ - (uint64_t)(p - base));
     volatile unsigned char x = ((const unsigned char *)p)[0];
     x ^= ((const unsigned char *)p)[bytes - 1];
     (void)x;

@@ -62,7 +62,9 @@ static int run_file(const char *path) {
     return 0;
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+static int by_name(const struct dirent **a, const struct dirent **b) {
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
 
 static int skip_dot(const struct dirent *d) { return d->d_name[0] != '.'; }
 
@@ -77,8 +79,10 @@ int main(int argc, char **argv) {
             continue;
         }
         if (!S_ISDIR(st.st_mode)) {
-            if (run_file(argv[i])) failed = 1;
-            else inputs++;
+            if (run_file(argv[i]))
+                failed = 1;
+            else
+                inputs++;
             continue;
         }
         struct dirent **names;
@@ -93,8 +97,10 @@ int main(int argc, char **argv) {
             snprintf(path, sizeof path, "%s/%s", argv[i], names[k]->d_name);
             free(names[k]);
             if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
-            if (run_file(path)) failed = 1;
-            else inputs++;
+            if (run_file(path))
+                failed = 1;
+            else
+                inputs++;
         }
         free(names);
     }

@@ -46,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char why[256];
     FUZZ_CHECK(model_config_check(c, why, sizeof why) == 0);
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
-    uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim, KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     check_tensor(m, &m->tok_emb, V * D);
     check_tensor(m, &m->out_norm, D);
     check_tensor(m, &m->wcls, V * D);

@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         double le[32], cum[32];
         size_t nl = strlen(s->name);
         char base[CLI_PROM_NAME_MAX];
-        snprintf(base, sizeof base, "%.*s", (int)(nl > 7 && !strcmp(s->name + nl - 7, "_bucket") ? nl - 7 : nl),
-                 s->name);
+        snprintf(base, sizeof base, "%.*s",
+                 (int)(nl > 7 && !strcmp(s->name + nl - 7, "_bucket") ? nl - 7 : nl), s->name);
         int n = cli_prom_hist(&p, base, NULL, le, cum, 32);
         FUZZ_CHECK(n >= 0 && n <= 32);
         for (int i = 1; i < n; i++) FUZZ_CHECK(le[i - 1] <= le[i]);

@@ -43,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     cold_store *cold = NULL;
     FUZZ_CHECK(cold_mem_new(&cold) == 0);
-    sess_config c = {.max_sessions = 4, .max_tokens = MAX_TOKENS, .vocab = VOCAB, .fingerprint = FP, .cold = cold};
+    sess_config c = {
+        .max_sessions = 4, .max_tokens = MAX_TOKENS, .vocab = VOCAB, .fingerprint = FP, .cold = cold};
     sess_store *s = NULL;
     FUZZ_CHECK(sess_new(&c, &s) == 0);
     /* the value as another instance would have stored it (cold_mem copies) */

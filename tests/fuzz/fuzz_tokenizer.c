@@ -115,7 +115,9 @@ static void ids_case(const uint8_t *p, size_t len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    if (data[0] & 1) ids_case(data + 1, size - 1);
-    else text_case(data + 1, size - 1);
+    if (data[0] & 1)
+        ids_case(data + 1, size - 1);
+    else
+        text_case(data + 1, size - 1);
     return 0;
 }

@@ -28,7 +28,8 @@ static void put(const char *target, const char *name, const void *prefix, size_t
     char path[4096];
     snprintf(path, sizeof path, "%s/%s/%s", dir, target, name);
     FILE *f = fopen(path, "wb");
-    if (!f || (plen && fwrite(prefix, 1, plen, f) != plen) || (len && fwrite(data, 1, len, f) != len) || fclose(f)) {
+    if (!f || (plen && fwrite(prefix, 1, plen, f) != plen) || (len && fwrite(data, 1, len, f) != len) ||
+        fclose(f)) {
         fprintf(stderr, "make_seeds: cannot write %s\n", path);
         exit(1);
     }
@@ -96,7 +97,7 @@ static void gguf_seeds(void) {
     /* a tensor of each quantized weight type (one or two blocks of
      * patterned bytes; any bytes are valid blocks): their row sizes */
     if (gguf_writer_new(&w)) exit(1);
-    static const int qt[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,   QUANT_Q5_1,  QUANT_Q2_K, QUANT_Q3_K,
+    static const int qt[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1,   QUANT_Q2_K,  QUANT_Q3_K,
                              QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
     static unsigned char qbytes[2 * 210];
     for (size_t i = 0; i < sizeof qbytes; i++) qbytes[i] = (unsigned char)(i * 37 + 11);
@@ -115,12 +116,33 @@ static void gguf_seeds(void) {
 
     /* tiny models: the loader's input, and the container's too */
     synth_params ps[] = {
-        {.dim = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .hidden_dim = 16, .vocab_size = 354, .ctx = 16,
-         .type = QUANT_F32, .seed = 1},
-        {.dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .hidden_dim = 32, .vocab_size = 360, .ctx = 8,
-         .type = QUANT_Q8_0, .seed = 2},
-        {.dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .hidden_dim = 8, .vocab_size = 354, .ctx = 4,
-         .type = QUANT_F16, .seed = 3},
+        {.dim = 8,
+         .n_layers = 1,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 16,
+         .vocab_size = 354,
+         .ctx = 16,
+         .type = QUANT_F32,
+         .seed = 1},
+        {.dim = 32,
+         .n_layers = 2,
+         .n_heads = 4,
+         .n_kv_heads = 2,
+         .hidden_dim = 32,
+         .vocab_size = 360,
+         .ctx = 8,
+         .type = QUANT_Q8_0,
+         .seed = 2},
+        {.dim = 16,
+         .n_layers = 1,
+         .n_heads = 2,
+         .n_kv_heads = 2,
+         .hidden_dim = 8,
+         .vocab_size = 354,
+         .ctx = 4,
+         .type = QUANT_F16,
+         .seed = 3},
     };
     const char *names[] = {"synth-f32.gguf", "synth-q8_0.gguf", "synth-f16.gguf"};
     for (int i = 0; i < 3; i++) {
@@ -146,9 +168,13 @@ static void llama2c_seeds(void) {
         len = 4;
         for (int i = 0; i < n; i++) {
             char piece[16];
-            int pl = i < 3 ? snprintf(piece, sizeof piece, "%s", i == 0 ? "<unk>" : i == 1 ? "\n<s>\n" : "\n</s>\n")
-                     : i < 259 ? snprintf(piece, sizeof piece, "<0x%02X>", i - 3)
-                               : snprintf(piece, sizeof piece, "%c%c", 'a' + (i - 259) % 26, i % 2 ? ' ' : 'e');
+            int pl = i < 3 ? snprintf(piece, sizeof piece, "%s",
+                                      i == 0   ? "<unk>"
+                                      : i == 1 ? "\n<s>\n"
+                                               : "\n</s>\n")
+                     : i < 259
+                         ? snprintf(piece, sizeof piece, "<0x%02X>", i - 3)
+                         : snprintf(piece, sizeof piece, "%c%c", 'a' + (i - 259) % 26, i % 2 ? ' ' : 'e');
             float sc = (float)-i;
             int32_t l32 = pl;
             memcpy(b + len, &sc, 4);
@@ -222,8 +248,8 @@ static void got(void *ud, int status, const void *data, size_t len) {
 static void session_template_seeds(void) {
     cold_store *cold;
     if (cold_mem_new(&cold)) exit(1);
-    sess_config c = {.max_sessions = 4, .max_tokens = 64, .vocab = 512, .fingerprint = "0123456789abcdef",
-                     .cold = cold};
+    sess_config c = {
+        .max_sessions = 4, .max_tokens = 64, .vocab = 512, .fingerprint = "0123456789abcdef", .cold = cold};
     sess_store *s;
     if (sess_new(&c, &s)) exit(1);
     int32_t ids[64];

@@ -76,7 +76,8 @@ static void test_decoders(void) {
                         unsigned char *p = w + blk * t->bytes + i;
                         int is_scale = 0;
                         for (int k = 0; k < 2; k++)
-                            if (t->f16_off[k] >= 0 && (i == t->f16_off[k] || i == t->f16_off[k] + 1)) is_scale = 1;
+                            if (t->f16_off[k] >= 0 && (i == t->f16_off[k] || i == t->f16_off[k] + 1))
+                                is_scale = 1;
                         if (!is_scale) *p = pat == 1 ? 0x00 : 0xff;
                     }
             int rc = quant_to_f32(t->type, w, a, (uint64_t)R * K);
@@ -87,8 +88,8 @@ static void test_decoders(void) {
             } else if (memcmp(a, b, (size_t)R * K * sizeof *a)) {
                 size_t i = 0;
                 while (!memcmp(&a[i], &b[i], sizeof *a)) i++;
-                fprintf(stderr, "%s pattern %d: element %zu: gpu decoder %.9g, quant.c %.9g\n", t->name,
-                        pat, i, (double)b[i], (double)a[i]);
+                fprintf(stderr, "%s pattern %d: element %zu: gpu decoder %.9g, quant.c %.9g\n", t->name, pat,
+                        i, (double)b[i], (double)a[i]);
                 bad = 1;
             }
         }

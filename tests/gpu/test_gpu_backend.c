@@ -35,19 +35,19 @@
 #include "model.h"
 #include "samp.h"
 
-#define BS 16          /* tokens per block */
-#define MAXB 32        /* blocks per sequence: 512 / 16 */
-#define NSEQ 4         /* sequences 0..2 for batches, 3 for greedy */
-#define TMAX 64        /* max_batch_tokens */
+#define BS 16   /* tokens per block */
+#define MAXB 32 /* blocks per sequence: 512 / 16 */
+#define NSEQ 4  /* sequences 0..2 for batches, 3 for greedy */
+#define TMAX 64 /* max_batch_tokens */
 #define TOL_F32 1e-3
 #define TOL_F16 3e-2
-#define N_KV8 4        /* int8 pool blocks */
+#define N_KV8 4 /* int8 pool blocks */
 
 static model *g_m;
 static backend *g_cpu, *g_cuda;
 static int32_t g_tables[NSEQ][MAXB]; /* sequence s owns pool blocks s * MAXB + j */
 static float g_mass_cpu[NSEQ][MAXB], g_mass_cuda[NSEQ][MAXB];
-static float *g_lc, *g_lg;           /* (TMAX, vocab) logits, cpu and cuda */
+static float *g_lc, *g_lg; /* (TMAX, vocab) logits, cpu and cuda */
 static uint32_t g_rng = 12345u;
 
 static int rnd_token(void) {
@@ -71,9 +71,9 @@ static be_options test_options(void) {
 typedef struct tbatch {
     int n, n_out;
     int32_t token[TMAX], pos[TMAX], seq[TMAX], out_row[TMAX];
-    int n_blocks[NSEQ];      /* view lengths (default MAXB) */
-    int none_seq, none_blk;  /* one table entry shown as KV_NONE (-1: none) */
-    int b8;                  /* ... and, when >= 0, as this int8 block instead */
+    int n_blocks[NSEQ];     /* view lengths (default MAXB) */
+    int none_seq, none_blk; /* one table entry shown as KV_NONE (-1: none) */
+    int b8;                 /* ... and, when >= 0, as this int8 block instead */
 } tbatch;
 
 static void tb_init(tbatch *t) {
@@ -109,8 +109,14 @@ static int tb_run(const tbatch *t, backend *b, float *logits, float mass[NSEQ][M
         v[s].mass = mass[s];
     }
     be_batch bt = {
-        .n_tokens = t->n, .token = t->token, .pos = t->pos, .seq = t->seq,
-        .out_row = t->out_row, .n_seqs = NSEQ, .seqs = v, .n_out = t->n_out,
+        .n_tokens = t->n,
+        .token = t->token,
+        .pos = t->pos,
+        .seq = t->seq,
+        .out_row = t->out_row,
+        .n_seqs = NSEQ,
+        .seqs = v,
+        .n_out = t->n_out,
     };
     return b->ops->forward(b, &bt, logits);
 }
@@ -138,8 +144,8 @@ static int compare_step(const tbatch *t, backend *cuda, double tol, int check_ma
     }
     const size_t n = (size_t)t->n_out * g_m->cfg.vocab_size;
     double e = norm_err(g_lg, g_lc, n);
-    fprintf(stderr, "%s: %d tokens, %d rows, normalised logits error %.3g (bound %.0e)\n", what,
-            t->n, t->n_out, e, tol);
+    fprintf(stderr, "%s: %d tokens, %d rows, normalised logits error %.3g (bound %.0e)\n", what, t->n,
+            t->n_out, e, tol);
     if (!(e <= tol)) return 1;
     if (!check_mass) return 0;
     for (int s = 0; s < NSEQ; s++) {
@@ -225,8 +231,7 @@ static void test_greedy(void) {
         }
     }
     for (int p = 0; p < 64; p++)
-        CK_CHECK_MSG(toks[0][p] == toks[1][p], "greedy token %d: cpu %d, cuda %d", p, toks[0][p],
-                     toks[1][p]);
+        CK_CHECK_MSG(toks[0][p] == toks[1][p], "greedy token %d: cpu %d, cuda %d", p, toks[0][p], toks[1][p]);
     fprintf(stderr, "greedy: 64 tokens identical\n");
 }
 
@@ -379,8 +384,8 @@ int main(void) {
         return 77;
     }
     char err[256];
-    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"),
-                        &g_m, err, sizeof err);
+    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &g_m, err,
+                        sizeof err);
     if (rc) {
         fprintf(stderr, "model_load: %s\n", err);
         return 1;

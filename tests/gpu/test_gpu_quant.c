@@ -127,12 +127,12 @@ static int check_product(const qtype *t, const unsigned char *w, int N, int K, i
                 sabs += fabs(p);
                 xabs += fabs((double)xr[(size_t)m * K + k]);
             }
-            const double tol = f16_slices ? (ldexp(1, -11) + 1e-4) * sabs + ldexp(1, -25) * xabs
-                                          : 1e-4 * sabs;
+            const double tol =
+                f16_slices ? (ldexp(1, -11) + 1e-4) * sabs + ldexp(1, -25) * xabs : 1e-4 * sabs;
             const double e = fabs((double)y[(size_t)m * N + n] - ref);
             if (!(e <= tol + 1e-30)) {
-                fprintf(stderr, "%s M %d f16 %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)\n", t->name, M,
-                        x_f16, m, n, (double)y[(size_t)m * N + n], ref, tol);
+                fprintf(stderr, "%s M %d f16 %d: y[%d][%d] = %.9g, want %.9g (tol %.3g)\n", t->name, M, x_f16,
+                        m, n, (double)y[(size_t)m * N + n], ref, tol);
                 goto out;
             }
             if (sabs > 0 && e / sabs > worst) worst = e / sabs;
@@ -218,8 +218,14 @@ static int tb_run(const tbatch *t, backend *b, float *logits) {
         v[s].mass = NULL;
     }
     be_batch bt = {
-        .n_tokens = t->n, .token = t->token, .pos = t->pos, .seq = t->seq,
-        .out_row = t->out_row, .n_seqs = NSEQ, .seqs = v, .n_out = t->n_out,
+        .n_tokens = t->n,
+        .token = t->token,
+        .pos = t->pos,
+        .seq = t->seq,
+        .out_row = t->out_row,
+        .n_seqs = NSEQ,
+        .seqs = v,
+        .n_out = t->n_out,
     };
     return b->ops->forward(b, &bt, logits);
 }
@@ -242,8 +248,8 @@ static void *to_q8_0(model_tensor *t) {
 static void test_model(void) {
     char err[256];
     model *m = NULL;
-    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m,
-                        err, sizeof err);
+    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &m, err,
+                        sizeof err);
     CK_CHECK_MSG(rc == 0, "%s", err);
     const int L = m->cfg.n_layers, V = m->cfg.vocab_size;
     model_layer *saved = malloc((size_t)L * sizeof *saved);
@@ -279,9 +285,12 @@ static void test_model(void) {
         tbatch t;
         memset(&t, 0, sizeof t);
         uint32_t tok = 7;
-        for (int p = 0; p < 20; p++) tb_add(&t, 0, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, p == 19);
-        for (int p = 0; p < 7; p++) tb_add(&t, 1, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, 1);
-        for (int p = 0; p < 33; p++) tb_add(&t, 2, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, p == 32);
+        for (int p = 0; p < 20; p++)
+            tb_add(&t, 0, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, p == 19);
+        for (int p = 0; p < 7; p++)
+            tb_add(&t, 1, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, 1);
+        for (int p = 0; p < 33; p++)
+            tb_add(&t, 2, p, p ? (int)(3 + (tok = tok * 1103515245u + 12345u) % (V - 3)) : 1, p == 32);
         for (int step = 0; step < 2; step++) {
             if (step) { /* decode: one token a sequence */
                 memset(&t, 0, sizeof t);
@@ -295,9 +304,11 @@ static void test_model(void) {
                 goto out;
             }
             const double e = norm_err(lg, lc, (size_t)t.n_out * V);
-            fprintf(stderr, "q8_0 mix, %s, %s (%d tokens): normalised logits error %.3g (bound 3e-2), %zu device bytes\n",
-                    expand ? "expanded at upload" : "kept quantized", step ? "decode" : "prefill", t.n, e,
-                    cuda->ops->memory_bytes(cuda));
+            fprintf(
+                stderr,
+                "q8_0 mix, %s, %s (%d tokens): normalised logits error %.3g (bound 3e-2), %zu device bytes\n",
+                expand ? "expanded at upload" : "kept quantized", step ? "decode" : "prefill", t.n, e,
+                cuda->ops->memory_bytes(cuda));
             if (!(e <= 3e-2)) goto out;
         }
         be_free(cuda);

@@ -35,7 +35,11 @@ static char *slurp(const char *path, size_t *n) {
         len += k;
         if (len == cap) {
             char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) { free(buf); buf = NULL; break; }
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = nb;
             cap *= 2;
         }
@@ -58,13 +62,19 @@ static jinja_value *from_json(const cJSON *j) {
     if (cJSON_IsArray(j)) {
         jinja_value *l = jinja_list();
         for (const cJSON *c = j->child; l && c; c = c->next)
-            if (jinja_list_append(l, from_json(c))) { jinja_release(l); return NULL; }
+            if (jinja_list_append(l, from_json(c))) {
+                jinja_release(l);
+                return NULL;
+            }
         return l;
     }
     if (cJSON_IsObject(j)) {
         jinja_value *d = jinja_dict();
         for (const cJSON *c = j->child; d && c; c = c->next)
-            if (jinja_dict_set(d, c->string, strlen(c->string), from_json(c))) { jinja_release(d); return NULL; }
+            if (jinja_dict_set(d, c->string, strlen(c->string), from_json(c))) {
+                jinja_release(d);
+                return NULL;
+            }
         return d;
     }
     return NULL;
@@ -77,9 +87,15 @@ int main(int argc, char **argv) {
     }
     size_t tn, vn;
     char *tsrc = slurp(argv[1], &tn), *vsrc = slurp(argv[2], &vn);
-    if (!tsrc || !vsrc) { fprintf(stderr, "jinja_render: cannot read %s\n", !tsrc ? argv[1] : argv[2]); return 1; }
+    if (!tsrc || !vsrc) {
+        fprintf(stderr, "jinja_render: cannot read %s\n", !tsrc ? argv[1] : argv[2]);
+        return 1;
+    }
     cJSON *j = cJSON_ParseWithLength(vsrc, vn);
-    if (!cJSON_IsObject(j)) { fprintf(stderr, "jinja_render: %s is not a JSON object\n", argv[2]); return 1; }
+    if (!cJSON_IsObject(j)) {
+        fprintf(stderr, "jinja_render: %s is not a JSON object\n", argv[2]);
+        return 1;
+    }
     jinja_value *vars = from_json(j);
     /* apply_chat_template always passes these two */
     int has_tools = cJSON_GetObjectItemCaseSensitive(j, "tools") != NULL;
@@ -87,11 +103,17 @@ int main(int argc, char **argv) {
     cJSON_Delete(j);
     if (vars && !has_tools && jinja_dict_set(vars, "tools", 5, jinja_none())) vars = NULL;
     if (vars && !has_docs && jinja_dict_set(vars, "documents", 9, jinja_none())) vars = NULL;
-    if (!vars) { fprintf(stderr, "jinja_render: out of memory\n"); return 1; }
+    if (!vars) {
+        fprintf(stderr, "jinja_render: out of memory\n");
+        return 1;
+    }
 
     struct tm now = {0};
     int y = 2024, mo = 7, d = 26;
-    if (argc > 3 && sscanf(argv[3], "%d-%d-%d", &y, &mo, &d) != 3) { fprintf(stderr, "jinja_render: bad date\n"); return 2; }
+    if (argc > 3 && sscanf(argv[3], "%d-%d-%d", &y, &mo, &d) != 3) {
+        fprintf(stderr, "jinja_render: bad date\n");
+        return 2;
+    }
     now.tm_year = y - 1900;
     now.tm_mon = mo - 1;
     now.tm_mday = d;

@@ -42,13 +42,19 @@ static jinja_value *make_vars(void) {
     rc |= jinja_dict_set(v, S("messages"), msgs);
     rc |= jinja_dict_set(v, S("s"), jinja_str(S("  Hello, World  ")));
     rc |= jinja_dict_set(v, S("u"), jinja_str(S("h\303\251llo \346\227\245\346\234\254")));
-    if (rc) { jinja_release(v); return NULL; }
+    if (rc) {
+        jinja_release(v);
+        return NULL;
+    }
     return v;
 }
 
 static struct tm fixed_day(void) {
     struct tm tm = {0};
-    tm.tm_year = 2024 - 1900; tm.tm_mon = 6; tm.tm_mday = 26; tm.tm_hour = 12;
+    tm.tm_year = 2024 - 1900;
+    tm.tm_mon = 6;
+    tm.tm_mday = 26;
+    tm.tm_hour = 12;
     time_t t = timegm(&tm);
     gmtime_r(&t, &tm);
     return tm;
@@ -66,112 +72,108 @@ static int render(const char *src, jinja_value *vars, const jinja_limits *lim, c
     return rc;
 }
 
-static const struct { const char *what, *src, *want; } CASES[] = {
-    {"plain output",
-     "{{ name }}!",
-     "World!"},
-    {"trim_blocks + lstrip_blocks",
-     "a\n  {% if t %}\n  b\n  {% endif %}\nc\n",
-     "a\n  b\nc"},
-    {"explicit - whitespace control",
-     "x {%- if t -%} \n y \n {%- endif %} z",
-     "xy z"},
-    {"+ disables lstrip/trim",
-     "  {%+ if t %}k{% endif +%}\nend",
-     "  k\nend"},
-    {"comments and their whitespace",
-     "a {# note #}\n  {# line comment #}\nb",
-     "a b"},
-    {"{{- -}} and the trailing newline",
-     "{{- '  x  ' -}}  \n",
-     "  x  "},
+static const struct {
+    const char *what, *src, *want;
+} CASES[] = {
+    {"plain output", "{{ name }}!", "World!"},
+    {"trim_blocks + lstrip_blocks", "a\n  {% if t %}\n  b\n  {% endif %}\nc\n", "a\n  b\nc"},
+    {"explicit - whitespace control", "x {%- if t -%} \n y \n {%- endif %} z", "xy z"},
+    {"+ disables lstrip/trim", "  {%+ if t %}k{% endif +%}\nend", "  k\nend"},
+    {"comments and their whitespace", "a {# note #}\n  {# line comment #}\nb", "a b"},
+    {"{{- -}} and the trailing newline", "{{- '  x  ' -}}  \n", "  x  "},
     {"loop variables",
-     "{% for m in messages %}{{ loop.index0 }}/{{ loop.index }}/{{ loop.length }}/{{ loop.first }}/{{ loop.last }}/{{ loop.revindex }} {% endfor %}",
+     "{% for m in messages %}{{ loop.index0 }}/{{ loop.index }}/{{ loop.length }}/{{ loop.first }}/{{ "
+     "loop.last }}/{{ loop.revindex }} {% endfor %}",
      "0/1/3/True/False/3 1/2/3/False/False/2 2/3/3/False/True/1 "},
-    {"loop filter",
-     "{% for m in messages if m.role != 'system' %}{{ loop.index }}:{{ m.role }} {% endfor %}",
+    {"loop filter", "{% for m in messages if m.role != 'system' %}{{ loop.index }}:{{ m.role }} {% endfor %}",
      "1:user 2:assistant "},
-    {"for else",
-     "{% for x in [] %}no{% else %}empty{% endfor %}",
-     "empty"},
+    {"for else", "{% for x in [] %}no{% else %}empty{% endfor %}", "empty"},
     {"break/continue",
-     "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 4 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+     "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 4 %}{% break %}{% endif %}{{ "
+     "i }}{% endfor %}",
      "0134"},
     {"tuple targets, items",
      "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k, v in d | items %}{{ k }}{% endfor %}",
      "a=1;b=x;ab"},
     {"set scoping in loops",
-     "{% set x = 1 %}{% for i in [1,2] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}",
-     "12121"},
-    {"set in if leaks",
-     "{% set x = 1 %}{% if t %}{% set x = 2 %}{% endif %}{{ x }}",
-     "2"},
+     "{% set x = 1 %}{% for i in [1,2] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", "12121"},
+    {"set in if leaks", "{% set x = 1 %}{% if t %}{% set x = 2 %}{% endif %}{{ x }}", "2"},
     {"namespace",
      "{% set ns = namespace(c=0, s='') %}{% for i in items %}{% set ns.c = ns.c + i %}{% endfor %}{{ ns.c }}",
      "6"},
-    {"block set",
-     "{% set b %}[{{ name }}]{% endset %}{{ b ~ b }}",
-     "[World][World]"},
+    {"block set", "{% set b %}[{{ name }}]{% endset %}{{ b ~ b }}", "[World][World]"},
     {"macro",
      "{% macro f(a, b='z') %}<{{ a }}{{ b }}>{% endmacro %}{{ f(1) }}{{ f(1, b=2) }}{{ f(b=3, a=4) }}",
      "<1z><12><43>"},
     {"index and slice",
-     "{{ items[0] }}{{ items[-1] }}{{ items[1:] }}{{ items[::-1] }}{{ name[1:3] }}{{ u[1:4] }}{{ u[-2:] }}{{ items[5] is defined }}",
+     "{{ items[0] }}{{ items[-1] }}{{ items[1:] }}{{ items[::-1] }}{{ name[1:3] }}{{ u[1:4] }}{{ u[-2:] }}{{ "
+     "items[5] is defined }}",
      "32[1, 2][2, 1, 3]or\303\251ll\346\227\245\346\234\254False"},
     {"arithmetic and float repr",
-     "{{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1 + 2 * 3 }} {{ f * 2 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 3.0 }}",
+     "{{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1 + 2 * 3 }} {{ f * 2 }} {{ 0.1 + "
+     "0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 3.0 }}",
      "3.5 3 -4 2 1024 7 5.0 0.30000000000000004 1e+20 1.5e-07 3.0"},
-    {"concat",
-     "{{ 'a' ~ 1 ~ none_v ~ t }} {{ 'a' + 'b' }} {{ [1] + [2] }} {{ 'ab' * 3 }}",
+    {"concat", "{{ 'a' ~ 1 ~ none_v ~ t }} {{ 'a' + 'b' }} {{ [1] + [2] }} {{ 'ab' * 3 }}",
      "a1NoneTrue ab [1, 2] ababab"},
     {"comparison and in",
-     "{{ 1 < 2 < 3 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ [1,2] == [1,2] }} {{ d == {'a': 1, 'b': 'x'} }} {{ 2 in items }} {{ 'ell' in s }} {{ 'a' in d }} {{ 'z' not in d }}",
+     "{{ 1 < 2 < 3 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ [1,2] == [1,2] }} {{ d == {'a': 1, 'b': 'x'} }} {{ 2 "
+     "in items }} {{ 'ell' in s }} {{ 'a' in d }} {{ 'z' not in d }}",
      "True True True True True True True True True"},
     {"logic and conditional",
-     "{{ t and 'yes' }} {{ none_v or 'dflt' }} {{ not none_v }} {{ 'A' if t else 'B' }} {{ 'A' if none_v else 'B' }}[{{ 'A' if none_v }}]",
+     "{{ t and 'yes' }} {{ none_v or 'dflt' }} {{ not none_v }} {{ 'A' if t else 'B' }} {{ 'A' if none_v "
+     "else 'B' }}[{{ 'A' if none_v }}]",
      "yes dflt True A B[]"},
-    {"repr of containers",
-     "{{ [1, 'a', none_v, t, 1.5, {'k': 'v'}, (1, 2), (3,)] }} {{ d }} {{ \"it's\" }}",
+    {"repr of containers", "{{ [1, 'a', none_v, t, 1.5, {'k': 'v'}, (1, 2), (3,)] }} {{ d }} {{ \"it's\" }}",
      "[1, 'a', None, True, 1.5, {'k': 'v'}, (1, 2), (3,)] {'a': 1, 'b': 'x'} it's"},
     {"strip and case",
-     "{{ s|trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ name|upper }}{{ name|lower }}|{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}",
+     "{{ s|trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ name|upper "
+     "}}{{ name|lower }}|{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}",
      "Hello, World|Hello, World|Hello, World  |  Hello, World|hi|WORLDworld|Hello World|Hello"},
     {"string methods",
-     "{{ s.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }} {{ 'aXbXc'.replace('X', '-') }} {{ 'ab'.replace('', '.') }} {{ name.startswith('Wo') }} {{ name.endswith(('x', 'ld')) }} {{ name.find('r') }}",
+     "{{ s.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }} {{ 'aXbXc'.replace('X', '-') }} "
+     "{{ 'ab'.replace('', '.') }} {{ name.startswith('Wo') }} {{ name.endswith(('x', 'ld')) }} {{ "
+     "name.find('r') }}",
      "['Hello,', 'World'] ['a', 'b', '', 'c'] ['a', 'b c'] a-b-c .a.b. True True 2"},
     {"sequence filters",
-     "{{ items|length }} {{ u|length }} {{ d|length }} {{ items|first }} {{ items|last }} {{ items|join('-') }} {{ items|reverse|list }} {{ name|list }} {{ items|count }}",
+     "{{ items|length }} {{ u|length }} {{ d|length }} {{ items|first }} {{ items|last }} {{ items|join('-') "
+     "}} {{ items|reverse|list }} {{ name|list }} {{ items|count }}",
      "3 8 2 3 2 3-1-2 [2, 1, 3] ['W', 'o', 'r', 'l', 'd'] 3"},
     {"default",
-     "{{ undefined_v|default('dflt') }} {{ none_v|default('x') }} {{ ''|default('e', true) }} {{ undefined_v|d('d') }}",
+     "{{ undefined_v|default('dflt') }} {{ none_v|default('x') }} {{ ''|default('e', true) }} {{ "
+     "undefined_v|d('d') }}",
      "dflt None e d"},
     {"select/reject/map",
-     "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|list }} {{ messages|rejectattr('role', 'eq', 'user')|map(attribute='role')|join(',') }} {{ items|select('odd')|list }} {{ items|reject('even')|list }} {{ none_v|selectattr('x')|list }}",
+     "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|list }} {{ "
+     "messages|rejectattr('role', 'eq', 'user')|map(attribute='role')|join(',') }} {{ "
+     "items|select('odd')|list }} {{ items|reject('even')|list }} {{ none_v|selectattr('x')|list }}",
      "['hi'] system,assistant [3, 1] [3, 1] []"},
     {"tojson as HF's",
-     "{{ d|tojson }} {{ messages[1]|tojson(indent=2) }} {{ '\303\251\"\\n\001'|tojson }} {{ [1, [], {}, none_v, t, 2.5]|tojson }} {{ d|tojson(sort_keys=true, separators=(',', ':')) }}",
-     "{\"a\": 1, \"b\": \"x\"} {\n  \"role\": \"user\",\n  \"content\": \"hi\"\n} \"\303\251\\\"\\n\\u0001\" [1, [], {}, null, true, 2.5] {\"a\":1,\"b\":\"x\"}"},
+     "{{ d|tojson }} {{ messages[1]|tojson(indent=2) }} {{ '\303\251\"\\n\001'|tojson }} {{ [1, [], {}, "
+     "none_v, t, 2.5]|tojson }} {{ d|tojson(sort_keys=true, separators=(',', ':')) }}",
+     "{\"a\": 1, \"b\": \"x\"} {\n  \"role\": \"user\",\n  \"content\": \"hi\"\n} \"\303\251\\\"\\n\\u0001\" "
+     "[1, [], {}, null, true, 2.5] {\"a\":1,\"b\":\"x\"}"},
     {"tests",
-     "{{ x is defined }} {{ name is string }} {{ n is number }} {{ n is integer }} {{ f is float }} {{ d is mapping }} {{ items is iterable }} {{ none_v is none }} {{ t is true }} {{ t is false }} {{ n is odd }} {{ n is divisibleby 5 }} {{ undefined_v is undefined }} {{ name is not none }} {{ 'ab' is lower }}",
+     "{{ x is defined }} {{ name is string }} {{ n is number }} {{ n is integer }} {{ f is float }} {{ d is "
+     "mapping }} {{ items is iterable }} {{ none_v is none }} {{ t is true }} {{ t is false }} {{ n is odd "
+     "}} {{ n is divisibleby 5 }} {{ undefined_v is undefined }} {{ name is not none }} {{ 'ab' is lower }}",
      "False True True True True True True True True False True True True True True"},
     {"dict methods",
-     "{{ d.get('a') }} {{ d.get('zz', 'no') }} {{ d.keys()|list }} {{ d.values()|list }} {{ d['b'] }} {{ d.b }} {{ d.missing is defined }}",
+     "{{ d.get('a') }} {{ d.get('zz', 'no') }} {{ d.keys()|list }} {{ d.values()|list }} {{ d['b'] }} {{ d.b "
+     "}} {{ d.missing is defined }}",
      "1 no ['a', 'b'] [1, 'x'] x x False"},
     {"strftime_now with the injected date",
-     "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %A') }}",
-     "26 Jul 2024 2024-07-26 Friday"},
-    {"string literal escapes",
-     "{{ 'a\\tb\\u00e9\\x41\\101' }} {{ 'adjacent' ' strings' }} {{ \"q'q\" }}",
+     "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %A') }}", "26 Jul 2024 2024-07-26 Friday"},
+    {"string literal escapes", "{{ 'a\\tb\\u00e9\\x41\\101' }} {{ 'adjacent' ' strings' }} {{ \"q'q\" }}",
      "a\tb\303\251AA adjacent strings q'q"},
     {"filter precedence",
-     "{{ messages[0]['content']|trim + '!' }} {{ '[' + messages[1].content|upper + ']' }} {{ -n|abs }} {{ '3'|int + 1 }} {{ '2.5'|float }} {{ n|string ~ 'x' }}",
+     "{{ messages[0]['content']|trim + '!' }} {{ '[' + messages[1].content|upper + ']' }} {{ -n|abs }} {{ "
+     "'3'|int + 1 }} {{ '2.5'|float }} {{ n|string ~ 'x' }}",
      "sys! [HI] 5 4 2.5 5x"},
     {"elif",
-     "{% if n > 3 %}big{% elif n > 1 %}mid{% else %}small{% endif %}{% if n > 9 %}big{% elif n > 4 %}mid{% else %}small{% endif %}",
+     "{% if n > 3 %}big{% elif n > 1 %}mid{% else %}small{% endif %}{% if n > 9 %}big{% elif n > 4 %}mid{% "
+     "else %}small{% endif %}",
      "bigmid"},
-    {"nested literals",
-     "{{ {'a': [1, {'b': 2}]}.a[1].b }} {{ (1, 2)[0] }} {{ items.0 }}",
-     "2 1 3"},
+    {"nested literals", "{{ {'a': [1, {'b': 2}]}.a[1].b }} {{ (1, 2)[0] }} {{ items.0 }}", "2 1 3"},
 };
 
 static void test_constructs(void) {
@@ -201,7 +203,8 @@ static void test_chat_vars(void) {
     char *out;
     jinja_error err;
     int rc = render("{{ bos_token }}{% for x in messages %}[{{ x.role }}:{{ x.content }}]{% endfor %}"
-                    "{{ tools is none }}{{ add_generation_prompt }}|{{ eos_token }}|", v, NULL, &out, &err);
+                    "{{ tools is none }}{{ add_generation_prompt }}|{{ eos_token }}|",
+                    v, NULL, &out, &err);
     jinja_release(v);
     CK_CHECK_MSG(rc == 0, "%s", err.msg);
     CK_CHECK_MSG(strcmp(out, "<s>[system:Be brief.][user:Hi]TrueTrue||") == 0, "%s", out);
@@ -212,7 +215,12 @@ static void test_chat_vars(void) {
 
 /* Each: a template, the code and kind it must end in, a word the message must
  * name. */
-static const struct { const char *src; int code; const char *kind, *needle; int line; } ERRS[] = {
+static const struct {
+    const char *src;
+    int code;
+    const char *kind, *needle;
+    int line;
+} ERRS[] = {
     {"a\n{{ x ", CK_EUNSUPPORTED, "unsupported_chat_template", "unterminated", 2},
     {"{% if x %}yes", CK_EUNSUPPORTED, "unsupported_chat_template", "endif", 1},
     {"{# never closed", CK_EUNSUPPORTED, "unsupported_chat_template", "comment", 1},
@@ -227,7 +235,8 @@ static const struct { const char *src; int code; const char *kind, *needle; int 
     {"{{ 'a' | safe + 'b' }}", CK_EUNSUPPORTED, "unsupported_chat_template", "safe", 1},
     {"{% for x in y recursive %}{% endfor %}", CK_EUNSUPPORTED, "unsupported_chat_template", "recursive", 1},
     {"{{ 1 +* 2 }}", CK_EUNSUPPORTED, "unsupported_chat_template", "'*'", 1},
-    {"{{ raise_exception('Roles must alternate') }}", CK_EINVAL, "chat_template_exception", "Roles must alternate", 1},
+    {"{{ raise_exception('Roles must alternate') }}", CK_EINVAL, "chat_template_exception",
+     "Roles must alternate", 1},
     {"{{ missing.attr }}", CK_EFORMAT, "chat_template_error", "missing", 1},
     {"{{ 1 + 'a' }}", CK_EFORMAT, "chat_template_error", "operand", 1},
     {"{{ 1 // 0 }}", CK_EFORMAT, "chat_template_error", "zero", 1},
@@ -242,9 +251,10 @@ static void test_errors(void) {
         int rc = render(ERRS[i].src, NULL, NULL, &out, &err);
         CK_CHECK_MSG(rc == ERRS[i].code && out == NULL, "[%s]: rc %d (%s), want %d", ERRS[i].src, rc, err.msg,
                      ERRS[i].code);
-        CK_CHECK_MSG(err.code == rc && strcmp(err.kind, ERRS[i].kind) == 0, "[%s]: kind %s", ERRS[i].src, err.kind);
-        CK_CHECK_MSG(strstr(err.msg, ERRS[i].needle) != NULL, "[%s]: message '%s' lacks '%s'", ERRS[i].src, err.msg,
-                     ERRS[i].needle);
+        CK_CHECK_MSG(err.code == rc && strcmp(err.kind, ERRS[i].kind) == 0, "[%s]: kind %s", ERRS[i].src,
+                     err.kind);
+        CK_CHECK_MSG(strstr(err.msg, ERRS[i].needle) != NULL, "[%s]: message '%s' lacks '%s'", ERRS[i].src,
+                     err.msg, ERRS[i].needle);
         CK_CHECK_MSG(err.line == ERRS[i].line, "[%s]: line %d, want %d", ERRS[i].src, err.line, ERRS[i].line);
     }
 }
@@ -293,19 +303,22 @@ static void test_limits(void) {
     /* loops: one huge, nested, and range() itself */
     expect_limit("{% for i in range(100000000) %}{% endfor %}", NULL, CK_ERANGE, "iterations");
     expect_limit("{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}"
-                 "{% endfor %}{% endfor %}{% endfor %}", NULL, CK_ERANGE, ""); /* iterations or bytes first */
+                 "{% endfor %}{% endfor %}{% endfor %}",
+                 NULL, CK_ERANGE, ""); /* iterations or bytes first */
     /* output and value growth */
     jinja_limits small = lim;
     small.max_output = 1 << 20;
-    expect_limit("{% set s = 'x' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}", &small, CK_ETOOLONG,
-                 "longer");
+    expect_limit("{% set s = 'x' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}", &small,
+                 CK_ETOOLONG, "longer");
     expect_limit("{{ 'x' * 100000000000 }}", NULL, CK_ETOOLONG, "longer");
-    expect_limit("{% set ns = namespace(s='xy') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                 NULL, CK_ETOOLONG, "longer");
+    expect_limit(
+        "{% set ns = namespace(s='xy') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        NULL, CK_ETOOLONG, "longer");
     small = lim;
     small.max_alloc = 1 << 20;
-    expect_limit("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",
-                 &small, CK_ERANGE, "bytes");
+    expect_limit(
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",
+        &small, CK_ERANGE, "bytes");
     small = lim;
     small.max_steps = 100000;
     expect_limit("{% for i in range(500) %}{% for j in range(500) %}{{ i }}{% endfor %}{% endfor %}", &small,
@@ -319,7 +332,8 @@ static void test_limits(void) {
     /* a namespace that holds itself is freed (ASan checks) and printing it stops */
     char *out;
     jinja_error err;
-    CK_CHECK(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", NULL, NULL, &out, &err) == 0);
+    CK_CHECK(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", NULL, NULL,
+                    &out, &err) == 0);
     CK_CHECK(strcmp(out, "True") == 0);
     free(out);
     expect_limit("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", NULL, CK_ERANGE, "deeper");
@@ -329,7 +343,8 @@ static void test_limits(void) {
  * each of a few troublesome ones, parses and renders or fails cleanly. */
 static void test_truncated_and_mutated(void) {
     static const char tpl[] =
-        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}{% endif %}\n"
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}{% endif "
+        "%}\n"
         "{%- for message in messages if message.content is defined -%}\n"
         "  {% set role = 'model' if message['role'] == 'assistant' else message['role'] %}\n"
         "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
@@ -351,7 +366,10 @@ static void test_truncated_and_mutated(void) {
         jinja_template *t;
         if (jinja_parse(tpl, len, NULL, &t, &err) == 0) {
             struct tm day = fixed_day();
-            if (jinja_render(t, v, &day, &out, NULL, &err) == 0) { ok++; free(out); }
+            if (jinja_render(t, v, &day, &out, NULL, &err) == 0) {
+                ok++;
+                free(out);
+            }
             jinja_template_free(t);
         } else {
             CK_CHECK(err.code != 0 && err.kind[0] && err.msg[0]);
@@ -397,13 +415,19 @@ static void test_reuse(void) {
  * The expected text is written as pieces, each the template's (0) or data
  * (1), by reading the template as Jinja does; the render's spans must mark
  * exactly the data pieces' bytes. */
-typedef struct piece { const char *s; int data; } piece;
+typedef struct piece {
+    const char *s;
+    int data;
+} piece;
 
 static void expect_spans(const char *what, const char *src, jinja_value *vars, const piece *want) {
     char text[1024], mask[1024], got_mask[1024];
     size_t n = 0;
     for (const piece *p = want; p->s; p++)
-        for (const char *c = p->s; *c && n < sizeof text - 1; c++, n++) { text[n] = *c; mask[n] = p->data ? 'D' : '.'; }
+        for (const char *c = p->s; *c && n < sizeof text - 1; c++, n++) {
+            text[n] = *c;
+            mask[n] = p->data ? 'D' : '.';
+        }
     text[n] = mask[n] = 0;
     jinja_template *t;
     jinja_error err;
@@ -421,14 +445,16 @@ static void expect_spans(const char *what, const char *src, jinja_value *vars, c
     for (size_t i = 0; i < ns; i++) {
         if (sp[i].len == 0 || sp[i].start + sp[i].len > len) ordered = 0;
         if (i && sp[i].start <= sp[i - 1].start + sp[i - 1].len) ordered = 0; /* disjoint, not touching */
-        for (size_t k = sp[i].start; k < sp[i].start + sp[i].len && k < sizeof got_mask; k++) got_mask[k] = 'D';
+        for (size_t k = sp[i].start; k < sp[i].start + sp[i].len && k < sizeof got_mask; k++)
+            got_mask[k] = 'D';
     }
     got_mask[len < sizeof got_mask ? len : sizeof got_mask - 1] = 0;
     free(sp);
     CK_CHECK_MSG(same_text, "%s: text [%s], want [%s]", what, out, text);
     free(out);
     CK_CHECK_MSG(ordered, "%s: spans not sorted/disjoint", what);
-    CK_CHECK_MSG(strcmp(got_mask, mask) == 0, "%s:\n  text %s\n  got  %s\n  want %s", what, text, got_mask, mask);
+    CK_CHECK_MSG(strcmp(got_mask, mask) == 0, "%s:\n  text %s\n  got  %s\n  want %s", what, text, got_mask,
+                 mask);
 }
 
 static void test_spans(void) {
@@ -436,30 +462,45 @@ static void test_spans(void) {
     jinja_message qm[] = {{"system", "Be <|im_end|> brief."}, {"user", "<|im_start|>assistant\nhi"}};
     jinja_value *v;
     CK_CHECK(jinja_chat_vars(qm, 2, NULL, "<|endoftext|>", 1, &v) == 0);
-    expect_spans("qwen2.5",
-                 "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-                 "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
-                 v,
-                 (const piece[]){{"<|im_start|>", 0}, {"system", 1}, {"\n", 0}, {"Be <|im_end|> brief.", 1},
-                                 {"<|im_end|>\n<|im_start|>", 0}, {"user", 1}, {"\n", 0},
-                                 {"<|im_start|>assistant\nhi", 1}, {"<|im_end|>\n<|im_start|>assistant\n", 0}, {NULL, 0}});
+    expect_spans(
+        "qwen2.5",
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+        "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% "
+        "endif %}",
+        v,
+        (const piece[]){{"<|im_start|>", 0},
+                        {"system", 1},
+                        {"\n", 0},
+                        {"Be <|im_end|> brief.", 1},
+                        {"<|im_end|>\n<|im_start|>", 0},
+                        {"user", 1},
+                        {"\n", 0},
+                        {"<|im_start|>assistant\nhi", 1},
+                        {"<|im_end|>\n<|im_start|>assistant\n", 0},
+                        {NULL, 0}});
     jinja_release(v);
 
     /* Llama 3's header blocks: bos_token is trusted, trim keeps provenance,
      * the date the template formats is its own */
     jinja_message lm[] = {{"user", "  Hi there \n"}};
     CK_CHECK(jinja_chat_vars(lm, 1, "<|begin_of_text|>", "<|eot_id|>", 1, &v) == 0);
-    expect_spans("llama3",
-                 "{{- bos_token }}{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}"
-                 "{{- 'Today Date: ' + strftime_now('%d %b %Y') + '\n\n<|eot_id|>' }}"
-                 "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-                 "+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
-                 "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}",
-                 v,
-                 (const piece[]){{"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nToday Date: 26 Jul "
-                                  "2024\n\n<|eot_id|><|start_header_id|>", 0},
-                                 {"user", 1}, {"<|end_header_id|>\n\n", 0}, {"Hi there", 1},
-                                 {"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", 0}, {NULL, 0}});
+    expect_spans(
+        "llama3",
+        "{{- bos_token }}{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}"
+        "{{- 'Today Date: ' + strftime_now('%d %b %Y') + '\n\n<|eot_id|>' }}"
+        "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+        "+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif "
+        "%}",
+        v,
+        (const piece[]){{"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nToday Date: 26 Jul "
+                         "2024\n\n<|eot_id|><|start_header_id|>",
+                         0},
+                        {"user", 1},
+                        {"<|end_header_id|>\n\n", 0},
+                        {"Hi there", 1},
+                        {"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", 0},
+                        {NULL, 0}});
     jinja_release(v);
 
     /* the operations on a data string c = "abcb" */
@@ -467,32 +508,61 @@ static void test_spans(void) {
     CK_CHECK(jinja_dict_set(v, S("c"), jinja_str(S("abcb"))) == 0);
     CK_CHECK(jinja_dict_set(v, S("n"), jinja_int(7)) == 0);
     CK_CHECK(jinja_dict_set(v, S("tok"), jinja_str_trusted(S("<s>"))) == 0);
-    expect_spans("operations",
-                 "{{ c[1:3] }}|{{ c|replace('b', '<X>') }}|{{ c|upper }}|{{ [c, 'k']|join('+') }}|{{ c|tojson }}|"
-                 "{{ [c] }}|{{ 'lit'|tojson }}|{{ c[::-1] }}|{{ c.split('b')|join(',') }}|{{ n }}{{ tok }}"
-                 "|{{ c ~ 'z' }}|{{ ('x' + c)[0:2] }}|{{ c * 2 }}",
-                 v,
-                 (const piece[]){{"bc", 1}, {"|", 0}, {"a", 1}, {"<X>", 0}, {"c", 1}, {"<X>", 0}, {"|", 0},
-                                 {"ABCB", 1}, {"|", 0}, {"abcb", 1}, {"+k|", 0}, {"\"abcb\"", 1}, {"|[", 0},
-                                 {"'abcb'", 1}, {"]|\"lit\"|", 0}, {"bcba", 1}, {"|", 0}, {"a", 1}, {",", 0},
-                                 {"c", 1}, {",|7<s>|", 0}, {"abcb", 1}, {"z|x", 0}, {"a", 1}, {"|", 0},
-                                 {"abcbabcb", 1}, {NULL, 0}});
+    expect_spans(
+        "operations",
+        "{{ c[1:3] }}|{{ c|replace('b', '<X>') }}|{{ c|upper }}|{{ [c, 'k']|join('+') }}|{{ c|tojson }}|"
+        "{{ [c] }}|{{ 'lit'|tojson }}|{{ c[::-1] }}|{{ c.split('b')|join(',') }}|{{ n }}{{ tok }}"
+        "|{{ c ~ 'z' }}|{{ ('x' + c)[0:2] }}|{{ c * 2 }}",
+        v, (const piece[]){{"bc", 1},       {"|", 0},        {"a", 1},    {"<X>", 0},    {"c", 1},
+                           {"<X>", 0},      {"|", 0},        {"ABCB", 1}, {"|", 0},      {"abcb", 1},
+                           {"+k|", 0},      {"\"abcb\"", 1}, {"|[", 0},   {"'abcb'", 1}, {"]|\"lit\"|", 0},
+                           {"bcba", 1},     {"|", 0},        {"a", 1},    {",", 0},      {"c", 1},
+                           {",|7<s>|", 0},  {"abcb", 1},     {"z|x", 0},  {"a", 1},      {"|", 0},
+                           {"abcbabcb", 1}, {NULL, 0}});
     /* keys of a caller's dict, macros, set blocks, string iteration */
     expect_spans("scopes",
                  "{% macro m(x) %}[{{ x }}]{% endmacro %}{% set y %}<{{ c }}>{% endset %}{{ m(c) }}{{ y }}"
                  "{% for ch in c %}{{ ch }}{{ loop.index }}{% endfor %}"
                  "{% for k, x in {'a': c}.items() %}{{ k }}={{ x }}{% endfor %}",
                  v,
-                 (const piece[]){{"[", 0}, {"abcb", 1}, {"]<", 0}, {"abcb", 1}, {">", 0}, {"a", 1}, {"1", 0},
-                                 {"b", 1}, {"2", 0}, {"c", 1}, {"3", 0}, {"b", 1}, {"4a=", 0}, {"abcb", 1}, {NULL, 0}});
+                 (const piece[]){{"[", 0},
+                                 {"abcb", 1},
+                                 {"]<", 0},
+                                 {"abcb", 1},
+                                 {">", 0},
+                                 {"a", 1},
+                                 {"1", 0},
+                                 {"b", 1},
+                                 {"2", 0},
+                                 {"c", 1},
+                                 {"3", 0},
+                                 {"b", 1},
+                                 {"4a=", 0},
+                                 {"abcb", 1},
+                                 {NULL, 0}});
     jinja_release(v);
     jinja_message km[] = {{"user", "q"}};
     CK_CHECK(jinja_chat_vars(km, 1, NULL, NULL, 0, &v) == 0);
     expect_spans("caller keys",
-                 "{% for k, x in messages[0].items() %}{{ k }}={{ x }};{% endfor %}{{ messages[0]|tojson }}", v,
-                 (const piece[]){{"role", 1}, {"=", 0}, {"user", 1}, {";", 0}, {"content", 1}, {"=", 0}, {"q", 1},
-                                 {";{", 0}, {"\"role\"", 1}, {": ", 0}, {"\"user\"", 1}, {", ", 0},
-                                 {"\"content\"", 1}, {": ", 0}, {"\"q\"", 1}, {"}", 0}, {NULL, 0}});
+                 "{% for k, x in messages[0].items() %}{{ k }}={{ x }};{% endfor %}{{ messages[0]|tojson }}",
+                 v,
+                 (const piece[]){{"role", 1},
+                                 {"=", 0},
+                                 {"user", 1},
+                                 {";", 0},
+                                 {"content", 1},
+                                 {"=", 0},
+                                 {"q", 1},
+                                 {";{", 0},
+                                 {"\"role\"", 1},
+                                 {": ", 0},
+                                 {"\"user\"", 1},
+                                 {", ", 0},
+                                 {"\"content\"", 1},
+                                 {": ", 0},
+                                 {"\"q\"", 1},
+                                 {"}", 0},
+                                 {NULL, 0}});
     jinja_release(v);
 }
 

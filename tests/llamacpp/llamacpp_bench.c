@@ -91,8 +91,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "llamacpp_bench: %s needs a value (or is unknown)\n", a);
             return 2;
         }
-        int *num = !strcmp(a, "--batch") ? &batch : !strcmp(a, "--prompt-tokens") ? &prompt
-                 : !strcmp(a, "--gen-tokens") ? &gen : !strcmp(a, "--threads") ? &threads : NULL;
+        int *num = !strcmp(a, "--batch")           ? &batch
+                   : !strcmp(a, "--prompt-tokens") ? &prompt
+                   : !strcmp(a, "--gen-tokens")    ? &gen
+                   : !strcmp(a, "--threads")       ? &threads
+                                                   : NULL;
         if (!strcmp(a, "--poll")) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -103,9 +106,12 @@ int main(int argc, char **argv) {
             poll = (int)n;
         } else if (num) {
             if ((*num = int_arg(a, v, 1 << 16)) < 0) return 2;
-        } else if (!strcmp(a, "--model")) model_path = v;
-        else if (!strcmp(a, "--libdir")) libdir = v;
-        else if (!strcmp(a, "--cpu-variant")) variant = v;
+        } else if (!strcmp(a, "--model"))
+            model_path = v;
+        else if (!strcmp(a, "--libdir"))
+            libdir = v;
+        else if (!strcmp(a, "--cpu-variant"))
+            variant = v;
         else {
             fprintf(stderr, "llamacpp_bench: unknown argument %s\n", a);
             usage(stderr);

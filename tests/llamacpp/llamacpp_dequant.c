@@ -47,12 +47,18 @@ static float rng_normal(uint64_t *s) { /* Box-Muller, one of the pair */
 /* Offsets of the f16 scale fields in a block of each type (qblock.h's
  * structs, written out again from ggml-common.h); -1 ends the list. */
 static const int *f16_fields(int type) {
-    static const int at0[] = {0, -1}, at01[] = {0, 2, -1}, q2k[] = {80, 82, -1},
-                     q3k[] = {108, -1}, q6k[] = {208, -1}, none[] = {-1};
+    static const int at0[] = {0, -1}, at01[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
+                     q6k[] = {208, -1}, none[] = {-1};
     switch (type) {
-    case QUANT_Q4_0: case QUANT_Q5_0: case QUANT_Q8_0: case QUANT_IQ4_NL: case QUANT_IQ4_XS:
-        return at0;
-    case QUANT_Q4_1: case QUANT_Q5_1: case QUANT_Q4_K: case QUANT_Q5_K: return at01;
+    case QUANT_Q4_0:
+    case QUANT_Q5_0:
+    case QUANT_Q8_0:
+    case QUANT_IQ4_NL:
+    case QUANT_IQ4_XS: return at0;
+    case QUANT_Q4_1:
+    case QUANT_Q5_1:
+    case QUANT_Q4_K:
+    case QUANT_Q5_K: return at01;
     case QUANT_Q2_K: return q2k;
     case QUANT_Q3_K: return q3k;
     case QUANT_Q6_K: return q6k;
@@ -62,15 +68,13 @@ static const int *f16_fields(int type) {
 
 /* Random bytes, then every scale redrawn until it is finite. */
 static void random_blocks(int type, uint8_t *p, int nb, int bb, uint64_t *s) {
-    for (int i = 0; i < nb * bb; i++)
-        p[i] = (uint8_t)(rng_next(s) >> 56);
+    for (int i = 0; i < nb * bb; i++) p[i] = (uint8_t)(rng_next(s) >> 56);
     for (int b = 0; b < nb; b++) {
         uint8_t *blk = p + (size_t)b * bb;
         for (const int *f = f16_fields(type); *f >= 0; f++) {
             uint16_t h;
             memcpy(&h, blk + *f, 2);
-            while ((h & 0x7c00) == 0x7c00)
-                h = (uint16_t)(rng_next(s) >> 48);
+            while ((h & 0x7c00) == 0x7c00) h = (uint16_t)(rng_next(s) >> 48);
             memcpy(blk + *f, &h, 2);
         }
         if (type == QUANT_Q8_K) {
@@ -92,8 +96,7 @@ static void source_rows(float *x, int rows, int n, uint64_t *s) {
         float scale = ldexpf(1.0f, (int)(rng_next(s) % 20) - 12);
         for (int j = 0; j < n; j++) {
             float v = rng_normal(s) * scale;
-            if (j % 97 == 7 * (r % 5))
-                v *= 30.0f;
+            if (j % 97 == 7 * (r % 5)) v *= 30.0f;
             x[(size_t)r * n + j] = r == 3 ? 0.0f : r == 5 ? scale : v;
         }
     }
@@ -109,11 +112,9 @@ static void ggml_to_float(int type, const void *src, float *dst, int64_t n) {
 /* Dequantise nb blocks both ways; the number of floats that differ in
  * bits. Where both are NaN, *nan_same counts those with equal bits too. */
 static long compare(int type, const uint8_t *p, int64_t n, float *a, float *b) {
-    if (quant_to_f32(type, p, a, (uint64_t)n) != 0)
-        return n;
+    if (quant_to_f32(type, p, a, (uint64_t)n) != 0) return n;
     ggml_to_float(type, p, b, n);
-    if (memcmp(a, b, (size_t)n * sizeof *a) == 0)
-        return 0;
+    if (memcmp(a, b, (size_t)n * sizeof *a) == 0) return 0;
     long bad = 0;
     for (int64_t i = 0; i < n; i++)
         if (memcmp(&a[i], &b[i], 4) != 0) {
@@ -126,8 +127,8 @@ static long compare(int type, const uint8_t *p, int64_t n, float *a, float *b) {
 }
 
 int main(void) {
-    static const int types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,   QUANT_Q5_1,   QUANT_Q8_0,
-                                QUANT_Q2_K, QUANT_Q3_K, QUANT_Q4_K,   QUANT_Q5_K,   QUANT_Q6_K,
+    static const int types[] = {QUANT_Q4_0, QUANT_Q4_1,   QUANT_Q5_0,  QUANT_Q5_1, QUANT_Q8_0,
+                                QUANT_Q2_K, QUANT_Q3_K,   QUANT_Q4_K,  QUANT_Q5_K, QUANT_Q6_K,
                                 QUANT_Q8_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
     enum { NB = 4096, ROWS = 64, N_PER_ROW = 1024 };
     int fails = 0;
@@ -147,8 +148,7 @@ int main(void) {
         if (ours && (!t->type_name || strcmp(ours, t->type_name) || t->blck_size != quant_block_size(id) ||
                      (int64_t)t->type_size != quant_block_bytes(id))) {
             printf("FAIL: type %d: ggml %s/%lld/%zu, confkv %s/%d/%d\n", id, t->type_name,
-                   (long long)t->blck_size, t->type_size, ours, quant_block_size(id),
-                   quant_block_bytes(id));
+                   (long long)t->blck_size, t->type_size, ours, quant_block_size(id), quant_block_bytes(id));
             fails++;
         }
         /* removed ids have blck_size 0 and a placeholder name in ggml */
@@ -178,8 +178,7 @@ int main(void) {
         long bad_q = 0, nq = 0;
         if (type != QUANT_Q8_K) {
             source_rows(src, ROWS, N_PER_ROW, &s);
-            size_t nbytes = ggml_quantize_chunk((enum ggml_type)type, src, blocks, 0, ROWS, N_PER_ROW,
-                                                NULL);
+            size_t nbytes = ggml_quantize_chunk((enum ggml_type)type, src, blocks, 0, ROWS, N_PER_ROW, NULL);
             nq = (long)(nbytes / (size_t)bb);
             if (nbytes != (size_t)ROWS * N_PER_ROW / (size_t)bs * (size_t)bb) {
                 printf("FAIL: %s: ggml_quantize_chunk wrote %zu bytes\n", quant_type_name(type), nbytes);
@@ -194,8 +193,7 @@ int main(void) {
 
     /* f16 and bf16: every value */
     uint16_t *h = (uint16_t *)blocks;
-    for (uint32_t i = 0; i < 65536; i++)
-        h[i] = (uint16_t)i;
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
     int halves[] = {QUANT_F16, QUANT_BF16};
     for (int k = 0; k < 2; k++) {
         long bad = compare(halves[k], blocks, 65536, a, b);

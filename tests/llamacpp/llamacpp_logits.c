@@ -37,16 +37,15 @@
 #define MAX_IDS 65536 /* prompt ids given with --ids, at most */
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: llamacpp_logits --model M.gguf --libdir DIR (--prompt TEXT | --ids I,J,..)\n"
-            "                       --steps K --out FILE [--threads N] [--cpu-variant NAME]\n"
-            "                       [--verbose]\n\n"
-            "  --libdir DIR        llama.cpp's prebuilt libraries (libggml-cpu-NAME.so)\n"
-            "  --prompt TEXT       tokenized by llama.cpp, BOS added as the model says\n"
-            "  --ids I,J,..        prompt token ids as they are (no BOS added)\n"
-            "  --steps K           logits of K steps (the prompt's, then K-1 greedy tokens)\n"
-            "  --out FILE          K x n_vocab little-endian float32\n"
-            "  --cpu-variant NAME  CPU backend library to load (default haswell)\n");
+    fprintf(f, "usage: llamacpp_logits --model M.gguf --libdir DIR (--prompt TEXT | --ids I,J,..)\n"
+               "                       --steps K --out FILE [--threads N] [--cpu-variant NAME]\n"
+               "                       [--verbose]\n\n"
+               "  --libdir DIR        llama.cpp's prebuilt libraries (libggml-cpu-NAME.so)\n"
+               "  --prompt TEXT       tokenized by llama.cpp, BOS added as the model says\n"
+               "  --ids I,J,..        prompt token ids as they are (no BOS added)\n"
+               "  --steps K           logits of K steps (the prompt's, then K-1 greedy tokens)\n"
+               "  --out FILE          K x n_vocab little-endian float32\n"
+               "  --cpu-variant NAME  CPU backend library to load (default haswell)\n");
 }
 
 static double now_s(void) {
@@ -79,7 +78,8 @@ static int parse_ids(const char *s, int32_t *ids, int cap, int *n) {
         }
         ids[(*n)++] = (int32_t)v;
         s = end;
-        if (*s == ',') s++;
+        if (*s == ',')
+            s++;
         else if (*s) {
             fprintf(stderr, "%s: --ids: expected ',' at \"%s\"\n", __func__, s);
             return -1;
@@ -117,12 +117,18 @@ int main(int argc, char **argv) {
             fprintf(stderr, "llamacpp_logits: %s needs a value (or is unknown)\n", a);
             return 2;
         }
-        if (!strcmp(a, "--model")) model_path = v;
-        else if (!strcmp(a, "--libdir")) libdir = v;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--ids")) ids_arg = v;
-        else if (!strcmp(a, "--out")) out_path = v;
-        else if (!strcmp(a, "--cpu-variant")) variant = v;
+        if (!strcmp(a, "--model"))
+            model_path = v;
+        else if (!strcmp(a, "--libdir"))
+            libdir = v;
+        else if (!strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--ids"))
+            ids_arg = v;
+        else if (!strcmp(a, "--out"))
+            out_path = v;
+        else if (!strcmp(a, "--cpu-variant"))
+            variant = v;
         else if (!strcmp(a, "--steps") || !strcmp(a, "--threads")) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -130,8 +136,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "llamacpp_logits: %s wants 1..%d, not \"%s\"\n", a, 1 << 20, v);
                 return 2;
             }
-            if (a[2] == 's') steps = (int)n;
-            else threads = (int)n;
+            if (a[2] == 's')
+                steps = (int)n;
+            else
+                threads = (int)n;
         } else {
             fprintf(stderr, "llamacpp_logits: unknown argument %s\n", a);
             usage(stderr);
@@ -217,8 +225,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n_prompt; i++)
         if (ids[i] >= n_vocab) {
-            fprintf(stderr, "llamacpp_logits: prompt id %d is past the vocabulary (%d)\n", ids[i],
-                    n_vocab);
+            fprintf(stderr, "llamacpp_logits: prompt id %d is past the vocabulary (%d)\n", ids[i], n_vocab);
             goto out;
         }
 

@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     llama_backend_free();
     if (rc != 0) {
-        fprintf(stderr, "llamacpp_quantize: llama_model_quantize(%s -> %s, %s) returned %u\n", in, out,
-                name, rc);
+        fprintf(stderr, "llamacpp_quantize: llama_model_quantize(%s -> %s, %s) returned %u\n", in, out, name,
+                rc);
         return 1;
     }
     struct stat st;
