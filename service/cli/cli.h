@@ -30,6 +30,12 @@ int cli_loadgen(int argc, char **argv);   /* cli_loadgen.c: serve-bench load thr
 int cli_templates(int argc, char **argv); /* cli_templates.c: cache templates in Redis */
 int cli_tokenize(int argc, char **argv);  /* cli_tokenize.c: text to token ids */
 int cli_tune(int argc, char **argv);      /* cli_tune.c: the tuning report */
+struct eval_ctx;
+struct cli_args;
+/* cli_eval.c: add the prompts of FILE (one a line; probes: NAME<TAB>PROMPT)
+ * to an eval context, at most limit (0 = all). 0, or 1 after an error message. */
+int cli_eval_load_prompts(const struct cli_args *a, struct eval_ctx *e, const char *path, int probes,
+                          int probe_from, int limit);
 
 /* Argument cursor: argv[i] is the next unread argument. */
 typedef struct cli_args {

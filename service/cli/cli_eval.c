@@ -75,7 +75,8 @@ static void print_row(jw *w, const eval_row *r) {
     jw_obj_end(w);
 }
 
-static int load_prompts(cli_args *a, eval_ctx *e, const char *path, int probes, int probe_from, int limit) {
+int cli_eval_load_prompts(const cli_args *a, eval_ctx *e, const char *path, int probes, int probe_from,
+                          int limit) {
     FILE *f = fopen(path, "r");
     if (!f) {
         cli_error(a, "%s: cannot open", path);
@@ -179,8 +180,8 @@ int cli_eval(int argc, char **argv) {
         cli_error(&a, "%s", ck_strerror(rc ? rc : CK_ENOMEM));
         goto out;
     }
-    if ((prompts && load_prompts(&a, ev, prompts, 0, probe_from, limit)) ||
-        (probes && load_prompts(&a, ev, probes, 1, probe_from, 0)))
+    if ((prompts && cli_eval_load_prompts(&a, ev, prompts, 0, probe_from, limit)) ||
+        (probes && cli_eval_load_prompts(&a, ev, probes, 1, probe_from, 0)))
         goto out;
     fprintf(stderr, "confkv eval: %d prompts x %d tokens\n", eval_n_prompts(ev), gen);
 

@@ -546,33 +546,14 @@ static int write_report(const cli_args *a, const char *path, const tune_out *o) 
     return 0;
 }
 
+/* The prompts, as `confkv eval` reads them (one a line); none is an error. */
 static int load_prompts(const cli_args *a, eval_ctx *e, const char *path, int limit) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        cli_error(a, "%s: cannot open", path);
+    if (cli_eval_load_prompts(a, e, path, 0, 0, limit)) return 1;
+    if (!eval_n_prompts(e)) {
+        cli_error(a, "%s: no prompts", path);
         return 1;
     }
-    char line[8192];
-    int n = 0, lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f) && (!limit || n < limit)) {
-        lineno++;
-        size_t l = strlen(line);
-        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
-        if (!l) continue;
-        int r = eval_add_prompt(e, line, NULL, 0);
-        if (r) {
-            cli_error(a, "%s:%d: %s", path, lineno, ck_strerror(r));
-            rc = 1;
-            break;
-        }
-        n++;
-    }
-    fclose(f);
-    if (!rc && !n) {
-        cli_error(a, "%s: no prompts", path);
-        rc = 1;
-    }
-    return rc;
+    return 0;
 }
 
 /* The default entropy grid when --entropy-grid is absent: where this load's
