@@ -153,6 +153,16 @@ typedef struct eng_request {
     int save_template;         /* instead: the prompt text becomes template_name (saved here
                                     and in the cold store) and runs as a kept prefix */
     int prefill_only;          /* compute (or fetch) the prompt's KV, generate nothing */
+    /* A continuation (a cascade moving a job to a larger model of the same
+     * vocabulary): the completion begins with these ids, made elsewhere.
+     * They are computed with the prompt (one prefill, not decode steps),
+     * count in max_tokens and in the result's tokens, and their text
+     * leads the result's text (and is released with the first TOKEN event);
+     * their trace entries are zero and they are not in the means. At most
+     * max_tokens - 1 of them; not with a session, a template or
+     * prefill_only. Borrowed for the call. */
+    const int32_t *resume_tokens;
+    int n_resume;
     /* The client form (a service's job): when set, the engine makes the
      * prompt ids as the vocabulary and the chat template ask (chat.h), and
      * applies the client's limits, before everything above runs on those
@@ -357,6 +367,12 @@ typedef struct eng_prompt_format {
     char template_hash[17];          /* 16 hex digits, "" without a template */
     const char *template_error_kind; /* jinja's kind (static) when the template is unusable, else NULL */
     char template_error[512];        /* its message */
+    /* The vocabulary's identity: its size and a hash (FNV-1a 64, 16 hex
+     * digits) of every token's bytes in id order and the BOS/EOS ids. Two
+     * models with the same hash give the same ids the same meaning (a
+     * cascade's check). */
+    int vocab_size;
+    char vocab_hash[17];
 } eng_prompt_format;
 const eng_prompt_format *eng_get_prompt_format(const eng *e);
 /* Queue a request. Everything it points to is copied. On success *id is

@@ -220,6 +220,25 @@ static int check(eng *e, const eng_request *q, int *n_out, int *limit_out, kvpol
         snprintf(err, errlen, "prompt (%d) + max_tokens (%d) exceed the context (%d)", n, limit, e->max_ctx);
         return reject(reason, ENG_REJECT_CONTEXT, CK_ETOOLONG);
     }
+    if (q->n_resume) {
+        if (q->n_resume < 0 || !q->resume_tokens || q->n_resume >= limit) {
+            snprintf(err, errlen, "%d resume tokens: 0 to max_tokens - 1 (%d) of them", q->n_resume,
+                     limit - 1);
+            return reject(reason, ENG_REJECT_CONTEXT, CK_ETOOLONG);
+        }
+        if (q->session_id || q->template_name || q->prefill_only || q->prefix) {
+            snprintf(err, errlen,
+                     "resume tokens do not go with a session, a template, a prefix or prefill_only");
+            return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
+        }
+        for (int i = 0; i < q->n_resume; i++) {
+            if (q->resume_tokens[i] < 0 || q->resume_tokens[i] >= e->vocab) {
+                snprintf(err, errlen, "resume token %d at %d is outside the vocabulary (%d)",
+                         q->resume_tokens[i], i, e->vocab);
+                return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
+            }
+        }
+    }
     if (samp_params_check(&q->samp)) {
         snprintf(err, errlen, "sampling parameters out of range");
         return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
@@ -286,6 +305,17 @@ static int fill(eng *e, req *r, const eng_request *q, int n, int limit, int *rea
     if (rc) return *reason ? rc : reject(reason, ENG_REJECT_ENGINE, rc);
     if ((rc = check_commit(e, r, reason, err, errlen))) return rc;
     memcpy(r->hist, e->scratch, (size_t)n * sizeof *r->hist);
+    /* A continuation's ids join the history as completion tokens, with their
+     * text: the prefill computes them with the prompt (scheduler.c prefills
+     * up to n_hist), and the pipeline then goes on from the last one. */
+    for (int i = 0; i < q->n_resume; i++) {
+        size_t len;
+        const char *piece = tok_decode(e->m->tok, r->hist[r->n_hist - 1], q->resume_tokens[i], &len);
+        if ((rc = tb_append(&r->text, &r->text_len, &r->text_cap, piece, len)))
+            return reject(reason, ENG_REJECT_ENGINE, rc);
+        if (r->trace) r->trace[i] = (samp_conf){0};
+        r->hist[r->n_hist++] = q->resume_tokens[i];
+    }
     r->samp = q->samp;
     r->ignore_eos = q->ignore_eos;
     r->want_trace = q->want_trace;
@@ -434,6 +464,26 @@ static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_
     return CK_OK;
 }
 
+/* eng_prompt_format's vocab_hash: FNV-1a 64 over each token's length and
+ * bytes as a GGUF vocabulary writes it (tok_piece_gguf: so a llama2.c
+ * tokenizer and its GGUF conversion agree), then the BOS and EOS ids. */
+static void vocab_identity(const tokenizer *t, eng_prompt_format *pf) {
+    uint64_t h = 1469598103934665603ull;
+    int n = tok_vocab_size(t);
+    char piece[1024];
+    for (int id = 0; id < n + 2; id++) {
+        size_t len = 0;
+        int whole = id < n && tok_piece_gguf(t, id, piece, sizeof piece, &len) == 0;
+        /* a token: its length, then its bytes (a longer one: its length only);
+         * then BOS and EOS (+1: -1 is none) */
+        uint32_t v = id < n ? (uint32_t)len : (uint32_t)((id == n ? tok_bos(t) : tok_eos(t)) + 1);
+        for (int i = 0; i < 4; i++) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+        for (size_t i = 0; whole && i < len; i++) h = (h ^ (uint8_t)piece[i]) * 1099511628211ull;
+    }
+    pf->vocab_size = n;
+    snprintf(pf->vocab_hash, sizeof pf->vocab_hash, "%016llx", (unsigned long long)h);
+}
+
 int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     const model *m = e->m;
     const char *src = NULL;
@@ -470,6 +520,7 @@ int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     chat_model_describe(m, NULL, e->chat, &ci);
     eng_prompt_format *pf = &e->pf;
     memset(pf, 0, sizeof *pf);
+    vocab_identity(m->tok, pf);
     _Static_assert(sizeof pf->arch == sizeof ci.arch && sizeof pf->tok_model == sizeof ci.tok_model &&
                        sizeof pf->tok_pre == sizeof ci.tok_pre &&
                        sizeof pf->template_hash == sizeof ci.template_hash,

@@ -10,6 +10,7 @@
 
 #include "ck_err.h"
 #include "engine.h"
+#include "svc_route.h"
 
 extern char **environ;
 
@@ -42,7 +43,17 @@ static const struct key_def {
     const char *help;
 } keys[] = {
 #define F(field) offsetof(svc_config, field)
-    {"model", T_STR, NULL, 0, 0, F(model), "model file (GGUF or llama2.c checkpoint); required"},
+    {"model", T_STR, NULL, 0, 0, F(model),
+     "model file (GGUF or llama2.c checkpoint); required. Several: NAME=PATH, once for each "
+     "(options after the path: ,tokenizer=T ,chat_template=J ,kv_budget_mb=N)"},
+    {"default_model", T_STR, NULL, 0, 0, F(default_model),
+     "the model of jobs that name none: a NAME, or auto (the cascade) [the first model]"},
+    {"route", T_STR, "off", 0, 0, F(route),
+     "off, or cascade: `\"model\": \"auto\"` jobs start on the small model"},
+    {"route_models", T_STR, NULL, 0, 0, F(route_models),
+     "the cascade's models: SMALL,LARGE (names of `model`)"},
+    {"route_rule", T_STR, SVC_ROUTE_DEFAULT, 0, 0, F(route_rule),
+     "when an auto job moves to the large model (docs/SERVICE.md, Routing)"},
     {"tokenizer", T_STR, NULL, 0, 0, F(tokenizer), "llama2.c tokenizer file"},
     {"model_name", T_STR, NULL, 0, 0, F(model_name), "name jobs use in `model` (default: the model's own)"},
     {"backend", T_STR, "cpu", 0, 0, F(backend), "cpu, cuda or auto"},
@@ -113,11 +124,25 @@ static const struct key_def *find_key(const char *name) {
 
 static int is_kafka_key(const char *k) { return !strncmp(k, "kafka.", 6) && k[6]; }
 
+/* Keys that may be given more than once in one place (the file, the
+ * flags): each occurrence is added, one a line; a place of higher
+ * precedence replaces the whole list. */
+static int is_list_key(const char *key, size_t klen) { return klen == 5 && !memcmp(key, "model", 5); }
+
 static int set_kv(svc_config *c, const char *key, size_t klen, const char *val, size_t vlen, int src) {
     for (int i = 0; i < c->n_kv; i++)
         if (strlen(c->kv[i].key) == klen && !memcmp(c->kv[i].key, key, klen)) {
-            char *v = strndup(val, vlen);
-            if (!v) return CK_ENOMEM;
+            char *v;
+            if (is_list_key(key, klen) && c->kv[i].source == src && src != SVC_SRC_DEFAULT) {
+                size_t old = strlen(c->kv[i].value);
+                if (!(v = malloc(old + 1 + vlen + 1))) return CK_ENOMEM;
+                memcpy(v, c->kv[i].value, old);
+                v[old] = '\n';
+                memcpy(v + old + 1, val, vlen);
+                v[old + 1 + vlen] = 0;
+            } else if (!(v = strndup(val, vlen))) {
+                return CK_ENOMEM;
+            }
             free(c->kv[i].value);
             c->kv[i].value = v;
             c->kv[i].source = src;
@@ -301,6 +326,157 @@ static int parse_value(const struct key_def *k, const char *v, void *field, char
     return CK_EINVAL;
 }
 
+/* ------------------------------------------------------------ models */
+
+static int name_ok(const char *s, size_t n) {
+    if (n == 0 || n > 63) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._:-", s[i])) return 0;
+    return 1;
+}
+
+/* One line of `model`: NAME=PATH[,opt=v]... or a bare PATH. */
+static int parse_model(svc_model_spec *m, const char *line, char *err, size_t errlen) {
+    const char *eq = strchr(line, '='), *slash = strchr(line, '/');
+    memset(m, 0, sizeof *m);
+    if (!eq || (slash && slash < eq) || !name_ok(line, (size_t)(eq - line))) {
+        /* unnamed: the whole line is the path */
+        if (!*line) {
+            snprintf(err, errlen, "model: an empty value");
+            return CK_EINVAL;
+        }
+        return (m->path = strdup(line)) ? 0 : CK_ENOMEM;
+    }
+    if (!(m->name = strndup(line, (size_t)(eq - line)))) return CK_ENOMEM;
+    if (!strcmp(m->name, "auto")) {
+        snprintf(err, errlen, "model: 'auto' is the cascade's name, not a model's");
+        return CK_EINVAL;
+    }
+    const char *p = eq + 1;
+    size_t n = strcspn(p, ",");
+    if (!n) {
+        snprintf(err, errlen, "model %s: no path after '='", m->name);
+        return CK_EINVAL;
+    }
+    if (!(m->path = strndup(p, n))) return CK_ENOMEM;
+    for (p += n; *p == ',';) {
+        p++;
+        size_t len = strcspn(p, ",");
+        const char *oe = memchr(p, '=', len);
+        char opt[32];
+        size_t on = oe ? (size_t)(oe - p) : len;
+        snprintf(opt, sizeof opt, "%.*s", (int)(on < 31 ? on : 31), p);
+        char **dst = !strcmp(opt, "tokenizer")       ? &m->tokenizer
+                     : !strcmp(opt, "chat_template") ? &m->chat_template
+                                                     : NULL;
+        if (!oe || oe + 1 == p + len) {
+            snprintf(err, errlen, "model %s: option '%.*s' needs =value", m->name, (int)len, p);
+            return CK_EINVAL;
+        }
+        if (dst) {
+            free(*dst);
+            if (!(*dst = strndup(oe + 1, (size_t)(p + len - oe - 1)))) return CK_ENOMEM;
+        } else if (!strcmp(opt, "kv_budget_mb")) {
+            char num[24], *end;
+            snprintf(num, sizeof num, "%.*s", (int)(p + len - oe - 1), oe + 1);
+            errno = 0;
+            long v = strtol(num, &end, 10);
+            if (errno || end == num || *end || v < 1 || v > (1 << 20)) {
+                snprintf(err, errlen, "model %s: kv_budget_mb '%s' is not a number in 1..1048576", m->name,
+                         num);
+                return CK_EINVAL;
+            }
+            m->kv_budget_mb = v;
+        } else {
+            snprintf(err, errlen,
+                     "model %s: unknown option '%s' (tokenizer, chat_template and kv_budget_mb are known)",
+                     m->name, opt);
+            return CK_EINVAL;
+        }
+        p += len;
+    }
+    return 0;
+}
+
+static int find_model(const svc_config *c, const char *name, size_t n) {
+    for (int i = 0; i < c->n_models; i++)
+        if (c->models[i].name && strlen(c->models[i].name) == n && !memcmp(c->models[i].name, name, n))
+            return i;
+    return -1;
+}
+
+/* `model` into models[]; then default_model and the cascade's keys. */
+static int parse_models(svc_config *c, char *err, size_t errlen) {
+    const char *v = svc_config_get(c, "model");
+    int rc;
+    for (const char *p = v; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        char line[4096];
+        if (n >= sizeof line) {
+            snprintf(err, errlen, "model: a value longer than %zu bytes", sizeof line - 1);
+            return CK_EINVAL;
+        }
+        memcpy(line, p, n);
+        line[n] = 0;
+        if (c->n_models == SVC_CONFIG_MAX_MODELS) {
+            snprintf(err, errlen, "model: more than %d models", SVC_CONFIG_MAX_MODELS);
+            return CK_EINVAL;
+        }
+        svc_model_spec *m = &c->models[c->n_models++];
+        if ((rc = parse_model(m, line, err, errlen))) return rc;
+        if (m->name && find_model(c, m->name, strlen(m->name)) != c->n_models - 1) {
+            snprintf(err, errlen, "model: the name %s is given twice", m->name);
+            return CK_EINVAL;
+        }
+        p += n;
+        if (*p) p++;
+    }
+    for (int i = 0; c->n_models > 1 && i < c->n_models; i++)
+        if (!c->models[i].name) {
+            snprintf(err, errlen, "model: with several models each needs a name (NAME=PATH): '%s' has none",
+                     c->models[i].path);
+            return CK_EINVAL;
+        }
+    if (c->n_models && c->models[0].name && c->model_name) {
+        snprintf(err, errlen,
+                 "model_name: only for a single unnamed model (named models are called by their names)");
+        return CK_EINVAL;
+    }
+    if (c->n_models) c->model = c->models[0].path;
+    if (!strcmp(c->route, "cascade")) {
+        c->route_cascade = 1;
+        const char *rm = c->route_models ? c->route_models : "", *comma = strchr(rm, ',');
+        int a = comma ? find_model(c, rm, (size_t)(comma - rm)) : -1;
+        int b = comma ? find_model(c, comma + 1, strlen(comma + 1)) : -1;
+        if (a < 0 || b < 0 || a == b) {
+            snprintf(err, errlen, "route_models: '%s' must name two of the models (SMALL,LARGE)", rm);
+            return CK_EINVAL;
+        }
+        c->route_small = a;
+        c->route_large = b;
+        svc_route_rule r;
+        if ((rc = svc_route_parse(c->route_rule, &r, err, errlen))) return rc;
+    } else if (strcmp(c->route, "off")) {
+        snprintf(err, errlen, "route: '%s' is not off or cascade", c->route);
+        return CK_EINVAL;
+    } else if (c->route_models) {
+        snprintf(err, errlen, "route_models is set but route is off (set route=cascade)");
+        return CK_EINVAL;
+    }
+    if (c->default_model) {
+        int ok = !strcmp(c->default_model, "auto")
+                     ? c->route_cascade
+                     : find_model(c, c->default_model, strlen(c->default_model)) >= 0;
+        if (!ok) {
+            snprintf(err, errlen, "default_model: '%s' is not %s", c->default_model,
+                     !strcmp(c->default_model, "auto") ? "available without route=cascade"
+                                                       : "one of the models' names");
+            return CK_EINVAL;
+        }
+    }
+    return 0;
+}
+
 int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     int rc = 0;
@@ -365,6 +541,7 @@ int svc_config_load(svc_config *c, int argc, char **argv, char *err, size_t errl
         snprintf(err, errlen, "tuning: '%s' is not off or adaptive", c->tuning);
         return CK_EINVAL;
     }
+    if ((rc = parse_models(c, err, errlen))) return rc;
     c->argc = argc;
     c->argv = argv;
     return 0;
@@ -376,6 +553,12 @@ int svc_config_tuning(const svc_config *c) {
 }
 
 void svc_config_free(svc_config *c) {
+    for (int i = 0; i < c->n_models; i++) {
+        free(c->models[i].name);
+        free(c->models[i].path);
+        free(c->models[i].tokenizer);
+        free(c->models[i].chat_template);
+    }
     for (int i = 0; i < c->n_kv; i++) {
         free(c->kv[i].key);
         free(c->kv[i].value);
@@ -413,7 +596,17 @@ void svc_config_print(const svc_config *c, FILE *f) {
     qsort(s, (size_t)c->n_kv, sizeof *s, cmp_kv);
     for (int i = 0; i < c->n_kv; i++) {
         if (!strcmp(s[i].key, "print_config")) continue;
-        fprintf(f, "%s=%s\n", s[i].key, svc_config_is_secret(s[i].key) ? "*****" : s[i].value);
+        if (svc_config_is_secret(s[i].key)) {
+            fprintf(f, "%s=*****\n", s[i].key);
+            continue;
+        }
+        /* a list key: one line for each of its values, as the file takes it */
+        for (const char *v = s[i].value;;) {
+            size_t n = strcspn(v, "\n");
+            fprintf(f, "%s=%.*s\n", s[i].key, (int)n, v);
+            if (!v[n]) break;
+            v += n + 1;
+        }
     }
     free(s);
 }

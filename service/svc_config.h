@@ -30,6 +30,18 @@ typedef struct svc_kv {
 
 enum { SVC_SRC_DEFAULT = 0, SVC_SRC_FILE, SVC_SRC_ENV, SVC_SRC_FLAG };
 
+/* One model of `model` (a key that may be given more than once in the file
+ * and among the flags: NAME=PATH[,tokenizer=T][,chat_template=J][,kv_budget_mb=N];
+ * or a single PATH, unnamed, as before). Strings owned by the svc_config. */
+#define SVC_CONFIG_MAX_MODELS 8
+typedef struct svc_model_spec {
+    char *name; /* NULL: the single unnamed model (model_name, or the model's own) */
+    char *path;
+    char *tokenizer;     /* NULL: the `tokenizer` key */
+    char *chat_template; /* NULL: the `chat_template` key */
+    long kv_budget_mb;   /* 0: the `kv_budget_mb` key */
+} svc_model_spec;
+
 typedef struct svc_config {
     /* engine */
     const char *model, *tokenizer, *backend, *model_name, *policy;
@@ -40,6 +52,13 @@ typedef struct svc_config {
     long kv_budget_mb;
     int max_context;    /* tokens a sequence may hold (0 = the model's, capped: engine.h) */
     long max_memory_mb; /* refuse a model whose memory plan exceeds this (0 = no limit) */
+    /* several models (svc_models.h): `model` parsed; the cascade */
+    svc_model_spec models[SVC_CONFIG_MAX_MODELS];
+    int n_models;
+    const char *default_model;                   /* a name, or "auto"; NULL = the first model */
+    const char *route, *route_models;            /* "off" | "cascade"; "SMALL,LARGE" */
+    const char *route_rule;                      /* svc_route.h's grammar */
+    int route_cascade, route_small, route_large; /* resolved: indices into models */
     /* kafka */
     const char *brokers, *group, *topic_jobs, *topic_results, *topic_metrics, *topic_dlq;
     int kafka_embedded, embedded_partitions;

@@ -50,10 +50,18 @@ void svc_work_clear(svc_work *w) {
     free(w->text);
     free(w->trace);
     free(w->trace_ids);
+    free(w->accepted);
+    free(w->accepted_trace);
+    free(w->route_st);
+    w->route_st = NULL;
+    w->route = NULL;
     w->text = NULL;
     w->trace = NULL;
     w->trace_ids = NULL;
     w->n_trace = 0;
+    w->accepted = NULL;
+    w->accepted_trace = NULL;
+    w->n_accepted = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -144,11 +152,18 @@ static void start_work(svc_et *t, svc_work *w) {
     r.template_name = j->template_name;
     r.prefill_only = j->prefill_only;
     r.save_template = j->save_template;
+    r.resume_tokens = w->resume;
+    r.n_resume = w->n_resume;
+    w->escalate_at = -1;
+    if (w->route) svc_route_begin(w->route_st);
     uint64_t id;
     char err[256] = "";
     int reason = ENG_REJECT_NONE;
     int rc = eng_submit_why(t->e, &r, &id, &reason, err, sizeof err);
-    if (!rc) return;
+    if (!rc) {
+        w->eng_id = id;
+        return;
+    }
     if (reason == ENG_REJECT_QUEUE_FULL) { /* submit again after the next step */
         w->next = t->pending;
         t->pending = w;
@@ -160,7 +175,31 @@ static void start_work(svc_et *t, svc_work *w) {
     fail(t, w, rm->jerr, msg);
 }
 
+/* The cascade's rule moved the job: its cancelled run's first accepted
+ * tokens (and their confidence when asked) go back to the loop, which
+ * continues the job on the large model (svc_models.c). */
+static void escalated(svc_et *t, svc_work *w, const eng_result *r) {
+    int n = w->escalate_at < r->n_tokens ? w->escalate_at : r->n_tokens;
+    w->status = SVC_WORK_ESCALATE;
+    w->n_accepted = 0;
+    if (n > 0) {
+        w->accepted = malloc((size_t)n * sizeof *w->accepted);
+        if (r->trace) w->accepted_trace = malloc((size_t)n * sizeof *w->accepted_trace);
+        if (!w->accepted || (r->trace && !w->accepted_trace)) {
+            w->status = SVC_WORK_ERROR;
+            w->err_code = SVC_JERR_ENGINE_ERROR;
+            snprintf(w->err_msg, sizeof w->err_msg, "out of memory moving the job to the large model");
+        } else {
+            memcpy(w->accepted, r->tokens, (size_t)n * sizeof *w->accepted);
+            if (r->trace) memcpy(w->accepted_trace, r->trace, (size_t)n * sizeof *w->accepted_trace);
+            w->n_accepted = n;
+        }
+    }
+    complete(t, w);
+}
+
 static void finished(svc_et *t, svc_work *w, const eng_result *r) {
+    if (w->escalate_at >= 0 && r->finish == ENG_FINISH_CANCELLED) return escalated(t, w, r);
     int64_t now = eng_now_ms();
     double handoff = 0; /* loop -> engine: counted in the job's queue time */
     w->finish = r->finish;
@@ -269,6 +308,11 @@ static void *thread_main(void *arg) {
     if (rc) return NULL;
 
     eng_event *ev = malloc(MAX_EVENTS * sizeof *ev);
+    svc_work **cancel = malloc(MAX_EVENTS * sizeof *cancel);
+    if (!cancel) {
+        free(ev);
+        ev = NULL;
+    }
     for (;;) {
         pthread_mutex_lock(&t->mu);
         while (!t->stop && !t->in_head && !t->pending && !t->reload_req && eng_idle(t->e) &&
@@ -345,9 +389,27 @@ static void *thread_main(void *arg) {
                 break;
             }
         }
+        /* The cascade: a work on its small model feeds the rule with each
+         * token; when it says move, the request is cancelled after this
+         * loop (an eng_cancel would end the events' pointers' life), and
+         * its FINISHED (cancelled) event hands it back as ESCALATE. */
+        int n_cancel = 0;
         for (int i = 0; i < n; i++) {
             svc_work *w = (svc_work *)(uintptr_t)ev[i].user_tag;
             if (!w) continue;
+            if (ev[i].type == ENG_EV_TOKEN && w->route && w->escalate_at < 0 &&
+                svc_route_feed(w->route, w->route_st, ev[i].conf.entropy, ev[i].conf.gap, ev[i].conf.pmax)) {
+                w->escalate_at = svc_route_accepted(w->route, w->route_st);
+                cancel[n_cancel++] = w;
+            }
+            if (ev[i].type != ENG_EV_TOKEN && w->escalate_at >= 0 &&
+                !(ev[i].type == ENG_EV_FINISHED && ev[i].result &&
+                  ev[i].result->finish == ENG_FINISH_CANCELLED)) {
+                /* it ended by itself in the step the rule fired: kept */
+                for (int k = 0; k < n_cancel; k++)
+                    if (cancel[k] == w) cancel[k] = cancel[--n_cancel];
+                w->escalate_at = -1;
+            }
             if (ev[i].type == ENG_EV_FINISHED && ev[i].result) {
                 finished(t, w, ev[i].result);
             } else if (ev[i].type == ENG_EV_ERROR) {
@@ -357,6 +419,10 @@ static void *thread_main(void *arg) {
                 fail(t, w, reject_of(ev[i].reason)->jerr, msg);
             }
         }
+        /* CK_ENOTFOUND: it finished in this step (its FINISHED came above,
+         * as a job kept on the small model). */
+        for (int i = 0; i < n_cancel; i++)
+            if (eng_cancel(t->e, cancel[i]->eng_id)) cancel[i]->escalate_at = -1;
         eng_tune_move mv[16];
         int nm = eng_take_tune_moves(t->e, mv, 16);
         for (int i = 0; i < nm; i++)
@@ -370,6 +436,7 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&t->mu);
     }
     free(ev);
+    free(cancel);
     return NULL;
 }
 

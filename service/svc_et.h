@@ -25,8 +25,12 @@
 #include "engine.h"
 #include "svc_job.h"
 #include "svc_metrics.h"
+#include "svc_route.h"
 
-enum { SVC_WORK_OK = 0, SVC_WORK_ERROR = 1, SVC_WORK_EXPIRED = 2 };
+/* SVC_WORK_ESCALATE: the cascade's rule moved the job off this (small)
+ * model; `accepted` holds the tokens the next model continues after. Only
+ * for works with a route rule; svc_models handles it, never the service. */
+enum { SVC_WORK_OK = 0, SVC_WORK_ERROR = 1, SVC_WORK_EXPIRED = 2, SVC_WORK_ESCALATE = 3 };
 
 typedef struct svc_work {
     struct svc_work *next; /* queue link (owned by whichever queue holds it) */
@@ -37,6 +41,13 @@ typedef struct svc_work {
     void *ud;                             /* the loop's */
     void (*own_done)(struct svc_work *w); /* the loop's: when set, its done_cb hands the work
                                     here (the service's own works: template prewarms) */
+    /* the cascade (svc_models.h): set by the loop before submit */
+    const svc_route_rule *route; /* feed the rule with every token (NULL = no cascade here) */
+    svc_route_state *route_st;   /* its state (malloc'd by svc_models with the rule route points
+                                    to: one block, freed by svc_work_clear) */
+    const int32_t *resume;       /* (n_resume) the completion begins with these (eng_request) */
+    int n_resume;
+    int model_ix; /* the model (svc_models) the work is on */
     /* out (set by the engine thread) */
     int status;   /* SVC_WORK_* */
     int err_code; /* SVC_JERR_* when status is ERROR */
@@ -54,9 +65,18 @@ typedef struct svc_work {
     int32_t *trace_ids; /* (n_trace), when the job asked for confidence */
     samp_conf *trace;   /* (n_trace) */
     int n_trace;
+    /* the cascade, out: ESCALATE's accepted tokens (malloc'd, with their
+     * trace when the job asked for confidence); the route a result reports */
+    int32_t *accepted;
+    samp_conf *accepted_trace;
+    int n_accepted;
+    int escalate_at;         /* engine thread: the rule fired with this many accepted (-1: not) */
+    uint64_t eng_id;         /* engine thread: the request's id in its engine */
+    const char *route_model; /* the model that produced the result (svc_models' name) */
+    int escalated, at_token; /* moved by the cascade; the small model's tokens kept */
 } svc_work;
 
-/* Free what the engine thread allocated in a work (text, trace). */
+/* Free what the engine thread allocated in a work (text, trace, accepted). */
 void svc_work_clear(svc_work *w);
 
 typedef struct svc_et_opts {
@@ -85,6 +105,7 @@ int svc_et_ctx(const svc_et *t);
 /* The memory plan the engine was built by (valid once loaded). */
 const eng_memory *svc_et_memory(const svc_et *t);
 const char *svc_et_model_name(const svc_et *t);
+/* Engine stats are read under a lock; these are fixed at load. */
 /* The model's prompt format: architecture, tokenizer model + pre, chat
  * template source and hash (valid once loaded; NULL before). */
 const eng_prompt_format *svc_et_chat_info(const svc_et *t);

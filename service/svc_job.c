@@ -581,11 +581,20 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
     if ((rc = get_str(o, "model", SVC_JOB_STR_MAX, &job->model, e))) return rc;
     if (job->model && lim->model_names[0]) {
         int ok = 0;
-        for (int i = 0; i < 4 && lim->model_names[i]; i++) ok |= !strcmp(job->model, lim->model_names[i]);
-        if (!ok)
+        for (int i = 0; i < SVC_JOB_MAX_NAMES && lim->model_names[i]; i++)
+            ok |= !strcmp(job->model, lim->model_names[i]);
+        if (!ok) {
+            char served[200];
+            size_t n = 0;
+            served[0] = 0;
+            for (int i = 0; i < SVC_JOB_MAX_NAMES && lim->model_names[i] && n < sizeof served - 1; i++) {
+                int k =
+                    snprintf(served + n, sizeof served - n, "%s'%.40s'", i ? ", " : "", lim->model_names[i]);
+                n = k < 0 ? n : n + (size_t)k < sizeof served ? n + (size_t)k : sizeof served - 1;
+            }
             return fail(e, SVC_JERR_UNKNOWN_MODEL,
-                        "model '%.64s' is not served here (this instance serves '%.64s')", job->model,
-                        lim->model_names[0]);
+                        "model '%.64s' is not served here (this instance serves %s)", job->model, served);
+        }
     }
     cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");

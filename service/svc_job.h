@@ -84,13 +84,16 @@ typedef struct svc_job_error {
     char message[256];
 } svc_job_error;
 
+#define SVC_JOB_MAX_NAMES 32 /* model names (svc_models: 3 for each of 8 models, and auto) */
+
 typedef struct svc_job_limits {
     size_t max_message_bytes;
     int max_tokens_cap;
-    int default_max_tokens;     /* 0: filled by the engine thread from the context */
-    int vocab_size;             /* token ids must be below it */
-    int max_prompt_tokens;      /* most ids in `tokens`; 0 (or over it): SVC_JOB_TOKENS_MAX */
-    const char *model_names[4]; /* names a job's `model` may take (NULL-terminated) */
+    int default_max_tokens;                     /* 0: filled by the engine thread from the context */
+    int vocab_size;                             /* token ids must be below it */
+    int max_prompt_tokens;                      /* most ids in `tokens`; 0 (or over it): SVC_JOB_TOKENS_MAX */
+    const char *model_names[SVC_JOB_MAX_NAMES]; /* names a job's `model` may take (NULL-terminated;
+                                                   all NULL: any) */
 } svc_job_limits;
 
 typedef struct svc_job {

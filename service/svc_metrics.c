@@ -2,6 +2,7 @@
 #include "svc_metrics.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -69,13 +70,357 @@ static void one(FILE *f, const char *name, const char *type, const char *help, d
     fprintf(f, "%s %.17g\n", name, v);
 }
 
+/* ------------------------------------------------- per-model series */
+
+/* A label value as Prometheus takes it (no quote, backslash or newline). */
+static void label(FILE *f, const char *s) {
+    for (; s && *s; s++)
+        if (*s != '"' && *s != '\\' && *s != '\n') fputc(*s, f);
+}
+
+enum { K_INT, K_U64, K_SIZE, K_DBL };
+#define ES(field, kind) \
+    { offsetof(eng_stats, field), kind }
+
+static double field_of(const eng_stats *e, size_t off, int kind) {
+    const char *p = (const char *)e + off;
+    int i;
+    uint64_t u;
+    size_t z;
+    double d;
+    switch (kind) {
+    case K_INT: memcpy(&i, p, sizeof i); return i;
+    case K_U64: memcpy(&u, p, sizeof u); return (double)u;
+    case K_SIZE: memcpy(&z, p, sizeof z); return (double)z;
+    default: memcpy(&d, p, sizeof d); return d;
+    }
+}
+
+/* One engine family: a sample per loaded model, {model="..."} first, then
+ * the family's own label (lkey=lval[i]) when it has one. scale multiplies. */
+typedef struct efield {
+    size_t off; /* in eng_stats */
+    int kind;   /* K_* */
+} efield;
+typedef struct efam {
+    const char *name, *type, *help, *lkey;
+    int n; /* samples per model: 1, or the number of lval/field pairs */
+    const char *lval[4];
+    efield fld[4];
+    double scale;
+} efam;
+
+static void engine_family(const svc_metrics_view *v, FILE *f, const efam *fm) {
+    head(f, fm->name, fm->type, fm->help);
+    for (int mi = 0; mi < v->n_models; mi++) {
+        const eng_stats *e = v->models[mi].eng;
+        if (!e) continue;
+        for (int i = 0; i < fm->n; i++) {
+            fprintf(f, "%s{model=\"", fm->name);
+            label(f, v->models[mi].name);
+            if (fm->lkey) fprintf(f, "\",%s=\"%s", fm->lkey, fm->lval[i]);
+            fprintf(f, "\"} %.17g\n",
+                    field_of(e, fm->fld[i].off, fm->fld[i].kind) * (fm->scale ? fm->scale : 1));
+        }
+    }
+}
+
+static void model_hist(FILE *f, const char *name, const char *help, const svc_metrics_view *v) {
+    head(f, name, "histogram", help);
+    for (int mi = 0; mi < v->n_models; mi++) {
+        const svc_hist *h = v->models[mi].batch;
+        if (!h) continue;
+        uint64_t c = 0;
+        for (int i = 0; i <= h->n; i++) {
+            c += h->count[i];
+            fprintf(f, "%s_bucket{model=\"", name);
+            label(f, v->models[mi].name);
+            if (i < h->n)
+                fprintf(f, "\",le=\"%g\"} %llu\n", h->le[i], (unsigned long long)c);
+            else
+                fprintf(f, "\",le=\"+Inf\"} %llu\n", (unsigned long long)c);
+        }
+        fprintf(f, "%s_sum{model=\"", name);
+        label(f, v->models[mi].name);
+        fprintf(f, "\"} %.9g\n%s_count{model=\"", h->sum, name);
+        label(f, v->models[mi].name);
+        fprintf(f, "\"} %llu\n", (unsigned long long)h->total);
+    }
+}
+
+/* Every figure of an engine, one family each, a sample per model. */
+static void engine_series(const svc_metrics_view *v, FILE *f) {
+    static const efam fams[] = {
+        {"confkv_engine_running", "gauge", "Sequences decoding.", NULL, 1, {0}, {ES(running, K_INT)}, 0},
+        {"confkv_engine_waiting",
+         "gauge",
+         "Requests waiting in the engine.",
+         NULL,
+         1,
+         {0},
+         {ES(waiting, K_INT)},
+         0},
+        {"confkv_engine_steps_total", "counter", "Engine steps run.", NULL, 1, {0}, {ES(steps, K_U64)}, 0},
+        {"confkv_preemptions_total",
+         "counter",
+         "Sequences preempted under memory pressure.",
+         NULL,
+         1,
+         {0},
+         {ES(preemptions, K_U64)},
+         0},
+        {"confkv_engine_step_seconds_total",
+         "counter",
+         "Time spent in engine steps.",
+         NULL,
+         1,
+         {0},
+         {ES(step_ms_total, K_DBL)},
+         1e-3},
+        {"confkv_kv_bytes",
+         "gauge",
+         "KV bytes in use, by tier.",
+         "tier",
+         3,
+         {"hot", "warm", "int8"},
+         {ES(hot_bytes, K_SIZE), ES(warm_bytes, K_SIZE), ES(int8_bytes, K_SIZE)},
+         0},
+        {"confkv_kv_hot_capacity_bytes",
+         "gauge",
+         "Hot KV pool size.",
+         NULL,
+         1,
+         {0},
+         {ES(hot_capacity_bytes, K_SIZE)},
+         0},
+        {"confkv_kv_capacity_bytes",
+         "gauge",
+         "KV memory each tier is sized for (warm: host, int8).",
+         "tier",
+         2,
+         {"hot", "warm"},
+         {ES(hot_capacity_bytes, K_SIZE), ES(warm_capacity_bytes, K_SIZE)},
+         0},
+        {"confkv_kv_window_changes_total",
+         "counter",
+         "CONF-KV hot window moves, by direction.",
+         "direction",
+         2,
+         {"grow", "shrink"},
+         {ES(window_grows, K_U64), ES(window_shrinks, K_U64)},
+         0},
+        {"confkv_kv_breaker_trips_total",
+         "counter",
+         "Times a sequence's circuit breaker engaged (hot pool past breaker_threshold).",
+         NULL,
+         1,
+         {0},
+         {ES(breaker_trips, K_U64)},
+         0},
+        {"confkv_kv_breaker_engaged",
+         "gauge",
+         "Running sequences held at their minimum budget by the breaker.",
+         NULL,
+         1,
+         {0},
+         {ES(breaker_engaged, K_INT)},
+         0},
+        {"confkv_kv_reruns_total",
+         "counter",
+         "Uncertain steps rerun with recalled blocks.",
+         NULL,
+         1,
+         {0},
+         {ES(reruns, K_U64)},
+         0},
+        {"confkv_policy_threshold",
+         "gauge",
+         "The default policy's thresholds now (tuned under tuning=adaptive).",
+         "param",
+         3,
+         {"entropy_threshold", "prob_gap_threshold", "max_prob_threshold"},
+         {ES(threshold_entropy, K_DBL), ES(threshold_gap, K_DBL), ES(threshold_pmax, K_DBL)},
+         0},
+        {"confkv_tuning_windows_total",
+         "counter",
+         "Tuning windows closed.",
+         NULL,
+         1,
+         {0},
+         {ES(tune_windows, K_U64)},
+         0},
+        {"confkv_tuning_moves_total",
+         "counter",
+         "Threshold moves made by the tuner.",
+         NULL,
+         1,
+         {0},
+         {ES(tune_moves, K_U64)},
+         0},
+        {"confkv_kv_spills_total",
+         "counter",
+         "KV blocks written from the warm tier to the cold tier.",
+         NULL,
+         1,
+         {0},
+         {ES(cold_spills, K_U64)},
+         0},
+        {"confkv_kv_cold_fetches_total",
+         "counter",
+         "KV blocks fetched back from the cold tier, by result.",
+         "result",
+         2,
+         {"hit", "miss"},
+         {ES(cold_fetch_hits, K_U64), ES(cold_fetch_misses, K_U64)},
+         0},
+        {"confkv_kv_integrity_failures_total",
+         "counter",
+         "Cold KV blocks refused on reload (checksum, model fingerprint or shape mismatch).",
+         NULL,
+         1,
+         {0},
+         {ES(integrity_failures, K_U64)},
+         0},
+        /* Hit rates per tier (engine.h, eng_stats): hot = blocks a decode
+         * step found hot among those written; warm/cold/template = prompt
+         * blocks found in the prefix cache, fetched from Redis, or pinned. */
+        {"confkv_cache_lookups_total",
+         "counter",
+         "KV block lookups, by tier.",
+         "tier",
+         2,
+         {"hot", "prefix"},
+         {ES(hot_lookups, K_U64), ES(prefix_lookups, K_U64)},
+         0},
+        {"confkv_cache_hits_total",
+         "counter",
+         "KV block lookups served, by tier.",
+         "tier",
+         4,
+         {"hot", "warm", "cold", "template"},
+         {ES(hot_hits, K_U64), ES(prefix_hits_warm, K_U64), ES(prefix_hits_cold, K_U64),
+          ES(prefix_hits_template, K_U64)},
+         0},
+        {"confkv_prefix_cache_bytes",
+         "gauge",
+         "Host memory holding prefix KV blocks.",
+         NULL,
+         1,
+         {0},
+         {ES(prefix_bytes, K_SIZE)},
+         0},
+        {"confkv_prefix_pinned_blocks",
+         "gauge",
+         "Prefix blocks pinned (templates).",
+         NULL,
+         1,
+         {0},
+         {ES(prefix_pinned, K_INT)},
+         0},
+        {"confkv_prefix_promotions_total",
+         "counter",
+         "Prefix blocks promoted to templates by use.",
+         NULL,
+         1,
+         {0},
+         {ES(prefix_promotions, K_U64)},
+         0},
+        {"confkv_prefix_persisted_total",
+         "counter",
+         "Prefix blocks written to the cold tier.",
+         NULL,
+         1,
+         {0},
+         {ES(prefix_persisted, K_U64)},
+         0},
+        {"confkv_sessions_total",
+         "counter",
+         "Session events.",
+         "event",
+         4,
+         {"saved", "resumed", "fetched", "missed"},
+         {ES(sessions_saved, K_U64), ES(sessions_resumed, K_U64), ES(sessions_fetched, K_U64),
+          ES(session_misses, K_U64)},
+         0},
+        {"confkv_templates_total",
+         "counter",
+         "Template records, by event.",
+         "event",
+         3,
+         {"fetched", "missed", "saved"},
+         {ES(template_fetches, K_U64), ES(template_misses, K_U64), ES(template_saves, K_U64)},
+         0},
+        {"confkv_cached_tokens_total",
+         "counter",
+         "Prompt tokens whose KV was copied, not computed.",
+         NULL,
+         1,
+         {0},
+         {ES(cached_tokens, K_U64)},
+         0},
+    };
+    head(f, "confkv_model_info", "gauge", "The models this instance serves (value 1), loaded or not.");
+    for (int mi = 0; mi < v->n_models; mi++) {
+        fprintf(f, "confkv_model_info{model=\"");
+        label(f, v->models[mi].name);
+        fprintf(f, "\",loaded=\"%s\"} 1\n", v->models[mi].loaded ? "true" : "false");
+    }
+    head(f, "confkv_model_results_total", "counter", "Results produced, by the model that produced them.");
+    for (int mi = 0; mi < v->n_models; mi++) {
+        fprintf(f, "confkv_model_results_total{model=\"");
+        label(f, v->models[mi].name);
+        fprintf(f, "\"} %llu\n", (unsigned long long)v->models[mi].results);
+    }
+    if (v->route) {
+        head(f, "confkv_route_jobs_total", "counter",
+             "Cascade (model auto) jobs, by outcome: kept on the small model or escalated to the large one.");
+        for (int mi = v->route_small; mi == v->route_small && mi < v->n_models; mi++) {
+            const svc_metrics_model *mm = &v->models[mi];
+            fprintf(f, "confkv_route_jobs_total{model=\"");
+            label(f, mm->name);
+            fprintf(f, "\",outcome=\"kept\"} %llu\nconfkv_route_jobs_total{model=\"",
+                    (unsigned long long)mm->kept);
+            label(f, mm->name);
+            fprintf(f, "\",outcome=\"escalated\"} %llu\n", (unsigned long long)mm->escalated);
+        }
+    }
+    model_hist(f, "confkv_batch_sequences", "Sequences in each engine step.", v);
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) engine_family(v, f, &fams[i]);
+    head(f, "confkv_cache_hit_ratio", "gauge",
+         "Hits over lookups, by tier (prefix tiers over prefix lookups).");
+    for (int mi = 0; mi < v->n_models; mi++) {
+        const eng_stats *e = v->models[mi].eng;
+        if (!e) continue;
+        double pl = e->prefix_lookups ? (double)e->prefix_lookups : 1;
+        const char *tier[4] = {"hot", "warm", "cold", "template"};
+        double r[4] = {e->hot_lookups ? (double)e->hot_hits / (double)e->hot_lookups : 0,
+                       (double)e->prefix_hits_warm / pl, (double)e->prefix_hits_cold / pl,
+                       (double)e->prefix_hits_template / pl};
+        for (int i = 0; i < 4; i++) {
+            fprintf(f, "confkv_cache_hit_ratio{model=\"");
+            label(f, v->models[mi].name);
+            fprintf(f, "\",tier=\"%s\"} %.6f\n", tier[i], r[i]);
+        }
+    }
+    head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
+    for (int mi = 0; mi < v->n_models; mi++) {
+        const eng_stats *e = v->models[mi].eng;
+        if (!e) continue;
+        for (int i = 0; i < 2; i++) {
+            fprintf(f, "confkv_kv_blocks{model=\"");
+            label(f, v->models[mi].name);
+            fprintf(f, "\",tier=\"hot\",state=\"%s\"} %d\n", i ? "total" : "used",
+                    i ? e->hot_blocks : e->hot_blocks_used);
+        }
+    }
+}
+
 void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     const svc_metrics *m = v->m;
     static const char *st[] = {"ok", "error", "expired"};
     head(f, "confkv_build_info", "gauge", "Build and model of this instance (value 1).");
     fprintf(f, "confkv_build_info{version=\"%s\",model=\"", CONFKV_VERSION);
-    for (const char *p = v->model ? v->model : ""; *p; p++)
-        if (*p != '"' && *p != '\\' && *p != '\n') fputc(*p, f);
+    label(f, v->n_models ? v->models[0].name : "");
     fprintf(f, "\"} 1\n");
     one(f, "confkv_up_seconds", "gauge", "Seconds since the process started.", v->uptime_s);
     one(f, "confkv_ready", "gauge", "1 when the model is loaded and Kafka connected.", v->ready);
@@ -116,113 +461,7 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
             "confkv_kv_moves_total{kind=\"recall\"} %llu\nconfkv_kv_moves_total{kind=\"demotion\"} %llu\n"
             "confkv_kv_moves_total{kind=\"spill\"} %llu\n",
             (unsigned long long)m->recalls, (unsigned long long)m->demotions, (unsigned long long)m->spills);
-    if (v->batch) hist(f, "confkv_batch_sequences", "Sequences in each engine step.", v->batch);
-    if (v->eng) {
-        const eng_stats *e = v->eng;
-        one(f, "confkv_engine_running", "gauge", "Sequences decoding.", e->running);
-        one(f, "confkv_engine_waiting", "gauge", "Requests waiting in the engine.", e->waiting);
-        one(f, "confkv_engine_steps_total", "counter", "Engine steps run.", (double)e->steps);
-        one(f, "confkv_preemptions_total", "counter", "Sequences preempted under memory pressure.",
-            (double)e->preemptions);
-        one(f, "confkv_engine_step_seconds_total", "counter", "Time spent in engine steps.",
-            e->step_ms_total / 1e3);
-        head(f, "confkv_kv_bytes", "gauge", "KV bytes in use, by tier.");
-        fprintf(f,
-                "confkv_kv_bytes{tier=\"hot\"} %zu\nconfkv_kv_bytes{tier=\"warm\"} %zu\n"
-                "confkv_kv_bytes{tier=\"int8\"} %zu\n",
-                e->hot_bytes, e->warm_bytes, e->int8_bytes);
-        one(f, "confkv_kv_hot_capacity_bytes", "gauge", "Hot KV pool size.", (double)e->hot_capacity_bytes);
-        head(f, "confkv_kv_capacity_bytes", "gauge", "KV memory each tier is sized for (warm: host, int8).");
-        fprintf(f,
-                "confkv_kv_capacity_bytes{tier=\"hot\"} %zu\nconfkv_kv_capacity_bytes{tier=\"warm\"} %zu\n",
-                e->hot_capacity_bytes, e->warm_capacity_bytes);
-        head(f, "confkv_kv_window_changes_total", "counter", "CONF-KV hot window moves, by direction.");
-        fprintf(f,
-                "confkv_kv_window_changes_total{direction=\"grow\"} %llu\n"
-                "confkv_kv_window_changes_total{direction=\"shrink\"} %llu\n",
-                (unsigned long long)e->window_grows, (unsigned long long)e->window_shrinks);
-        one(f, "confkv_kv_breaker_trips_total", "counter",
-            "Times a sequence's circuit breaker engaged (hot pool past breaker_threshold).",
-            (double)e->breaker_trips);
-        one(f, "confkv_kv_breaker_engaged", "gauge",
-            "Running sequences held at their minimum budget by the breaker.", e->breaker_engaged);
-        one(f, "confkv_kv_reruns_total", "counter", "Uncertain steps rerun with recalled blocks.",
-            (double)e->reruns);
-        head(f, "confkv_policy_threshold", "gauge",
-             "The default policy's thresholds now (tuned under tuning=adaptive).");
-        fprintf(f,
-                "confkv_policy_threshold{param=\"entropy_threshold\"} %.6g\n"
-                "confkv_policy_threshold{param=\"prob_gap_threshold\"} %.6g\n"
-                "confkv_policy_threshold{param=\"max_prob_threshold\"} %.6g\n",
-                e->threshold_entropy, e->threshold_gap, e->threshold_pmax);
-        one(f, "confkv_tuning_windows_total", "counter", "Tuning windows closed.", (double)e->tune_windows);
-        one(f, "confkv_tuning_moves_total", "counter", "Threshold moves made by the tuner.",
-            (double)e->tune_moves);
-        one(f, "confkv_kv_spills_total", "counter", "KV blocks written from the warm tier to the cold tier.",
-            (double)e->cold_spills);
-        head(f, "confkv_kv_cold_fetches_total", "counter",
-             "KV blocks fetched back from the cold tier, by result.");
-        fprintf(f,
-                "confkv_kv_cold_fetches_total{result=\"hit\"} "
-                "%llu\nconfkv_kv_cold_fetches_total{result=\"miss\"} %llu\n",
-                (unsigned long long)e->cold_fetch_hits, (unsigned long long)e->cold_fetch_misses);
-        one(f, "confkv_kv_integrity_failures_total", "counter",
-            "Cold KV blocks refused on reload (checksum, model fingerprint or shape mismatch).",
-            (double)e->integrity_failures);
-        /* Hit rates per tier (engine.h, eng_stats): hot = blocks a decode
-         * step found hot among those written; warm/cold/template = prompt
-         * blocks found in the prefix cache, fetched from Redis, or pinned. */
-        head(f, "confkv_cache_lookups_total", "counter", "KV block lookups, by tier.");
-        fprintf(f,
-                "confkv_cache_lookups_total{tier=\"hot\"} %llu\nconfkv_cache_lookups_total{tier=\"prefix\"} "
-                "%llu\n",
-                (unsigned long long)e->hot_lookups, (unsigned long long)e->prefix_lookups);
-        head(f, "confkv_cache_hits_total", "counter", "KV block lookups served, by tier.");
-        fprintf(
-            f,
-            "confkv_cache_hits_total{tier=\"hot\"} %llu\nconfkv_cache_hits_total{tier=\"warm\"} %llu\n"
-            "confkv_cache_hits_total{tier=\"cold\"} %llu\nconfkv_cache_hits_total{tier=\"template\"} %llu\n",
-            (unsigned long long)e->hot_hits, (unsigned long long)e->prefix_hits_warm,
-            (unsigned long long)e->prefix_hits_cold, (unsigned long long)e->prefix_hits_template);
-        double pl = e->prefix_lookups ? (double)e->prefix_lookups : 1;
-        head(f, "confkv_cache_hit_ratio", "gauge",
-             "Hits over lookups, by tier (prefix tiers over prefix lookups).");
-        fprintf(
-            f,
-            "confkv_cache_hit_ratio{tier=\"hot\"} %.6f\nconfkv_cache_hit_ratio{tier=\"warm\"} %.6f\n"
-            "confkv_cache_hit_ratio{tier=\"cold\"} %.6f\nconfkv_cache_hit_ratio{tier=\"template\"} %.6f\n",
-            e->hot_lookups ? (double)e->hot_hits / (double)e->hot_lookups : 0,
-            (double)e->prefix_hits_warm / pl, (double)e->prefix_hits_cold / pl,
-            (double)e->prefix_hits_template / pl);
-        one(f, "confkv_prefix_cache_bytes", "gauge", "Host memory holding prefix KV blocks.",
-            (double)e->prefix_bytes);
-        one(f, "confkv_prefix_pinned_blocks", "gauge", "Prefix blocks pinned (templates).", e->prefix_pinned);
-        one(f, "confkv_prefix_promotions_total", "counter", "Prefix blocks promoted to templates by use.",
-            (double)e->prefix_promotions);
-        one(f, "confkv_prefix_persisted_total", "counter", "Prefix blocks written to the cold tier.",
-            (double)e->prefix_persisted);
-        head(f, "confkv_sessions_total", "counter", "Session events.");
-        fprintf(
-            f,
-            "confkv_sessions_total{event=\"saved\"} %llu\nconfkv_sessions_total{event=\"resumed\"} %llu\n"
-            "confkv_sessions_total{event=\"fetched\"} %llu\nconfkv_sessions_total{event=\"missed\"} %llu\n",
-            (unsigned long long)e->sessions_saved, (unsigned long long)e->sessions_resumed,
-            (unsigned long long)e->sessions_fetched, (unsigned long long)e->session_misses);
-        head(f, "confkv_templates_total", "counter", "Template records, by event.");
-        fprintf(
-            f,
-            "confkv_templates_total{event=\"fetched\"} %llu\nconfkv_templates_total{event=\"missed\"} %llu\n"
-            "confkv_templates_total{event=\"saved\"} %llu\n",
-            (unsigned long long)e->template_fetches, (unsigned long long)e->template_misses,
-            (unsigned long long)e->template_saves);
-        one(f, "confkv_cached_tokens_total", "counter", "Prompt tokens whose KV was copied, not computed.",
-            (double)e->cached_tokens);
-        head(f, "confkv_kv_blocks", "gauge", "Hot KV blocks, by state.");
-        fprintf(f,
-                "confkv_kv_blocks{tier=\"hot\",state=\"used\"} "
-                "%d\nconfkv_kv_blocks{tier=\"hot\",state=\"total\"} %d\n",
-                e->hot_blocks_used, e->hot_blocks);
-    }
+    engine_series(v, f);
     const svc_kafka_stats *k = v->kafka;
     one(f, "confkv_kafka_up", "gauge", "1 when a Kafka broker connection is up.", k ? k->up : 0);
     const svc_redis_stats *r = v->redis;
@@ -284,6 +523,37 @@ static void jhist(jw *w, const char *name, const svc_hist *h) {
     jw_obj_end(w);
 }
 
+static void jengine(jw *w, const eng_stats *e) {
+    jw_obj(w);
+    jw_key(w, "running");
+    jw_int(w, e->running);
+    jw_key(w, "waiting");
+    jw_int(w, e->waiting);
+    jw_key(w, "preemptions");
+    jw_int(w, (int64_t)e->preemptions);
+    jw_key(w, "hot_kv_bytes");
+    jw_int(w, (int64_t)e->hot_bytes);
+    jw_key(w, "warm_kv_bytes");
+    jw_int(w, (int64_t)e->warm_bytes);
+    jw_key(w, "window_grows");
+    jw_int(w, (int64_t)e->window_grows);
+    jw_key(w, "window_shrinks");
+    jw_int(w, (int64_t)e->window_shrinks);
+    jw_key(w, "breaker_trips");
+    jw_int(w, (int64_t)e->breaker_trips);
+    /* the default policy's thresholds now: a record is also sent at
+     * once whenever the tuner moves one (svc_service.c, tick_cb) */
+    jw_key(w, "threshold_entropy");
+    jw_num(w, e->threshold_entropy);
+    jw_key(w, "threshold_gap");
+    jw_num(w, e->threshold_gap);
+    jw_key(w, "threshold_pmax");
+    jw_num(w, e->threshold_pmax);
+    jw_key(w, "tune_moves");
+    jw_int(w, (int64_t)e->tune_moves);
+    jw_obj_end(w);
+}
+
 void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
     const svc_metrics *m = v->m;
     jw w;
@@ -336,35 +606,45 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
     jhist(&w, "total", &m->total_s);
     jhist(&w, "inter_token", &m->itl_s);
     jw_obj_end(&w);
-    if (v->eng) {
-        jw_key(&w, "engine");
+    if (v->n_models && v->models[0].eng) {
+        jw_key(&w, "engine"); /* the first model's (as with one model) */
+        jengine(&w, v->models[0].eng);
+    }
+    jw_key(&w, "models");
+    jw_arr(&w);
+    for (int mi = 0; mi < v->n_models; mi++) {
+        const svc_metrics_model *mm = &v->models[mi];
         jw_obj(&w);
-        jw_key(&w, "running");
-        jw_int(&w, v->eng->running);
-        jw_key(&w, "waiting");
-        jw_int(&w, v->eng->waiting);
-        jw_key(&w, "preemptions");
-        jw_int(&w, (int64_t)v->eng->preemptions);
-        jw_key(&w, "hot_kv_bytes");
-        jw_int(&w, (int64_t)v->eng->hot_bytes);
-        jw_key(&w, "warm_kv_bytes");
-        jw_int(&w, (int64_t)v->eng->warm_bytes);
-        jw_key(&w, "window_grows");
-        jw_int(&w, (int64_t)v->eng->window_grows);
-        jw_key(&w, "window_shrinks");
-        jw_int(&w, (int64_t)v->eng->window_shrinks);
-        jw_key(&w, "breaker_trips");
-        jw_int(&w, (int64_t)v->eng->breaker_trips);
-        /* the default policy's thresholds now: a record is also sent at
-         * once whenever the tuner moves one (svc_service.c, tick_cb) */
-        jw_key(&w, "threshold_entropy");
-        jw_num(&w, v->eng->threshold_entropy);
-        jw_key(&w, "threshold_gap");
-        jw_num(&w, v->eng->threshold_gap);
-        jw_key(&w, "threshold_pmax");
-        jw_num(&w, v->eng->threshold_pmax);
-        jw_key(&w, "tune_moves");
-        jw_int(&w, (int64_t)v->eng->tune_moves);
+        jw_key(&w, "name");
+        jw_str(&w, mm->name ? mm->name : "");
+        jw_key(&w, "loaded");
+        jw_bool(&w, mm->loaded);
+        jw_key(&w, "results");
+        jw_int(&w, (int64_t)mm->results);
+        if (v->route) {
+            jw_key(&w, "route_kept");
+            jw_int(&w, (int64_t)mm->kept);
+            jw_key(&w, "route_escalated");
+            jw_int(&w, (int64_t)mm->escalated);
+            jw_key(&w, "route_received");
+            jw_int(&w, (int64_t)mm->received);
+        }
+        if (mm->eng) {
+            jw_key(&w, "engine");
+            jengine(&w, mm->eng);
+        }
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    if (v->route) {
+        jw_key(&w, "route");
+        jw_obj(&w);
+        jw_key(&w, "mode");
+        jw_str(&w, "cascade");
+        jw_key(&w, "models");
+        jw_str(&w, v->route);
+        jw_key(&w, "rule");
+        jw_str(&w, v->route_rule ? v->route_rule : "");
         jw_obj_end(&w);
     }
     if (v->redis) {

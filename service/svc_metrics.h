@@ -47,11 +47,25 @@ void svc_metrics_init(svc_metrics *m);
 /* Histogram bounds for batch sizes (sequences per step). */
 void svc_metrics_batch_hist_init(svc_hist *h);
 
+/* One model's part of a rendering (svc_models.h): its engine's figures
+ * carry a `model` label. */
+typedef struct svc_metrics_model {
+    const char *name;
+    int loaded;
+    const eng_stats *eng;               /* NULL before the model is loaded */
+    const svc_hist *batch;              /* sequences per engine step */
+    uint64_t results;                   /* results it produced */
+    uint64_t escalated, kept, received; /* the cascade: moved off it, kept on it, moved onto it */
+} svc_metrics_model;
+
 /* Everything a rendering shows, gathered by the service. */
 typedef struct svc_metrics_view {
     const svc_metrics *m;
-    const eng_stats *eng;                /* NULL before the model is loaded */
-    const svc_hist *batch;               /* sequences per engine step */
+    const svc_metrics_model *models; /* (n_models); [0] is the first configured */
+    int n_models;
+    const char *route; /* the cascade's "small,large" or NULL; route_rule */
+    const char *route_rule;
+    int route_small;                     /* the cascade's small model (index into models) */
     const svc_kafka_stats *kafka;        /* NULL when not connected */
     const struct svc_redis_stats *redis; /* NULL when no cold tier is configured */
     int ready, model_loaded, inflight, draining;

@@ -105,7 +105,22 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
         cJSON_AddNullToObject(r, "metadata");
     add_str_or_null(r, "session_id", job->session_id);
     add_str_or_null(r, "template", job->template_name);
-    cJSON_AddStringToObject(r, "model", model ? model : "");
+    /* The model that produced it, and how the job got there (svc_models.h):
+     * named, or the cascade's small model, or moved to the large one after
+     * at_token accepted tokens. null: the job never reached a model. */
+    if (w && w->route_model) {
+        cJSON_AddStringToObject(r, "model", w->route_model);
+        cJSON *rt = cJSON_AddObjectToObject(r, "route");
+        cJSON_AddStringToObject(rt, "model", w->route_model);
+        cJSON_AddBoolToObject(rt, "escalated", w->escalated);
+        if (w->escalated)
+            cJSON_AddNumberToObject(rt, "at_token", w->at_token);
+        else
+            cJSON_AddNullToObject(rt, "at_token");
+    } else {
+        cJSON_AddStringToObject(r, "model", model ? model : "");
+        cJSON_AddNullToObject(r, "route");
+    }
     cJSON_AddStringToObject(r, "instance", instance ? instance : "");
     cJSON_AddBoolToObject(r, "redelivered", o && o->redelivered);
     if (o) {

@@ -30,6 +30,16 @@ static int parse_item(svc_route_rule *r, const char *p, size_t n, char *err, siz
     if (!strcmp(item, "never")) return r->never = 1, 0;
     if (!strcmp(item, "at=first")) return r->every = 0, 0;
     if (!strcmp(item, "at=every")) return r->every = 1, 0;
+    if (!strncmp(item, "rewind=", 7)) {
+        char *e;
+        long v = strtol(item + 7, &e, 10);
+        if (e == item + 7 || *e || v < 0 || v > SVC_ROUTE_MAX_WINDOW) {
+            snprintf(err, errlen, "route rule '%s': rewind must be 0..%d", item, SVC_ROUTE_MAX_WINDOW);
+            return CK_EINVAL;
+        }
+        r->rewind = (int)v;
+        return 0;
+    }
     if (!strncmp(item, "tokens=", 7)) {
         char *e;
         long v = strtol(item + 7, &e, 10);
@@ -55,7 +65,7 @@ static int parse_item(svc_route_rule *r, const char *p, size_t n, char *err, siz
     return 0;
 bad:
     snprintf(err, errlen,
-             "route rule item '%s': expected tokens=N, at=first|every, always, never, or "
+             "route rule item '%s': expected tokens=N, at=first|every, rewind=K, always, never, or "
              "{mean|min|max}_{entropy|gap|pmax}{<|>}X",
              item);
     return CK_EINVAL;
@@ -80,6 +90,11 @@ int svc_route_parse(const char *spec, svc_route_rule *r, char *err, size_t errle
         snprintf(err, errlen, "route rule '%s': always and never", spec);
         return CK_EINVAL;
     }
+    if (r->rewind > r->tokens) {
+        snprintf(err, errlen, "route rule '%s': rewind=%d is more than tokens=%d", spec, r->rewind,
+                 r->tokens);
+        return CK_EINVAL;
+    }
     if (!r->always && !r->never && !r->n_cond) {
         snprintf(err, errlen, "route rule '%s': no condition (add one, or always / never)", spec);
         return CK_EINVAL;
@@ -89,6 +104,7 @@ int svc_route_parse(const char *spec, svc_route_rule *r, char *err, size_t errle
 
 void svc_route_name(const svc_route_rule *r, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "tokens=%d,at=%s", r->tokens, r->every ? "every" : "first");
+    if (r->rewind) n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",rewind=%d", r->rewind);
     if (r->always) n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",always");
     if (r->never) n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, ",never");
     for (int i = 0; i < r->n_cond; i++) {
@@ -129,4 +145,9 @@ int svc_route_feed(const svc_route_rule *r, svc_route_state *s, float entropy, f
         if (c->greater ? acc > c->x : acc < c->x) return 1;
     }
     return 0;
+}
+
+int svc_route_accepted(const svc_route_rule *r, const svc_route_state *s) {
+    int a = s->n - r->rewind;
+    return a > 0 ? a : 0;
 }

@@ -16,6 +16,16 @@
  *                       Several conditions: escalate when ANY holds.
  *   always / never      escalate at the decision point whatever the signals
  *                       / never (for tests and A/B runs)
+ *   rewind=K            on escalation, the small model's last K tokens (the
+ *                       uncertain ones the decision looked at) are dropped;
+ *                       0..tokens, default 0 (every token so far is kept)
+ *
+ * What the large model continues from: the prompt and the small model's
+ * first A = n - K generated tokens (n: tokens fed when the rule said move;
+ * svc_route_accepted). Those A tokens stay in the result (their text
+ * first); A is the result's route.at_token. With at=first and
+ * rewind=tokens the large model starts from the prompt alone: its text is
+ * then exactly what the large model alone makes of the job.
  * Example (the default): "tokens=16,mean_entropy>1.5,min_pmax<0.05".
  * A job that ends (EOS, stop, length) before its first decision point stays
  * on the small model.
@@ -42,6 +52,7 @@ typedef struct svc_route_rule {
     int tokens; /* window */
     int every;  /* at=every */
     int always, never;
+    int rewind; /* tokens dropped on escalation (<= tokens) */
     int n_cond;
     svc_route_cond cond[SVC_ROUTE_MAX_COND];
 } svc_route_rule;
@@ -63,5 +74,8 @@ void svc_route_begin(svc_route_state *s);
 /* Feed one generated token's signals. Returns 1 when the job must move now
  * (then the caller moves it and stops feeding), else 0. */
 int svc_route_feed(const svc_route_rule *r, svc_route_state *s, float entropy, float gap, float pmax);
+/* After svc_route_feed said move: the small model's tokens the large one
+ * continues after (tokens fed minus rewind, at least 0). */
+int svc_route_accepted(const svc_route_rule *r, const svc_route_state *s);
 
 #endif

@@ -17,6 +17,7 @@
 #include "svc_kafka.h"
 #include "svc_log.h"
 #include "svc_metrics.h"
+#include "svc_models.h"
 #include "svc_redis.h"
 #include "svc_result.h"
 #include "svc_tpl.h"
@@ -44,7 +45,7 @@ typedef struct svc_service {
     svc_config *cfg;
     svc_broker *broker;
     svc_kafka *kafka;
-    svc_et *et;
+    svc_models *models; /* the engine threads, one a model (svc_models.h) */
     svc_http *http;
     svc_redis *redis; /* cold tier; NULL when not configured */
     svc_tpl *tpl;     /* template usage and prewarm */
@@ -56,7 +57,7 @@ typedef struct svc_service {
     rec *recs;
     int inflight, paused, loaded, assigned_once, ready_written, draining, stopping, exit_code;
     double t_start, t_drain;
-    char instance[128], model_name[64], model_stem[64];
+    char instance[128], model_name[64];
     char bootstrap[256];
     svc_job_limits lim;
 } svc_service;
@@ -395,8 +396,13 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
         r->w.deadline_eng_ms = now + left;
     }
     r->w.job = &r->job;
+    char msg[200];
+    if ((rc = svc_models_submit(s->models, &r->w, msg, sizeof msg))) {
+        send_result(r, NULL, rc == CK_ENOTFOUND ? SVC_JERR_UNKNOWN_MODEL : SVC_JERR_INVALID_FIELD,
+                    rc == CK_ENOTFOUND ? "this service does not serve that model" : msg);
+        return;
+    }
     r->in_engine = 1;
-    svc_et_submit(s->et, &r->w);
 }
 
 static void on_assign(void *ud, int n) {
@@ -417,26 +423,13 @@ static void on_loaded(void *ud, int ok, const char *msg) {
         return;
     }
     s->loaded = 1;
-    snprintf(s->model_name, sizeof s->model_name, "%s",
-             s->cfg->model_name ? s->cfg->model_name : svc_et_model_name(s->et));
-    s->lim.vocab_size = svc_et_vocab(s->et);
-    s->lim.model_names[0] = s->model_name;
-    s->lim.model_names[1] = svc_et_model_name(s->et);
-    /* also the file name without its extension ("stories260K") */
-    snprintf(s->model_stem, sizeof s->model_stem, "%s", svc_et_model_name(s->et));
-    char *dot = strrchr(s->model_stem, '.');
-    if (dot && dot != s->model_stem) *dot = 0;
-    s->lim.model_names[2] = s->model_stem;
-    svc_log(SVC_LOG_INFO, "model_loaded", "model=%s vocab=%d context=%d", s->model_name, s->lim.vocab_size,
-            svc_et_ctx(s->et));
-    const eng_memory *mp = svc_et_memory(s->et);
-    char plan[400];
-    eng_memory_describe(mp, plan, sizeof plan);
-    svc_log(SVC_LOG_INFO, "memory_plan",
-            "total=%zu weights=%zu kv=%zu kv8=%zu warm=%zu prefix=%zu batch=%zu engine=%zu scratch=%zu "
-            "threads=%d context=%d max_memory_mb=%zu summary=\"%s\"",
-            mp->total, mp->be.weights, mp->be.kv, mp->be.kv8, mp->warm, mp->prefix, mp->be.activations,
-            mp->host, mp->be.scratch, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
+    /* svc_models logged each model and its plan. The first model's name
+     * stands for the instance where one name is asked (build_info, the
+     * ready line, results of jobs that never reached a model). */
+    snprintf(s->model_name, sizeof s->model_name, "%s", svc_models_info(s->models, 0)->name);
+    s->lim.vocab_size = svc_et_vocab(svc_models_et(s->models, 0));
+    const char *const *names = svc_models_names(s->models);
+    for (int i = 0; i < SVC_JOB_MAX_NAMES - 1 && names[i]; i++) s->lim.model_names[i] = names[i];
     char err[512];
     if (svc_kafka_subscribe(s->kafka, err, sizeof err)) {
         svc_log(SVC_LOG_ERROR, "subscribe_failed", "error=\"%s\"", err);
@@ -450,13 +443,32 @@ static void on_loaded(void *ud, int ok, const char *msg) {
 /* ------------------------------------------------------------------------ */
 /* HTTP */
 
-static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *batch, svc_kafka_stats *ks,
-                 svc_redis_stats *rs) {
+/* A rendering's figures; es, batch and mm have room for every model. */
+static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *batch, svc_metrics_model *mm,
+                 svc_kafka_stats *ks, svc_redis_stats *rs) {
     memset(v, 0, sizeof *v);
     v->m = &s->metrics;
-    if (s->et && svc_et_stats(s->et, es, batch)) {
-        v->eng = es;
-        v->batch = batch;
+    int n = svc_models_count(s->models);
+    for (int i = 0; i < n; i++) {
+        const svc_model_info *mi = svc_models_info(s->models, i);
+        memset(&mm[i], 0, sizeof mm[i]);
+        mm[i].name = mi->name[0] ? mi->name : mi->path;
+        mm[i].loaded = mi->loaded;
+        mm[i].results = mi->results;
+        mm[i].escalated = mi->escalated;
+        mm[i].kept = mi->kept;
+        mm[i].received = mi->received;
+        if (mi->et && svc_et_stats(mi->et, &es[i], &batch[i])) {
+            mm[i].eng = &es[i];
+            mm[i].batch = &batch[i];
+        }
+    }
+    v->models = mm;
+    v->n_models = n;
+    if (s->models && *svc_models_route(s->models)) {
+        v->route = s->cfg->route_models;
+        v->route_rule = svc_models_route(s->models);
+        v->route_small = s->cfg->route_small;
     }
     if (s->kafka) {
         svc_kafka_get_stats(s->kafka, ks);
@@ -477,11 +489,12 @@ static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *b
 
 static char *render(svc_service *s, int json, size_t *len) {
     svc_metrics_view v;
-    eng_stats es;
-    svc_hist batch;
+    eng_stats es[SVC_MODELS_MAX];
+    svc_hist batch[SVC_MODELS_MAX];
+    svc_metrics_model mm[SVC_MODELS_MAX];
     svc_kafka_stats ks = {0};
     svc_redis_stats rs;
-    view(s, &v, &es, &batch, &ks, &rs);
+    view(s, &v, es, batch, mm, &ks, &rs);
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
@@ -540,6 +553,48 @@ static const char *prewarm_state(const svc_service *s) {
     return names[ts.state & 3];
 }
 
+/* A name as a JSON string's content: model names are file names or
+ * configured names; anything else than printable ASCII without quotes and
+ * backslashes is left out. */
+static void plain(char *dst, size_t cap, const char *src) {
+    size_t n = 0;
+    for (; src && *src && n + 1 < cap; src++)
+        if (*src >= 0x20 && *src < 0x7f && *src != '"' && *src != '\\') dst[n++] = *src;
+    dst[n] = 0;
+}
+
+/* /readyz's per-model part: [{"name", "loaded", "arch", "vocab_size", "vocab_hash"}, ...] */
+static const char *models_json(const svc_service *s, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; s->models && i < svc_models_count(s->models); i++) {
+        const svc_model_info *mi = svc_models_info(s->models, i);
+        const eng_prompt_format *pf = mi->et ? svc_et_chat_info(mi->et) : NULL;
+        char name[64];
+        plain(name, sizeof name, mi->name[0] ? mi->name : mi->path);
+        int k = snprintf(buf + n, cap - n,
+                         "%s{\"name\": \"%s\", \"loaded\": %s, \"arch\": \"%s\", \"vocab_size\": %d, "
+                         "\"vocab_hash\": \"%s\"}",
+                         i ? ", " : "", name, mi->loaded ? "true" : "false", pf ? pf->arch : "",
+                         pf ? pf->vocab_size : 0, pf ? pf->vocab_hash : "");
+        if (k < 0 || (size_t)k >= cap - n) break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+/* /readyz's cascade: {"mode": "cascade", "small", "large", "rule"} or null. */
+static const char *route_json(const svc_service *s, char *buf, size_t cap) {
+    const svc_config *c = s->cfg;
+    if (!s->models || !c->route_cascade) return "null";
+    char small[64], large[64];
+    plain(small, sizeof small, c->models[c->route_small].name);
+    plain(large, sizeof large, c->models[c->route_large].name);
+    snprintf(buf, cap, "{\"mode\": \"cascade\", \"small\": \"%s\", \"large\": \"%s\", \"rule\": \"%s\"}",
+             small, large, svc_models_route(s->models));
+    return buf;
+}
+
 static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
     svc_service *s = ud;
     const char *path = q->path;
@@ -572,19 +627,21 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         if (s->redis) svc_redis_get_stats(s->redis, &rs);
         char *b = NULL;
         /* the prompt format (chat_model_describe keeps these printable ASCII) */
-        const eng_prompt_format *ci = s->et ? svc_et_chat_info(s->et) : NULL;
-        if (asprintf(
-                &b,
-                "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
-                "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
-                "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\"}\n",
-                ready ? "true" : "false", s->loaded ? "true" : "false",
-                s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
-                !s->redis ? "off"
-                : rs.up   ? "up"
-                          : "down",
-                prewarm_state(s), ci ? ci->arch : "", ci ? ci->tok_model : "", ci ? ci->tok_pre : "",
-                ci ? ci->template_source : "", ci ? ci->template_hash : "") < 0)
+        const eng_prompt_format *ci = s->models ? svc_et_chat_info(svc_models_et(s->models, 0)) : NULL;
+        char models[4096], route[512];
+        if (asprintf(&b,
+                     "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
+                     "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
+                     "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\", "
+                     "\"models\": [%s], \"route\": %s}\n",
+                     ready ? "true" : "false", s->loaded ? "true" : "false",
+                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
+                     !s->redis ? "off"
+                     : rs.up   ? "up"
+                               : "down",
+                     prewarm_state(s), ci ? ci->arch : "", ci ? ci->tok_model : "", ci ? ci->tok_pre : "",
+                     ci ? ci->template_source : "", ci ? ci->template_hash : "",
+                     models_json(s, models, sizeof models), route_json(s, route, sizeof route)) < 0)
             b = NULL;
         r->status = ready ? 200 : 503;
         r->body = b;
@@ -629,8 +686,8 @@ static void finish_service(svc_service *s) {
     uv_close((uv_handle_t *)&s->sighup, close_cb_noop);
     svc_http_close(s->http);
     s->http = NULL;
-    svc_et_stop(s->et); /* joins the engine thread: no more completions */
-    s->et = NULL;
+    svc_models_stop(s->models); /* joins the engine threads: no more completions */
+    s->models = NULL;
     svc_redis_close(s->redis); /* after the engine: nothing uses the store any more */
     s->redis = NULL;
     svc_kafka_close_handles(s->kafka);
@@ -643,12 +700,13 @@ static void drain_cb(uv_timer_t *t) {
         /* Then the engine's cold writes (the sessions of the jobs just
          * finished, templates): Redis I/O runs on this loop, so the engine
          * thread waits for it while the loop keeps turning. */
-        if (s->et && s->redis && !s->flush_asked) {
+        if (s->models && s->redis && !s->flush_asked) {
             s->flush_asked = 1;
             double left = s->cfg->drain_timeout_s - (now_s() - s->t_drain);
-            svc_et_flush(s->et, left > 0.1 ? (int)(left * 1000) : 100);
+            svc_models_flush(s->models, left > 0.1 ? (int)(left * 1000) : 100);
         }
-        if (s->et && s->redis && !svc_et_flushed(s->et) && now_s() - s->t_drain <= s->cfg->drain_timeout_s)
+        if (s->models && s->redis && !svc_models_flushed(s->models) &&
+            now_s() - s->t_drain <= s->cfg->drain_timeout_s)
             return;
         svc_log(SVC_LOG_INFO, "drained", "seconds=%.2f", now_s() - s->t_drain);
         finish_service(s);
@@ -667,8 +725,11 @@ static void tick_cb(uv_timer_t *t) {
      * record now, not at the next period, so the topic has every move. */
     eng_stats es;
     svc_hist batch;
-    if (s->et && s->kafka && svc_et_stats(s->et, &es, &batch) && es.tune_moves != s->tune_moves_seen) {
-        s->tune_moves_seen = es.tune_moves;
+    uint64_t moves = 0;
+    for (int i = 0; s->models && i < svc_models_count(s->models); i++)
+        if (svc_et_stats(svc_models_et(s->models, i), &es, &batch)) moves += es.tune_moves;
+    if (s->models && s->kafka && moves != s->tune_moves_seen) {
+        s->tune_moves_seen = moves;
         metrics_cb(&s->metrics_timer);
     }
 }
@@ -686,7 +747,9 @@ static void reload_cb(uv_signal_t *h, int sig) {
     char err[1024] = "";
     int rc = svc_config_load(&nc, s->cfg->argc, s->cfg->argv, err, sizeof err);
     kvpol_config pc;
+    svc_route_rule rr;
     if (!rc && nc.policy && kvpol_parse(nc.policy, &pc, err, sizeof err)) rc = CK_EINVAL;
+    if (!rc && svc_route_parse(nc.route_rule, &rr, err, sizeof err)) rc = CK_EINVAL;
     if (rc) {
         svc_log(SVC_LOG_WARN, "config_reload", "status=refused error=\"%s\" (the running values stay)",
                 rc == 1 ? "--help" : err);
@@ -695,7 +758,7 @@ static void reload_cb(uv_signal_t *h, int sig) {
     }
     char ignored[512] = "";
     size_t il = 0;
-    static const char *const live[] = {"policy", "tuning", "tuning_window_s", "tuning_target"};
+    static const char *const live[] = {"policy", "tuning", "tuning_window_s", "tuning_target", "route_rule"};
     for (int i = 0; i < nc.n_kv; i++) {
         const char *k = nc.kv[i].key, *old = svc_config_get(s->cfg, k);
         int is_live = 0;
@@ -706,9 +769,17 @@ static void reload_cb(uv_signal_t *h, int sig) {
     }
     svc_log(SVC_LOG_INFO, "config_reload", "status=loaded policy=\"%s\" tuning=%s%s%s",
             nc.policy ? nc.policy : "conf", nc.tuning, *ignored ? " restart_needed=" : "", ignored);
-    if (s->et)
-        svc_et_reload(s->et, nc.policy ? nc.policy : "conf", svc_config_tuning(&nc), nc.tuning_window_s,
-                      nc.tuning_target);
+    if (s->models && s->cfg->route_cascade) { /* the cascade's rule, for auto jobs from now on */
+        char before[300];
+        snprintf(before, sizeof before, "%s", svc_models_route(s->models));
+        if (!svc_models_set_rule(s->models, nc.route_rule, err, sizeof err) &&
+            strcmp(before, svc_models_route(s->models)))
+            svc_log(SVC_LOG_INFO, "config_reload", "status=applied route_rule=\"%s\"",
+                    svc_models_route(s->models));
+    }
+    if (s->models)
+        svc_models_reload(s->models, nc.policy ? nc.policy : "conf", svc_config_tuning(&nc),
+                          nc.tuning_window_s, nc.tuning_target);
     svc_config_free(&nc);
 }
 
@@ -832,11 +903,9 @@ int svc_service_run(svc_config *cfg) {
     /* ---- */
     eo.max_prompt_tokens = cfg->max_prompt_tokens;
     eo.default_max_tokens = cfg->default_max_tokens;
-    if (svc_et_start(&s->loop, &eo, et_done, on_loaded, s, &s->et)) {
-        snprintf(err, sizeof err, "cannot start the engine thread");
-        goto fail;
-    }
-    if (svc_tpl_new(s->redis, s->et, cfg->prewarm_top, &s->tpl)) {
+    if (svc_models_start(&s->loop, cfg, &eo, et_done, on_loaded, s, &s->models, err, sizeof err)) goto fail;
+    /* templates are the first model's */
+    if (svc_tpl_new(s->redis, svc_models_et(s->models, 0), cfg->prewarm_top, &s->tpl)) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
@@ -866,10 +935,8 @@ fail:
     fprintf(stderr, "confkvd: %s\n", err);
     svc_log(SVC_LOG_ERROR, "startup_failed", "error=\"%s\"", err);
     rc = 1;
-    if (s->et) {
-        svc_et_stop(s->et);
-        s->et = NULL;
-    }
+    svc_models_stop(s->models);
+    s->models = NULL;
     svc_redis_close(s->redis);
     s->redis = NULL;
     svc_http_close(s->http);

@@ -457,6 +457,59 @@ static void test_preempt_resume_conf(void) { preempt_case("conf" CONF16, 12, 0, 
 static void test_preempt_resume_int8(void) { preempt_case("conf-int8" CONF16, 12, 0, 0); }
 static void test_preempt_recompute(void) { preempt_case("full", 40, 1, 1); }
 
+/* A continuation (resume_tokens, what a cascade hands a larger model):
+ * the request computes them with its prompt and goes on; its result is the
+ * uninterrupted run's, tokens and text, and its events release the
+ * continuation's text first, then one TOKEN event per new token. */
+static void test_resume_tokens(void) {
+    eng_config c;
+    config(&c);
+    int32_t ref[MAXT];
+    int nref = 0;
+    CK_CHECK(engine_alone(&c, prompts[3], "full", 60, ref, &nref) == 0 && nref == 60);
+    eng *e = open_engine(&c);
+    CK_CHECK(e);
+    static run t, t0;
+    memset(&t0, 0, sizeof t0);
+    eng_request r;
+    request(&r, prompts[3], 60);
+    r.policy = "full";
+    r.ignore_eos = 1;
+    uint64_t id0 = submit(e, &r);
+    CK_CHECK(id0 && drain(e, &t0, 64, 10000, NULL, NULL) == 0);
+    const int ks[] = {1, 17, 59};
+    for (int i = 0; i < 3; i++) {
+        memset(&t, 0, sizeof t);
+        r.resume_tokens = ref;
+        r.n_resume = ks[i];
+        uint64_t id = submit(e, &r);
+        CK_CHECK(id && drain(e, &t, 64, 10000, NULL, NULL) == 0);
+        got *g = track(&t, id), *g0 = track(&t0, id0);
+        CK_CHECK_MSG(same_tokens(g->res_tok, g->res_n, ref, nref), "resume %d", ks[i]);
+        CK_CHECK(g->res_len == g0->res_len && !memcmp(g->res_text, g0->res_text, g->res_len));
+        CK_CHECK(g->terminal == 1 && g->n_tok == nref - ks[i] &&
+                 !memcmp(g->tok, ref + ks[i], (size_t)g->n_tok * 4));
+        CK_CHECK(g->text_len == g->res_len && !memcmp(g->text, g->res_text, g->text_len));
+    }
+    /* refused: as many as max_tokens, outside the vocabulary, with a session */
+    uint64_t id;
+    char err[256];
+    int reason = 0;
+    r.n_resume = 60;
+    CK_CHECK(eng_submit_why(e, &r, &id, &reason, err, sizeof err) == CK_ETOOLONG &&
+             reason == ENG_REJECT_CONTEXT);
+    int32_t bad[2] = {1, 1 << 20};
+    r.resume_tokens = bad;
+    r.n_resume = 2;
+    CK_CHECK(eng_submit_why(e, &r, &id, &reason, err, sizeof err) == CK_EINVAL &&
+             reason == ENG_REJECT_INVALID);
+    r.resume_tokens = ref;
+    r.session_id = "s1";
+    CK_CHECK(eng_submit_why(e, &r, &id, &reason, err, sizeof err) == CK_EINVAL &&
+             reason == ENG_REJECT_INVALID);
+    eng_free(e);
+}
+
 /* One at a time: higher priority first, ties in arrival order. */
 static void test_priorities(void) {
     eng_config c;
@@ -980,6 +1033,7 @@ int main(void) {
     CK_RUN(test_preempt_resume_conf);
     CK_RUN(test_preempt_resume_int8);
     CK_RUN(test_preempt_recompute);
+    CK_RUN(test_resume_tokens);
     CK_RUN(test_priorities);
     CK_RUN(test_aging);
     CK_RUN(test_no_aging);

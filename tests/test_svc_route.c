@@ -22,6 +22,16 @@ static void test_parse(void) {
     CK_CHECK(svc_route_parse("tokens=4,at=every,max_gap<0.2", &r, err, sizeof err) == 0);
     CK_CHECK(r.tokens == 4 && r.every && r.n_cond == 1 && r.cond[0].stat == SVC_ROUTE_MAX &&
              r.cond[0].signal == SVC_ROUTE_GAP && !r.cond[0].greater && r.cond[0].x == 0.2);
+    /* rewind: kept, printed, and the accepted count it gives */
+    CK_CHECK(svc_route_parse("tokens=4,rewind=3,always", &r, err, sizeof err) == 0);
+    svc_route_name(&r, name, sizeof name);
+    CK_CHECK_MSG(!strcmp(name, "tokens=4,at=first,rewind=3,always"), "%s", name);
+    svc_route_begin(&st);
+    int moved = 0;
+    for (int i = 0; i < 4 && !moved; i++) moved = svc_route_feed(&r, &st, 1, 0, 0);
+    CK_CHECK(moved && st.n == 4 && svc_route_accepted(&r, &st) == 1);
+    r.rewind = 4;
+    CK_CHECK(svc_route_accepted(&r, &st) == 0);
     const char *bad[] = {"tokens=0",
                          "tokens=257",
                          "tokens=x",
@@ -34,6 +44,8 @@ static void test_parse(void) {
                          "tokens=8",
                          "a,,b",
                          "at=last",
+                         "tokens=4,rewind=5,always",
+                         "rewind=-1,always",
                          "mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1,"
                          "mean_entropy>1,mean_entropy>1,mean_entropy>1,mean_entropy>1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -23,13 +23,14 @@ int cli_convert(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_eval(int argc, char **argv);
-int cli_broker(int argc, char **argv);    /* cli_broker.c: embedded Kafka broker */
-int cli_submit(int argc, char **argv);    /* cli_submit.c: jobs to confkvd */
-int cli_batch(int argc, char **argv);     /* cli_batch.c: OpenAI Batch API files */
-int cli_loadgen(int argc, char **argv);   /* cli_loadgen.c: serve-bench load through Kafka */
-int cli_templates(int argc, char **argv); /* cli_templates.c: cache templates in Redis */
-int cli_tokenize(int argc, char **argv);  /* cli_tokenize.c: text to token ids */
-int cli_tune(int argc, char **argv);      /* cli_tune.c: the tuning report */
+int cli_broker(int argc, char **argv);     /* cli_broker.c: embedded Kafka broker */
+int cli_submit(int argc, char **argv);     /* cli_submit.c: jobs to confkvd */
+int cli_batch(int argc, char **argv);      /* cli_batch.c: OpenAI Batch API files */
+int cli_loadgen(int argc, char **argv);    /* cli_loadgen.c: serve-bench load through Kafka */
+int cli_templates(int argc, char **argv);  /* cli_templates.c: cache templates in Redis */
+int cli_tokenize(int argc, char **argv);   /* cli_tokenize.c: text to token ids */
+int cli_route_eval(int argc, char **argv); /* cli_route_eval.c: the cascade's rule, kept share and quality */
+int cli_tune(int argc, char **argv);       /* cli_tune.c: the tuning report */
 struct eval_ctx;
 struct cli_args;
 /* cli_eval.c: add the prompts of FILE (one a line; probes: NAME<TAB>PROMPT)

@@ -245,6 +245,7 @@ static void local_loaded(void *ud, int ok, const char *msg) {
             continue;
         }
         x->w.job = &x->job;
+        x->w.route_model = svc_et_model_name(l->et); /* the result's route: the one model here */
         x->w.t_enqueue_ms = eng_now_ms();
         l->pending++;
         svc_et_submit(l->et, &x->w);

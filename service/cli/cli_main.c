@@ -17,6 +17,7 @@ static const struct {
 } commands[] = {
     {"generate", cli_generate, "generate text from a model (greedy or sampled), with confidence"},
     {"eval", cli_eval, "compare KV policies: memory kept against quality lost"},
+    {"route-eval", cli_route_eval, "the cascade's rule: jobs kept on the small model against quality lost"},
     {"bench", cli_bench, "measure prefill/decode speed against this machine's roofline"},
     {"convert", cli_convert, "convert a llama2.c checkpoint (or any model) to GGUF"},
     {"synth", cli_synth, "write a random-weight GGUF model of any shape"},

@@ -55,6 +55,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const char *v = svc_config_get(&c, kv->key);
             FUZZ_CHECK(v != NULL && !strcmp(v, kv->value));
         }
+        /* the models and the cascade: resolved to real entries */
+        FUZZ_CHECK(c.n_models >= 0 && c.n_models <= SVC_CONFIG_MAX_MODELS);
+        for (int i = 0; i < c.n_models; i++) FUZZ_CHECK(c.models[i].path && *c.models[i].path);
+        if (c.route_cascade)
+            FUZZ_CHECK(c.route_small >= 0 && c.route_small < c.n_models && c.route_large >= 0 &&
+                       c.route_large < c.n_models && c.route_small != c.route_large);
         int seen = 0;
         svc_config_each_kafka(&c, count_kafka, &seen);
         FUZZ_CHECK(seen == kafka);

@@ -80,6 +80,13 @@ start_redis() {
   fail "redis-server did not start"
 }
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
-metric() { curl -s "http://$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# metric NAME{labels}: the sample's value; an engine series (labelled model="...",
+# one sample a model) is summed over the models, so the names below need no model label.
+metric() {
+  curl -s "http://$HTTP/metrics" | awk -v m="$1" '
+    { n = $1; sub(/model="[^"]*",?/, "", n); sub(/\{\}/, "", n) }
+    n == m { s += $2; found = 1 }
+    END { if (found) printf "%.15g\n", s }'
+}
 info_stat() { rcli INFO stats | tr -d '\r' | awk -F: -v k="$1" '$1 == k {print $2}'; }
 

@@ -67,7 +67,7 @@ print("reload under load: %d results, %d under full (before), %d under window:32
 PY
 ok=0
 for ((i = 0; i < 20; i++)); do
-  curl -s "http://$HTTP/metrics" | grep -q '^confkv_policy_threshold{param="entropy_threshold"}' && { ok=1; break; }
+  curl -s "http://$HTTP/metrics" | grep -q '^confkv_policy_threshold{model="[^"]*",param="entropy_threshold"}' && { ok=1; break; }
   sleep 0.2
 done
 [ "$ok" = 1 ] || fail "threshold gauge"

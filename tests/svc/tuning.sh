@@ -17,7 +17,7 @@ start_confkvd d1 --kafka-embedded --threads 1 --max-running 16 --tuning adaptive
 thresholds() { # entropy gap pmax, from /metrics
   curl -s "http://$HTTP/metrics" | python3 -c '
 import re, sys
-v = dict(re.findall(r"^confkv_policy_threshold\{param=\"(\w+)\"\} (\S+)", sys.stdin.read(), re.M))
+v = dict(re.findall(r"^confkv_policy_threshold\{model=\"[^\"]*\",param=\"(\w+)\"\} (\S+)", sys.stdin.read(), re.M))
 print(v["entropy_threshold"], v["prob_gap_threshold"], v["max_prob_threshold"])'
 }
 read e0 g0 p0 < <(thresholds)
