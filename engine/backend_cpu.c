@@ -20,6 +20,10 @@
  *    the weight type's 8-bit partner (cpu_qact.h) into scratch sized at
  *    creation, and cpu_qdot.c's integer kernels multiply the blocks
  *    directly; at batch 1 that streams the file's bytes, not 4 a weight.
+ *    A type with an interleaved layout (Q4_0, Q8_0, Q4_K: 8 rows a block,
+ *    one row a vector lane) is repacked at creation into a copy of about
+ *    the same size (Q4_K 2.8 % more) whose mapped pages are then dropped,
+ *    so memory stays about the file's size.
  *
  * Kernels are chosen at creation from the CPU's features (cpu_features.h;
  * CONFKV_CPU_KERNELS forces a level): the f32 panels, the attention and the
@@ -35,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "ck_err.h"
@@ -46,6 +51,7 @@
 #include "cpu_qdot.h"
 #include "kv.h"
 #include "kvq.h"
+#include "model.h"
 #include "quant.h"
 
 /* Most tokens a thread takes in a token-split step: its x rows of a layer
@@ -53,19 +59,23 @@
 #define TOKEN_SPLIT_MAX GEMM_M_BLOCK
 
 /* One weight matrix (n, k): packed f32 (f.p != NULL, owned) or quantized
- * rows in the file mapping (q.data != NULL, not owned). */
+ * rows (q.data != NULL): in the file mapping, or repacked into qown for a
+ * type with an x8 layout (cpu_qdot_repack8). */
 typedef struct cpu_mat {
     gemm_w f;
     cpu_qmat q;
+    void *qown; /* owned: the x8 copy q.data points at; NULL when q.data is the mapping's */
 } cpu_mat;
 
 static inline int mat_n(const cpu_mat *w) { return w->f.p ? w->f.n : w->q.n; }
 
 /* Activation formats of the quantized products, indexes of cpu_backend.xq */
-enum { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_N };
+enum { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_Q8_0S, ACT_N };
 
-static int act_index(int fmt) { return fmt == QB_Q8_0 ? ACT_Q8_0 : fmt == QB_Q8_1 ? ACT_Q8_1 : ACT_Q8_K; }
-static const int act_fmt[ACT_N] = {QB_Q8_0, QB_Q8_1, QB_Q8_K};
+static int act_index(int fmt) {
+    return fmt == QB_Q8_0 ? ACT_Q8_0 : fmt == QB_Q8_1 ? ACT_Q8_1 : fmt == QACT_Q8_0S ? ACT_Q8_0S : ACT_Q8_K;
+}
+static const int act_fmt[ACT_N] = {QB_Q8_0, QB_Q8_1, QB_Q8_K, QACT_Q8_0S};
 
 typedef struct cpu_layer {
     float *attn_norm; /* (dim) */
@@ -872,6 +882,7 @@ static void cpu_destroy(backend *b) {
     cpu_backend *cb = (cpu_backend *)b;
     if (!cb) return;
     free(cb->wcls.f.p);
+    free(cb->wcls.qown);
     free(cb->emb);
     free(cb->out_norm);
     if (cb->layers) {
@@ -881,12 +892,16 @@ static void cpu_destroy(backend *b) {
             free(w->bqkv);
             free(w->q_norm);
             free(w->k_norm);
-            for (int i = 0; i < 3; i++) free(w->qkv[i].f.p);
+            for (int i = 0; i < 3; i++) free(w->qkv[i].f.p), free(w->qkv[i].qown);
             free(w->wo.f.p);
+            free(w->wo.qown);
             free(w->ffn_norm);
             free(w->w1.f.p);
+            free(w->w1.qown);
             free(w->w3.f.p);
+            free(w->w3.qown);
             free(w->w2.f.p);
+            free(w->w2.qown);
         }
     }
     free(cb->layers);
@@ -969,6 +984,24 @@ static void *alloc_bytes(cpu_backend *cb, size_t n) {
     return p;
 }
 
+/* Bytes alloc_x8 takes for n bytes. */
+static size_t x8_alloc_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* A buffer for an x8 copy of a matrix (not zeroed: the repack writes every
+ * byte), counted in cb->bytes. 2 MiB aligned with huge pages asked for its
+ * whole 2 MiB pages only, and not rounded up to them as alloc_floats is:
+ * the tail of a huge page would be resident for nothing, up to 2 MiB a
+ * matrix (a 1B-shape file has 80 of them). */
+static void *alloc_x8(cpu_backend *cb, size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_BYTES, x8_alloc_bytes(n))) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= HUGE_BYTES) madvise(p, n & ~(HUGE_BYTES - 1), MADV_HUGEPAGE); /* a hint: failure is harmless */
+#endif
+    cb->bytes += x8_alloc_bytes(n);
+    return p;
+}
+
 /* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h),
  * run by the backend's kernels. */
 static int pack(cpu_backend *cb, gemm_w *w, const float *src, int n, int k) {
@@ -1033,6 +1066,13 @@ static size_t spec_bytes(const mat_spec *sp) {
     return (size_t)sp->n * (size_t)(sp->k / sp->q->block) * (size_t)sp->q->block_bytes;
 }
 
+/* Bytes the backend holds for a matrix: spec_bytes, but an x8 copy as
+ * alloc_x8 takes it (be_cpu_plan and make_mat count with it). */
+static size_t held_bytes(const mat_spec *sp) {
+    if (sp->q && sp->q->dot8) return x8_alloc_bytes(cpu_qdot_x8_bytes(sp->q, sp->n, sp->k));
+    return spec_bytes(sp);
+}
+
 /* Bytes of one quantized input row of k elements for the formats, and the
  * most for any matrix: xq_stride per format (0: none). */
 static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]) {
@@ -1049,16 +1089,46 @@ static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]
     }
 }
 
+/* Drops the pages of [p, p + n) that lie wholly inside it from this
+ * process's resident set. Only for bytes of a GGUF file's mapping (read-only,
+ * MAP_PRIVATE, never written): a later read faults them back in from the
+ * file, so nothing is lost; on any other memory MADV_DONTNEED would zero it. */
+static void drop_mapped(const model *m, const void *p, size_t n) {
+    if (!model_weights_in_file_map(m)) return; /* not known to be a file mapping */
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    const uintptr_t b = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    const uintptr_t e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED); /* a hint: failure costs memory only */
+}
+
 /* Fills w from a spec: packs the f32 rows (tmp: scratch for the largest
- * one), or points at the file's rows. Mapped bytes are counted in cb->bytes
- * as the plan counts them. */
+ * one), points at the file's rows, or (a type with an x8 layout) repacks
+ * them into a buffer of its own and drops the mapping's pages, so the copy
+ * replaces the file's bytes in memory instead of adding to them. Counted
+ * in cb->bytes as the plan counts them (held_bytes). */
 static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp, const model_tensor *fused_k,
                     const model_tensor *fused_v, int kv_rows) {
     memset(w, 0, sizeof *w);
     if (sp->q) {
-        w->q =
-            (cpu_qmat){sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes};
-        cb->bytes += spec_bytes(sp);
+        w->q = (cpu_qmat){
+            sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes, 0};
+        if (!sp->q->dot8) {
+            cb->bytes += spec_bytes(sp);
+            return CK_OK;
+        }
+        const size_t bytes = spec_bytes(sp);
+        void *p = alloc_x8(cb, cpu_qdot_x8_bytes(sp->q, sp->n, sp->k));
+        if (!p) return CK_ENOMEM;
+        int rc = cpu_qdot_repack8(sp->q, p, sp->t->data, sp->n, sp->k);
+        if (rc) {
+            free(p);
+            return rc;
+        }
+        w->qown = p;
+        w->q.data = p;
+        w->q.x8 = 1;
+        drop_mapped(cb->base.m, sp->t->data, bytes);
         return CK_OK;
     }
     int rc = to_f32(tmp, sp->t);
@@ -1141,13 +1211,13 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
                  qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
                       : pfloats(&a, V, D));
     const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
-    w = padd(&a, w, spec_bytes(&cls));
+    w = padd(&a, w, held_bytes(&cls));
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
         mat_spec sp[7];
         int nq, n = layer_specs(&qd, m, l, sp, &nq);
         w = padd(&a, w, 2 * floats_bytes(D));
-        for (int i = 0; i < n; i++) w = padd(&a, w, spec_bytes(&sp[i]));
+        for (int i = 0; i < n; i++) w = padd(&a, w, held_bytes(&sp[i]));
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
@@ -1393,8 +1463,8 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
             if (ti < 0 || ti >= CPU_QDOT_MAX_TYPES || seen[ti]) continue;
             seen[ti] = 1;
             if (n >= 0 && (size_t)n < len)
-                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s", quant_type_name(t->type), t->impl,
-                              t->dotn ? "+rows" : "");
+                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s%s", quant_type_name(t->type), t->impl,
+                              t->dotn ? "+rows" : "", t->dot8 ? "+x8" : "");
         }
     }
     if (n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ")");

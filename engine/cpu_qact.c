@@ -14,6 +14,8 @@ size_t qact_row_bytes(int fmt, int k) {
     case QB_Q8_0: return k % QBLOCK_32 ? 0 : (size_t)(k / QBLOCK_32) * sizeof(qblock_q8_0);
     case QB_Q8_1: return k % QBLOCK_32 ? 0 : (size_t)(k / QBLOCK_32) * sizeof(qblock_q8_1);
     case QB_Q8_K: return k % QBLOCK_K ? 0 : (size_t)(k / QBLOCK_K) * sizeof(qblock_q8_K);
+    case QACT_Q8_0S:
+        return k % QBLOCK_32 ? 0 : (size_t)(k / QBLOCK_32) * (sizeof(qblock_q8_0) + sizeof(int16_t));
     default: return 0;
     }
 }
@@ -86,11 +88,25 @@ void qact_q8_K(const float *x, qblock_q8_K *y, int k) {
     }
 }
 
+void qact_q8_0s(const float *x, void *y, int k) {
+    if (k <= 0 || k % QBLOCK_32) return;
+    const int nb = k / QBLOCK_32;
+    qblock_q8_0 *b = y;
+    int16_t *sums = (int16_t *)(b + nb); /* 2-aligned: 34 bytes a block */
+    qact_q8_0(x, b, k);
+    for (int i = 0; i < nb; i++) {
+        int s = 0; /* |s| <= 32 * 127: fits */
+        for (int j = 0; j < QBLOCK_32; j++) s += b[i].qs[j];
+        sums[i] = (int16_t)s;
+    }
+}
+
 int qact_row(int fmt, const float *x, void *y, int k) {
     if (!qact_row_bytes(fmt, k)) return -1;
     switch (fmt) {
     case QB_Q8_0: qact_q8_0(x, y, k); return 0;
     case QB_Q8_1: qact_q8_1(x, y, k); return 0;
+    case QACT_Q8_0S: qact_q8_0s(x, y, k); return 0;
     default: qact_q8_K(x, y, k); return 0;
     }
 }

@@ -9,6 +9,12 @@
  *   q8_K: per 256: d = max / -127 with max the element of largest |x|
  *         (kept f32), q = min(127, nearest_int(x / d)) (ties to even), and
  *         bsums[j] = sum of q[16 j .. 16 j + 15]
+ *   q8_0s (QACT_Q8_0S, confkv's own, not a ggml type): a q8_0 row, byte
+ *         for byte, then one int16 per block, sum(q) of that block. Q4_0's
+ *         interleaved kernels take it: sum (q4 - 8) y = sum q4 y - 8 sum y,
+ *         and the second term, the same for every weight row, is then read
+ *         instead of computed per row. Kernels that want q8_0 read its
+ *         blocks unchanged (the row is just longer).
  *
  * Pure functions: no state, no allocation, thread-safe. x and y must not
  * overlap; k must be a multiple of the format's block (qact_row_bytes says
@@ -20,13 +26,19 @@
 
 #include "qblock.h"
 
-/* Bytes of one row of k elements in format fmt (QB_Q8_0, QB_Q8_1, QB_Q8_K);
+/* Activation format id of q8_0s: outside ggml's type ids (qblock.h). */
+#define QACT_Q8_0S 0x100
+
+/* Bytes of one row of k elements in format fmt (QB_Q8_0, QB_Q8_1, QB_Q8_K,
+ * QACT_Q8_0S);
  * 0 for another format or a k that is not a multiple of its block. */
 size_t qact_row_bytes(int fmt, int k);
 
 void qact_q8_0(const float *x, qblock_q8_0 *y, int k);
 void qact_q8_1(const float *x, qblock_q8_1 *y, int k);
 void qact_q8_K(const float *x, qblock_q8_K *y, int k);
+/* y: qact_row_bytes(QACT_Q8_0S, k) bytes, 2-byte aligned. */
+void qact_q8_0s(const float *x, void *y, int k);
 
 /* One row of k floats into fmt at y (qact_row_bytes(fmt, k) bytes).
  * Returns 0, or -1 for an unknown format or a bad k (nothing written). */

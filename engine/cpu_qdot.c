@@ -3,7 +3,9 @@
 
 #include <string.h>
 
+#include "ck_err.h"
 #include "cpu_features.h"
+#include "cpu_qact.h"
 #include "cpu_qdot_more.h"
 #include "quant.h"
 
@@ -69,6 +71,8 @@ typedef struct qdot_row {
     cpu_vdotn_fn dotn[CPU_ISA_COUNT];
     cpu_vdot2_fn dot2[CPU_ISA_COUNT];
     int dot2_min_m; /* see cpu_qtype */
+    cpu_vdot8_fn dot8[CPU_ISA_COUNT];
+    int x8_bytes; /* see cpu_qtype */
 } qdot_row;
 
 #if defined(CK_QDOT_MORE_AVX2)
@@ -91,7 +95,7 @@ typedef struct qdot_row {
     {                                                                                                     \
         QB_##T, ACT, BLK, (int)sizeof(S), generic_##T,                                                    \
             {cpu_vdot_##t##_c, X86(MORE2(cpu_vdot_##t##_avx2)), X86(MORE5(cpu_vdot_##t##_avx512)), NULL}, \
-            {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0                                         \
+            {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0, {NULL, NULL, NULL, NULL}, 0            \
     }
 
 /* dot2_min_m, measured on an AVX2 EPYC (one thread, alternated, against
@@ -113,16 +117,24 @@ static const qdot_row rows[] = {
      {cpu_vdot_q8_0_c, X86(cpu_vdot_q8_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdotn_q8_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q8_0_avx2), NULL, NULL},
-     CK_DOT2_MIN_M},
+     CK_DOT2_MIN_M,
+     {cpu_vdot8_q8_0_c, X86(cpu_vdot8_q8_0_avx2), NULL, NULL},
+     (int)sizeof(qblock_q8_0x8)},
+    /* Q8_0, Q4_0 and Q4_K run repacked (dot8) at every level, so the layout
+     * and the memory plan do not depend on the ISA. Q4_0's q8_0s activations
+     * are q8_0 rows to dot / dotn / dot2, which the n % 8 last rows of a
+     * matrix take. */
     {QB_Q4_0,
-     QB_Q8_0,
+     QACT_Q8_0S,
      QBLOCK_32,
      (int)sizeof(qblock_q4_0),
      generic_Q4_0,
      {cpu_vdot_q4_0_c, X86(cpu_vdot_q4_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdotn_q4_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q4_0_avx2), NULL, NULL},
-     CK_DOT2_MIN_M},
+     CK_DOT2_MIN_M,
+     {cpu_vdot8_q4_0_c, X86(cpu_vdot8_q4_0_avx2), NULL, NULL},
+     (int)sizeof(qblock_q4_0x8)},
     {QB_Q4_K,
      QB_Q8_K,
      QBLOCK_K,
@@ -131,7 +143,9 @@ static const qdot_row rows[] = {
      {cpu_vdot_q4_K_c, X86(cpu_vdot_q4_K_avx2), NULL, NULL},
      {NULL, X86(cpu_vdotn_q4_K_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q4_K_avx2), NULL, NULL},
-     CK_DOT2_MIN_M},
+     CK_DOT2_MIN_M,
+     {cpu_vdot8_q4_K_c, X86(cpu_vdot8_q4_K_avx2), NULL, NULL},
+     (int)sizeof(qblock_q4_Kx8)},
     {QB_Q6_K,
      QB_Q8_K,
      QBLOCK_K,
@@ -139,6 +153,8 @@ static const qdot_row rows[] = {
      generic_Q6_K,
      {cpu_vdot_q6_K_c, X86(cpu_vdot_q6_K_avx2), NULL, NULL},
      {NULL, X86(cpu_vdotn_q6_K_avx2), NULL, NULL},
+     {NULL, NULL, NULL, NULL},
+     0,
      {NULL, NULL, NULL, NULL},
      0},
     ROW_MORE(Q4_1, q4_1, QB_Q8_1, QBLOCK_32, qblock_q4_1),
@@ -174,6 +190,8 @@ void cpu_qdot_init(cpu_qdot *q, int isa) {
                 t->impl = cpu_isa_name(l);
                 break;
             }
+        for (int l = isa; l >= 0 && !t->dot8; l--) t->dot8 = e->dot8[l];
+        t->x8_bytes = t->dot8 ? e->x8_bytes : 0;
     }
 }
 
@@ -183,13 +201,103 @@ const cpu_qtype *cpu_qdot_type(const cpu_qdot *q, int type) {
     return NULL;
 }
 
+/* ------------------------------------------------------ the x8 layout */
+
+size_t cpu_qdot_x8_bytes(const cpu_qtype *t, int n, int k) {
+    if (!t || !t->dot8 || n < 0 || k <= 0 || k % t->block) return 0;
+    const size_t nb = (size_t)(k / t->block);
+    return (size_t)(n / 8) * nb * (size_t)t->x8_bytes + (size_t)(n % 8) * nb * (size_t)t->block_bytes;
+}
+
+/* Q4_K's 6-bit scale and min of sub-block k (of 8) from its 12 packed bytes
+ * (ggml's get_scale_min_k4). */
+static void scale_min_k4(const uint8_t *q, int k, uint8_t *sc, uint8_t *m) {
+    if (k < 4) {
+        *sc = q[k] & 63;
+        *m = q[k + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[k + 4] & 0x0f) | ((q[k - 4] >> 6) << 4));
+        *m = (uint8_t)((q[k + 4] >> 4) | ((q[k] >> 6) << 4));
+    }
+}
+
+/* One x8 block o from the 8 blocks at b, rb bytes apart (one a row). */
+static void pack8_q4_K(qblock_q4_Kx8 *o, const unsigned char *b, size_t rb) {
+    for (int r = 0; r < 8; r++) {
+        const qblock_q4_K *x = (const qblock_q4_K *)(b + (size_t)r * rb);
+        o->d[r] = x->d;
+        o->dmin[r] = x->dmin;
+        for (int s = 0; s < 8; s++) scale_min_k4(x->scales, s, &o->sc[s][r], &o->m[s / 2][r][s % 2]);
+        for (int jh = 0; jh < 32; jh++) memcpy(&o->qs[32 * jh + 4 * r], &x->qs[4 * jh], 4);
+    }
+}
+
+int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int k) {
+    if (!t || !t->dot8 || n < 0 || k <= 0 || k % t->block ||
+        (t->type != QB_Q4_0 && t->type != QB_Q8_0 && t->type != QB_Q4_K))
+        return CK_EINVAL;
+    const int nb = k / t->block;
+    const size_t bb = (size_t)t->block_bytes, rb = (size_t)nb * bb, xb = (size_t)t->x8_bytes;
+    const int groups = n / 8;
+    for (int g = 0; g < groups; g++) {
+        const unsigned char *x = (const unsigned char *)src + (size_t)g * 8 * rb;
+        unsigned char *o = (unsigned char *)dst + (size_t)g * nb * xb;
+        for (int i = 0; i < nb; i++, o += xb) {
+            if (t->type == QB_Q4_K) {
+                pack8_q4_K((qblock_q4_Kx8 *)o, x + (size_t)i * bb, rb);
+                continue;
+            }
+            const int h_n = t->type == QB_Q4_0 ? 4 : 8; /* Q4_0, Q8_0: d, then 4-byte groups of qs */
+            for (int r = 0; r < 8; r++) {
+                const unsigned char *b = x + (size_t)r * rb + (size_t)i * bb;
+                memcpy(o + 2 * r, b, 2);
+                for (int h = 0; h < h_n; h++) memcpy(o + 16 + 32 * h + 4 * r, b + 2 + 4 * h, 4);
+            }
+        }
+    }
+    memcpy((char *)dst + (size_t)groups * nb * xb, (const char *)src + (size_t)groups * 8 * rb,
+           (size_t)(n - groups * 8) * rb);
+    return 0;
+}
+
 /* ---------------------------------------------------------- the driver */
+
+/* Rows [r0, r1) of the x8 part of w (r1 <= w->n / 8 * 8): a group at a
+ * time, all M columns against it while its bytes are in L1. A range that
+ * starts or ends inside a group (the classifier's learnt cuts) computes the
+ * whole group and stores only its own rows. */
+static void rows_x8(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
+                    int r1, int accumulate) {
+    for (int g = r0 / 8; g * 8 < r1; g++) {
+        const int base = g * 8, j0 = r0 > base ? r0 - base : 0, j1 = r1 < base + 8 ? r1 - base : 8;
+        const void *wg = (const char *)w->data + (size_t)g * (size_t)(w->k / w->t->block) * w->t->x8_bytes;
+        for (int m = 0; m < M; m += CPU_QDOT_NCOLS) {
+            const int nc = M - m < CPU_QDOT_NCOLS ? M - m : CPU_QDOT_NCOLS;
+            float s[8 * CPU_QDOT_NCOLS];
+            w->t->dot8(w->k, nc, s, wg, (const char *)a + (size_t)m * a_stride, a_stride);
+            for (int c = 0; c < nc; c++) {
+                float *o = y + (size_t)(m + c) * ldy + base;
+                for (int j = j0; j < j1; j++) o[j] = accumulate ? o[j] + s[8 * c + j] : s[8 * c + j];
+            }
+        }
+    }
+}
 
 void cpu_qdot_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
                    int r1, int accumulate) {
     const cpu_qtype *t = w->t;
     const int K = w->k;
     int r = r0;
+    if (w->x8 && t->dot8) {
+        const int g8 = w->n / 8 * 8;
+        if (r < g8) rows_x8(y, ldy, a, a_stride, w, M, r, r1 < g8 ? r1 : g8, accumulate);
+        if (r1 <= g8) return;
+        /* the n % 8 last rows, in the file's layout after the groups */
+        const cpu_qmat tail = {
+            (const char *)w->data + cpu_qdot_x8_bytes(t, g8, K), t, w->n - g8, K, w->row_bytes, 0};
+        cpu_qdot_rows(y + g8, ldy, a, a_stride, &tail, M, (r > g8 ? r : g8) - g8, r1 - g8, accumulate);
+        return;
+    }
     if (t->dot2 && M >= t->dot2_min_m) /* two rows at a time, up to CPU_QDOT_NCOLS columns */
         for (; r + 2 <= r1; r += 2) {
             const void *wr = (const char *)w->data + (size_t)r * w->row_bytes;

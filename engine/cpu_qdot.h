@@ -16,7 +16,12 @@
  * cpu_vdotn_* variants that take up to CPU_QDOT_NCOLS activation rows at
  * once (one weight row unpacked once for all of them: batches) and, for
  * Q8_0, Q4_0 and Q4_K, cpu_vdot2_* that take two weight rows with them
- * (batches of dot2_min_m rows and more, prefill); the other
+ * (batches of dot2_min_m rows and more, prefill). Q8_0, Q4_0 and Q4_K
+ * matrices are repacked at load into groups of 8 interleaved rows
+ * (cpu_qdot_repack8, qblock.h's _x8 blocks) and run on cpu_vdot8_*, one
+ * row a vector lane, at every batch size: the kernels above then serve
+ * only a matrix's n % 8 last rows (and callers that keep the file's
+ * layout). The other
  * types are engine/cpu_qdot_more.h's. A type with no kernel for an ISA
  * takes the next one down (avx512 -> avx2 -> c); a type with no kernel at
  * all a generic one that expands the weight block with quant_to_f32 and
@@ -46,6 +51,13 @@ typedef void (*cpu_vdotn_fn)(int n, int ncols, float *s, const void *w, const vo
  * at batch 1 (ncols 1) the activation's loads shared by two rows. */
 typedef void (*cpu_vdot2_fn)(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
                              size_t a_stride);
+/* Eight weight rows interleaved by cpu_qdot_repack8 (w: n / block of the
+ * type's x8 blocks, qblock.h), each against ncols (1..CPU_QDOT_NCOLS)
+ * activation rows:
+ *   s[c * 8 + r] = dot(weight row r of the group, a + c * a_stride bytes)
+ * One row a 32-bit lane: a block's integer sums, their conversion and
+ * their scaling are one instruction each for the 8 rows, not one a row. */
+typedef void (*cpu_vdot8_fn)(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 
 /* One weight type as the table knows it. */
 typedef struct cpu_qtype {
@@ -57,6 +69,9 @@ typedef struct cpu_qtype {
     cpu_vdotn_fn dotn; /* the multi-row one; NULL: dot a row at a time */
     cpu_vdot2_fn dot2; /* two weight rows x columns; NULL: dotn / dot per row */
     int dot2_min_m;    /* fewest activation rows at which dot2 beats dot / dotn */
+    cpu_vdot8_fn dot8; /* 8 interleaved rows; non-NULL: matrices of this type are
+                          repacked at load (cpu_qdot_repack8) and run on it */
+    int x8_bytes;      /* bytes of one x8 block (8 rows x block elements; qblock.h) */
     const char *impl;  /* which: "avx2", "c", "generic" (dequantize + f32) ... */
 } cpu_qtype;
 
@@ -78,19 +93,36 @@ void cpu_qdot_init(cpu_qdot *q, int isa);
  * and for types with no dequantizer either. */
 const cpu_qtype *cpu_qdot_type(const cpu_qdot *q, int type);
 
-/* A quantized matrix (n rows of k elements) in its file's bytes. */
+/* A quantized matrix (n rows of k elements) in its file's bytes, or
+ * repacked (x8). */
 typedef struct cpu_qmat {
-    const void *data; /* n rows of row_bytes, in the file mapping (not owned) */
+    const void *data; /* n rows of row_bytes (not owned): the file mapping's, or
+                         with x8 cpu_qdot_repack8's layout of them */
     const cpu_qtype *t;
     int n, k;
     size_t row_bytes; /* k / t->block * t->block_bytes */
+    int x8;           /* rows [0, n / 8 * 8) are groups of 8 interleaved rows (t->dot8),
+                         k / block x8 blocks each; the n % 8 rows after them as the
+                         file has them */
 } cpu_qmat;
+
+/* Bytes of an (n, k) matrix of type t in the x8 layout (cpu_qdot_repack8);
+ * 0 when t has none. */
+size_t cpu_qdot_x8_bytes(const cpu_qtype *t, int n, int k);
+
+/* Writes the n rows of k elements at src (t->type, the file's layout) to
+ * dst (cpu_qdot_x8_bytes bytes, not overlapping src) in the x8 layout: each
+ * group of 8 rows as k / block x8 blocks, the n % 8 last rows copied as
+ * they are. Returns 0, or CK_EINVAL when t has no x8 layout (t->dot8 NULL)
+ * or k is not whole blocks. */
+int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int k);
 
 /* For rows r in [r0, r1) of w and m in [0, M):
  *   y[m * ldy + r]  = dot(row r of w, activation row m)   (accumulate == 0)
  *   y[m * ldy + r] += that                                 (accumulate != 0)
  * a: M activation rows in w->t->act, a_stride bytes apart. Weight rows are
- * walked in order, two at a time where the type has a dot2 kernel, each
+ * walked in order, eight at a time in an x8 matrix, else two at a time
+ * where the type has a dot2 kernel (from dot2_min_m columns on), each
  * read from memory once for all M activation rows (which stay in the
  * caches). Threads may share y with disjoint row ranges. */
 void cpu_qdot_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
@@ -115,6 +147,13 @@ void cpu_vdot2_q4_0_avx2(int n, int ncols, float *s, const void *w, size_t w_str
                          size_t a_stride);
 void cpu_vdot2_q4_K_avx2(int n, int ncols, float *s, const void *w, size_t w_stride, const void *a,
                          size_t a_stride);
+/* a: QACT_Q8_0S rows (cpu_qact.h), whose block sums they read */
+void cpu_vdot8_q4_0_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q8_0_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 
 /* The generic fallback: w's blocks expanded by quant_to_f32, a's by their
  * scales, summed in f32. `type` as in the table; for tests and types with

@@ -99,3 +99,80 @@ void cpu_vdot_q6_K_c(int n, float *s, const void *w, const void *a) {
     }
     *s = sum;
 }
+
+/* Q4_0 x8 (cpu_qdot.h): the 8 rows' integer sums per block as the
+ * AVX2 kernel forms them, sum q y - 8 sum y with sum y the q8_0s row's. */
+void cpu_vdot8_q4_0_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    const qblock_q4_0x8 *x = w;
+    const int nb = n / QBLOCK_32;
+    for (int c = 0; c < ncols; c++) {
+        const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride);
+        const int16_t *ysum = (const int16_t *)(y + nb);
+        float sum[8] = {0};
+        for (int i = 0; i < nb; i++) {
+            const float dy = quant_f16_to_f32(y[i].d);
+            for (int r = 0; r < 8; r++) {
+                int si = 0;
+                for (int h = 0; h < 4; h++)
+                    for (int b = 0; b < 4; b++) {
+                        const int q = x[i].qs[32 * h + 4 * r + b];
+                        si += (q & 0x0f) * y[i].qs[4 * h + b] + (q >> 4) * y[i].qs[16 + 4 * h + b];
+                    }
+                si -= 8 * ysum[i];
+                sum[r] += (float)si * (quant_f16_to_f32(x[i].d[r]) * dy);
+            }
+        }
+        for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
+    }
+}
+
+/* Q8_0 x8 (cpu_qdot.h). */
+void cpu_vdot8_q8_0_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    const qblock_q8_0x8 *x = w;
+    const int nb = n / QBLOCK_32;
+    for (int c = 0; c < ncols; c++) {
+        const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride);
+        float sum[8] = {0};
+        for (int i = 0; i < nb; i++) {
+            const float dy = quant_f16_to_f32(y[i].d);
+            for (int r = 0; r < 8; r++) {
+                int si = 0;
+                for (int g = 0; g < 8; g++)
+                    for (int b = 0; b < 4; b++) si += x[i].qs[32 * g + 4 * r + b] * y[i].qs[4 * g + b];
+                sum[r] += (float)si * (quant_f16_to_f32(x[i].d[r]) * dy);
+            }
+        }
+        for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
+    }
+}
+
+/* Q4_K x8 (cpu_qdot.h): per row as cpu_vdot_q4_K_c, from the unpacked
+ * scales and mins. */
+void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    const qblock_q4_Kx8 *x = w;
+    const int nb = n / QBLOCK_K;
+    for (int c = 0; c < ncols; c++) {
+        const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride);
+        float sum[8] = {0};
+        for (int i = 0; i < nb; i++)
+            for (int r = 0; r < 8; r++) {
+                int sumi = 0, summ = 0;
+                for (int j = 0; j < 4; j++) {
+                    int lo = 0, hi = 0;
+                    for (int h = 0; h < 8; h++)
+                        for (int b = 0; b < 4; b++) {
+                            const int q = x[i].qs[32 * (8 * j + h) + 4 * r + b];
+                            lo += (q & 0x0f) * y[i].qs[64 * j + 4 * h + b];
+                            hi += (q >> 4) * y[i].qs[64 * j + 32 + 4 * h + b];
+                        }
+                    sumi += x[i].sc[2 * j][r] * lo + x[i].sc[2 * j + 1][r] * hi;
+                    summ += x[i].m[j][r][0] * (y[i].bsums[4 * j] + y[i].bsums[4 * j + 1]) +
+                            x[i].m[j][r][1] * (y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3]);
+                }
+                const float d = y[i].d * quant_f16_to_f32(x[i].d[r]),
+                            dmin = y[i].d * quant_f16_to_f32(x[i].dmin[r]);
+                sum[r] += d * (float)sumi - dmin * (float)summ;
+            }
+        for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
+    }
+}

@@ -674,3 +674,5 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
     arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
     return CK_OK;
 }
+
+int model_weights_in_file_map(const model *m) { return m && m->format == MODEL_FMT_GGUF && m->gguf_; }

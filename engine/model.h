@@ -128,6 +128,10 @@ typedef struct model {
  * Returns 0 and sets *out, or a CK_E* code with a sentence in err. */
 int model_load(const char *path, const char *tokenizer_path, model **out, char *err, size_t errlen);
 void model_free(model *m);
+/* 1 when the weights' bytes are a read-only private mapping of the model
+ * file (GGUF), never written: their pages may be dropped from the resident
+ * set (madvise MADV_DONTNEED) and fault back in from the file. */
+int model_weights_in_file_map(const model *m);
 
 /* Weight bytes one forward step reads when every weight is read once in its
  * stored type (the numerator of a bandwidth roofline). */

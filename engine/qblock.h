@@ -139,8 +139,39 @@ typedef struct qblock_iq4_xs {
     uint8_t scales_l[QBLOCK_K / 64];
     uint8_t qs[QBLOCK_K / 2];
 } qblock_iq4_xs;
+/* Not a file format: 8 rows' Q4_0 blocks of the same 32 columns,
+ * interleaved at load by cpu_qdot_repack8 so that a product has one row a
+ * 32-bit lane (cpu_qdot.h). d[r] is row r's scale; qs[32 h + 4 r + b] is
+ * row r's qs[4 h + b] (h 0..3, b 0..3), so the low nibbles of qs[32 h ..
+ * 32 h + 31] are elements 4h..4h+3 of each row, the high ones 16+4h... The
+ * same 144 bytes as the 8 blocks. */
+typedef struct qblock_q4_0x8 {
+    uint16_t d[8];
+    uint8_t qs[8 * QBLOCK_32 / 2];
+} qblock_q4_0x8;
+/* Likewise 8 rows' Q8_0 blocks: qs[32 g + 4 r + b] is row r's qs[4 g + b]
+ * (g 0..7, b 0..3). 272 bytes, as the 8 blocks. */
+typedef struct qblock_q8_0x8 {
+    uint16_t d[8];
+    int8_t qs[8 * QBLOCK_32];
+} qblock_q8_0x8;
+/* 8 rows' Q4_K super-blocks, their 6-bit scales and mins unpacked to bytes
+ * (a product then reads them as vectors instead of unpacking 12 bytes a
+ * row): sc[s][r] the scale of sub-block s (of 32 elements) of row r;
+ * m[p][r][k] the min of sub-block 2p + k; qs[32 (8 j + h) + 4 r + b] is row
+ * r's qs[32 j + 4 h + b] (j 0..3, h 0..7, b 0..3). 1184 bytes against the
+ * 8 blocks' 1152 (2.8 % more). */
+typedef struct qblock_q4_Kx8 {
+    uint16_t d[8], dmin[8];
+    uint8_t sc[8][8];
+    uint8_t m[4][8][2];
+    uint8_t qs[8 * QBLOCK_K / 2];
+} qblock_q4_Kx8;
 #pragma pack(pop)
 
+QBLOCK_ASSERT(sizeof(qblock_q4_0x8) == 8 * 18, "q4_0x8");
+QBLOCK_ASSERT(sizeof(qblock_q8_0x8) == 8 * 34, "q8_0x8");
+QBLOCK_ASSERT(sizeof(qblock_q4_Kx8) == 1184, "q4_Kx8");
 QBLOCK_ASSERT(sizeof(qblock_q4_0) == 18, "q4_0");
 QBLOCK_ASSERT(sizeof(qblock_q4_1) == 20, "q4_1");
 QBLOCK_ASSERT(sizeof(qblock_q5_0) == 22, "q5_0");

@@ -14,7 +14,6 @@ typedef struct slot {
     svc_model_info info;
     char name[64], own[64], stem[64]; /* configured (or model_name), the model's own, file stem */
     svc_et_opts eo;                   /* this model's engine options */
-    const svc_config *cfg;
 } slot;
 
 struct svc_models {

@@ -92,6 +92,31 @@ static void test_qact_q8_1(void) {
     }
 }
 
+/* q8_0s: the q8_0 row byte for byte, then each block's sum of q. */
+static void test_qact_q8_0s(void) {
+    rng r = {0x2545F4914F6CDD1DULL};
+    enum { K = 32 * 5 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = rng_f(&r) * 7.0f;
+    for (int i = 0; i < 32; i++) x[64 + i] = 1.0f; /* every q 127: the largest sum, 32 * 127 */
+    qblock_q8_0 z[K / 32];
+    _Alignas(16) unsigned char y[K / 32 * 36]; /* 2-aligned, as qact_q8_0s asks */
+    CK_CHECK(qact_row_bytes(QACT_Q8_0S, K) == sizeof y && qact_row_bytes(QACT_Q8_0S, 48) == 0);
+    CK_CHECK(qact_row(QACT_Q8_0S, x, y, K) == 0);
+    qact_q8_0(x, z, K);
+    CK_CHECK(!memcmp(y, z, sizeof z));
+    for (int i = 0; i < K / 32; i++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += z[i].qs[j];
+        int16_t got;
+        memcpy(&got, y + sizeof z + 2 * i, 2);
+        CK_CHECK_MSG(got == sum, "block %d: sum %d, stored %d", i, sum, got);
+    }
+    int16_t top;
+    memcpy(&top, y + sizeof z + 2 * 2, 2);
+    CK_CHECK(top == 32 * 127);
+}
+
 /* q8_K: d = (the element of largest |x|) / -127, q = x / d rounded half to
  * even, at most 127; bsums the sums of 16. */
 static void test_qact_q8_K(void) {
@@ -271,7 +296,7 @@ static void check_type(const cpu_qdot *qd, const cpu_qdot *qc, int type, int n, 
     CK_CHECK(w3 != NULL);
     if (w3) {
         for (int i = 0; i < 3; i++) memcpy(w3 + i * wb, w, wb);
-        cpu_qmat qm = {w3, t, 3, n, wb};
+        cpu_qmat qm = {w3, t, 3, n, wb, 0};
         enum { LDY = 5 };
         float y[M * LDY];
         for (int mm = 1; mm <= M; mm += M - 1) { /* batch 1 and a batch: the driver's paths differ */
@@ -316,16 +341,203 @@ static void test_kernels_every_isa(void) {
     }
 }
 
+/* ------------------------------------------------------ the x8 layout */
+
+/* The layout against qblock.h's definition, read back element by element:
+ * row r, element e of an x8 group equals the source row's (the oracle is
+ * the source rows' own nibbles); the n % 8 last rows are copied. */
+static void test_repack8_layout(void) {
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, CPU_ISA_C);
+    const cpu_qtype *t = cpu_qdot_type(&qd, QB_Q4_0);
+    enum { N = 19, K = 32 * 3 };
+    const size_t rb = (size_t)(K / 32) * sizeof(qblock_q4_0);
+    unsigned char src[N * (K / 32) * 18], dst[sizeof src];
+    rng r = {0x5851F42D4C957F2DULL};
+    fill_bytes(&r, src, sizeof src);
+    CK_CHECK(cpu_qdot_repack8(t, dst, src, N, K) == 0);
+    for (int row = 0; row < N / 8 * 8; row++) {
+        const qblock_q4_0x8 *g = (const qblock_q4_0x8 *)(dst + (size_t)(row / 8) * 8 * rb);
+        const int lr = row % 8;
+        for (int i = 0; i < K / 32; i++) {
+            const qblock_q4_0 *b = (const qblock_q4_0 *)(src + (size_t)row * rb) + i;
+            CK_CHECK(g[i].d[lr] == b->d);
+            for (int e = 0; e < 32;
+                 e++) { /* element e: low nibble of qs[e] (e < 16), else high of qs[e - 16] */
+                const int want = e < 16 ? b->qs[e] & 15 : b->qs[e - 16] >> 4;
+                const int j = e % 16, got_byte = g[i].qs[32 * (j / 4) + 4 * lr + j % 4];
+                const int got = e < 16 ? got_byte & 15 : got_byte >> 4;
+                CK_CHECK_MSG(got == want, "row %d block %d element %d: %d vs %d", row, i, e, got, want);
+            }
+        }
+    }
+    CK_CHECK(!memcmp(dst + (size_t)16 * rb, src + (size_t)16 * rb, 3 * rb));
+    CK_CHECK(cpu_qdot_repack8(t, dst, src, N, K + 16) == CK_EINVAL);
+    /* Q8_0: row r, element e at qs[32 (e / 4) + 4 r + e % 4] */
+    const cpu_qtype *t8 = cpu_qdot_type(&qd, QB_Q8_0);
+    const size_t rb8 = (size_t)(K / 32) * sizeof(qblock_q8_0);
+    unsigned char src8[N * (K / 32) * 34], dst8[sizeof src8];
+    fill_bytes(&r, src8, sizeof src8);
+    CK_CHECK(cpu_qdot_repack8(t8, dst8, src8, N, K) == 0);
+    for (int row = 0; row < 16; row++) {
+        const qblock_q8_0x8 *g = (const qblock_q8_0x8 *)(dst8 + (size_t)(row / 8) * 8 * rb8);
+        for (int i = 0; i < K / 32; i++) {
+            const qblock_q8_0 *b = (const qblock_q8_0 *)(src8 + (size_t)row * rb8) + i;
+            CK_CHECK(g[i].d[row % 8] == b->d);
+            for (int e = 0; e < 32; e++) CK_CHECK(g[i].qs[32 * (e / 4) + 4 * (row % 8) + e % 4] == b->qs[e]);
+        }
+    }
+    CK_CHECK(!memcmp(dst8 + (size_t)16 * rb8, src8 + (size_t)16 * rb8, 3 * rb8));
+    CK_CHECK(cpu_qdot_repack8(cpu_qdot_type(&qd, QB_Q6_K), dst, src, 8, 256) == CK_EINVAL);
+    /* Q4_K: each element of the x8 groups, dequantized from the unpacked
+     * scales and mins, against quant_to_f32 of the source row (the
+     * dequantizer checked bit for bit against libggml) */
+    const cpu_qtype *tk = cpu_qdot_type(&qd, QB_Q4_K);
+    enum { NK = 11, KK = 512 };
+    const size_t rbk = (size_t)(KK / 256) * sizeof(qblock_q4_K), xk = cpu_qdot_x8_bytes(tk, NK, KK);
+    CK_CHECK(xk == (size_t)(KK / 256) * sizeof(qblock_q4_Kx8) + 3 * rbk);
+    unsigned char *srck = malloc(NK * rbk), *dstk = malloc(xk);
+    float row[KK];
+    CK_CHECK(srck && dstk);
+    if (!srck || !dstk) goto done;
+    for (int rr = 0; rr < NK; rr++) random_row(&r, QB_Q4_K, srck + rr * rbk, KK);
+    CK_CHECK(cpu_qdot_repack8(tk, dstk, srck, NK, KK) == 0);
+    for (int rr = 0; rr < 8; rr++) {
+        CK_CHECK(quant_to_f32(QB_Q4_K, srck + rr * rbk, row, KK) == 0);
+        for (int i = 0; i < KK / 256; i++) {
+            const qblock_q4_Kx8 *g = (const qblock_q4_Kx8 *)dstk + i;
+            const float d = quant_f16_to_f32(g->d[rr]), dmin = quant_f16_to_f32(g->dmin[rr]);
+            for (int e = 0; e < 256; e++) {
+                const int sb = e / 32, j = e / 64, l = e % 32,
+                          q = g->qs[32 * (8 * j + l / 4) + 4 * rr + l % 4];
+                const int nib = sb % 2 ? q >> 4 : q & 15;
+                const float want = row[256 * i + e];
+                const float got = d * g->sc[sb][rr] * nib - dmin * g->m[sb / 2][rr][sb % 2];
+                CK_CHECK_MSG(fabsf(got - want) <= 1e-6f * (fabsf(want) + d * 63 * 15 + dmin * 63),
+                             "q4_K x8 row %d element %d: %g vs %g", rr, 256 * i + e, got, want);
+            }
+        }
+    }
+    CK_CHECK(!memcmp(dstk + (size_t)(KK / 256) * sizeof(qblock_q4_Kx8), srck + 8 * rbk, 3 * rbk));
+done:
+    free(srck);
+    free(dstk);
+}
+
+/* dot8 and the driver over an x8 matrix at one ISA level: n_rows random
+ * Q4_0 or Q8_0 rows (groups and a tail), every row against the f32 reference and the
+ * one-row kernel, at 1..CPU_QDOT_NCOLS columns and through cpu_qdot_rows
+ * with ranges that start and end inside groups. extreme: every weight at
+ * its type's extreme and every activation 127 or -127 (the int16 sums'
+ * bound). */
+static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extreme, rng *r) {
+    const cpu_qtype *t = cpu_qdot_type(qd, type);
+    CK_CHECK(t && t->dot8);
+    if (!t || !t->dot8) return;
+    enum { M = 9 };
+    const size_t rb = (size_t)(n / t->block) * t->block_bytes, ab = qact_row_bytes(t->act, n);
+    const size_t gb = (size_t)(n / t->block) * t->x8_bytes; /* bytes of a group of 8 rows */
+    unsigned char *w = malloc(rb * n_rows), *w8 = malloc(cpu_qdot_x8_bytes(t, n_rows, n)),
+                  *a = malloc(ab * M);
+    float *x = malloc((size_t)n * sizeof *x), *want = malloc(sizeof(float) * n_rows * M),
+          *y = malloc(sizeof(float) * n_rows * M);
+    double *mag = malloc(sizeof(double) * n_rows * M);
+    CK_CHECK(w && w8 && a && x && want && y && mag);
+    if (!w || !w8 || !a || !x || !want || !y || !mag) goto out;
+    for (int row = 0; row < n_rows; row++) {
+        random_row(r, type, w + row * rb, n);
+        if (extreme) { /* Q4_0: nibbles 15 or 0; Q8_0: 127 or -128; Q4_K: also scales and mins 63 */
+            for (int i = 0; i < n / t->block; i++) {
+                if (type == QB_Q4_K) {
+                    qblock_q4_K *b = (qblock_q4_K *)(w + row * rb) + i;
+                    memset(b->qs, row % 2 ? 0xff : 0, sizeof b->qs);
+                    memset(b->scales, 0xff, sizeof b->scales);
+                } else if (type == QB_Q4_0)
+                    memset(((qblock_q4_0 *)(w + row * rb))[i].qs, row % 2 ? 0xff : 0, 16);
+                else
+                    memset(((qblock_q8_0 *)(w + row * rb))[i].qs, row % 2 ? 0x7f : 0x80, 32);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        for (int i = 0; i < n; i++) x[i] = extreme ? (m % 2 ? 1.0f : -1.0f) : rng_f(r) * (1.0f + (float)m);
+        CK_CHECK(qact_row(t->act, x, a + (size_t)m * ab, n) == 0);
+    }
+    for (int row = 0; row < n_rows; row++)
+        for (int m = 0; m < M; m++) {
+            double d = 0, mg = 0;
+            CK_CHECK(ref_dot(type, t->act, w + row * rb, a + (size_t)m * ab, n, &d, &mg) == 0);
+            want[row * M + m] = (float)d;
+            mag[row * M + m] = mg;
+        }
+    CK_CHECK(cpu_qdot_repack8(t, w8, w, n_rows, n) == 0);
+    for (int g = 0; g < n_rows / 8; g++)
+        for (int nc = 1; nc <= CPU_QDOT_NCOLS; nc++) {
+            float s[8 * CPU_QDOT_NCOLS];
+            t->dot8(n, nc, s, w8 + (size_t)g * gb, a + ab, ab); /* columns 1.. */
+            for (int c = 0; c < nc; c++)
+                for (int j = 0; j < 8; j++) {
+                    const int row = 8 * g + j, m = 1 + c;
+                    float s1;
+                    t->dot(n, &s1, w + row * rb, a + (size_t)m * ab);
+                    CK_CHECK_MSG(close_enough(s[8 * c + j], want[row * M + m], mag[row * M + m]),
+                                 "%s dot8 n %d nc %d row %d col %d: %.9g, f32 reference %.9g", t->impl, n, nc,
+                                 row, m, s[8 * c + j], want[row * M + m]);
+                    CK_CHECK_MSG(close_enough(s[8 * c + j], s1, mag[row * M + m]),
+                                 "%s dot8 row %d col %d: %.9g, dot %.9g", t->impl, row, m, s[8 * c + j], s1);
+                }
+        }
+    /* the driver: ranges inside groups, into the tail, accumulating onto 1 */
+    cpu_qmat qm = {w8, t, n_rows, n, rb, 1};
+    const int ranges[][2] = {{0, n_rows}, {3, n_rows - 2}, {9, 10}, {5, 8}, {n_rows - 1, n_rows}};
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
+        for (int mm = 1; mm <= M; mm += M - 1) {
+            const int r0 = ranges[k][0], r1 = ranges[k][1];
+            for (int i = 0; i < n_rows * M; i++) y[i] = 1.0f;
+            cpu_qdot_rows(y, n_rows, a, ab, &qm, mm, r0, r1, 1);
+            for (int m = 0; m < M; m++)
+                for (int row = 0; row < n_rows; row++) {
+                    const int in = m < mm && row >= r0 && row < r1;
+                    const double wv = in ? 1.0 + want[row * M + m] : 1.0, mg = in ? mag[row * M + m] : 0;
+                    CK_CHECK_MSG(close_enough(y[m * n_rows + row], wv, mg),
+                                 "%s driver rows [%d, %d) M %d: row %d col %d %.9g vs %.9g", t->impl, r0, r1,
+                                 mm, row, m, y[m * n_rows + row], wv);
+                }
+        }
+out:
+    free(w), free(w8), free(a), free(x), free(want), free(y), free(mag);
+}
+
+static void test_x8_every_isa(void) {
+    const int best = cpu_isa_detect();
+    for (int isa = CPU_ISA_C; isa < CPU_ISA_COUNT; isa++) {
+        if (isa > best) continue; /* said by test_kernels_every_isa */
+        cpu_qdot qd;
+        cpu_qdot_init(&qd, isa);
+        rng r = {0xA0761D6478BD642FULL + (uint64_t)isa};
+        static const int ns[] = {32, 96, 256, 768, 2048};
+        static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K};
+        for (int ty = 0; ty < 3; ty++) {
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                if (ns[k] % cpu_qdot_type(&qd, x8types[ty])->block) continue;
+                check_x8(&qd, x8types[ty], ns[k], 19, 0, &r);
+                check_x8(&qd, x8types[ty], ns[k], 16, 1, &r);
+            }
+            check_x8(&qd, x8types[ty], 256, 11, 0, &r);
+        }
+    }
+}
+
 /* The table: every type has a kernel at every level, partner formats as
  * qblock.h says, block sizes and bytes as the GGUF format's. */
 static void test_table(void) {
     static const struct {
         int type, act, block, bytes;
     } want[] = {
-        {QB_Q8_0, QB_Q8_0, 32, 34},   {QB_Q4_0, QB_Q8_0, 32, 18},   {QB_Q4_1, QB_Q8_1, 32, 20},
-        {QB_Q5_0, QB_Q8_0, 32, 22},   {QB_Q5_1, QB_Q8_1, 32, 24},   {QB_IQ4_NL, QB_Q8_0, 32, 18},
-        {QB_Q2_K, QB_Q8_K, 256, 84},  {QB_Q3_K, QB_Q8_K, 256, 110}, {QB_Q4_K, QB_Q8_K, 256, 144},
-        {QB_Q5_K, QB_Q8_K, 256, 176}, {QB_Q6_K, QB_Q8_K, 256, 210}, {QB_IQ4_XS, QB_Q8_K, 256, 136},
+        {QB_Q8_0, QB_Q8_0, 32, 34},   {QB_Q4_0, QACT_Q8_0S, 32, 18}, {QB_Q4_1, QB_Q8_1, 32, 20},
+        {QB_Q5_0, QB_Q8_0, 32, 22},   {QB_Q5_1, QB_Q8_1, 32, 24},    {QB_IQ4_NL, QB_Q8_0, 32, 18},
+        {QB_Q2_K, QB_Q8_K, 256, 84},  {QB_Q3_K, QB_Q8_K, 256, 110},  {QB_Q4_K, QB_Q8_K, 256, 144},
+        {QB_Q5_K, QB_Q8_K, 256, 176}, {QB_Q6_K, QB_Q8_K, 256, 210},  {QB_IQ4_XS, QB_Q8_K, 256, 136},
     };
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         cpu_qdot qd;
@@ -338,6 +550,10 @@ static void test_table(void) {
                          "isa %d type %d", isa, want[i].type);
         }
         CK_CHECK(!cpu_qdot_type(&qd, QB_F32) && !cpu_qdot_type(&qd, QB_F16) && !cpu_qdot_type(&qd, QB_BF16));
+        /* Q4_0 runs interleaved at every level (the memory plan must not
+         * depend on the ISA); no other type has that layout */
+        CK_CHECK(cpu_qdot_type(&qd, QB_Q4_0)->dot8 && cpu_qdot_type(&qd, QB_Q8_0)->dot8 &&
+                 cpu_qdot_type(&qd, QB_Q4_K)->dot8 && !cpu_qdot_type(&qd, QB_Q6_K)->dot8);
         /* at C, our four types run their C kernels, not the generic code */
         if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
         if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));
@@ -371,8 +587,11 @@ int main(void) {
     CK_RUN(test_qact_q8_0_matches_quant);
     CK_RUN(test_qact_q8_1);
     CK_RUN(test_qact_q8_K);
+    CK_RUN(test_qact_q8_0s);
+    CK_RUN(test_repack8_layout);
     CK_RUN(test_table);
     CK_RUN(test_kernels_every_isa);
+    CK_RUN(test_x8_every_isa);
     CK_RUN(test_isa_select);
     return ck_test_summary();
 }

@@ -141,7 +141,13 @@ int cli_bench(int argc, char **argv) {
     }
     eo.max_seqs = batch;
     eo.max_ctx = prompt + gen + 1;
-    eo.max_batch_tokens = batch > 512 ? batch : 512;
+    /* Rows of the batch buffers: what this run puts in one forward, the
+     * prefill's batch x prompt tokens up to chunks of 512, or the decode's
+     * batch (sized for 512 always, they were 25 MiB of a 110M-shape
+     * quantized file's 112 MiB resident at batch 1). */
+    const long pre = (long)batch * prompt;
+    eo.max_batch_tokens = (int)(pre < 512 ? pre : 512);
+    if (eo.max_batch_tokens < batch) eo.max_batch_tokens = batch;
     cli_engine e;
     int rc = cli_engine_open(&a, &eo, &e);
     if (rc) return rc;
@@ -289,6 +295,17 @@ int cli_bench(int argc, char **argv) {
         jw_key(&w, "peak_rss_bytes"), jw_int(&w, (int64_t)ru.ru_maxrss * 1024);
         jw_key(&w, "rss_bytes"), jw_int(&w, (int64_t)rss);
         jw_key(&w, "plan_bytes"), jw_int(&w, (int64_t)e.b->ops->memory_bytes(e.b));
+        be_memory plan;
+        if (is_cpu && !be_cpu_plan(e.m, &e.b->opt, &plan)) { /* its terms: what RSS is made of */
+            jw_key(&w, "plan"), jw_obj(&w);
+            jw_key(&w, "weights"), jw_int(&w, (int64_t)plan.weights);
+            jw_key(&w, "kv"), jw_int(&w, (int64_t)plan.kv);
+            jw_key(&w, "kv8"), jw_int(&w, (int64_t)plan.kv8);
+            jw_key(&w, "activations"), jw_int(&w, (int64_t)plan.activations);
+            jw_key(&w, "scratch"), jw_int(&w, (int64_t)plan.scratch);
+            jw_key(&w, "max_batch_tokens"), jw_int(&w, T);
+            jw_obj_end(&w);
+        }
         jw_key(&w, "roofline"), jw_obj(&w);
         jw_key(&w, "mem_read_bytes_per_s"), jw_num(&w, bw);
         jw_key(&w, "mem_read_buffer_bytes"), jw_int(&w, (int64_t)wset);

@@ -108,6 +108,8 @@ def decide(r, t):
             v = [e[sig] for e in win]
             s = sum(v) / w if stat == "mean" else (min(v) if stat == "min" else max(v))
             hit = hit or (s > x if op == ">" else s < x)
+        # a job that reached max_tokens (G) on that token has ended: kept
+        if hit and k >= G: return None
         if hit: return max(k - r["rewind"], 0)
         if not r["every"]: return None
     return None
