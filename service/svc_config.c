@@ -578,10 +578,12 @@ int svc_config_each_kafka(const svc_config *c, svc_config_kafka_cb cb, void *ud)
 
 int svc_config_is_secret(const char *key) {
     static const char *words[] = {
-        "password", "secret", "token", "ssl.key.pem", "ssl_key", "keystore", "sasl.oauthbearer.config",
-        "jaas"};
+        "password", "secret", "ssl.key.pem", "ssl_key", "keystore", "jaas", "sasl.oauthbearer.config"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strstr(key, words[i])) return 1;
+    /* "token" in librdkafka's keys (OAuth tokens); the service's own
+     * token keys are counts (max_tokens_cap, default_max_tokens, ...) */
+    if (is_kafka_key(key) && strstr(key, "token")) return 1;
     return !strcmp(key, "redis"); /* its URL may carry a password */
 }
 

@@ -2,6 +2,7 @@
  * configuration (svc_job.h, svc_result.h, svc_config.h). */
 #include <stdint.h>
 
+#include "ck_err.h"
 #include "ck_test.h"
 #include "svc_config.h"
 #include "svc_job.h"
@@ -191,10 +192,73 @@ static void test_config(void) {
     CK_CHECK(!strcmp(svc_config_get(&c, "kafka.sasl.password"), "pw"));
     CK_CHECK(svc_config_is_secret("kafka.sasl.password") && svc_config_is_secret("kafka.ssl.key.pem"));
     CK_CHECK(!svc_config_is_secret("kafka.bootstrap.servers"));
+    CK_CHECK(svc_config_is_secret("kafka.sasl.oauthbearer.token") && svc_config_is_secret("redis"));
+    /* the service's token counts are no secret (they were once masked) */
+    CK_CHECK(!svc_config_is_secret("default_max_tokens") && !svc_config_is_secret("max_tokens_cap") &&
+             !svc_config_is_secret("max_prompt_tokens"));
     svc_config_free(&c);
     char *bad[] = {"confkvd", "--max-inflight", "0", NULL};
     CK_CHECK(svc_config_load(&c, 3, bad, err, sizeof err) != 0 && strstr(err, "max_inflight"));
     svc_config_free(&c);
+}
+
+/* `model` given several times (NAME=PATH and options), and the cascade's
+ * keys: what svc_config_load makes of them, and what it refuses. */
+static void test_config_models(void) {
+    svc_config c;
+    char err[512];
+    char *two[] = {"confkvd",
+                   "--model",
+                   "small=/m/s.bin,tokenizer=/m/t.bin,kv_budget_mb=8",
+                   "--model",
+                   "large=/m/l.gguf,chat_template=/t.jinja",
+                   "--route",
+                   "cascade",
+                   "--route-models",
+                   "small,large",
+                   "--route-rule",
+                   "tokens=4,rewind=2,always",
+                   "--default-model",
+                   "auto",
+                   NULL};
+    CK_CHECK_MSG(svc_config_load(&c, 13, two, err, sizeof err) == 0, "%s", err);
+    CK_CHECK(c.n_models == 2 && !strcmp(c.models[0].name, "small") && !strcmp(c.models[0].path, "/m/s.bin") &&
+             !strcmp(c.models[0].tokenizer, "/m/t.bin") && c.models[0].kv_budget_mb == 8 &&
+             !c.models[0].chat_template);
+    CK_CHECK(!strcmp(c.models[1].name, "large") && !strcmp(c.models[1].path, "/m/l.gguf") &&
+             !strcmp(c.models[1].chat_template, "/t.jinja") && !c.models[1].tokenizer);
+    CK_CHECK(c.route_cascade && c.route_small == 0 && c.route_large == 1 && !strcmp(c.model, "/m/s.bin"));
+    svc_config_free(&c);
+    /* a bare path, even one with '=' after a '/', is the single unnamed model */
+    char *one[] = {"confkvd", "--model", "/dir/a=b.gguf", NULL};
+    CK_CHECK_MSG(svc_config_load(&c, 3, one, err, sizeof err) == 0, "%s", err);
+    CK_CHECK(c.n_models == 1 && !c.models[0].name && !strcmp(c.models[0].path, "/dir/a=b.gguf") &&
+             !c.route_cascade);
+    svc_config_free(&c);
+    struct {
+        const char *a[6];
+        const char *why;
+    } bad[] = {
+        {{"--model", "a=/x", "--model", "a=/y"}, "given twice"},
+        {{"--model", "/x", "--model", "b=/y"}, "needs a name"},
+        {{"--model", "a=/x,kv_budget_mb=0"}, "kv_budget_mb"},
+        {{"--model", "a=/x,threads=2"}, "unknown option 'threads'"},
+        {{"--model", "auto=/x"}, "'auto'"},
+        {{"--model", "a=/x", "--route", "cascade"}, "route_models"},
+        {{"--model", "a=/x", "--route-models", "a,a"}, "route is off"},
+        {{"--model", "a=/x", "--default-model", "auto"}, "default_model"},
+        {{"--model", "a=/x", "--model-name", "n"}, "model_name"},
+        {{"--model", "a=/x", "--route", "sometimes"}, "route"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[8] = {"confkvd"};
+        int argc = 1;
+        for (int k = 0; k < 6 && bad[i].a[k]; k++) argv[argc++] = (char *)bad[i].a[k];
+        err[0] = 0;
+        int rc = svc_config_load(&c, argc, argv, err, sizeof err);
+        CK_CHECK_MSG(rc == CK_EINVAL && strstr(err, bad[i].why), "case %zu: rc %d, '%s'", i, rc, err);
+        svc_config_free(&c);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -471,6 +535,7 @@ int main(void) {
     CK_RUN(test_too_large);
     CK_RUN(test_utf8);
     CK_RUN(test_config);
+    CK_RUN(test_config_models);
     CK_RUN(test_empty_content_messages);
     CK_RUN(test_empty_content_msgpack);
     CK_RUN(test_msgpack_empty_strings);
