@@ -367,10 +367,9 @@ typedef struct eng_prompt_format {
     char template_hash[17];          /* 16 hex digits, "" without a template */
     const char *template_error_kind; /* jinja's kind (static) when the template is unusable, else NULL */
     char template_error[512];        /* its message */
-    /* The vocabulary's identity: its size and a hash (FNV-1a 64, 16 hex
-     * digits) of every token's bytes in id order and the BOS/EOS ids. Two
-     * models with the same hash give the same ids the same meaning (a
-     * cascade's check). */
+    /* The vocabulary's identity: its size and tok_vocab_hash (16 hex
+     * digits; "" when it could not be computed). Two models with the same
+     * hash give the same ids the same meaning (a cascade's check). */
     int vocab_size;
     char vocab_hash[17];
 } eng_prompt_format;

@@ -464,26 +464,6 @@ static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_
     return CK_OK;
 }
 
-/* eng_prompt_format's vocab_hash: FNV-1a 64 over each token's length and
- * bytes as a GGUF vocabulary writes it (tok_piece_gguf: so a llama2.c
- * tokenizer and its GGUF conversion agree), then the BOS and EOS ids. */
-static void vocab_identity(const tokenizer *t, eng_prompt_format *pf) {
-    uint64_t h = 1469598103934665603ull;
-    int n = tok_vocab_size(t);
-    char piece[1024];
-    for (int id = 0; id < n + 2; id++) {
-        size_t len = 0;
-        int whole = id < n && tok_piece_gguf(t, id, piece, sizeof piece, &len) == 0;
-        /* a token: its length, then its bytes (a longer one: its length only);
-         * then BOS and EOS (+1: -1 is none) */
-        uint32_t v = id < n ? (uint32_t)len : (uint32_t)((id == n ? tok_bos(t) : tok_eos(t)) + 1);
-        for (int i = 0; i < 4; i++) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-        for (size_t i = 0; whole && i < len; i++) h = (h ^ (uint8_t)piece[i]) * 1099511628211ull;
-    }
-    pf->vocab_size = n;
-    snprintf(pf->vocab_hash, sizeof pf->vocab_hash, "%016llx", (unsigned long long)h);
-}
-
 int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     const model *m = e->m;
     const char *src = NULL;
@@ -520,7 +500,8 @@ int rq_client_init(eng *e, const eng_config *c, char *err, size_t errlen) {
     chat_model_describe(m, NULL, e->chat, &ci);
     eng_prompt_format *pf = &e->pf;
     memset(pf, 0, sizeof *pf);
-    vocab_identity(m->tok, pf);
+    pf->vocab_size = tok_vocab_size(m->tok);
+    if (tok_vocab_hash(m->tok, pf->vocab_hash)) pf->vocab_hash[0] = 0; /* out of memory: no identity */
     _Static_assert(sizeof pf->arch == sizeof ci.arch && sizeof pf->tok_model == sizeof ci.tok_model &&
                        sizeof pf->tok_pre == sizeof ci.tok_pre &&
                        sizeof pf->template_hash == sizeof ci.template_hash,

@@ -2,6 +2,8 @@
  * alphabet, the merges, piece types, and tok_from_arrays (see tok_int.h). */
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -455,5 +457,48 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
         }
     }
     buf[o] = '\0';
+    return 0;
+}
+
+/* A buffer for any piece of t in its GGUF form (3 bytes a stored byte at most). */
+static char *gguf_piece_buf(const tokenizer *t, size_t *cap) {
+    size_t most = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->len[i] > most) most = t->len[i];
+    *cap = 3 * most + 8; /* + "<unk>" for a llama2.c file's control pieces */
+    return malloc(*cap);
+}
+
+int tok_vocab_diff(const tokenizer *a, const tokenizer *b) {
+    if (!a || !b) return CK_EINVAL;
+    if (a->n != b->n || a->bos != b->bos || a->eos != b->eos) return 0;
+    size_t ca, cb, la, lb;
+    char *pa = gguf_piece_buf(a, &ca), *pb = gguf_piece_buf(b, &cb);
+    int rc = pa && pb ? -1 : CK_ENOMEM;
+    for (int id = 0; rc == -1 && id < a->n; id++)
+        if (tok_piece_gguf(a, id, pa, ca, &la) || tok_piece_gguf(b, id, pb, cb, &lb) || la != lb ||
+            memcmp(pa, pb, la))
+            rc = id;
+    free(pa);
+    free(pb);
+    return rc;
+}
+
+int tok_vocab_hash(const tokenizer *t, char out[17]) {
+    if (!t) return CK_EINVAL;
+    size_t cap, len;
+    char *p = gguf_piece_buf(t, &cap);
+    if (!p) return CK_ENOMEM;
+    uint64_t h = 1469598103934665603ull;
+    const int32_t head[3] = {t->n, t->bos, t->eos};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)head[i] >> (8 * k)) & 0xff)) * 1099511628211ull;
+    for (int id = 0; id < t->n; id++) {
+        if (tok_piece_gguf(t, id, p, cap, &len)) len = 0;
+        for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)len >> (8 * k)) & 0xff)) * 1099511628211ull;
+        for (size_t k = 0; k < len; k++) h = (h ^ (uint8_t)p[k]) * 1099511628211ull;
+    }
+    free(p);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
     return 0;
 }

@@ -174,6 +174,18 @@ int tok_type(const tokenizer *t, int id);
  * cap = 0 asks for the length). */
 int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *len);
 
+/* One vocabulary or two: the same size, BOS and EOS, and every piece the
+ * same in its GGUF form (tok_piece_gguf: so a llama2.c file and its GGUF
+ * conversion are one vocabulary). Returns -1 when a and b are one, else the
+ * first id whose piece differs (0 for a size, BOS or EOS difference), or
+ * CK_ENOMEM. For a model cascade, which hands token ids from one model to
+ * the other. */
+int tok_vocab_diff(const tokenizer *a, const tokenizer *b);
+/* The same identity as 16 hex digits and a NUL (FNV-1a 64 over the size,
+ * BOS, EOS and each GGUF-form piece with its length): equal vocabularies
+ * hash equal. 0, or CK_ENOMEM / CK_EINVAL. */
+int tok_vocab_hash(const tokenizer *t, char out[17]);
+
 /* Text up to this many bytes is always encoded in full, so a CK_ETOOLONG
  * from tok_encode gives the exact count needed (cheap: about 0.5 ms for
  * 4 KiB of English with tok512). */

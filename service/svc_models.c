@@ -216,7 +216,8 @@ static void on_slot_loaded(void *ud, int ok, const char *msg) {
         ms->s[ms->large].info.loaded) {
         const eng_prompt_format *a = svc_et_chat_info(ms->s[ms->small].info.et);
         const eng_prompt_format *b = svc_et_chat_info(ms->s[ms->large].info.et);
-        if (!a || !b || a->vocab_size != b->vocab_size || strcmp(a->vocab_hash, b->vocab_hash)) {
+        if (!a || !b || !a->vocab_hash[0] || a->vocab_size != b->vocab_size ||
+            strcmp(a->vocab_hash, b->vocab_hash)) {
             snprintf(
                 err, sizeof err,
                 "route_models %s,%s do not share a vocabulary (%d tokens, hash %s; %d tokens, hash %s): a "

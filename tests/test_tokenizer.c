@@ -1062,11 +1062,35 @@ static void test_gguf_refused(void) {
     CK_CHECK_MSG(rc == CK_EFORMAT && f == NULL, "%d %s", rc, err);
 }
 
+/* tok_vocab_diff / tok_vocab_hash: the same arrays are one vocabulary,
+ * one piece, BOS or the size changed is another (and the first differing
+ * id is named). */
+static void test_vocab_identity(void) {
+    const char *p1[] = {"<unk>", "<s>", "</s>", "a", "b", " ab"};
+    const char *p2[] = {"<unk>", "<s>", "</s>", "a", "c", " ab"};
+    tokenizer *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    char err[256], ha[17], hb[17], hc[17];
+    CK_CHECK(tok_from_arrays(6, p1, NULL, NULL, NULL, 1, 2, 0, &a, err, sizeof err) == 0);
+    CK_CHECK(tok_from_arrays(6, p1, NULL, NULL, NULL, 1, 2, 0, &b, err, sizeof err) == 0);
+    CK_CHECK(tok_from_arrays(6, p2, NULL, NULL, NULL, 1, 2, 0, &c, err, sizeof err) == 0);
+    CK_CHECK(tok_from_arrays(6, p1, NULL, NULL, NULL, 2, 1, 0, &d, err, sizeof err) == 0);
+    CK_CHECK(tok_vocab_diff(a, b) == -1 && tok_vocab_diff(a, c) == 4 && tok_vocab_diff(a, d) == 0);
+    CK_CHECK(tok_vocab_diff(a, tk) == 0); /* 6 pieces against 512 */
+    CK_CHECK(tok_vocab_hash(a, ha) == 0 && tok_vocab_hash(b, hb) == 0 && tok_vocab_hash(c, hc) == 0);
+    CK_CHECK(strlen(ha) == 16 && !strcmp(ha, hb) && strcmp(ha, hc));
+    CK_CHECK(tok_vocab_hash(d, hc) == 0 && strcmp(ha, hc));
+    tok_free(a);
+    tok_free(b);
+    tok_free(c);
+    tok_free(d);
+}
+
 int main(void) {
     char err[256] = "";
     int rc = tok_load_llama2c(ck_test_model_path("tok512.bin"), 512, &tk, err, sizeof err);
     if (rc != 0) fprintf(stderr, "load: %s (%s)\n", err, ck_errname(rc));
     CK_RUN(test_load);
+    CK_RUN(test_vocab_identity);
     if (tk) {
         CK_RUN(test_oracle_prompt);
         CK_RUN(test_vs_reference);

@@ -63,10 +63,9 @@ typedef struct re_row {
     long small_steps; /* reference positions scored by small */
 } re_row;
 
-/* 0 when the two vocabularies are one (size, every piece's text as GGUF
- * stores it, BOS and EOS), else 2 after saying where they differ. Pieces are
- * compared in their GGUF form so that a llama2.c file and its conversion
- * ("\n<s>\n" against "<s>") count as the same vocabulary. */
+/* 0 when the two vocabularies are one (tok_vocab_diff: size, BOS, EOS and
+ * every piece in its GGUF form, so a llama2.c file and its conversion are
+ * one), else 2 after saying where they differ (1: out of memory). */
 static int same_vocab(const cli_args *a, const model *s, const model *l) {
     const tokenizer *ts = s->tok, *tl = l->tok;
     int n = tok_vocab_size(ts);
@@ -80,44 +79,20 @@ static int same_vocab(const cli_args *a, const model *s, const model *l) {
                   tok_eos(ts), tok_bos(tl), tok_eos(tl));
         return 2;
     }
-    char *bs = NULL, *bl = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    for (int id = 0; id < n && !rc; id++) {
-        size_t ls = 0, ll = 0;
-        if (tok_piece_gguf(ts, id, NULL, 0, &ls) != CK_ETOOLONG ||
-            tok_piece_gguf(tl, id, NULL, 0, &ll) != CK_ETOOLONG) {
-            cli_error(a, "token %d: no piece", id);
-            rc = 1;
-            break;
-        }
-        if (ls != ll) {
-            cli_error(a, "the vocabularies differ at token %d (%zu bytes against %zu)", id, ls, ll);
-            rc = 2;
-            break;
-        }
-        if (ls + 1 > cap) {
-            cap = 2 * (ls + 1);
-            char *ns = realloc(bs, cap), *nl = ns ? realloc(bl, cap) : NULL;
-            if (ns) bs = ns;
-            if (nl) bl = nl;
-            if (!ns || !nl) {
-                cli_error(a, "%s", ck_strerror(CK_ENOMEM));
-                rc = 1;
-                break;
-            }
-        }
-        if (tok_piece_gguf(ts, id, bs, cap, &ls) || tok_piece_gguf(tl, id, bl, cap, &ll)) {
-            cli_error(a, "token %d: no piece", id);
-            rc = 1;
-        } else if (memcmp(bs, bl, ls)) {
-            cli_error(a, "the vocabularies differ at token %d ('%s' against '%s')", id, bs, bl);
-            rc = 2;
-        }
+    int id = tok_vocab_diff(ts, tl); /* sizes, BOS and EOS agree: a piece, if anything */
+    if (id == CK_ENOMEM) {
+        cli_error(a, "%s", ck_strerror(CK_ENOMEM));
+        return 1;
     }
-    free(bs);
-    free(bl);
-    return rc;
+    if (id >= 0) {
+        char ps[64] = "", pl[64] = "";
+        size_t n1, n2;
+        tok_piece_gguf(ts, id, ps, sizeof ps, &n1); /* for the message; a longer piece prints empty */
+        tok_piece_gguf(tl, id, pl, sizeof pl, &n2);
+        cli_error(a, "the vocabularies differ at token %d ('%s' against '%s')", id, ps, pl);
+        return 2;
+    }
+    return 0;
 }
 
 /* Add one prompt's reference (n tokens) to a row whose jobs hand over at
