@@ -133,7 +133,14 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len);
 int be_cpu_plan(const model *m, const be_options *o, be_memory *p);
 
 /* Create a backend by name: "cpu", "cuda" (when compiled in), or "auto"
- * (cuda when a device is present, else cpu). */
+ * (cuda when a device is present, else cpu). The CUDA backend is the shared
+ * object libconfkv_cuda.so, opened on the first call that asks for it
+ * (backend.c says where it is looked for; $CONFKV_CUDA_MODULE overrides)
+ * and kept open; "auto" opens it only where the NVIDIA driver is installed.
+ * A module that is missing or does not load is CK_EUNSUPPORTED with its
+ * path and the loader's message in err ("auto": that message on stderr and
+ * the CPU backend). Programs that create backends from several threads at
+ * once are safe: dlopen is. */
 int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 /* Names of the backends compiled in, NULL-terminated. */
 const char *const *be_compiled(void);

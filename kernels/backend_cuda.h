@@ -32,6 +32,10 @@
  * a fault inside a kernel the device context is lost: every later call
  * fails too, and the backend should be destroyed.
  *
+ * Linking: this is the shared object libconfkv_cuda.so, which backend.c
+ * opens on demand (be_new "cuda" or "auto"); programs link it only to call
+ * the be_cuda_* below directly (tests/gpu).
+ *
  * Threading: as backend.h, one thread at a time; entry points set the device
  * the backend was created on, so that thread may change. */
 #ifndef CK_BACKEND_CUDA_H
@@ -45,9 +49,18 @@ extern "C" {
 
 #include "backend.h"
 
+/* The entry points libconfkv_cuda.so exports; everything else in it is
+ * hidden (kernels/CMakeLists.txt), so its C++ and CUDA internals cannot
+ * clash with anything of the process that dlopen()s it. */
+#if defined(__GNUC__)
+#define CK_CUDA_API __attribute__((visibility("default")))
+#else
+#define CK_CUDA_API
+#endif
+
 /* 1 when the CUDA runtime sees at least one device, else 0 (also when there
  * is no driver at all: never crashes, prints nothing). */
-int be_cuda_available(void);
+CK_CUDA_API int be_cuda_available(void);
 
 /* Create the CUDA backend on the current device (device 0 unless the
  * calling thread chose another). Needs compute capability 9.0 or later (the
@@ -56,11 +69,11 @@ int be_cuda_available(void);
  * device it cannot run, CK_EBACKEND for a CUDA/cuBLAS failure (out of
  * device memory included), each with a sentence in err. The model must
  * outlive the backend. */
-int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
+CK_CUDA_API int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 
 /* 1 if b was made by be_cuda_new (be_cuda_confidence refuses any other
  * backend with CK_EINVAL). */
-int be_cuda_is(const backend *b);
+CK_CUDA_API int be_cuda_is(const backend *b);
 
 /* Confidence of a logits row, computed on the device (online softmax); the
  * first three fields are samp.h's samp_conf. */
@@ -74,14 +87,14 @@ typedef struct be_cuda_conf {
 /* Confidence of rows [0, n_rows) of the logits the last successful
  * forward() produced (they stay on the device until the next forward).
  * n_rows <= that forward's n_out. Returns 0, CK_EINVAL or CK_EBACKEND. */
-int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
+CK_CUDA_API int be_cuda_confidence(backend *b, int n_rows, be_cuda_conf *out);
 
 /* Page-locked host memory (cudaHostAlloc), the fastest source and
  * destination for kv_read/kv_write and kv8_read/kv8_write. Returns 0
  * and sets *out, or CK_EBACKEND. Free with be_cuda_host_free (NULL is a
  * no-op). */
-int be_cuda_host_alloc(size_t bytes, void **out);
-void be_cuda_host_free(void *p);
+CK_CUDA_API int be_cuda_host_alloc(size_t bytes, void **out);
+CK_CUDA_API void be_cuda_host_free(void *p);
 
 /* For tests (tests/gpu/test_gpu_quant.c): the backend's product path on one
  * quantized matrix. w: N rows of K elements of ggml type `type` (a
@@ -93,14 +106,14 @@ void be_cuda_host_free(void *p);
  * to f32 on the device. Synchronous; allocates and frees its own device
  * memory. Returns 0; CK_EINVAL (NULL pointers, sizes), CK_EUNSUPPORTED (not
  * a quantized type, K not a multiple of its block), CK_EBACKEND. */
-int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16, float *y,
-                    float *deq);
+CK_CUDA_API int be_cuda_qmatmul(int type, const void *w, int N, int K, const float *x, int M, int x_f16,
+                                float *y, float *deq);
 
 /* For tests, and needs no device: the GPU's dequantizers (the very code
  * of kernels/ck_cuda_quant.cu) run on the host: dst (rows, K floats) = the
  * weights w (rows of K elements of a quantized `type`). Returns 0,
  * CK_EINVAL, or CK_EUNSUPPORTED as be_cuda_qmatmul. */
-int be_cuda_qdequant_host(int type, const void *w, int rows, int K, float *dst);
+CK_CUDA_API int be_cuda_qdequant_host(int type, const void *w, int rows, int K, float *dst);
 
 #ifdef __cplusplus
 }

@@ -97,6 +97,8 @@ static void help(void) {
     printf("usage: confkv bench --model M [--tokenizer T] [--batch B] [--prompt-tokens P]\n"
            "                    [--gen-tokens N] [--threads T] [--backend B] [--json] [--no-roofline]\n"
            "                    [--max-context N] [--max-memory-mb MB] [--verbose]   (memory plan)\n"
+           "                    [--max-batch-tokens N]   (rows of one forward: the prefill's chunk;\n"
+           "                     default B x P up to 256, at least B)\n"
            "                    [--peak-bw GB/s] [--peak-tflops T]   (a device's datasheet limits,\n"
            "                     instead of measuring this CPU: e.g. H200 4800 GB/s)\n"
            "                    [--cpu-kernels c|avx2|avx512|vnni]   (force the CPU backend's kernels;\n"
@@ -113,7 +115,7 @@ int cli_bench(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "bench", 0};
     cli_engine_opts eo;
     cli_engine_opts_default(&eo);
-    int batch = 1, prompt = 32, gen = 128, json = 0, roofline = 1;
+    int batch = 1, prompt = 32, gen = 128, json = 0, roofline = 1, max_bt = 0;
     float peak_bw = 0, peak_flops = 0; /* GB/s, TFLOP/s given instead of measured (GPUs) */
     const char *scenario = "decode";
     while (a.i < a.argc && !a.bad) {
@@ -124,6 +126,7 @@ int cli_bench(int argc, char **argv) {
         if (cli_engine_flag(&a, &eo) || cli_int(&a, "--batch", 1, 4096, &batch) ||
             cli_int(&a, "--prompt-tokens", 1, 1 << 20, &prompt) ||
             cli_int(&a, "--gen-tokens", 1, 1 << 20, &gen) || cli_str(&a, "--scenario", &scenario) ||
+            cli_int(&a, "--max-batch-tokens", 1, 1 << 16, &max_bt) ||
             cli_float(&a, "--peak-bw", 0, 1e6, &peak_bw) ||
             cli_float(&a, "--peak-tflops", 0, 1e6, &peak_flops))
             continue;
@@ -142,12 +145,16 @@ int cli_bench(int argc, char **argv) {
     eo.max_seqs = batch;
     eo.max_ctx = prompt + gen + 1;
     /* Rows of the batch buffers: what this run puts in one forward, the
-     * prefill's batch x prompt tokens up to chunks of 512, or the decode's
-     * batch (sized for 512 always, they were 25 MiB of a 110M-shape
-     * quantized file's 112 MiB resident at batch 1). */
-    const long pre = (long)batch * prompt;
-    eo.max_batch_tokens = (int)(pre < 512 ? pre : 512);
-    if (eo.max_batch_tokens < batch) eo.max_batch_tokens = batch;
+     * prefill's batch x prompt tokens in chunks of up to 256, or the
+     * decode's batch. Sized for 512 always, they were 25 MiB of a
+     * 110M-shape quantized file's 112 MiB resident at batch 1; chunks of
+     * 256 prefill as fast as 512 there (docs/BENCHMARKS.md 12) in half the
+     * activations. --max-batch-tokens sets it (at least the batch). */
+    if (!max_bt) {
+        const long pre = (long)batch * prompt;
+        max_bt = (int)(pre < 256 ? pre : 256);
+    }
+    eo.max_batch_tokens = max_bt < batch ? batch : max_bt;
     cli_engine e;
     int rc = cli_engine_open(&a, &eo, &e);
     if (rc) return rc;

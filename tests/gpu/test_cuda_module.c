@@ -1,0 +1,128 @@
+/* test_cuda_module.c - the CUDA backend is loaded on demand (backend.c):
+ * a process on the CPU does not map it (nor the CUDA runtime and cuBLAS
+ * under it), asking for "cuda" opens it from where it was built, and a
+ * module that is missing or is not one is refused with its path, not a
+ * crash. Linked with the engine only (not libconfkv_cuda.so), as confkv
+ * and confkvd are. Needs no GPU; on a machine with one, "cuda" and "auto"
+ * may create the CUDA backend, and that is checked too. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "ck_err.h"
+#include "ck_test.h"
+#include "model.h"
+
+static model *g_m;
+
+/* 1 when a mapping of this process names a file containing `needle`. */
+static int mapped(const char *needle) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+static be_options options(void) {
+    be_options o;
+    memset(&o, 0, sizeof o);
+    o.max_batch_tokens = 8;
+    o.n_kv_blocks = 4;
+    o.block_size = 16;
+    o.n_threads = 1;
+    return o;
+}
+
+static void test_cpu_maps_nothing(void) {
+    be_options o = options();
+    backend *b = NULL;
+    char err[512] = "";
+    CK_CHECK(mapped("libconfkv_cuda") == 0);
+    CK_CHECK(be_new("cpu", g_m, &o, &b, err, sizeof err) == 0);
+    CK_CHECK(b && !strcmp(b->ops->name, "cpu"));
+    be_free(b);
+    CK_CHECK(mapped("libconfkv_cuda") == 0 && mapped("libcublas") == 0 && mapped("libcudart") == 0);
+}
+
+static void test_auto(void) {
+    be_options o = options();
+    backend *b = NULL;
+    char err[512] = "";
+    CK_CHECK(be_new("auto", g_m, &o, &b, err, sizeof err) == 0);
+    CK_CHECK(b != NULL);
+    if (!b) return;
+    /* backend.c never closes what it opened, so RTLD_NOLOAD tells whether
+     * it found the driver */
+    const int driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) != NULL;
+    if (!strcmp(b->ops->name, "cpu")) {
+        if (!driver) CK_CHECK(mapped("libconfkv_cuda") == 0 && mapped("libcublas") == 0);
+    } else {
+        CK_CHECK(!strcmp(b->ops->name, "cuda") && driver);
+    }
+    be_free(b);
+}
+
+static void test_bad_module(void) {
+    be_options o = options();
+    backend *b = NULL;
+    char err[512] = "", junk[] = "/tmp/confkv_cuda_module_XXXXXX";
+    CK_CHECK(setenv("CONFKV_CUDA_MODULE", "/nonexistent/libconfkv_cuda.so", 1) == 0);
+    CK_CHECK(be_new("cuda", g_m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+    CK_CHECK_MSG(strstr(err, "CONFKV_CUDA_MODULE=/nonexistent/libconfkv_cuda.so"), "err: %s", err);
+    /* a file that is not a shared object: the loader's refusal, named */
+    int fd = mkstemp(junk);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    CK_CHECK(write(fd, "not an ELF file\n", 16) == 16);
+    close(fd);
+    CK_CHECK(setenv("CONFKV_CUDA_MODULE", junk, 1) == 0);
+    err[0] = 0;
+    CK_CHECK(be_new("cuda", g_m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+    CK_CHECK_MSG(strstr(err, "cannot load the CUDA backend") && strstr(err, junk), "err: %s", err);
+    unlink(junk);
+    unsetenv("CONFKV_CUDA_MODULE");
+    CK_CHECK(mapped("libcublas") == 0);
+}
+
+/* Asking for "cuda" opens the module built beside this tree: it then runs
+ * (a GPU) or says why not in its own words (no device), never "not found". */
+static void test_cuda_opens_module(void) {
+    be_options o = options();
+    backend *b = NULL;
+    char err[512] = "";
+    int rc = be_new("cuda", g_m, &o, &b, err, sizeof err);
+    CK_CHECK(mapped("libconfkv_cuda") == 1);
+    if (rc == 0) {
+        CK_CHECK(b && !strcmp(b->ops->name, "cuda"));
+        be_free(b);
+    } else {
+        CK_CHECK(!b && err[0]);
+        CK_CHECK_MSG(!strstr(err, "not found") && !strstr(err, "cannot load"), "err: %s", err);
+    }
+}
+
+int main(void) {
+    char err[256];
+    if (access(ck_test_model_path("stories260K.bin"), R_OK)) {
+        printf("skipped: no %s\n", ck_test_model_path("stories260K.bin"));
+        return 77;
+    }
+    int rc = model_load(ck_test_model_path("stories260K.bin"), ck_test_model_path("tok512.bin"), &g_m, err,
+                        sizeof err);
+    if (rc) {
+        fprintf(stderr, "model_load: %s\n", err);
+        return 1;
+    }
+    CK_RUN(test_cpu_maps_nothing);
+    CK_RUN(test_bad_module);
+    CK_RUN(test_auto);
+    CK_RUN(test_cuda_opens_module);
+    model_free(g_m);
+    return ck_test_summary();
+}
