@@ -125,6 +125,12 @@ for (f, b, t), c in cells.items():
             "ratio": statistics.median(ck) / statistics.median(ll),
             "file_bytes": c["confkv"][0].get("file_bytes"),
             "confkv_rss_bytes": statistics.median(r.get("rss_bytes", 0) for r in c["confkv"])}
+    # acceptance 2 of issue 16: resident memory against the file plus the
+    # KV pool bench configured (its plan)
+    kv = c["confkv"][0].get("plan", {}).get("kv")
+    if kv is not None and cell["file_bytes"]:
+        cell["kv_pool_bytes"] = kv
+        cell["rss_over_file_and_kv"] = cell["confkv_rss_bytes"] / (cell["file_bytes"] + kv)
     fr = [r["roofline"]["bandwidth_fraction"] for r in c["confkv"] if r["roofline"]["mem_read_bytes_per_s"] > 0]
     if fr:
         cell["bandwidth_fraction_median"] = statistics.median(fr)
@@ -137,7 +143,8 @@ doc = {"cpu": cpu, "load_average_at_end": load, "cpu_flags": flags.split(), "con
                      "poll": next((c["llama"][0].get("poll") for c in cells.values() if c["llama"]), None)},
        "runs": int(runs), "prompt_tokens": int(prompt), "gen_tokens": int(gen),
        "alternated": True, "results": res,
-       "min_ratio": min(c["ratio"] for c in res)}
+       "min_ratio": min(c["ratio"] for c in res),
+       "max_rss_over_file_and_kv": max((c.get("rss_over_file_and_kv", 0) for c in res), default=0)}
 s = json.dumps(doc, indent=1)
 print(s)
 if out:
