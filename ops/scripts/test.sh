@@ -54,9 +54,9 @@ if [ "$asan" = 1 ]; then
   took asan
 fi
 
-# ---- fuzzing: ops/scripts/fuzz_ci.sh (its own builds), about 6 minutes ----
+# ---- fuzzing: ops/scripts/fuzz_ci.sh (its own builds), about 5 minutes ----
 if [ "$fuzz" = 1 ] && [ -f ops/scripts/fuzz_ci.sh ]; then
-  bash ops/scripts/fuzz_ci.sh 20
+  bash ops/scripts/fuzz_ci.sh 15
   took fuzz
 fi
 
