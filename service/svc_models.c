@@ -235,6 +235,32 @@ static void on_slot_loaded(void *ud, int ok, const char *msg) {
     all_loaded(ms);
 }
 
+int svc_models_opts(const svc_config *cfg, svc_et_opts *eo, char *err, size_t errlen) {
+    memset(eo, 0, sizeof *eo);
+    eng_config_default(&eo->eng);
+    eo->eng.model_path = cfg->model;
+    eo->eng.tokenizer_path = cfg->tokenizer;
+    eo->chat_template = cfg->chat_template;
+    eo->eng.backend = cfg->backend;
+    eo->eng.threads = cfg->threads;
+    eo->eng.max_running = cfg->max_running;
+    eo->eng.max_queue = cfg->max_queue;
+    if (cfg->kv_budget_mb) eo->eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
+    eo->eng.max_context = cfg->max_context;
+    eo->eng.max_memory_mb = (size_t)cfg->max_memory_mb;
+    if (cfg->policy && kvpol_parse(cfg->policy, &eo->eng.policy, err, errlen)) return CK_EINVAL;
+    eo->eng.tuning = svc_config_tuning(cfg);
+    eo->eng.tuning_window_s = cfg->tuning_window_s;
+    eo->eng.tuning_target = cfg->tuning_target;
+    if (cfg->warm_budget_kb) eo->eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
+    eo->eng.prefix_cache_bytes = (size_t)cfg->prefix_cache_mb << 20;
+    eo->eng.prefix_cache_off = !cfg->prefix_cache;
+    eo->eng.max_sessions = cfg->max_sessions;
+    eo->max_prompt_tokens = cfg->max_prompt_tokens;
+    eo->default_max_tokens = cfg->default_max_tokens;
+    return 0;
+}
+
 int svc_models_start(uv_loop_t *loop, const svc_config *cfg, const svc_et_opts *eo, svc_et_done_cb done,
                      svc_et_loaded_cb loaded, void *ud, svc_models **out, char *err, size_t errlen) {
     *out = NULL;

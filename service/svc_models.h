@@ -57,6 +57,14 @@ typedef struct svc_model_info {
     uint64_t received;  /* auto jobs moved onto it (the large model) */
 } svc_model_info;
 
+/* The engine options every model of cfg shares, from cfg (confkvd and
+ * `confkv batch --local` alike): eng_config's defaults, then backend,
+ * threads, limits, policy, tuning, tiers' budgets, the prefix cache and the
+ * job limits; the cold store is the caller's (eo->eng.cold, NULL here).
+ * Strings are borrowed from cfg. 0, or CK_EINVAL with err (a policy that
+ * does not parse). */
+int svc_models_opts(const svc_config *cfg, svc_et_opts *eo, char *err, size_t errlen);
+
 /* Start loading cfg's models (in order; see above). eo: the engine options
  * every model shares (model_path, tokenizer_path, chat_template,
  * kv_budget_bytes and max_memory_mb are each model's). Callbacks fire on

@@ -868,26 +868,7 @@ int svc_service_run(svc_config *cfg) {
         goto fail;
     svc_log(SVC_LOG_INFO, "http_listening", "address=%s:%d", cfg->http_host, svc_http_port(s->http));
     svc_et_opts eo;
-    memset(&eo, 0, sizeof eo);
-    eng_config_default(&eo.eng);
-    eo.eng.model_path = cfg->model;
-    eo.eng.tokenizer_path = cfg->tokenizer;
-    eo.chat_template = cfg->chat_template;
-    eo.eng.backend = cfg->backend;
-    eo.eng.threads = cfg->threads;
-    eo.eng.max_running = cfg->max_running;
-    eo.eng.max_queue = cfg->max_queue;
-    if (cfg->kv_budget_mb) eo.eng.kv_budget_bytes = (size_t)cfg->kv_budget_mb << 20;
-    eo.eng.max_context = cfg->max_context;
-    eo.eng.max_memory_mb = (size_t)cfg->max_memory_mb;
-    if (cfg->policy && kvpol_parse(cfg->policy, &eo.eng.policy, err, sizeof err)) goto fail;
-    eo.eng.tuning = svc_config_tuning(cfg);
-    eo.eng.tuning_window_s = cfg->tuning_window_s;
-    eo.eng.tuning_target = cfg->tuning_target;
-    if (cfg->warm_budget_kb) eo.eng.warm_budget_bytes = (size_t)cfg->warm_budget_kb << 10;
-    eo.eng.prefix_cache_bytes = (size_t)cfg->prefix_cache_mb << 20;
-    eo.eng.prefix_cache_off = !cfg->prefix_cache;
-    eo.eng.max_sessions = cfg->max_sessions;
+    if (svc_models_opts(cfg, &eo, err, sizeof err)) goto fail;
     /* ---- cold tier: Redis (svc_redis.h), used by the engine thread's tiers */
     if (cfg->redis) {
         svc_redis_config rc_;
@@ -901,8 +882,6 @@ int svc_service_run(svc_config *cfg) {
         eo.eng.cold = svc_redis_store(s->redis);
     }
     /* ---- */
-    eo.max_prompt_tokens = cfg->max_prompt_tokens;
-    eo.default_max_tokens = cfg->default_max_tokens;
     if (svc_models_start(&s->loop, cfg, &eo, et_done, on_loaded, s, &s->models, err, sizeof err)) goto fail;
     /* templates are the first model's */
     if (svc_tpl_new(s->redis, svc_models_et(s->models, 0), cfg->prewarm_top, &s->tpl)) {

@@ -9,7 +9,12 @@
  *   {"id": "batch_req_1", "custom_id": "r1", "response": {"status_code": 200,
  *    "request_id": "r1", "body": {... "choices": [...], "usage": {...}}},
  *    "error": null}
- * A request confkv refuses gets status_code 400 and body {"error": {...}}. */
+ * A request confkv refuses gets status_code 400 and body {"error": {...}}.
+ *
+ * --local runs the models as confkvd does (svc_models: each on an engine
+ * thread, one memory plan, the cascade), configured by confkvd's own keys
+ * (svc_config_load over the flags --local uses, then the CONFKV_*
+ * environment and --config), so a file's results equal the service's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,18 +25,25 @@
 #include "ck_err.h"
 #include "cli.h"
 #include "svc_client.h"
+#include "svc_config.h"
 #include "svc_et.h"
 #include "svc_job.h"
+#include "svc_models.h"
 #include "svc_result.h"
 
 static void help(void) {
-    printf("usage: confkv batch --input in.jsonl --output out.jsonl (--brokers B | --local --model M "
-           "[--tokenizer T])\n\n"
+    printf("usage: confkv batch --input in.jsonl --output out.jsonl (--brokers B | --local --model M ...)\n\n"
            "  --brokers B        send the requests to confkvd through Kafka\n"
            "  --topic T          jobs topic (default confkv.jobs); --results-topic T (confkv.results)\n"
-           "  --local            run them in this process on the engine\n"
-           "  --model, --tokenizer, --backend, --threads   engine options for --local\n"
-           "  --timeout S        seconds to wait for all results (default 600)\n");
+           "  --timeout S        seconds to wait for all results (default 600)\n"
+           "  --local            run them in this process, on confkvd's engine and with its options:\n"
+           "    --model PATH | NAME=PATH[,tokenizer=T][,chat_template=J][,kv_budget_mb=N]  (repeatable)\n"
+           "    --default-model NAME|auto, --route cascade --route-models SMALL,LARGE --route-rule R\n"
+           "    --tokenizer, --model-name, --backend, --threads, --policy, --tuning, --chat-template,\n"
+           "    --max-running, --max-queue, --kv-budget-mb, --max-context, --max-memory-mb,\n"
+           "    --max-prompt-tokens, --default-max-tokens, --prefix-cache[-mb], --max-sessions,\n"
+           "    --warm-budget-kb, --config FILE   (as confkvd reads them, CONFKV_* environment\n"
+           "    included; docs/SERVICE.md). A request's body.model picks a model as a job's does.\n");
 }
 
 typedef struct breq {
@@ -197,7 +209,8 @@ static void kafka_result(void *ud, int i, const cJSON *r, const char *raw, size_
 }
 
 /* ------------------------------------------------------------------------ */
-/* --local: the engine thread of confkvd, on a loop of our own */
+/* --local: confkvd's models (svc_models: an engine thread each, the
+ * cascade), on a loop of our own */
 
 typedef struct lwork {
     svc_work w; /* first */
@@ -207,19 +220,34 @@ typedef struct lwork {
 
 typedef struct local {
     batch *b;
-    svc_et *et;
+    svc_models *ms;
+    uv_idle_t stopper; /* stops the models after the last result, outside their callbacks */
     lwork *works;
     int pending, failed;
     svc_job_limits lim;
+    char first[64]; /* the first model's name: results that reached no model */
     char err[512];
 } local;
+
+static void local_stop_cb(uv_idle_t *h) {
+    local *l = h->data;
+    uv_idle_stop(h);
+    uv_close((uv_handle_t *)h, NULL);
+    svc_models_stop(l->ms);
+    l->ms = NULL;
+}
+
+static void local_finish(local *l) {
+    l->stopper.data = l;
+    uv_idle_start(&l->stopper, local_stop_cb);
+}
 
 static void local_done(void *ud, svc_work *w) {
     local *l = ud;
     lwork *x = (lwork *)w;
-    cJSON *r = svc_result_build(&x->job, w, 0, NULL, NULL, svc_et_model_name(l->et), "local");
+    cJSON *r = svc_result_build(&x->job, w, 0, NULL, NULL, l->first, "local");
     l->b->r[x->idx].result = r;
-    if (--l->pending == 0) svc_et_stop(l->et);
+    if (--l->pending == 0) local_finish(l);
 }
 
 static void local_loaded(void *ud, int ok, const char *msg) {
@@ -227,10 +255,13 @@ static void local_loaded(void *ud, int ok, const char *msg) {
     if (!ok) {
         snprintf(l->err, sizeof l->err, "%s", msg);
         l->failed = 1;
-        svc_et_stop(l->et);
+        local_finish(l);
         return;
     }
-    l->lim.vocab_size = svc_et_vocab(l->et);
+    snprintf(l->first, sizeof l->first, "%s", svc_models_info(l->ms, 0)->name);
+    l->lim.vocab_size = svc_et_vocab(svc_models_et(l->ms, 0));
+    const char *const *names = svc_models_names(l->ms);
+    for (int i = 0; i < SVC_JOB_MAX_NAMES - 1 && names[i]; i++) l->lim.model_names[i] = names[i];
     for (int i = 0; i < l->b->n; i++) {
         breq *q = &l->b->r[i];
         lwork *x = &l->works[i];
@@ -239,92 +270,186 @@ static void local_loaded(void *ud, int ok, const char *msg) {
         svc_job_error e;
         int rc = svc_job_decode(q->job_json, strlen(q->job_json), "application/json", q->custom_id, &l->lim,
                                 &x->job, &e);
+        char msg[200];
         if (rc) {
             q->result = svc_result_build(&x->job, NULL, e.code ? e.code : SVC_JERR_INVALID_FIELD, e.message,
-                                         NULL, svc_et_model_name(l->et), "local");
+                                         NULL, l->first, "local");
             continue;
         }
         x->w.job = &x->job;
-        x->w.route_model = svc_et_model_name(l->et); /* the result's route: the one model here */
         x->w.t_enqueue_ms = eng_now_ms();
+        if ((rc = svc_models_submit(l->ms, &x->w, msg, sizeof msg))) { /* as confkvd answers */
+            q->result = svc_result_build(
+                &x->job, NULL, rc == CK_ENOTFOUND ? SVC_JERR_UNKNOWN_MODEL : SVC_JERR_INVALID_FIELD,
+                rc == CK_ENOTFOUND ? "this service does not serve that model" : msg, NULL, l->first, "local");
+            continue;
+        }
         l->pending++;
-        svc_et_submit(l->et, &x->w);
     }
-    if (l->pending == 0) svc_et_stop(l->et);
+    if (l->pending == 0) local_finish(l);
 }
 
-static int run_local(batch *b, const cli_engine_opts *eo, cli_args *a) {
+/* confkvd's keys that --local uses: the models, the cascade and the
+ * engine's options (the rest are the service's: Kafka, HTTP, Redis...). */
+static const char *const local_keys[] = {
+    "model",
+    "default_model",
+    "route",
+    "route_models",
+    "route_rule",
+    "tokenizer",
+    "model_name",
+    "backend",
+    "threads",
+    "policy",
+    "tuning",
+    "tuning_window_s",
+    "tuning_target",
+    "chat_template",
+    "max_running",
+    "max_queue",
+    "kv_budget_mb",
+    "max_context",
+    "max_memory_mb",
+    "max_prompt_tokens",
+    "default_max_tokens",
+    "prefix_cache_mb",
+    "prefix_cache",
+    "max_sessions",
+    "warm_budget_kb",
+    "config",
+    NULL,
+};
+
+/* 1 when the flag (--key, --key=value; dashes or underscores) names one of
+ * local_keys. */
+static int local_key(const char *flag) {
+    char key[64];
+    size_t n = 0;
+    for (const char *c = flag + 2; *c && *c != '=' && n + 1 < sizeof key; c++)
+        key[n++] = *c == '-' ? '_' : *c;
+    key[n] = 0;
+    for (int i = 0; local_keys[i]; i++)
+        if (!strcmp(key, local_keys[i])) return 1;
+    return 0;
+}
+
+static int run_local(batch *b, int argc, char **argv, cli_args *a) {
+    svc_config cfg;
+    char err[512];
+    int rc = svc_config_load(&cfg, argc, argv, err, sizeof err);
+    if (rc) {
+        if (rc != 1) cli_error(a, "%s", err);
+        svc_config_free(&cfg);
+        return rc == 1 ? 0 : 2;
+    }
+    svc_et_opts eo;
+    if (svc_models_opts(&cfg, &eo, err, sizeof err)) {
+        cli_error(a, "%s", err);
+        svc_config_free(&cfg);
+        return 2;
+    }
     uv_loop_t loop;
     uv_loop_init(&loop);
     local l;
     memset(&l, 0, sizeof l);
     l.b = b;
     l.works = calloc((size_t)b->n + 1, sizeof *l.works);
-    l.lim.max_message_bytes = 1 << 30;
+    /* a file's requests are not a network's messages: no size limit in
+     * front of the renderer (confkvd's max_message_bytes), a generous cap */
+    l.lim.max_message_bytes = (size_t)1 << 30;
     l.lim.max_tokens_cap = 1 << 20;
-    svc_et_opts o;
-    memset(&o, 0, sizeof o);
-    eng_config_default(&o.eng);
-    o.eng.model_path = eo->model_path;
-    o.eng.tokenizer_path = eo->tokenizer_path;
-    o.eng.backend = eo->backend;
-    o.eng.threads = eo->threads;
-    o.default_max_tokens = 256;
-    if (!l.works || svc_et_start(&loop, &o, local_done, local_loaded, &l, &l.et)) {
-        cli_error(a, "cannot start the engine");
-        free(l.works);
-        return 1;
+    l.lim.max_prompt_tokens = cfg.max_prompt_tokens;
+    uv_idle_init(&loop, &l.stopper);
+    int out = 0;
+    if (!l.works ||
+        svc_models_start(&loop, &cfg, &eo, local_done, local_loaded, &l, &l.ms, err, sizeof err)) {
+        cli_error(a, "%s", l.works ? err : "out of memory");
+        uv_close((uv_handle_t *)&l.stopper, NULL);
+        out = 1;
     }
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
-    for (int i = 0; i < b->n; i++) {
+    for (int i = 0; i < b->n && l.works; i++) {
         svc_work_clear(&l.works[i].w);
         svc_job_free(&l.works[i].job);
     }
     free(l.works);
+    svc_config_free(&cfg);
     if (l.failed) {
         cli_error(a, "%s", l.err);
         return 1;
     }
-    return 0;
+    return out;
 }
 
 int cli_batch(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "batch", 0};
-    cli_engine_opts eo;
-    cli_engine_opts_default(&eo);
     const char *in = NULL, *outp = NULL, *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results";
+    const char *model = NULL; /* the name written for a request without one */
     int local_mode = 0, timeout = 600;
+    /* confkvd's own flags, for --local: svc_config_load reads them */
+    char **pass = calloc((size_t)argc + 1, sizeof *pass);
+    int np = 0, rc = 2;
+    char prog[] = "confkv batch";
+    if (!pass) return 1;
+    pass[np++] = prog;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             help();
+            free(pass);
             return 0;
         }
-        if (cli_engine_flag(&a, &eo) || cli_str(&a, "--input", &in) || cli_str(&a, "--output", &outp) ||
+        if (cli_str(&a, "--input", &in) || cli_str(&a, "--output", &outp) ||
             cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
             cli_str(&a, "--results-topic", &rtopic) || cli_int(&a, "--timeout", 1, 864000, &timeout))
             continue;
-        if (cli_flag(&a, "--local"))
+        if (cli_flag(&a, "--local")) {
             local_mode = 1;
-        else
+            continue;
+        }
+        const char *t = a.argv[a.i];
+        if (strncmp(t, "--", 2)) {
+            free(pass);
             return cli_unknown(&a);
+        }
+        if (!local_key(t)) {
+            cli_error(&a,
+                      "unknown argument '%s' (besides its own, confkv batch takes confkvd's engine options, "
+                      "for --local; try --help)",
+                      t);
+            free(pass);
+            return 2;
+        }
+        pass[np++] = a.argv[a.i++];
+        if (!strncmp(t, "--model=", 8) && !model) model = t + 8;
+        if (!strchr(t, '=') && a.i < a.argc && strncmp(a.argv[a.i], "--", 2)) {
+            if (!strcmp(t, "--model") && !model) model = a.argv[a.i];
+            pass[np++] = a.argv[a.i++];
+        }
     }
-    if (a.bad) return 2;
+    if (a.bad) goto done;
     if (!in || !outp || (!brokers == !local_mode)) {
         cli_error(&a, "give --input, --output and one of --brokers or --local");
-        return 2;
+        goto done;
     }
-    if (local_mode && !eo.model_path) {
-        cli_error(&a, "--local needs --model");
-        return 2;
+    if (local_mode && !model) {
+        cli_error(&a, "--local needs --model PATH (or NAME=PATH, one a model)");
+        goto done;
     }
+    for (int i = 1; i < np && !local_mode; i++)
+        if (!strncmp(pass[i], "--", 2) && strcmp(pass[i], "--model") && strncmp(pass[i], "--model=", 8)) {
+            cli_error(&a, "%s is an option of the engine in this process: it needs --local", pass[i]);
+            goto done;
+        }
     FILE *f = strcmp(in, "-") ? fopen(in, "r") : stdin;
     if (!f) {
         cli_error(&a, "cannot open %s", in);
-        return 1;
+        rc = 1;
+        goto done;
     }
     batch b = {0};
-    int rc = 1;
+    rc = 1;
     int rd = batch_read(f, &b);
     if (f != stdin) fclose(f);
     if (rd) {
@@ -332,7 +457,7 @@ int cli_batch(int argc, char **argv) {
         goto out;
     }
     if (local_mode) {
-        if (run_local(&b, &eo, &a)) goto out;
+        if (run_local(&b, np, pass, &a)) goto out;
     } else {
         char err[512];
         svc_client *c = NULL;
@@ -371,7 +496,7 @@ int cli_batch(int argc, char **argv) {
     }
     int done = 0;
     for (int i = 0; i < b.n; i++) {
-        write_line(out, &b.r[i], i, eo.model_path);
+        write_line(out, &b.r[i], i, model);
         done += b.r[i].result != NULL;
     }
     if (out != stdout && fclose(out)) {
@@ -382,5 +507,7 @@ int cli_batch(int argc, char **argv) {
     rc = 0;
 out:
     batch_clear(&b);
+done:
+    free(pass);
     return rc;
 }

@@ -11,6 +11,7 @@
 #   - never: the small model's alone;
 #   - a condition rule: a job escalates exactly when the small model's own
 #     confidence trace (return_confidence) meets the rule;
+# the same cascade through `confkv batch --local` gives the daemon's results;
 # and a large model of another vocabulary is refused at start-up. One
 # daemon: the rule changes by SIGHUP (route_rule is live) between phases.
 # Usage: cascade.sh CONFKV CONFKVD MODELS
@@ -183,6 +184,36 @@ for i in range(5):
     else:
         assert x["text"] == a[f"small-{i}"]["text"] and x["route"]["model"] == "small"
 assert 0 < moved < 5, moved
+PY
+
+# --- the same cascade in this process: `confkv batch --local` takes confkvd's
+# flags, and gives the daemon's results (text, model) for the condition rule;
+# a request for a model not served is refused as confkvd refuses it
+python3 - "$TMP/e.jobs" > "$TMP/batch.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    cid = j.pop("id")
+    j.pop("return_confidence", None)
+    print(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/completions", "body": j}))
+print(json.dumps({"custom_id": "unknown", "method": "POST", "url": "/v1/completions",
+                  "body": {"model": "gpt-9", "prompt": "x"}}))
+PY
+"$CONFKV" batch --local "${MODEL_ARGS[@]}" --route-rule "tokens=8,mean_entropy>$T" --input "$TMP/batch.jsonl" \
+  --output "$TMP/batch.out" 2> "$TMP/batch.err" || fail "batch --local cascade: $(tail -3 "$TMP/batch.err")"
+python3 - "$TMP/batch.out" "$TMP/e.out" <<'PY' || fail "batch --local cascade against confkvd"
+import json, sys
+b = {d["custom_id"]: d["response"] for d in map(json.loads, open(sys.argv[1]))}
+r = {d["id"]: d for d in map(json.loads, open(sys.argv[2]))}
+assert len(b) == 6, len(b)
+for i in range(5):
+    x, y = b[f"cond-{i}"], r[f"cond-{i}"]
+    assert x["status_code"] == 200, x
+    assert x["body"]["choices"][0]["text"] == y["text"], (x, y["text"])
+    assert x["body"]["model"] == y["route"]["model"], (x["body"]["model"], y["route"])
+    assert x["body"]["usage"]["completion_tokens"] == y["usage"]["completion_tokens"]
+u = b["unknown"]
+assert u["status_code"] == 400 and u["body"]["error"]["code"] == "unknown_model", u
 PY
 
 # every result against schemas/result.schema.json (Debian's python3-jsonschema)

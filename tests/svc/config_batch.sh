@@ -30,6 +30,7 @@ cat > "$TMP/in.jsonl" <<'J'
 {"custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "stories260K", "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 20, "temperature": 0}}
 {"custom_id": "request-2", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Tom had a dog", "max_tokens": 15, "temperature": 0}}
 {"custom_id": "request-3", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "temperature": 7}}
+{"custom_id": "request-4", "method": "POST", "url": "/v1/completions", "body": {"model": "gpt-9", "prompt": "x"}}
 J
 "$CONFKV" batch --input "$TMP/in.jsonl" --output "$TMP/local.jsonl" --local "${MODEL_ARGS[@]}" 2>"$TMP/bl.err" ||
   fail "batch --local"
@@ -40,7 +41,7 @@ python3 - "$TMP/local.jsonl" "$TMP/kafka.jsonl" <<'PY' || fail "batch output"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) == 3
+assert len(a) == len(b) == 4
 for x, y in zip(a, b):
     assert x["custom_id"] == y["custom_id"] and x["error"] is None
     assert x["response"]["status_code"] == y["response"]["status_code"]
@@ -53,6 +54,8 @@ for i in (0, 1):
     assert json.dumps(a[i]["response"]["body"]["choices"]) == json.dumps(b[i]["response"]["body"]["choices"])
 assert a[0]["response"]["body"]["usage"]["total_tokens"] == 25
 assert b[2]["response"]["body"]["error"]["code"] == "out_of_range"
+# a model this instance does not serve: refused in-process as confkvd refuses it
+assert a[3]["response"]["body"]["error"]["code"] == b[3]["response"]["body"]["error"]["code"] == "unknown_model"
 PY
 kill -TERM "$LAST_PID"; wait "$LAST_PID" || fail "confkvd exit code"
 echo "PASS config_batch"
