@@ -192,7 +192,11 @@ static void on_slot_loaded(void *ud, int ok, const char *msg) {
     const svc_model_spec *sp = &ms->cfg->models[sl->ix];
     char err[700];
     if (!ok) {
-        snprintf(err, sizeof err, "model %s (%s): %s", sp->name ? sp->name : "", sp->path, msg);
+        if (sp->name)
+            snprintf(err, sizeof err, "model %s (%s): %s", sp->name, sp->path, msg);
+        else /* the loader's message names the file already, most often */
+            snprintf(err, sizeof err, "%s%s%s", strstr(msg, sp->path) ? "" : sp->path,
+                     strstr(msg, sp->path) ? "" : ": ", msg);
         return fail_load(ms, err);
     }
     name_slot(ms, sl);
