@@ -120,7 +120,7 @@ static const qdot_row rows[] = {
      CK_DOT2_MIN_M,
      {cpu_vdot8_q8_0_c, X86(cpu_vdot8_q8_0_avx2), NULL, NULL},
      (int)sizeof(qblock_q8_0x8)},
-    /* Q8_0, Q4_0 and Q4_K run repacked (dot8) at every level, so the layout
+    /* Q8_0, Q4_0, Q4_K and Q6_K run repacked (dot8) at every level, so the layout
      * and the memory plan do not depend on the ISA. Q4_0's q8_0s activations
      * are q8_0 rows to dot / dotn / dot2, which the n % 8 last rows of a
      * matrix take. */
@@ -155,8 +155,8 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdotn_q6_K_avx2), NULL, NULL},
      {NULL, NULL, NULL, NULL},
      0,
-     {NULL, NULL, NULL, NULL},
-     0},
+     {cpu_vdot8_q6_K_c, X86(cpu_vdot8_q6_K_avx2), NULL, NULL},
+     (int)sizeof(qblock_q6_Kx8)},
     ROW_MORE(Q4_1, q4_1, QB_Q8_1, QBLOCK_32, qblock_q4_1),
     ROW_MORE(Q5_0, q5_0, QB_Q8_0, QBLOCK_32, qblock_q5_0),
     ROW_MORE(Q5_1, q5_1, QB_Q8_1, QBLOCK_32, qblock_q5_1),
@@ -232,9 +232,33 @@ static void pack8_q4_K(qblock_q4_Kx8 *o, const unsigned char *b, size_t rb) {
     }
 }
 
+/* One Q6_K x8 block o from the 8 blocks at b, rb bytes apart (qblock.h).
+ * Each row's 256 quants (0..63) first, from the file's split: 4 low bits in
+ * a nibble of ql, 2 high in a bit pair of qh (quant.c's dequantizer reads
+ * them the same way); then each byte of o written once. */
+static void pack8_q6_K(qblock_q6_Kx8 *o, const unsigned char *b, size_t rb) {
+    for (int r = 0; r < 8; r++) {
+        const qblock_q6_K *x = (const qblock_q6_K *)(b + (size_t)r * rb);
+        uint8_t q[QBLOCK_K];
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < 32; j++)
+                    q[128 * h + 32 * k + j] =
+                        (uint8_t)((x->ql[64 * h + 32 * (k % 2) + j] >> (4 * (k / 2)) & 0x0f) |
+                                  (x->qh[32 * h + j] >> (2 * k) & 3) << 4);
+        o->d[r] = x->d;
+        for (int s = 0; s < 16; s++) o->sc[s / 2][r][s % 2] = x->scales[s];
+        for (int t = 0; t < 16; t++) /* the fourth quad's bits 2w, 2w + 1 on top of quad w's bytes */
+            for (int w = 0; w < 3; w++)
+                for (int bb = 0; bb < 4; bb++)
+                    o->qs[96 * t + 32 * w + 4 * r + bb] =
+                        (uint8_t)(q[16 * t + 4 * w + bb] | (q[16 * t + 12 + bb] >> (2 * w) & 3) << 6);
+    }
+}
+
 int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int k) {
     if (!t || !t->dot8 || n < 0 || k <= 0 || k % t->block ||
-        (t->type != QB_Q4_0 && t->type != QB_Q8_0 && t->type != QB_Q4_K))
+        (t->type != QB_Q4_0 && t->type != QB_Q8_0 && t->type != QB_Q4_K && t->type != QB_Q6_K))
         return CK_EINVAL;
     const int nb = k / t->block;
     const size_t bb = (size_t)t->block_bytes, rb = (size_t)nb * bb, xb = (size_t)t->x8_bytes;
@@ -245,6 +269,10 @@ int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int 
         for (int i = 0; i < nb; i++, o += xb) {
             if (t->type == QB_Q4_K) {
                 pack8_q4_K((qblock_q4_Kx8 *)o, x + (size_t)i * bb, rb);
+                continue;
+            }
+            if (t->type == QB_Q6_K) {
+                pack8_q6_K((qblock_q6_Kx8 *)o, x + (size_t)i * bb, rb);
                 continue;
             }
             const int h_n = t->type == QB_Q4_0 ? 4 : 8; /* Q4_0, Q8_0: d, then 4-byte groups of qs */

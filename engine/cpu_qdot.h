@@ -16,8 +16,8 @@
  * cpu_vdotn_* variants that take up to CPU_QDOT_NCOLS activation rows at
  * once (one weight row unpacked once for all of them: batches) and, for
  * Q8_0, Q4_0 and Q4_K, cpu_vdot2_* that take two weight rows with them
- * (batches of dot2_min_m rows and more, prefill). Q8_0, Q4_0 and Q4_K
- * matrices are repacked at load into groups of 8 interleaved rows
+ * (batches of dot2_min_m rows and more, prefill). Q8_0, Q4_0, Q4_K and
+ * Q6_K matrices are repacked at load into groups of 8 interleaved rows
  * (cpu_qdot_repack8, qblock.h's _x8 blocks) and run on cpu_vdot8_*, one
  * row a vector lane, at every batch size: the kernels above then serve
  * only a matrix's n % 8 last rows (and callers that keep the file's
@@ -154,6 +154,8 @@ void cpu_vdot8_q8_0_c(int n, int ncols, float *s, const void *w, const void *a, 
 void cpu_vdot8_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q6_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 
 /* The generic fallback: w's blocks expanded by quant_to_f32, a's by their
  * scales, summed in f32. `type` as in the table; for tests and types with

@@ -176,3 +176,31 @@ void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, 
         for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
     }
 }
+
+/* Q6_K x8 (cpu_qdot.h): per row as cpu_vdot_q6_K_c, each quant read back
+ * from qblock_q6_Kx8's regrouped bits. */
+void cpu_vdot8_q6_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    const qblock_q6_Kx8 *x = w;
+    const int nb = n / QBLOCK_K;
+    for (int c = 0; c < ncols; c++) {
+        const qblock_q8_K *y = (const qblock_q8_K *)((const char *)a + (size_t)c * a_stride);
+        float sum[8] = {0};
+        for (int i = 0; i < nb; i++)
+            for (int r = 0; r < 8; r++) {
+                int sumi = 0;
+                for (int t = 0; t < 16; t++) {
+                    const uint8_t *q = x[i].qs + 96 * t + 4 * r;
+                    int p = 0;
+                    for (int b = 0; b < 4; b++) {
+                        const int top = q[b] >> 6 | (q[32 + b] >> 6) << 2 | (q[64 + b] >> 6) << 4;
+                        for (int v = 0; v < 3; v++)
+                            p += ((q[32 * v + b] & 63) - 32) * y[i].qs[16 * t + 4 * v + b];
+                        p += (top - 32) * y[i].qs[16 * t + 12 + b];
+                    }
+                    sumi += x[i].sc[t / 2][r][t % 2] * p;
+                }
+                sum[r] += y[i].d * quant_f16_to_f32(x[i].d[r]) * (float)sumi;
+            }
+        for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
+    }
+}

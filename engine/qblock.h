@@ -167,8 +167,24 @@ typedef struct qblock_q4_Kx8 {
     uint8_t m[4][8][2];
     uint8_t qs[8 * QBLOCK_K / 2];
 } qblock_q4_Kx8;
+/* 8 rows' Q6_K super-blocks. d[r] is row r's scale; sc[p][r][k] row r's
+ * int8 scale of sub-block 2p + k (of 16 elements), so one widening load
+ * gives each row's pair (a madd against the activations' bsums) and a byte
+ * shuffle each scale doubled in its lane. The 6-bit quants q (0..63, before
+ * the -32) are regrouped, not split 4 + 2 as the file splits them: for
+ * sub-block t and row r, element 16 t + 4 w + b (w 0..2, b 0..3) is the low
+ * 6 bits of qs[96 t + 32 w + 4 r + b], and element 16 t + 12 + b has bits
+ * 2w, 2w + 1 of its q in the top 2 bits of that same byte. A sub-block's 4
+ * vectors of quants are then 3 loads and 11 bit operations for 8 rows (the
+ * file's split takes 17 for one row's 4). 1680 bytes, as the 8 blocks. */
+typedef struct qblock_q6_Kx8 {
+    uint16_t d[8];
+    int8_t sc[8][8][2];
+    uint8_t qs[8 * QBLOCK_K * 3 / 4];
+} qblock_q6_Kx8;
 #pragma pack(pop)
 
+QBLOCK_ASSERT(sizeof(qblock_q6_Kx8) == 8 * 210, "q6_Kx8");
 QBLOCK_ASSERT(sizeof(qblock_q4_0x8) == 8 * 18, "q4_0x8");
 QBLOCK_ASSERT(sizeof(qblock_q8_0x8) == 8 * 34, "q8_0x8");
 QBLOCK_ASSERT(sizeof(qblock_q4_Kx8) == 1184, "q4_Kx8");

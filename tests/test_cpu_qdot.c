@@ -388,7 +388,7 @@ static void test_repack8_layout(void) {
         }
     }
     CK_CHECK(!memcmp(dst8 + (size_t)16 * rb8, src8 + (size_t)16 * rb8, 3 * rb8));
-    CK_CHECK(cpu_qdot_repack8(cpu_qdot_type(&qd, QB_Q6_K), dst, src, 8, 256) == CK_EINVAL);
+    CK_CHECK(cpu_qdot_repack8(cpu_qdot_type(&qd, QB_Q5_K), dst, src, 8, 256) == CK_EINVAL);
     /* Q4_K: each element of the x8 groups, dequantized from the unpacked
      * scales and mins, against quant_to_f32 of the source row (the
      * dequantizer checked bit for bit against libggml) */
@@ -419,13 +419,45 @@ static void test_repack8_layout(void) {
         }
     }
     CK_CHECK(!memcmp(dstk + (size_t)(KK / 256) * sizeof(qblock_q4_Kx8), srck + 8 * rbk, 3 * rbk));
+    /* Q6_K: each element read back by qblock.h's definition of the x8
+     * bits, d * sc * (q - 32), against quant_to_f32 of the source row */
+    {
+        const cpu_qtype *t6 = cpu_qdot_type(&qd, QB_Q6_K);
+        const size_t rb6 = (size_t)(KK / 256) * sizeof(qblock_q6_K), x6 = cpu_qdot_x8_bytes(t6, NK, KK);
+        CK_CHECK(x6 == (size_t)(KK / 256) * sizeof(qblock_q6_Kx8) + 3 * rb6 && x6 == NK * rb6);
+        unsigned char *src6 = malloc(NK * rb6), *dst6 = malloc(x6);
+        CK_CHECK(src6 && dst6);
+        if (src6 && dst6) {
+            for (int rr = 0; rr < NK; rr++) random_row(&r, QB_Q6_K, src6 + rr * rb6, KK);
+            CK_CHECK(cpu_qdot_repack8(t6, dst6, src6, NK, KK) == 0);
+            for (int rr = 0; rr < 8; rr++) {
+                CK_CHECK(quant_to_f32(QB_Q6_K, src6 + rr * rb6, row, KK) == 0);
+                for (int i = 0; i < KK / 256; i++) {
+                    const qblock_q6_Kx8 *g = (const qblock_q6_Kx8 *)dst6 + i;
+                    const float d = quant_f16_to_f32(g->d[rr]);
+                    for (int e = 0; e < 256; e++) {
+                        const int tt = e / 16, wq = e % 16 / 4, b = e % 4;
+                        const uint8_t *q = g->qs + 96 * tt + 4 * rr + b;
+                        const int qv =
+                            wq < 3 ? q[32 * wq] & 63 : q[0] >> 6 | (q[32] >> 6) << 2 | (q[64] >> 6) << 4;
+                        const float want = row[256 * i + e], got = d * g->sc[tt / 2][rr][tt % 2] * (qv - 32);
+                        CK_CHECK_MSG(fabsf(got - want) <= 1e-6f * (fabsf(want) + d * 128 * 32),
+                                     "q6_K x8 row %d element %d: %g vs %g", rr, 256 * i + e, got, want);
+                    }
+                }
+            }
+            CK_CHECK(!memcmp(dst6 + (size_t)(KK / 256) * sizeof(qblock_q6_Kx8), src6 + 8 * rb6, 3 * rb6));
+        }
+        free(src6);
+        free(dst6);
+    }
 done:
     free(srck);
     free(dstk);
 }
 
 /* dot8 and the driver over an x8 matrix at one ISA level: n_rows random
- * Q4_0 or Q8_0 rows (groups and a tail), every row against the f32 reference and the
+ * Q4_0, Q8_0, Q4_K or Q6_K rows (groups and a tail), every row against the f32 reference and the
  * one-row kernel, at 1..CPU_QDOT_NCOLS columns and through cpu_qdot_rows
  * with ranges that start and end inside groups. extreme: every weight at
  * its type's extreme and every activation 127 or -127 (the int16 sums'
@@ -446,9 +478,15 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
     if (!w || !w8 || !a || !x || !want || !y || !mag) goto out;
     for (int row = 0; row < n_rows; row++) {
         random_row(r, type, w + row * rb, n);
-        if (extreme) { /* Q4_0: nibbles 15 or 0; Q8_0: 127 or -128; Q4_K: also scales and mins 63 */
+        if (extreme) { /* Q4_0: nibbles 15 or 0; Q8_0: 127 or -128; Q4_K: also scales and mins 63;
+                          Q6_K: quants 63 or 0 (the int16 pair sums' bound), scales 127 or -128 */
             for (int i = 0; i < n / t->block; i++) {
-                if (type == QB_Q4_K) {
+                if (type == QB_Q6_K) {
+                    qblock_q6_K *b = (qblock_q6_K *)(w + row * rb) + i;
+                    memset(b->ql, row % 2 ? 0xff : 0, sizeof b->ql);
+                    memset(b->qh, row % 2 ? 0xff : 0, sizeof b->qh);
+                    memset(b->scales, row % 4 < 2 ? 0x7f : 0x80, sizeof b->scales);
+                } else if (type == QB_Q4_K) {
                     qblock_q4_K *b = (qblock_q4_K *)(w + row * rb) + i;
                     memset(b->qs, row % 2 ? 0xff : 0, sizeof b->qs);
                     memset(b->scales, 0xff, sizeof b->scales);
@@ -516,8 +554,8 @@ static void test_x8_every_isa(void) {
         cpu_qdot_init(&qd, isa);
         rng r = {0xA0761D6478BD642FULL + (uint64_t)isa};
         static const int ns[] = {32, 96, 256, 768, 2048};
-        static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K};
-        for (int ty = 0; ty < 3; ty++) {
+        static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+        for (int ty = 0; ty < 4; ty++) {
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 if (ns[k] % cpu_qdot_type(&qd, x8types[ty])->block) continue;
                 check_x8(&qd, x8types[ty], ns[k], 19, 0, &r);
@@ -553,7 +591,8 @@ static void test_table(void) {
         /* Q4_0 runs interleaved at every level (the memory plan must not
          * depend on the ISA); no other type has that layout */
         CK_CHECK(cpu_qdot_type(&qd, QB_Q4_0)->dot8 && cpu_qdot_type(&qd, QB_Q8_0)->dot8 &&
-                 cpu_qdot_type(&qd, QB_Q4_K)->dot8 && !cpu_qdot_type(&qd, QB_Q6_K)->dot8);
+                 cpu_qdot_type(&qd, QB_Q4_K)->dot8 && cpu_qdot_type(&qd, QB_Q6_K)->dot8 &&
+                 !cpu_qdot_type(&qd, QB_Q5_K)->dot8);
         /* at C, our four types run their C kernels, not the generic code */
         if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
         if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));

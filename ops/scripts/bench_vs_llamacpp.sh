@@ -68,8 +68,9 @@ kflag=()
 [ -n "$kernels" ] && kflag=(--cpu-kernels "$kernels")
 pflag=()
 [ -n "$poll" ] && pflag=(--poll "$poll")
-# confkv waits for its OpenMP threads passively, as confkvd does
-export OMP_WAIT_POLICY=passive
+# confkv sets its OpenMP threads' waiting itself, as users run it
+# (svc_prefer_passive_wait: passive after a 3 us spin); llama.cpp's CPU
+# backend here has its own threadpool (--poll), not OpenMP.
 
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "bench_vs_llamacpp: no file $f" >&2; exit 1; }
