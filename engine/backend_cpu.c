@@ -59,12 +59,13 @@
 #define TOKEN_SPLIT_MAX GEMM_M_BLOCK
 
 /* One weight matrix (n, k): packed f32 (f.p != NULL, owned) or quantized
- * rows (q.data != NULL): in the file mapping, or repacked into qown for a
- * type with an x8 layout (cpu_qdot_repack8). */
+ * rows (q.data != NULL): in the file mapping, or repacked for a type with
+ * an x8 layout (cpu_qdot_repack8) into the backend's x8 arena (or, should
+ * it be full, into qown). */
 typedef struct cpu_mat {
     gemm_w f;
     cpu_qmat q;
-    void *qown; /* owned: the x8 copy q.data points at; NULL when q.data is the mapping's */
+    void *qown; /* owned: the x8 copy q.data points at when it is not in the arena; else NULL */
 } cpu_mat;
 
 static inline int mat_n(const cpu_mat *w) { return w->f.p ? w->f.n : w->q.n; }
@@ -152,6 +153,10 @@ typedef struct cpu_backend {
     const float **att_blk;
     int *att_rows;
     float *att_mass;
+    /* every x8 copy of a weight matrix, one after another: one allocation
+     * on 2 MiB pages (x8_arena_new: why) */
+    unsigned char *x8_arena;
+    size_t x8_cap, x8_used;
     size_t bytes; /* everything above */
 } cpu_backend;
 
@@ -883,6 +888,7 @@ static void cpu_destroy(backend *b) {
     if (!cb) return;
     free(cb->wcls.f.p);
     free(cb->wcls.qown);
+    free(cb->x8_arena);
     free(cb->emb);
     free(cb->out_norm);
     if (cb->layers) {
@@ -987,19 +993,44 @@ static void *alloc_bytes(cpu_backend *cb, size_t n) {
 /* Bytes alloc_x8 takes for n bytes. */
 static size_t x8_alloc_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* A buffer for an x8 copy of a matrix (not zeroed: the repack writes every
- * byte), counted in cb->bytes. 2 MiB aligned with huge pages asked for its
- * whole 2 MiB pages only, and not rounded up to them as alloc_floats is:
- * the tail of a huge page would be resident for nothing, up to 2 MiB a
- * matrix (a 1B-shape file has 80 of them). */
-static void *alloc_x8(cpu_backend *cb, size_t n) {
+/* The x8 arena: one buffer for all the x8 copies of a model's matrices,
+ * cap bytes (the sum of x8_alloc_bytes over them), 2 MiB aligned with huge
+ * pages asked for its whole 2 MiB pages. Why one: a matrix of a small
+ * model is under 2 MiB (a 110M-shape layer's fused gate/up in Q4_K is
+ * 1.8 MB), so copies of their own sat on 4 KiB pages, and batch-1 decode,
+ * which streams every byte of them once a token, took a TLB miss every
+ * 4 KiB (50 of a 110M Q4_K_M file's 68 MB). Not zeroed: the repack writes
+ * every byte it hands out. */
+static int x8_arena_new(cpu_backend *cb, size_t cap) {
+    if (!cap) return CK_OK;
     void *p = NULL;
-    if (posix_memalign(&p, HUGE_BYTES, x8_alloc_bytes(n))) return NULL;
+    if (posix_memalign(&p, HUGE_BYTES, cap)) return CK_ENOMEM;
 #ifdef MADV_HUGEPAGE
-    if (n >= HUGE_BYTES) madvise(p, n & ~(HUGE_BYTES - 1), MADV_HUGEPAGE); /* a hint: failure is harmless */
+    if (cap >= HUGE_BYTES)
+        madvise(p, cap & ~(HUGE_BYTES - 1), MADV_HUGEPAGE); /* a hint: failure is harmless */
 #endif
-    cb->bytes += x8_alloc_bytes(n);
-    return p;
+    cb->x8_arena = p;
+    cb->x8_cap = cap;
+    return CK_OK;
+}
+
+/* A buffer for an x8 copy of a matrix of n bytes, counted in cb->bytes:
+ * the arena's next x8_alloc_bytes(n) (64-byte aligned), or, should the
+ * arena not hold it (it is sized for every matrix, so only if the sizing
+ * and the use disagree), a buffer of its own in *own. */
+static void *alloc_x8(cpu_backend *cb, size_t n, void **own) {
+    const size_t a = x8_alloc_bytes(n);
+    *own = NULL;
+    if (cb->x8_arena && cb->x8_cap - cb->x8_used >= a) {
+        void *p = cb->x8_arena + cb->x8_used;
+        cb->x8_used += a;
+        cb->bytes += a;
+        return p;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, a)) return NULL;
+    cb->bytes += a;
+    return *own = p;
 }
 
 /* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h),
@@ -1118,14 +1149,10 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
             return CK_OK;
         }
         const size_t bytes = spec_bytes(sp);
-        void *p = alloc_x8(cb, cpu_qdot_x8_bytes(sp->q, sp->n, sp->k));
+        void *p = alloc_x8(cb, cpu_qdot_x8_bytes(sp->q, sp->n, sp->k), &w->qown);
         if (!p) return CK_ENOMEM;
         int rc = cpu_qdot_repack8(sp->q, p, sp->t->data, sp->n, sp->k);
-        if (rc) {
-            free(p);
-            return rc;
-        }
-        w->qown = p;
+        if (rc) return rc; /* qown, if any, freed with the backend */
         w->q.data = p;
         w->q.x8 = 1;
         drop_mapped(cb->base.m, sp->t->data, bytes);
@@ -1323,6 +1350,15 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cb->bytes += spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb});
     }
     const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&cb->qd, &m->wcls, c->dim)};
+    /* the x8 arena, sized for every matrix that make_mat repacks */
+    size_t x8_cap = cls.q && cls.q->dot8 ? held_bytes(&cls) : 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(&cb->qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            if (sp[i].q && sp[i].q->dot8) x8_cap += held_bytes(&sp[i]);
+    }
+    if ((rc = x8_arena_new(cb, x8_cap))) goto fail;
     if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
     rc = CK_ENOMEM;
     if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
