@@ -720,14 +720,20 @@ static inline __attribute__((always_inline)) void dot8_q4_0(int n, const int nco
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
 
-void cpu_vdot8_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) { /* constants: the accumulators stay in registers */
-    case 1: dot8_q4_0(n, 1, s, w, a, a_stride); break;
-    case 2: dot8_q4_0(n, 2, s, w, a, a_stride); break;
-    case 3: dot8_q4_0(n, 3, s, w, a, a_stride); break;
-    default: dot8_q4_0(n, 4, s, w, a, a_stride); break;
+/* cpu_vdot8_<type>_avx2: dot8_<type> with ncols a constant, so that its
+ * accumulators stay in registers. */
+#define X8_ENTRY(type)                                                                     \
+    void cpu_vdot8_##type##_avx2(int n, int ncols, float *s, const void *w, const void *a, \
+                                 size_t a_stride) {                                        \
+        switch (ncols) {                                                                   \
+        case 1: dot8_##type(n, 1, s, w, a, a_stride); break;                               \
+        case 2: dot8_##type(n, 2, s, w, a, a_stride); break;                               \
+        case 3: dot8_##type(n, 3, s, w, a, a_stride); break;                               \
+        default: dot8_##type(n, 4, s, w, a, a_stride); break;                              \
+        }                                                                                  \
     }
-}
+
+X8_ENTRY(q4_0)
 
 /* Q8_0, 8 interleaved rows: signed weights, so the sign trick per 4
  * elements (|w| shared by the columns); a maddubs pair reaches 2 x 127 x
@@ -766,14 +772,7 @@ static inline __attribute__((always_inline)) void dot8_q8_0(int n, const int nco
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
 
-void cpu_vdot8_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) { /* constants: the accumulators stay in registers */
-    case 1: dot8_q8_0(n, 1, s, w, a, a_stride); break;
-    case 2: dot8_q8_0(n, 2, s, w, a, a_stride); break;
-    case 3: dot8_q8_0(n, 3, s, w, a, a_stride); break;
-    default: dot8_q8_0(n, 4, s, w, a, a_stride); break;
-    }
-}
+X8_ENTRY(q8_0)
 
 /* Q4_K, 8 interleaved rows (qblock_q4_Kx8): per sub-block of 32, the 8
  * maddubs of the rows' nibbles with the broadcast activations are summed in
@@ -840,14 +839,7 @@ static inline __attribute__((always_inline)) void dot8_q4_K(int n, const int nco
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
 
-void cpu_vdot8_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) { /* constants: the accumulators stay in registers */
-    case 1: dot8_q4_K(n, 1, s, w, a, a_stride); break;
-    case 2: dot8_q4_K(n, 2, s, w, a, a_stride); break;
-    case 3: dot8_q4_K(n, 3, s, w, a, a_stride); break;
-    default: dot8_q4_K(n, 4, s, w, a, a_stride); break;
-    }
-}
+X8_ENTRY(q4_K)
 
 /* Q6_K, 8 interleaved rows (qblock_q6_Kx8): a sub-block's 16 quants of the
  * 8 rows are 4 vectors of 8 rows x 4 elements, unpacked from 3 loads (3
@@ -925,13 +917,6 @@ static inline __attribute__((always_inline)) void dot8_q6_K(int n, const int nco
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
 
-void cpu_vdot8_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) { /* constants: the accumulators stay in registers */
-    case 1: dot8_q6_K(n, 1, s, w, a, a_stride); break;
-    case 2: dot8_q6_K(n, 2, s, w, a, a_stride); break;
-    case 3: dot8_q6_K(n, 3, s, w, a, a_stride); break;
-    default: dot8_q6_K(n, 4, s, w, a, a_stride); break;
-    }
-}
+X8_ENTRY(q6_K)
 
 #endif
