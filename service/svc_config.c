@@ -33,7 +33,10 @@ static const char *def_of(const char *name, const char *def, char *buf, size_t n
 
 enum { T_STR, T_INT, T_LONG, T_DBL, T_BOOL };
 
-/* Every service key: its type, default, range and the field it fills. */
+/* Every service key: its type, default, range, the field it fills, and
+ * whether it configures the models and their engines (E_ENGINE: what
+ * `confkv batch --local` also takes) rather than the service around them. */
+enum { E_SERVICE, E_ENGINE };
 static const struct key_def {
     const char *name;
     int type;
@@ -41,77 +44,99 @@ static const struct key_def {
     double lo, hi;
     size_t off;
     const char *help;
+    int scope;
 } keys[] = {
 #define F(field) offsetof(svc_config, field)
     {"model", T_STR, NULL, 0, 0, F(model),
      "model file (GGUF or llama2.c checkpoint); required. Several: NAME=PATH, once for each "
-     "(options after the path: ,tokenizer=T ,chat_template=J ,kv_budget_mb=N)"},
+     "(options after the path: ,tokenizer=T ,chat_template=J ,kv_budget_mb=N)",
+     E_ENGINE},
     {"default_model", T_STR, NULL, 0, 0, F(default_model),
-     "the model of jobs that name none: a NAME, or auto (the cascade) [the first model]"},
+     "the model of jobs that name none: a NAME, or auto (the cascade) [the first model]", E_ENGINE},
     {"route", T_STR, "off", 0, 0, F(route),
-     "off, or cascade: `\"model\": \"auto\"` jobs start on the small model"},
+     "off, or cascade: `\"model\": \"auto\"` jobs start on the small model", E_ENGINE},
     {"route_models", T_STR, NULL, 0, 0, F(route_models),
-     "the cascade's models: SMALL,LARGE (names of `model`)"},
+     "the cascade's models: SMALL,LARGE (names of `model`)", E_ENGINE},
     {"route_rule", T_STR, SVC_ROUTE_DEFAULT, 0, 0, F(route_rule),
-     "when an auto job moves to the large model (docs/SERVICE.md, Routing)"},
-    {"tokenizer", T_STR, NULL, 0, 0, F(tokenizer), "llama2.c tokenizer file"},
-    {"model_name", T_STR, NULL, 0, 0, F(model_name), "name jobs use in `model` (default: the model's own)"},
-    {"backend", T_STR, "cpu", 0, 0, F(backend), "cpu, cuda or auto"},
-    {"threads", T_INT, "0", 0, 1024, F(threads), "CPU threads of the engine (0 = all cores)"},
-    {"policy", T_STR, NULL, 0, 0, F(policy), "default KV policy (full, window:N, conf, ...)"},
+     "when an auto job moves to the large model (docs/SERVICE.md, Routing)", E_ENGINE},
+    {"tokenizer", T_STR, NULL, 0, 0, F(tokenizer), "llama2.c tokenizer file", E_ENGINE},
+    {"model_name", T_STR, NULL, 0, 0, F(model_name), "name jobs use in `model` (default: the model's own)",
+     E_ENGINE},
+    {"backend", T_STR, "cpu", 0, 0, F(backend), "cpu, cuda or auto", E_ENGINE},
+    {"threads", T_INT, "0", 0, 1024, F(threads), "CPU threads of the engine (0 = all cores)", E_ENGINE},
+    {"policy", T_STR, NULL, 0, 0, F(policy), "default KV policy (full, window:N, conf, ...)", E_ENGINE},
     {"tuning", T_STR, "off", 0, 0, F(tuning),
-     "off, or adaptive: the default policy's thresholds follow the load (docs/SERVICE.md, Tuning)"},
-    {"tuning_window_s", T_DBL, "30", 0.1, 86400, F(tuning_window_s), "tuning: seconds per window"},
+     "off, or adaptive: the default policy's thresholds follow the load (docs/SERVICE.md, Tuning)", E_ENGINE},
+    {"tuning_window_s", T_DBL, "30", 0.1, 86400, F(tuning_window_s), "tuning: seconds per window", E_ENGINE},
     {"tuning_target", T_DBL, "0.25", 0.01, 0.99, F(tuning_target),
-     "tuning: share of decode steps the policy should treat as uncertain"},
+     "tuning: share of decode steps the policy should treat as uncertain", E_ENGINE},
     {"chat_template", T_STR, NULL, 0, 0, F(chat_template),
-     "Jinja chat template file for `messages` jobs, instead of the model's (unset = the model's)"},
-    {"max_running", T_INT, ENG_DEF, 1, 65536, F(max_running), "sequences decoding at once"},
-    {"max_queue", T_INT, ENG_DEF, 1, 1 << 20, F(max_queue), "engine waiting queue length"},
-    {"kv_budget_mb", T_LONG, "0", 0, 1 << 20, F(kv_budget_mb), "hot KV pool in MiB (0 = engine default)"},
+     "Jinja chat template file for `messages` jobs, instead of the model's (unset = the model's)", E_ENGINE},
+    {"max_running", T_INT, ENG_DEF, 1, 65536, F(max_running), "sequences decoding at once", E_ENGINE},
+    {"max_queue", T_INT, ENG_DEF, 1, 1 << 20, F(max_queue), "engine waiting queue length", E_ENGINE},
+    {"kv_budget_mb", T_LONG, "0", 0, 1 << 20, F(kv_budget_mb), "hot KV pool in MiB (0 = engine default)",
+     E_ENGINE},
     {"max_context", T_INT, "0", 0, 1 << 20, F(max_context),
-     "tokens a sequence may hold (0 = the model's context, at most 8192 or what max_memory_mb allows)"},
+     "tokens a sequence may hold (0 = the model's context, at most 8192 or what max_memory_mb allows)",
+     E_ENGINE},
     {"max_memory_mb", T_LONG, "0", 0, 1L << 30, F(max_memory_mb),
-     "refuse a model whose planned memory exceeds this many MiB (0 = no limit)"},
-    {"brokers", T_STR, NULL, 0, 0, F(brokers), "short for kafka.bootstrap.servers"},
-    {"kafka_embedded", T_BOOL, "false", 0, 1, F(kafka_embedded), "run librdkafka's mock cluster in-process"},
-    {"embedded_partitions", T_INT, "4", 1, 1024, F(embedded_partitions), "partitions of the embedded topics"},
-    {"group", T_STR, "confkv", 0, 0, F(group), "consumer group (kafka.group.id)"},
-    {"topic_jobs", T_STR, "confkv.jobs", 0, 0, F(topic_jobs), "jobs topic"},
-    {"topic_results", T_STR, "confkv.results", 0, 0, F(topic_results), "results topic"},
-    {"topic_metrics", T_STR, "confkv.metrics", 0, 0, F(topic_metrics), "metrics topic"},
-    {"topic_dlq", T_STR, "confkv.dlq", 0, 0, F(topic_dlq), "dead-letter topic"},
-    {"ready_file", T_STR, NULL, 0, 0, F(ready_file), "write {bootstrap_servers, http} here when ready"},
-    {"http_host", T_STR, "127.0.0.1", 0, 0, F(http_host), "HTTP listen address (0.0.0.0 in containers)"},
-    {"http_port", T_INT, "9464", 0, 65535, F(http_port), "HTTP port for /metrics /healthz /readyz (0 = any)"},
-    {"instance", T_STR, NULL, 0, 0, F(instance), "instance name in results (default: host name)"},
-    {"log_level", T_STR, "info", 0, 0, F(log_level), "debug, info, warn, error"},
-    {"max_message_bytes", T_LONG, "1048576", 64, 1 << 30, F(max_message_bytes), "largest job message"},
-    {"max_prompt_tokens", T_INT, "0", 0, 1 << 24, F(max_prompt_tokens), "longest prompt (0 = the context)"},
-    {"max_tokens_cap", T_INT, "4096", 1, 1 << 24, F(max_tokens_cap), "largest max_tokens a job may ask"},
+     "refuse a model whose planned memory exceeds this many MiB (0 = no limit)", E_ENGINE},
+    {"brokers", T_STR, NULL, 0, 0, F(brokers), "short for kafka.bootstrap.servers", E_SERVICE},
+    {"kafka_embedded", T_BOOL, "false", 0, 1, F(kafka_embedded), "run librdkafka's mock cluster in-process",
+     E_SERVICE},
+    {"embedded_partitions", T_INT, "4", 1, 1024, F(embedded_partitions), "partitions of the embedded topics",
+     E_SERVICE},
+    {"group", T_STR, "confkv", 0, 0, F(group), "consumer group (kafka.group.id)", E_SERVICE},
+    {"topic_jobs", T_STR, "confkv.jobs", 0, 0, F(topic_jobs), "jobs topic", E_SERVICE},
+    {"topic_results", T_STR, "confkv.results", 0, 0, F(topic_results), "results topic", E_SERVICE},
+    {"topic_metrics", T_STR, "confkv.metrics", 0, 0, F(topic_metrics), "metrics topic", E_SERVICE},
+    {"topic_dlq", T_STR, "confkv.dlq", 0, 0, F(topic_dlq), "dead-letter topic", E_SERVICE},
+    {"ready_file", T_STR, NULL, 0, 0, F(ready_file), "write {bootstrap_servers, http} here when ready",
+     E_SERVICE},
+    {"http_host", T_STR, "127.0.0.1", 0, 0, F(http_host), "HTTP listen address (0.0.0.0 in containers)",
+     E_SERVICE},
+    {"http_port", T_INT, "9464", 0, 65535, F(http_port), "HTTP port for /metrics /healthz /readyz (0 = any)",
+     E_SERVICE},
+    {"instance", T_STR, NULL, 0, 0, F(instance), "instance name in results (default: host name)", E_SERVICE},
+    {"log_level", T_STR, "info", 0, 0, F(log_level), "debug, info, warn, error", E_SERVICE},
+    {"max_message_bytes", T_LONG, "1048576", 64, 1 << 30, F(max_message_bytes), "largest job message",
+     E_SERVICE},
+    {"max_prompt_tokens", T_INT, "0", 0, 1 << 24, F(max_prompt_tokens), "longest prompt (0 = the context)",
+     E_ENGINE},
+    {"max_tokens_cap", T_INT, "4096", 1, 1 << 24, F(max_tokens_cap), "largest max_tokens a job may ask",
+     E_SERVICE},
     {"default_max_tokens", T_INT, "256", 1, 1 << 24, F(default_max_tokens),
-     "max_tokens of a job that names none"},
-    {"max_inflight", T_INT, "256", 1, 1 << 20, F(max_inflight), "jobs in flight before partitions pause"},
-    {"drain_timeout_s", T_DBL, "30", 0, 86400, F(drain_timeout_s), "SIGTERM: time given to in-flight jobs"},
-    {"metrics_interval_s", T_DBL, "10", 0, 86400, F(metrics_interval_s), "metrics record period (0 = off)"},
+     "max_tokens of a job that names none", E_ENGINE},
+    {"max_inflight", T_INT, "256", 1, 1 << 20, F(max_inflight), "jobs in flight before partitions pause",
+     E_SERVICE},
+    {"drain_timeout_s", T_DBL, "30", 0, 86400, F(drain_timeout_s), "SIGTERM: time given to in-flight jobs",
+     E_SERVICE},
+    {"metrics_interval_s", T_DBL, "10", 0, 86400, F(metrics_interval_s), "metrics record period (0 = off)",
+     E_SERVICE},
     {"redis", T_STR, NULL, 0, 0, F(redis),
-     "Redis cold tier: redis://[user:password@]host:port/db or unix:///path (unset = none)"},
-    {"redis_prefix", T_STR, "confkv:", 0, 0, F(redis_prefix), "prefix of every Redis key"},
-    {"redis_ttl_s", T_INT, "86400", 0, 1 << 30, F(redis_ttl_s), "expiry of cold blocks in Redis (0 = none)"},
+     "Redis cold tier: redis://[user:password@]host:port/db or unix:///path (unset = none)", E_SERVICE},
+    {"redis_prefix", T_STR, "confkv:", 0, 0, F(redis_prefix), "prefix of every Redis key", E_SERVICE},
+    {"redis_ttl_s", T_INT, "86400", 0, 1 << 30, F(redis_ttl_s), "expiry of cold blocks in Redis (0 = none)",
+     E_SERVICE},
     {"redis_max_inflight_mb", T_INT, "64", 1, 1 << 16, F(redis_max_inflight_mb),
-     "Redis bytes in flight at most (beyond: spills are dropped)"},
-    {"redis_timeout_ms", T_INT, "2000", 10, 600000, F(redis_timeout_ms), "Redis connect and reply timeout"},
+     "Redis bytes in flight at most (beyond: spills are dropped)", E_SERVICE},
+    {"redis_timeout_ms", T_INT, "2000", 10, 600000, F(redis_timeout_ms), "Redis connect and reply timeout",
+     E_SERVICE},
     {"prefix_cache_mb", T_LONG, "0", 0, 1 << 20, F(prefix_cache_mb),
-     "host memory for prefix KV blocks (templates, sessions, shared prompts; 0 = the hot pool's size)"},
-    {"prefix_cache", T_BOOL, "true", 0, 1, F(prefix_cache), "reuse the KV of prompt prefixes seen before"},
-    {"max_sessions", T_INT, "1024", 1, 1 << 24, F(max_sessions), "session contexts kept in host memory"},
+     "host memory for prefix KV blocks (templates, sessions, shared prompts; 0 = the hot pool's size)",
+     E_ENGINE},
+    {"prefix_cache", T_BOOL, "true", 0, 1, F(prefix_cache), "reuse the KV of prompt prefixes seen before",
+     E_ENGINE},
+    {"max_sessions", T_INT, "1024", 1, 1 << 24, F(max_sessions), "session contexts kept in host memory",
+     E_ENGINE},
     {"prewarm_top", T_INT, "8", 0, 4096, F(prewarm_top),
-     "at start-up, load the KV of the N most used templates (0 = none)"},
+     "at start-up, load the KV of the N most used templates (0 = none)", E_SERVICE},
     {"prewarm_wait", T_BOOL, "false", 0, 1, F(prewarm_wait),
-     "/readyz fails until the start-up prewarm is done"},
+     "/readyz fails until the start-up prewarm is done", E_SERVICE},
     {"warm_budget_kb", T_LONG, "0", 0, 1L << 30, F(warm_budget_kb),
-     "warm KV tier in KiB (0 = 4x the hot pool)"},
-    {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit"},
+     "warm KV tier in KiB (0 = 4x the hot pool)", E_ENGINE},
+    {"print_config", T_BOOL, "false", 0, 1, F(print_config), "print the effective configuration and exit",
+     E_SERVICE},
 #undef F
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -270,6 +295,14 @@ static int flag_key(const char *arg, char *key, size_t cap) {
         for (size_t i = 0; i < n; i++)
             if (key[i] == '-') key[i] = '_';
     return 0;
+}
+
+int svc_config_engine_flag(const char *flag) {
+    char key[256];
+    if (flag_key(flag, key, sizeof key)) return 0;
+    if (!strcmp(key, "config")) return 1;
+    const struct key_def *k = find_key(key);
+    return k && k->scope == E_ENGINE;
 }
 
 void svc_config_help(FILE *f) {

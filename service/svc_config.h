@@ -112,6 +112,12 @@ int svc_config_each_kafka(const svc_config *c, svc_config_kafka_cb cb, void *ud)
 void svc_config_print(const svc_config *c, FILE *f);
 /* 1 when the key names a secret (its value must never be printed). */
 int svc_config_is_secret(const char *key);
+/* 1 when a flag (--key or --key=value, dashes or underscores) names a key
+ * that configures the models and their engines (--model, --route-rule,
+ * --threads, --policy, ...) or is --config: what `confkv batch --local`
+ * passes to svc_config_load; 0 for the service's own keys (Kafka, HTTP,
+ * Redis, ...) and unknown ones. */
+int svc_config_engine_flag(const char *flag);
 void svc_config_help(FILE *f);
 
 #endif

@@ -193,6 +193,14 @@ static void test_config(void) {
     CK_CHECK(svc_config_is_secret("kafka.sasl.password") && svc_config_is_secret("kafka.ssl.key.pem"));
     CK_CHECK(!svc_config_is_secret("kafka.bootstrap.servers"));
     CK_CHECK(svc_config_is_secret("kafka.sasl.oauthbearer.token") && svc_config_is_secret("redis"));
+    /* what `confkv batch --local` takes: the models' and engines' keys, in
+     * either spelling, and --config; not the service's own, nor unknown ones */
+    CK_CHECK(svc_config_engine_flag("--model") && svc_config_engine_flag("--route-rule=tokens=4,never"));
+    CK_CHECK(svc_config_engine_flag("--max_memory_mb") && svc_config_engine_flag("--config"));
+    CK_CHECK(!svc_config_engine_flag("--http-port") && !svc_config_engine_flag("--redis"));
+    CK_CHECK(!svc_config_engine_flag("--kafka.bootstrap.servers") &&
+             !svc_config_engine_flag("--no-such-key"));
+    CK_CHECK(!svc_config_engine_flag("model") && !svc_config_engine_flag("--"));
     /* the service's token counts are no secret (they were once masked) */
     CK_CHECK(!svc_config_is_secret("default_max_tokens") && !svc_config_is_secret("max_tokens_cap") &&
              !svc_config_is_secret("max_prompt_tokens"));

@@ -289,51 +289,6 @@ static void local_loaded(void *ud, int ok, const char *msg) {
     if (l->pending == 0) local_finish(l);
 }
 
-/* confkvd's keys that --local uses: the models, the cascade and the
- * engine's options (the rest are the service's: Kafka, HTTP, Redis...). */
-static const char *const local_keys[] = {
-    "model",
-    "default_model",
-    "route",
-    "route_models",
-    "route_rule",
-    "tokenizer",
-    "model_name",
-    "backend",
-    "threads",
-    "policy",
-    "tuning",
-    "tuning_window_s",
-    "tuning_target",
-    "chat_template",
-    "max_running",
-    "max_queue",
-    "kv_budget_mb",
-    "max_context",
-    "max_memory_mb",
-    "max_prompt_tokens",
-    "default_max_tokens",
-    "prefix_cache_mb",
-    "prefix_cache",
-    "max_sessions",
-    "warm_budget_kb",
-    "config",
-    NULL,
-};
-
-/* 1 when the flag (--key, --key=value; dashes or underscores) names one of
- * local_keys. */
-static int local_key(const char *flag) {
-    char key[64];
-    size_t n = 0;
-    for (const char *c = flag + 2; *c && *c != '=' && n + 1 < sizeof key; c++)
-        key[n++] = *c == '-' ? '_' : *c;
-    key[n] = 0;
-    for (int i = 0; local_keys[i]; i++)
-        if (!strcmp(key, local_keys[i])) return 1;
-    return 0;
-}
-
 static int run_local(batch *b, int argc, char **argv, cli_args *a) {
     svc_config cfg;
     char err[512];
@@ -413,7 +368,7 @@ int cli_batch(int argc, char **argv) {
             free(pass);
             return cli_unknown(&a);
         }
-        if (!local_key(t)) {
+        if (!svc_config_engine_flag(t)) {
             cli_error(&a,
                       "unknown argument '%s' (besides its own, confkv batch takes confkvd's engine options, "
                       "for --local; try --help)",
