@@ -44,6 +44,7 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "cpu_attn.h"
+#include "cpu_steal.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "cpu_prefetch.h"
@@ -100,6 +101,7 @@ typedef struct cpu_backend {
     int isa;                /* CPU_ISA_* */
     const gemm_kernels *gk; /* the f32 panels, scores, SwiGLU */
     attn_f32_fn attn;       /* cpu_attn.h's kernel for this shape, or NULL: the general code */
+    const char *attn_name;  /* its ISA's name (static) */
     cpu_qdot qd;            /* the quantized dots */
     /* weights: f32 ones owned and packed (cpu_gemm.h), quantized ones in the mapping */
     float *emb;         /* (vocab, dim) row-major; NULL when tied (rows come from wcls) or
@@ -146,6 +148,7 @@ typedef struct cpu_backend {
                          after the split region began */
     double *cls_s;     /* (n_threads) each thread's seconds on its classifier panels */
     int *pcut;         /* (n_threads + 1) the classifier's panel cuts */
+    cpu_steal *steal;  /* (n_threads) the ranges of a product's work stealing */
     float *xo;         /* (T, dim) the normed final states of the rows asked for */
     int max_blocks;    /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
@@ -163,20 +166,29 @@ typedef struct cpu_backend {
 /* ------------------------------------------------------------ the kernels */
 
 /* Work below which a parallel region costs more than it saves. With
- * OMP_WAIT_POLICY=passive (confkv and confkvd set it) waking the other thread and
- * waiting for it is a futex each way: about 25 us a region here, measured.
- * So a region must carry about 100 us of work: 8M multiply-adds of a
- * product (compute bound, about 90 G a second a core), 1M weights of a
- * one-token product (memory bound), 2M multiply-adds of attention. Below
- * the product threshold stories260K's full-KV batches of 7 woke the second
- * thread 6 times a step and ran 35 % slower on two threads than on one. */
+ * OMP_WAIT_POLICY=passive (confkv and confkvd set it) waking a sleeping
+ * thread and waiting for it is a futex each way: about 25 us a region here,
+ * measured. So a region must carry about 100 us of work: 8M multiply-adds
+ * of a product (compute bound, about 90 G a second a core), 2M
+ * multiply-adds of a batch's attention. Below the product threshold
+ * stories260K's full-KV batches of 7 woke the second thread 6 times a step
+ * and ran 35 % slower on two threads than on one.
+ * A one-token step is different: its regions follow each other a few
+ * microseconds apart, within the spin before a waiting thread sleeps
+ * (GOMP_SPINCOUNT, svc_proc.c), so one costs about 1 us. From 256K weights
+ * (150 KB of Q4_K, about 15 us to stream) a product is split, the 110M
+ * shape's attention output (590K weights) included, which one thread used
+ * to read alone while the other waited; from 32K multiply-adds its
+ * attention's heads are (attend_heads). */
 #define PAR_MIN_MACS (1u << 23)
-#define PAR_MIN_WEIGHTS (1u << 20)
+#define PAR_MIN_WEIGHTS (1u << 18)
 #define PAR_MIN_ATT_MACS (1u << 21)
+#define PAR_MIN_HEAD_MACS (1u << 15)
 
 /* The calling OpenMP thread's share [u0, u1) of nu units (panels, or rows
  * of a quantized matrix): contiguous, so each thread streams its own part
- * of the matrix once. */
+ * of the matrix once (the classifier's fallback; the products steal,
+ * cpu_steal.h). */
 static void unit_share(int nu, int *u0, int *u1) {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
     int per = (nu + nt - 1) / nt;
@@ -238,11 +250,33 @@ static int gemm_threads(int M, int N, int K, int threads) {
     return (size_t)M * N * K >= PAR_MIN_MACS ? threads : 1;
 }
 
+/* Units [g0, g1) of the mats' units one after the other: each mat's part,
+ * its outputs after the previous mats' columns. */
+static void mats_part(const cpu_backend *cb, float *y, int ldy, const float *x, int row0,
+                      const cpu_mat *const *mats, int n_mats, int M, int g0, int g1, int accumulate) {
+    for (int i = 0, c = 0, base = 0; i < n_mats && base < g1;
+         c += mat_n(mats[i]), base += mat_units(mats[i]), i++) {
+        const int nu = mat_units(mats[i]), u0 = g0 - base > 0 ? g0 - base : 0,
+                  u1 = g1 - base < nu ? g1 - base : nu;
+        if (u0 < u1) mat_part(cb, y + c, ldy, x, row0, mats[i], M, u0, u1, accumulate);
+    }
+}
+
+/* The granule of a product's work stealing: 8 rows of a quantized matrix
+ * (an interleaved group of cpu_qdot.h's 8-row kernels: one split inside
+ * computes the whole group twice), one panel of an f32 one. */
+static int steal_align(const cpu_mat *const *mats, int n_mats) {
+    for (int i = 0; i < n_mats; i++)
+        if (!mats[i]->f.p) return 8;
+    return 1;
+}
+
 /* y (M, ldy) = x (M, K) . [w_0; w_1; ...]^T (+ y when accumulate): the
  * mats' outputs side by side, w_i's from column sum of the previous n. This
- * is where almost all the time goes. Threads split each matrix's units, so
- * each reads its own share of the weights, in one parallel region for all
- * of them (the Q, K and V of a quantized layer are three matrices). row0:
+ * is where almost all the time goes. Threads share out the units of all
+ * the mats one after the other (the Q, K and V of a quantized layer are
+ * three matrices) in one parallel region, by work stealing (cpu_steal.h),
+ * so each reads its own ranges of the weights. row0:
  * the batch row of x's first row (where its quantized copy goes). */
 static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0, const cpu_mat *const *mats,
                    int n_mats, int M, int accumulate, int threads) {
@@ -253,20 +287,19 @@ static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0,
         if (mat_units(mats[i]) < min_units) min_units = mat_units(mats[i]);
     }
     quantize_in(cb, x, M, K, row0, mats, n_mats);
-    int par = gemm_threads(M, N, K, threads);
+    int par = gemm_threads(M, N, K, threads), nu = 0;
     if (par > min_units) par = min_units;
+    for (int i = 0; i < n_mats; i++) nu += mat_units(mats[i]);
     if (par <= 1) {
-        for (int i = 0, c = 0; i < n_mats; c += mat_n(mats[i]), i++)
-            mat_part(cb, y + c, ldy, x, row0, mats[i], M, 0, mat_units(mats[i]), accumulate);
+        mats_part(cb, y, ldy, x, row0, mats, n_mats, M, 0, nu, accumulate);
         return;
     }
+    const int align = steal_align(mats, n_mats), chunk = cpu_steal_init(cb->steal, nu, par, align);
 #pragma omp parallel num_threads(par)
     {
-        for (int i = 0, c = 0; i < n_mats; c += mat_n(mats[i]), i++) {
-            int u0, u1;
-            unit_share(mat_units(mats[i]), &u0, &u1);
-            mat_part(cb, y + c, ldy, x, row0, mats[i], M, u0, u1, accumulate);
-        }
+        int u0, u1;
+        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
+            mats_part(cb, y, ldy, x, row0, mats, n_mats, M, u0, u1, accumulate);
     }
 }
 
@@ -301,11 +334,13 @@ static void ffn_up(cpu_backend *cb, float *h, float *h13, const float *x, int ro
         swiglu_part(cb, h, h13, x, row0, w1, w3, M, 0, nu);
         return;
     }
+    const cpu_mat *const both[2] = {w1, w3};
+    const int align = steal_align(both, 2), chunk = cpu_steal_init(cb->steal, nu, par, align);
 #pragma omp parallel num_threads(par)
     {
         int u0, u1;
-        unit_share(nu, &u0, &u1);
-        swiglu_part(cb, h, h13, x, row0, w1, w3, M, u0, u1);
+        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
+            swiglu_part(cb, h, h13, x, row0, w1, w3, M, u0, u1);
     }
 }
 
@@ -380,30 +415,77 @@ static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) 
     return r->f ? (const char *)r->f : (const char *)r->q;
 }
 
-/* attend_token by cpu_attn.c when every block it reads is f32. Returns 1
- * when done, 0 when the general code must run. */
-static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
-                       const be_seq_view *v, const int32_t *list, int n_list, float *att, float mass_scale,
-                       int slot) {
+/* The f32 blocks a cpu_attn.c kernel reads for the token at pos: their K
+ * rows into cb->att_blk and their row counts into cb->att_rows, slot
+ * `slot`. Returns their count, or -1 when a block is not f32 (the general
+ * code must run). */
+static int fast_blocks(const cpu_backend *cb, int layer, int pos, const be_seq_view *v, const int32_t *list,
+                       int n_list, int slot) {
     const int bs = cb->base.opt.block_size;
     const float **blk = cb->att_blk + (size_t)slot * cb->max_blocks;
     int *rows = cb->att_rows + (size_t)slot * cb->max_blocks;
-    float *mass = cb->att_mass + (size_t)slot * cb->max_blocks;
     int last = pos / bs, nb = 0;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     blk_ref r;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
-        if (!block_ref(cb, v, j, layer, &r) || !r.f) return 0;
+        if (!block_ref(cb, v, j, layer, &r) || !r.f) return -1;
         blk[nb] = r.f;
         rows[nb++] = j == pos / bs ? pos - j * bs + 1 : bs;
     }
-    if (cb->attn(&cb->ashape, q, blk, rows, nb, att, (size_t)cb->max_ctx, out, mass)) return 0;
+    return nb;
+}
+
+/* Each listed block's attention mass into the sequence's, scaled. */
+static void add_mass(const be_seq_view *v, const int32_t *list, const float *mass, int nb, float mass_scale) {
     if (v->mass)
         for (int li = 0; li < nb; li++) {
 #pragma omp atomic
             v->mass[list[li]] += mass[li] * mass_scale;
         }
+}
+
+/* attend_token by cpu_attn.c when every block it reads is f32. Returns 1
+ * when done, 0 when the general code must run. */
+static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
+                       const be_seq_view *v, const int32_t *list, int n_list, float *att, float mass_scale,
+                       int slot) {
+    const int nb = fast_blocks(cb, layer, pos, v, list, n_list, slot);
+    float *mass = cb->att_mass + (size_t)slot * cb->max_blocks;
+    if (nb < 0 || cb->attn(&cb->ashape, q, cb->att_blk + (size_t)slot * cb->max_blocks,
+                           cb->att_rows + (size_t)slot * cb->max_blocks, nb, 0, cb->ashape.n_heads, att,
+                           (size_t)cb->max_ctx, out, mass))
+        return 0;
+    add_mass(v, list, mass, nb, mass_scale);
+    return 1;
+}
+
+/* attend_fast for the one token of a batch of one, its heads split over
+ * `threads` (a token split has nothing to split there, and the attention
+ * would run on one thread while the others wait). Every head is computed
+ * as attend_fast computes it and the mass summed afterwards in the same
+ * order, so the bits are attend_fast's. Returns 1 when done, 0 when the
+ * general code must run. */
+static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int threads, float mass_scale) {
+    const int q = bt->seq[i], H = cb->ashape.n_heads;
+    const be_seq_view *v = &bt->seqs[q];
+    const int32_t *list = cb->hot_list + (size_t)q * cb->max_blocks;
+    const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
+    if (nb < 0) return 0;
+    const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
+    float *out = cb->att_out + (size_t)i * cb->q_dim, *att = cb->scores;
+    int bad = 0;
+#pragma omp parallel num_threads(threads) reduction(| : bad)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        const int h0 = H * t / n, h1 = H * (t + 1) / n;
+        if (h0 < h1)
+            bad |= cb->attn(&cb->ashape, qp, cb->att_blk, cb->att_rows, nb, h0, h1, att, (size_t)cb->max_ctx,
+                            out, NULL) != 0;
+    }
+    if (bad) return 0; /* a refusal is every head's (the same shape): nothing kept */
+    attn_block_mass(att, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
+    add_mass(v, list, cb->att_mass, nb, mass_scale);
     return 1;
 }
 
@@ -579,7 +661,10 @@ static void layer_forward(cpu_backend *cb, const be_batch *bt, int l, int i0, in
      * (threads == 1) no region at all: a nested one would still be set up. */
     size_t att_macs = 0; /* QK and AV: 2 q_dim multiply-adds a position */
     for (int i = i0; i < i1 && threads > 1; i++) att_macs += 2 * (size_t)QD * (size_t)(bt->pos[i] + 1);
-    if (threads > 1 && att_macs >= PAR_MIN_ATT_MACS) {
+    if (threads > 1 && M == 1 && cb->attn && att_macs >= PAR_MIN_HEAD_MACS &&
+        attend_heads(cb, bt, l, i0, threads, mass_scale)) {
+        /* done, split by heads */
+    } else if (threads > 1 && att_macs >= PAR_MIN_ATT_MACS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, omp_get_thread_num(), mass_scale);
     } else {
@@ -931,6 +1016,7 @@ static void cpu_destroy(backend *b) {
     free(cb->done_s);
     free(cb->cls_s);
     free(cb->pcut);
+    free(cb->steal);
     free(cb->att_blk);
     free(cb->att_rows);
     free(cb->att_mass);
@@ -1273,13 +1359,15 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     if (cls.q) act = padd(&a, act, pfloats(&a, T, (qact_row_bytes(cls.q->act, c->dim) + 3) / 4));
     p->activations = act;
     /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
-     * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut) */
+     * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut,
+     * steal) */
     const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
     const size_t per_blk = sizeof(const float *) + sizeof(int) + sizeof(float);
     p->scratch_per_thread = padd(&a, pmul(&a, scores, sizeof(float)), pmul(&a, max_blocks, per_blk));
     size_t sc = pfloats(&a, (size_t)nt, scores);
     sc = padd(&a, sc, pmul(&a, pmul(&a, (size_t)nt, max_blocks), per_blk));
     sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
+    sc = padd(&a, sc, (size_t)nt * sizeof(cpu_steal));
     p->scratch = sc;
     size_t t = padd(&a, p->weights, p->kv);
     t = padd(&a, t, p->kv8);
@@ -1427,11 +1515,12 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->share = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->share)) ||
         !(cb->done_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->done_s)) ||
         !(cb->cls_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->cls_s)) ||
-        !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)))
+        !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)) ||
+        !(cb->steal = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->steal)))
         goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
-    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa);
+    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
     if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
         !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||
@@ -1479,7 +1568,7 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
     if (!b || b->ops != &cpu_ops) return snprintf(buf, len, "%s", b ? b->ops->name : "none");
     const cpu_backend *cb = (const cpu_backend *)b;
     int n = snprintf(buf, len, "%s (f32 %s, attention %s", cpu_isa_name(cb->isa), cb->gk->isa,
-                     cb->attn ? "avx512" : "general");
+                     cb->attn ? cb->attn_name : "general");
     int seen[CPU_QDOT_MAX_TYPES] = {0};
     const cpu_mat *all[2] = {&cb->wcls, NULL};
     for (int l = -1; l < b->m->cfg.n_layers; l++) {

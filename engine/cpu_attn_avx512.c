@@ -54,8 +54,9 @@ static inline __m512 hsum16(const __m512 *v) {
 /* The scores pass, HV = head_dim / 16 a constant once inlined. */
 static inline __attribute__((always_inline)) void scores(const attn_shape *s, const float *q,
                                                          const float *const *blk, const int *rows, int n_blk,
-                                                         float *att, size_t stride, const int HV) {
-    const int H = s->n_heads, hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size;
+                                                         int h0, int h1, float *att, size_t stride,
+                                                         const int HV) {
+    const int hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size, H = h1 - h0;
     const __m512 vscale = _mm512_set1_ps(sqrtf((float)hd));
     const size_t span = 2 * (size_t)bs * kvd * sizeof(float);
     int n = 0;
@@ -64,7 +65,7 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
         const int tn = rows[b], chunks = (tn + 15) / 16;
         for (int ch = 0; ch < chunks; ch++) {
             const int t0 = ch * 16, c = tn - t0 < 16 ? tn - t0 : 16;
-            for (int h = 0; h < H; h++) {
+            for (int h = h0; h < h1; h++) {
                 const float *qh = q + (size_t)h * hd;
                 const float *k = blk[b] + (size_t)t0 * kvd + (size_t)(h / s->gqa) * hd;
                 __m512 qv[HV_MAX], p[16];
@@ -73,7 +74,7 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
                     /* a few lines at a time: asked in bursts, the requests
                      * filled the miss buffers and the core waited on them */
                     if (next && (t & 3) == 0)
-                        prefetch_part(next, span, (ch * H + h) * 4 + t / 4, chunks * H * 4);
+                        prefetch_part(next, span, (ch * H + h - h0) * 4 + t / 4, chunks * H * 4);
                     __m512 a = _mm512_setzero_ps();
                     if (t < c)
                         for (int j = 0; j < HV; j++)
@@ -88,9 +89,9 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
     }
 }
 
-/* Each head's scores [0, n) into probabilities. */
-static void softmax(float *att, size_t stride, int H, int n) {
-    for (int h = 0; h < H; h++) {
+/* Heads [h0, h1)'s scores [0, n) into probabilities. */
+static void softmax(float *att, size_t stride, int h0, int h1, int n) {
+    for (int h = h0; h < h1; h++) {
         float *a = att + (size_t)h * stride;
         __m512 mx = _mm512_set1_ps(-INFINITY);
         for (int i = 0; i < n; i += 16) {
@@ -116,12 +117,13 @@ static void softmax(float *att, size_t stride, int H, int n) {
 /* The values pass, HV constant once inlined: heads in groups of G whose
  * G * HV output vectors fit in registers. */
 static inline __attribute__((always_inline)) void values(const attn_shape *s, const float *const *blk,
-                                                         const int *rows, int n_blk, const float *att,
-                                                         size_t stride, float *out, const int HV) {
-    const int H = s->n_heads, hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size;
+                                                         const int *rows, int n_blk, int hb, int he,
+                                                         const float *att, size_t stride, float *out,
+                                                         const int HV) {
+    const int hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size;
     const int G = ACC_MAX / HV;
-    for (int h0 = 0; h0 < H; h0 += G) {
-        const int g = H - h0 < G ? H - h0 : G;
+    for (int h0 = hb; h0 < he; h0 += G) {
+        const int g = he - h0 < G ? he - h0 : G;
         __m512 acc[ACC_MAX];
         for (int i = 0; i < G * HV; i++) acc[i] = _mm512_setzero_ps();
         int n = 0;
@@ -145,29 +147,22 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
 }
 
 int attn_f32_avx512(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
-                    float *att, size_t att_stride, float *out, float *mass) {
-    if (!attn_f32_supported_avx512(s)) return -1;
+                    int h0, int h1, float *att, size_t att_stride, float *out, float *mass) {
+    if (!attn_f32_supported_avx512(s) || h0 < 0 || h1 > s->n_heads || h0 >= h1) return -1;
     int n = 0;
     for (int b = 0; b < n_blk; b++) n += rows[b];
     if (n == 0 || (size_t)n > att_stride) return -1;
-#define CASE(hv)                                               \
-    case hv:                                                   \
-        scores(s, q, blk, rows, n_blk, att, att_stride, hv);   \
-        softmax(att, att_stride, s->n_heads, n);               \
-        values(s, blk, rows, n_blk, att, att_stride, out, hv); \
+#define CASE(hv)                                                       \
+    case hv:                                                           \
+        scores(s, q, blk, rows, n_blk, h0, h1, att, att_stride, hv);   \
+        softmax(att, att_stride, h0, h1, n);                           \
+        values(s, blk, rows, n_blk, h0, h1, att, att_stride, out, hv); \
         break;
     switch (s->head_dim / 16) {
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) default : return -1;
     }
 #undef CASE
-    int n0 = 0;
-    for (int b = 0; b < n_blk; b++) {
-        float m = 0.0f;
-        for (int h = 0; h < s->n_heads; h++)
-            for (int t = 0; t < rows[b]; t++) m += att[(size_t)h * att_stride + n0 + t];
-        mass[b] = m;
-        n0 += rows[b];
-    }
+    if (mass) attn_block_mass(att + (size_t)h0 * att_stride, att_stride, h1 - h0, rows, n_blk, mass);
     return 0;
 }
 

@@ -37,11 +37,11 @@ static int cur_isa;
 /* attn_f32_kernel at cur_isa, run; -1 where there is no kernel. */
 static int attn_f32(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
                     float *att, size_t att_stride, float *out, float *mass) {
-    attn_f32_fn f = attn_f32_kernel(s, cur_isa);
-    return f ? f(s, q, blk, rows, n_blk, att, att_stride, out, mass) : -1;
+    attn_f32_fn f = attn_f32_kernel(s, cur_isa, NULL);
+    return f ? f(s, q, blk, rows, n_blk, 0, s->n_heads, att, att_stride, out, mass) : -1;
 }
 
-static int attn_f32_supported(const attn_shape *s) { return attn_f32_kernel(s, cur_isa) != NULL; }
+static int attn_f32_supported(const attn_shape *s) { return attn_f32_kernel(s, cur_isa, NULL) != NULL; }
 
 /* xorshift64*: its state is the caller's, so each case is reproducible. */
 typedef struct rng {
@@ -390,6 +390,36 @@ static int att_compare(const attn_shape *s, const att_blocks *ab, const float *a
     return 0;
 }
 
+/* The heads in two ranges (as a batch-1 decode splits them over its
+ * threads, mass NULL, then attn_block_mass) give the bits of one call:
+ * att, out and mass. */
+static int att_split_same(const attn_shape *s, const float *q, const att_blocks *ab, const float *att,
+                          size_t stride, const float *out, const float *mass, const char *what) {
+    const int H = s->n_heads, hd = s->head_dim, cut = (H + 1) / 2;
+    if (H < 2) return 0;
+    float *att2 = malloc((size_t)H * stride * sizeof(float)), *out2 = malloc((size_t)H * hd * sizeof(float));
+    float mass2[ATT_MAX_BLK];
+    int rc = -1;
+    if (!att2 || !out2) goto out;
+    attn_f32_fn f = attn_f32_kernel(s, cur_isa, NULL);
+    if (f(s, q, ab->blk, ab->rows, ab->n_blk, cut, H, att2, stride, out2, NULL) ||
+        f(s, q, ab->blk, ab->rows, ab->n_blk, 0, cut, att2, stride, out2, NULL)) {
+        fprintf(stderr, "  attn %s: a head range was refused\n", what);
+        goto out;
+    }
+    attn_block_mass(att2, stride, H, ab->rows, ab->n_blk, mass2);
+    int same = !memcmp(out, out2, (size_t)H * hd * sizeof(float)) &&
+               !memcmp(mass, mass2, (size_t)ab->n_blk * sizeof(float));
+    for (int h = 0; h < H; h++)
+        same &= !memcmp(att + (size_t)h * stride, att2 + (size_t)h * stride, (size_t)ab->n * sizeof(float));
+    if (!same) fprintf(stderr, "  attn %s: heads split at %d differ from one call\n", what, cut);
+    rc = same ? 0 : -1;
+out:
+    free(att2);
+    free(out2);
+    return rc;
+}
+
 /* One shape, n_blk blocks, the last holding last_rows positions. */
 static int att_case_ok(rng *r, const attn_shape *s, int n_blk, int last_rows) {
     const int H = s->n_heads, hd = s->head_dim;
@@ -413,7 +443,8 @@ static int att_case_ok(rng *r, const attn_shape *s, int n_blk, int last_rows) {
         fprintf(stderr, "  attn %s: returned %d\n", what, rc);
         goto out;
     }
-    rc = att_compare(s, &ab, att, stride, out, mass, p, ro, rm, what);
+    if ((rc = att_compare(s, &ab, att, stride, out, mass, p, ro, rm, what))) goto out;
+    rc = att_split_same(s, q, &ab, att, stride, out, mass, what);
 out:
     free(ab.buf);
     free(q);
@@ -445,20 +476,35 @@ static int att_refusals(void) {
     int rcs = attn_f32(&s, q, ab.blk, ab.rows, 2, att, 19, out, mass);
     free(ab.buf);
 
+    /* head ranges empty or past the heads */
+    int rch = 0;
+    if (att_blocks_make(&ab, &r, &s, 1, 4)) return -1;
+    attn_f32_fn f = attn_f32_kernel(&s, cur_isa, NULL);
+    if (f)
+        rch = f(&s, q, ab.blk, ab.rows, 1, 1, 1, att, 16, out, mass) == -1 &&
+                      f(&s, q, ab.blk, ab.rows, 1, 0, 3, att, 16, out, mass) == -1 &&
+                      f(&s, q, ab.blk, ab.rows, 1, -1, 1, att, 16, out, mass) == -1
+                  ? -1
+                  : 0;
+    else
+        rch = -1;
+    free(ab.buf);
+
     int written = 0;
     for (int i = 0; i < 64; i++) written += out[i] != -1.0f;
-    if (rc8 != -1 || rcs != -1 || written) {
+    if (rc8 != -1 || rcs != -1 || rch != -1 || written) {
         fprintf(stderr,
-                "  attn refusals: head_dim 8 returned %d, stride 19 < 20 returned %d, "
+                "  attn refusals: head_dim 8 returned %d, stride 19 < 20 returned %d, bad head ranges %s, "
                 "%d outputs written\n",
-                rc8, rcs, written);
+                rc8, rcs, rch == -1 ? "refused" : "accepted", written);
         return -1;
     }
     return 0;
 }
 
-static void test_attn_against_naive(void) {
-    static const int shapes[][3] = {{2, 16, 1}, {6, 48, 1}, {4, 64, 2}, {8, 128, 4}, {3, 32, 3}};
+static void attn_at_isa(void) {
+    static const int shapes[][3] = {{2, 16, 1}, {6, 48, 1}, {4, 64, 2}, {8, 128, 4},
+                                    {3, 32, 3}, {2, 80, 1}, {4, 112, 2}};
     enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
     CK_CHECK_MSG(att_refusals() == 0, "unsupported shape or stride accepted");
     attn_shape s[N_SHAPES];
@@ -470,10 +516,6 @@ static void test_attn_against_naive(void) {
                             .kv_dim = shapes[i][0] / shapes[i][2] * shapes[i][1],
                             .block_size = 16};
         n_ok += attn_f32_supported(&s[i]);
-    }
-    if (!n_ok) {
-        fprintf(stderr, "  skipped: no AVX-512 on this CPU (cpu_attn_avx512.c is compiled, not run)\n");
-        return;
     }
     CK_CHECK_MSG(n_ok == N_SHAPES, "only %d of %d shapes supported", n_ok, N_SHAPES);
     rng r = {0x452821E638D01377ULL};
@@ -489,6 +531,20 @@ static void test_attn_against_naive(void) {
                              nb);
             }
         }
+}
+
+/* Every level from AVX2 this CPU runs (each has its kernel). */
+static void test_attn_against_naive(void) {
+    const int best = cpu_isa_detect();
+    if (best < CPU_ISA_AVX2) {
+        fprintf(stderr, "  skipped: no AVX2 on this CPU (the attention kernels are compiled, not run)\n");
+        return;
+    }
+    for (cur_isa = CPU_ISA_AVX2; cur_isa <= best; cur_isa++) {
+        fprintf(stderr, "  attention at %s\n", cpu_isa_name(cur_isa));
+        attn_at_isa();
+    }
+    cur_isa = best;
 }
 
 /* ------------------------------------------- a scalar Llama, for reference */
@@ -840,7 +896,9 @@ static int forward_check(const char *path) {
     }
     attn_shape as = {m->cfg.n_heads, m->cfg.head_dim, m->cfg.n_kv_heads * m->cfg.head_dim, BS,
                      m->cfg.n_heads / m->cfg.n_kv_heads};
-    if (!attn_f32_supported(&as)) fprintf(stderr, "  (no AVX-512: the general attention runs)\n");
+    const char *an;
+    (void)attn_f32_kernel(&as, cur_isa, &an);
+    fprintf(stderr, "  attention %s\n", an);
     if (ref_init(&r, m)) goto out_m;
     if ((ref = malloc((size_t)NSEQ * MAXLEN * m->cfg.vocab_size * sizeof(double)))) {
         ref_all(&r, ref);
@@ -943,6 +1001,73 @@ static void test_learnt_split_same_logits(void) {
     CK_CHECK_MSG(on_temp_file(split_runs_same) == 0, "see above");
 }
 
+/* A batch of one on two threads splits its token's attention by heads
+ * (backend_cpu.c attend_heads, from PAR_MIN_HEAD_MACS: past position 63
+ * here): logits bit for bit those of one thread, token after token, and
+ * each block's attention mass (the policy's signal) too. */
+static int head_split_same(const char *path) {
+    synth_params sp = {.dim = 256,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 384,
+                       .vocab_size = 400,
+                       .ctx = 128,
+                       .type = QUANT_F32,
+                       .seed = 13,
+                       .rope_theta = 10000.0f};
+    enum { BS = 16, NB = 128 / BS, STEPS = 100 };
+    char err[256];
+    model *m = NULL;
+    backend *b[2] = {NULL, NULL};
+    float *out[2] = {NULL, NULL}, mass[2][NB];
+    int rc = -1;
+    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    const int V = m->cfg.vocab_size;
+    for (int k = 0; k < 2; k++) {
+        be_options o = {.max_batch_tokens = 1, .n_kv_blocks = NB, .block_size = BS, .n_threads = k + 1};
+        if (be_cpu_new(m, &o, &b[k], err, sizeof err) || !(out[k] = malloc((size_t)V * sizeof(float)))) {
+            fprintf(stderr, "  %s\n", err);
+            goto out;
+        }
+    }
+    int32_t blk[NB];
+    for (int j = 0; j < NB; j++) blk[j] = j;
+    memset(mass, 0, sizeof mass);
+    for (int p = 0; p < STEPS; p++) {
+        int32_t tok = (31 * p + 7) % V, pos = p, six = 0, row = 0;
+        for (int k = 0; k < 2; k++) {
+            be_seq_view v = {.blocks = blk, .n_blocks = NB, .mass = mass[k]};
+            be_batch bt = {1, &tok, &pos, &six, &row, 1, &v, 1};
+            if (b[k]->ops->forward(b[k], &bt, out[k])) goto out;
+        }
+        if (memcmp(out[0], out[1], (size_t)V * sizeof(float)) || memcmp(mass[0], mass[1], sizeof mass[0])) {
+            fprintf(stderr, "  position %d: 2-thread %s differ from 1-thread\n", p,
+                    memcmp(out[0], out[1], (size_t)V * sizeof(float)) ? "logits" : "block masses");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        be_free(b[k]);
+    }
+    model_free(m);
+    return rc;
+}
+
+static void test_head_split_same_logits(void) {
+    for (int isa = 0; isa <= cpu_isa_detect(); isa++) {
+        setenv(CPU_KERNELS_ENV, cpu_isa_name(isa), 1);
+        CK_CHECK_MSG(on_temp_file(head_split_same) == 0, "isa %s: see above", cpu_isa_name(isa));
+    }
+    unsetenv(CPU_KERNELS_ENV);
+}
+
 int main(void) {
     cur_isa = cpu_isa_detect();
     CK_RUN(test_gemm_against_naive);
@@ -951,5 +1076,6 @@ int main(void) {
     CK_RUN(test_attn_against_naive);
     CK_RUN(test_forward_against_reference);
     CK_RUN(test_learnt_split_same_logits);
+    CK_RUN(test_head_split_same_logits);
     return ck_test_summary();
 }

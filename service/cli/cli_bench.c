@@ -30,16 +30,49 @@
 
 int cli_bench_serve(int argc, char **argv);
 
-/* Best-of-5 read bandwidth over a buffer of `bytes`, bytes/s. Each thread
- * sums its share into 32 independent float lanes, so the loads, not the
- * add latency, set the pace (a plain `s += x[i]` measures the adder). The
- * buffer is on 2 MiB pages where the kernel gives them, as the CPU
- * backend's weights and KV pool are: on 4 KiB pages this loop read 9.8-11.2
- * GB/s here against 13.0-13.7 on huge pages (one thread, 71 MB), and a
- * decode on huge pages then "reached" over 100 % of it. */
-static double measure_bandwidth(int threads, size_t bytes) {
+/* The probe's read loop over n floats (a multiple of 64): 64 lanes summed
+ * independently, so the loads, not the add latency, set the pace (a plain
+ * `s += x[i]` measures the adder). Built for each ISA the decode's kernels
+ * may run at and called at the CPU's best (cpu_features.h): the baseline
+ * build's SSE2 loop read 17-21 GB/s on two threads here where the AVX2 one
+ * reads 23-27, and a decode then "reached" more of the first than the
+ * memory gives. */
+#define PROBE_SUM                                            \
+    {                                                        \
+        float acc[64] = {0}, s = 0.0f;                       \
+        for (size_t i = 0; i < n; i += 64)                   \
+            for (int k = 0; k < 64; k++) acc[k] += p[i + k]; \
+        for (int k = 0; k < 64; k++) s += acc[k];            \
+        return s;                                            \
+    }
+static float probe_sum(const float *p, size_t n) PROBE_SUM
+#if defined(__x86_64__) && defined(__GNUC__)
+    __attribute__((target("avx2,fma"))) static float probe_sum_avx2(const float *p, size_t n) PROBE_SUM
+    __attribute__((target("avx512f"))) static float probe_sum_avx512(const float *p, size_t n) PROBE_SUM
+#endif
+#undef PROBE_SUM
+
+    typedef float (*probe_fn)(const float *p, size_t n);
+
+static probe_fn probe_for(int isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa >= CPU_ISA_AVX512) return probe_sum_avx512;
+    if (isa >= CPU_ISA_AVX2) return probe_sum_avx2;
+#endif
+    (void)isa;
+    return probe_sum;
+}
+
+/* Best-of-5 read bandwidth over a buffer of `bytes`, bytes/s, with probe_for's
+ * loop at ISA level isa. The buffer is on 2 MiB pages where the kernel
+ * gives them, as the CPU backend's weights and KV pool are: on 4 KiB pages
+ * this loop read 9.8-11.2 GB/s here against 13.0-13.7 on huge pages (one
+ * thread, 71 MB), and a decode on huge pages then "reached" over 100 % of
+ * it. */
+static double measure_bandwidth(int threads, size_t bytes, int isa) {
     const size_t huge = (size_t)2 << 20;
-    size_t n = bytes / sizeof(float) / 32 * 32;
+    const probe_fn sum = probe_for(isa);
+    size_t n = bytes / sizeof(float) / 64 * 64;
     size_t alloc = (n * sizeof(float) + huge - 1) / huge * huge;
     float *buf = aligned_alloc(huge, alloc);
     if (!buf) return 0;
@@ -53,11 +86,10 @@ static double measure_bandwidth(int threads, size_t bytes) {
         double t0 = cli_now(), total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
         {
-            float acc[32] = {0};
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < n; i += 32)
-                for (int k = 0; k < 32; k++) acc[k] += buf[i + k];
-            for (int k = 0; k < 32; k++) total += acc[k];
+            /* each thread its contiguous share, in whole 64-float steps */
+            const size_t steps = n / 64, t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+            const size_t s0 = steps * t / nt, s1 = steps * (t + 1) / nt;
+            total += sum(buf + 64 * s0, 64 * (s1 - s0));
         }
         double dt = cli_now() - t0;
         sink += total;
@@ -190,8 +222,9 @@ int cli_bench(int argc, char **argv) {
         sg = 1e12 * (double)peak_flops;
     } else if (roofline) {
         fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
-        bw_dram = measure_bandwidth(threads, (size_t)512 << 20);
-        bw = measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20));
+        const int isa = cpu_isa_detect();
+        bw_dram = measure_bandwidth(threads, (size_t)512 << 20, isa);
+        bw = measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20), isa);
         sg = measure_sgemm(threads);
     }
     openblas_set_num_threads(threads);
