@@ -185,17 +185,6 @@ typedef struct cpu_backend {
 #define PAR_MIN_ATT_MACS (1u << 21)
 #define PAR_MIN_HEAD_MACS (1u << 15)
 
-/* The calling OpenMP thread's share [u0, u1) of nu units (panels, or rows
- * of a quantized matrix): contiguous, so each thread streams its own part
- * of the matrix once (the classifier's fallback; the products steal,
- * cpu_steal.h). */
-static void unit_share(int nu, int *u0, int *u1) {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int per = (nu + nt - 1) / nt;
-    *u0 = t * per < nu ? t * per : nu;
-    *u1 = *u0 + per < nu ? *u0 + per : nu;
-}
-
 /* Units a product over w is split into: panels of GEMM_PANEL columns (f32),
  * rows (quantized: a row is already hundreds of bytes). */
 static int mat_units(const cpu_mat *w) { return w->f.p ? gemm_n_panels(&w->f) : w->q.n; }
@@ -752,10 +741,12 @@ static void split_learn(cpu_backend *cb, const int *cut, int parts, double *done
 }
 
 /* The classifier, logits (n_out, vocab) = xo . wcls^T, is the biggest product
- * of a step (a third of a batch-32 step on the stories15M shape). With every
- * thread at work its panels are cut by the learnt shares, and the cut's
- * timing teaches them in turn: measured here, one core's half took 1.4x the
- * other's. classify_splits: whether it is cut that way for n_out rows. */
+ * of a step (a third of a batch-32 step on the stories15M shape). After a
+ * token split, in the same region, its panels are cut by the learnt shares,
+ * and the cut's timing teaches them in turn: measured here, one core's half
+ * took 1.4x the other's. classify_splits: whether it is cut that way for
+ * n_out rows. In a region of its own (classify) it is shared by work
+ * stealing, as the layers' products are. */
 static int classify_splits(const cpu_backend *cb, int n_out) {
     const cpu_mat *w = &cb->wcls;
     const int nt = cb->n_threads;
@@ -793,40 +784,23 @@ static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
 }
 
 /* The classifier in a region of its own (when the layers ran without a
- * token split). */
+ * token split), its units shared by work stealing (cpu_steal.h). */
 static void classify(cpu_backend *cb, float *logits, int n_out) {
-    const int nt = cb->n_threads;
-    if (!classify_splits(cb, n_out)) {
-        const int nu = mat_units(&cb->wcls);
-        int par = gemm_threads(n_out, mat_n(&cb->wcls), cb->base.m->cfg.dim, nt);
-        if (par > nu) par = nu;
-        if (par <= 1) {
-            classify_units(cb, logits, n_out, 0, nu);
-            return;
-        }
-#pragma omp parallel num_threads(par)
-        {
-            int u0, u1;
-            unit_share(nu, &u0, &u1);
-            classify_units(cb, logits, n_out, u0, u1);
-        }
+    const int nu = mat_units(&cb->wcls);
+    int par = gemm_threads(n_out, mat_n(&cb->wcls), cb->base.m->cfg.dim, cb->n_threads);
+    if (par > nu) par = nu;
+    if (par <= 1) {
+        classify_units(cb, logits, n_out, 0, nu);
         return;
     }
-    classify_cuts(cb);
-    int team = 0;
-#pragma omp parallel num_threads(nt)
+    const cpu_mat *const w[1] = {&cb->wcls};
+    const int align = steal_align(w, 1), chunk = cpu_steal_init(cb->steal, nu, par, align);
+#pragma omp parallel num_threads(par)
     {
-        const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        if (t == 0) team = n;
-        if (n == nt) {
-            classify_part(cb, logits, n_out, t);
-        } else { /* fewer threads than asked: even shares */
-            int u0, u1;
-            unit_share(mat_units(&cb->wcls), &u0, &u1);
+        int u0, u1;
+        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
             classify_units(cb, logits, n_out, u0, u1);
-        }
     }
-    if (team == nt) split_learn(cb, cb->pcut, nt, cb->cls_s);
 }
 
 /* The final norm of tokens [i0, i1) that have an output row, into xo. */
