@@ -4,7 +4,7 @@
  * whose range is done takes chunks from the back of another's.
  *
  * Why: with even static halves, the threads of a batch-1 decode step's
- * products finished 10-18 % of the products' time apart (110M Q4_K_M, two
+ * products finished 9-18 % of the products' time apart (110M Q4_K_M, two
  * threads, measured at every region's end): a vCPU whose core a neighbour
  * shares runs slower for a while, and the region waits for it. Each thread
  * still streams one contiguous range of the weights until it steals. Which
