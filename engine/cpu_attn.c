@@ -13,6 +13,13 @@ int attn_f32_avx2(const attn_shape *s, const float *q, const float *const *blk, 
                   int h0, int h1, float *att, size_t att_stride, float *out, float *mass);
 int attn_f32_supported_avx2(const attn_shape *s);
 
+int attn_args_ok(const attn_shape *s, const int *rows, int n_blk, int h0, int h1, size_t att_stride) {
+    if (h0 < 0 || h1 > s->n_heads || h0 >= h1) return 0;
+    size_t n = 0;
+    for (int b = 0; b < n_blk; b++) n += (size_t)rows[b];
+    return n > 0 && n <= att_stride;
+}
+
 void attn_block_mass(const float *att, size_t att_stride, int n_heads, const int *rows, int n_blk,
                      float *mass) {
     int n0 = 0;

@@ -44,6 +44,11 @@ typedef struct attn_shape {
 typedef int (*attn_f32_fn)(const attn_shape *s, const float *q, const float *const *blk, const int *rows,
                            int n_blk, int h0, int h1, float *att, size_t att_stride, float *out, float *mass);
 
+/* Whether the arguments every kernel takes are in range, whatever its ISA:
+ * heads [h0, h1) within s's, and n_blk blocks of rows[] holding at least
+ * one position and at most att_stride. */
+int attn_args_ok(const attn_shape *s, const int *rows, int n_blk, int h0, int h1, size_t att_stride);
+
 /* mass[b] = the sum over heads [0, n_heads), then over block b's rows, of
  * att's probabilities (rows[] and att as above): a block's attention mass,
  * in the order every kernel and caller uses. */

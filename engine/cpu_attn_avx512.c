@@ -148,10 +148,9 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
 
 int attn_f32_avx512(const attn_shape *s, const float *q, const float *const *blk, const int *rows, int n_blk,
                     int h0, int h1, float *att, size_t att_stride, float *out, float *mass) {
-    if (!attn_f32_supported_avx512(s) || h0 < 0 || h1 > s->n_heads || h0 >= h1) return -1;
+    if (!attn_f32_supported_avx512(s) || !attn_args_ok(s, rows, n_blk, h0, h1, att_stride)) return -1;
     int n = 0;
     for (int b = 0; b < n_blk; b++) n += rows[b];
-    if (n == 0 || (size_t)n > att_stride) return -1;
 #define CASE(hv)                                                       \
     case hv:                                                           \
         scores(s, q, blk, rows, n_blk, h0, h1, att, att_stride, hv);   \

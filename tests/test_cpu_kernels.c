@@ -934,6 +934,35 @@ static void test_forward_against_reference(void) {
     cur_isa = cpu_isa_detect();
 }
 
+/* A model synthesized from sp at path and two CPU backends of it with o,
+ * one thread (b[0]) and two (b[1]), each with an output of n floats.
+ * Returns 0, or -1 after saying why (what was made is freed by
+ * pair_free). */
+static int pair_new(const synth_params *sp, const char *path, be_options o, size_t n, model **m, backend **b,
+                    float **out) {
+    char err[256];
+    if (convert_synth(sp, path, err, sizeof err) || model_load(path, NULL, m, err, sizeof err)) {
+        fprintf(stderr, "  %s\n", err);
+        return -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        o.n_threads = k + 1;
+        if (be_cpu_new(*m, &o, &b[k], err, sizeof err) || !(out[k] = malloc(n * sizeof(float)))) {
+            fprintf(stderr, "  %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void pair_free(model *m, backend **b, float **out) {
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        be_free(b[k]);
+    }
+    model_free(m);
+}
+
 /* The learnt splits (backend_cpu.c split_learn) move the cut between the
  * threads from call to call: the tokens of a token split, the classifier's
  * panels. Logits must not move with them: a 2-thread backend called again
@@ -953,23 +982,13 @@ static int split_runs_same(const char *path) {
                        .seed = 11,
                        .rope_theta = 10000.0f};
     enum { NT = 16, RUNS = 30 };
-    char err[256];
     model *m = NULL;
     backend *b[2] = {NULL, NULL};
     float *out[2] = {NULL, NULL};
     int rc = -1;
-    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
-        fprintf(stderr, "  %s\n", err);
-        return -1;
-    }
-    const size_t n = (size_t)NT * m->cfg.vocab_size;
-    for (int k = 0; k < 2; k++) {
-        be_options o = {.max_batch_tokens = NT, .n_kv_blocks = NT, .block_size = 4, .n_threads = k + 1};
-        if (be_cpu_new(m, &o, &b[k], err, sizeof err) || !(out[k] = malloc(n * sizeof(float)))) {
-            fprintf(stderr, "  %s\n", err);
-            goto out;
-        }
-    }
+    const size_t n = (size_t)NT * sp.vocab_size;
+    const be_options o = {.max_batch_tokens = NT, .n_kv_blocks = NT, .block_size = 4};
+    if (pair_new(&sp, path, o, n, &m, b, out)) goto out;
     /* 16 sequences of one token each, at position 0: block j for sequence j */
     int32_t tok[NT], pos[NT] = {0}, six[NT], row[NT], blk[NT];
     be_seq_view v[NT];
@@ -989,11 +1008,7 @@ static int split_runs_same(const char *path) {
     }
     rc = 0;
 out:
-    for (int k = 0; k < 2; k++) {
-        free(out[k]);
-        be_free(b[k]);
-    }
-    model_free(m);
+    pair_free(m, b, out);
     return rc;
 }
 
@@ -1017,23 +1032,13 @@ static int head_split_same(const char *path) {
                        .seed = 13,
                        .rope_theta = 10000.0f};
     enum { BS = 16, NB = 128 / BS, STEPS = 100 };
-    char err[256];
     model *m = NULL;
     backend *b[2] = {NULL, NULL};
     float *out[2] = {NULL, NULL}, mass[2][NB];
     int rc = -1;
-    if (convert_synth(&sp, path, err, sizeof err) || model_load(path, NULL, &m, err, sizeof err)) {
-        fprintf(stderr, "  %s\n", err);
-        return -1;
-    }
-    const int V = m->cfg.vocab_size;
-    for (int k = 0; k < 2; k++) {
-        be_options o = {.max_batch_tokens = 1, .n_kv_blocks = NB, .block_size = BS, .n_threads = k + 1};
-        if (be_cpu_new(m, &o, &b[k], err, sizeof err) || !(out[k] = malloc((size_t)V * sizeof(float)))) {
-            fprintf(stderr, "  %s\n", err);
-            goto out;
-        }
-    }
+    const int V = sp.vocab_size;
+    const be_options o = {.max_batch_tokens = 1, .n_kv_blocks = NB, .block_size = BS};
+    if (pair_new(&sp, path, o, (size_t)V, &m, b, out)) goto out;
     int32_t blk[NB];
     for (int j = 0; j < NB; j++) blk[j] = j;
     memset(mass, 0, sizeof mass);
@@ -1052,11 +1057,7 @@ static int head_split_same(const char *path) {
     }
     rc = 0;
 out:
-    for (int k = 0; k < 2; k++) {
-        free(out[k]);
-        be_free(b[k]);
-    }
-    model_free(m);
+    pair_free(m, b, out);
     return rc;
 }
 
