@@ -26,7 +26,8 @@ typedef struct conn {
     char body[MAX_BODY + 1];
     size_t body_len;
     int url_too_long, body_too_long, complete, replied, open_handles;
-    char *out;
+    char *out; /* the reply being written: out_len bytes, not NUL-terminated */
+    size_t out_len;
 } conn;
 
 struct svc_http {
@@ -89,7 +90,8 @@ static void reply(conn *c, int status, const char *ctype, const char *body, size
     }
     memcpy(c->out, head, (size_t)hl);
     if (len) memcpy(c->out + hl, body, len);
-    uv_buf_t b = uv_buf_init(c->out, (unsigned)((size_t)hl + len));
+    c->out_len = (size_t)hl + len;
+    uv_buf_t b = uv_buf_init(c->out, (unsigned)c->out_len);
     c->wr.data = c;
     uv_read_stop((uv_stream_t *)&c->tcp);
     if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, write_cb)) conn_close(c);

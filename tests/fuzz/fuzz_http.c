@@ -64,14 +64,19 @@ static int resp_complete(http_parser *p) {
     return 0;
 }
 
-/* The reply in c->out: head, then exactly Content-Length bytes. */
+/* The reply in c->out (out_len bytes, no NUL: a search must stay inside
+ * them): head, then exactly Content-Length bytes, and nothing after. */
 static void check_reply(const conn *c) {
-    const char *end = strstr(c->out, "\r\n\r\n");
+    const char *end = memmem(c->out, c->out_len, "\r\n\r\n", 4);
     FUZZ_CHECK(end != NULL);
-    const char *cl = strstr(c->out, "Content-Length: ");
-    FUZZ_CHECK(cl && cl < end);
-    size_t blen = strtoull(cl + 16, NULL, 10);
-    size_t total = (size_t)(end + 4 - c->out) + blen;
+    size_t hlen = (size_t)(end + 4 - c->out);
+    const char *cl = memmem(c->out, hlen, "Content-Length: ", 16);
+    FUZZ_CHECK(cl != NULL);
+    size_t blen = 0;
+    for (const char *d = cl + 16; d < end && *d >= '0' && *d <= '9'; d++)
+        blen = blen * 10 + (size_t)(*d - '0');
+    size_t total = hlen + blen;
+    FUZZ_CHECK(total == c->out_len);
     http_parser p;
     http_parser_init(&p, HTTP_RESPONSE);
     http_parser_settings s;
