@@ -1562,8 +1562,8 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
             if (ti < 0 || ti >= CPU_QDOT_MAX_TYPES || seen[ti]) continue;
             seen[ti] = 1;
             if (n >= 0 && (size_t)n < len)
-                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s%s", quant_type_name(t->type), t->impl,
-                              t->dotn ? "+rows" : "", t->dot8 ? "+x8" : "");
+                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s%s%s", quant_type_name(t->type), t->impl,
+                              t->dotn ? "+rows" : "", t->dot8 ? "+x8 " : "", t->dot8 ? t->x8_impl : "");
         }
     }
     if (n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ")");

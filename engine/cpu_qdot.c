@@ -118,7 +118,7 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdotn_q8_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q8_0_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
-     {cpu_vdot8_q8_0_c, X86(cpu_vdot8_q8_0_avx2), NULL, NULL},
+     {cpu_vdot8_q8_0_c, X86(cpu_vdot8_q8_0_avx2), X86(cpu_vdot8_q8_0_avx512), X86(cpu_vdot8_q8_0_vnni)},
      (int)sizeof(qblock_q8_0x8)},
     /* Q8_0, Q4_0, Q4_K and Q6_K run repacked (dot8) at every level, so the layout
      * and the memory plan do not depend on the ISA. Q4_0's q8_0s activations
@@ -133,7 +133,7 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdotn_q4_0_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q4_0_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
-     {cpu_vdot8_q4_0_c, X86(cpu_vdot8_q4_0_avx2), NULL, NULL},
+     {cpu_vdot8_q4_0_c, X86(cpu_vdot8_q4_0_avx2), X86(cpu_vdot8_q4_0_avx512), X86(cpu_vdot8_q4_0_vnni)},
      (int)sizeof(qblock_q4_0x8)},
     {QB_Q4_K,
      QB_Q8_K,
@@ -144,7 +144,7 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdotn_q4_K_avx2), NULL, NULL},
      {NULL, X86(cpu_vdot2_q4_K_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
-     {cpu_vdot8_q4_K_c, X86(cpu_vdot8_q4_K_avx2), NULL, NULL},
+     {cpu_vdot8_q4_K_c, X86(cpu_vdot8_q4_K_avx2), X86(cpu_vdot8_q4_K_avx512), X86(cpu_vdot8_q4_K_vnni)},
      (int)sizeof(qblock_q4_Kx8)},
     {QB_Q6_K,
      QB_Q8_K,
@@ -155,7 +155,7 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdotn_q6_K_avx2), NULL, NULL},
      {NULL, NULL, NULL, NULL},
      0,
-     {cpu_vdot8_q6_K_c, X86(cpu_vdot8_q6_K_avx2), NULL, NULL},
+     {cpu_vdot8_q6_K_c, X86(cpu_vdot8_q6_K_avx2), X86(cpu_vdot8_q6_K_avx512), X86(cpu_vdot8_q6_K_vnni)},
      (int)sizeof(qblock_q6_Kx8)},
     ROW_MORE(Q4_1, q4_1, QB_Q8_1, QBLOCK_32, qblock_q4_1),
     ROW_MORE(Q5_0, q5_0, QB_Q8_0, QBLOCK_32, qblock_q5_0),
@@ -190,7 +190,11 @@ void cpu_qdot_init(cpu_qdot *q, int isa) {
                 t->impl = cpu_isa_name(l);
                 break;
             }
-        for (int l = isa; l >= 0 && !t->dot8; l--) t->dot8 = e->dot8[l];
+        for (int l = isa; l >= 0 && !t->dot8; l--)
+            if (e->dot8[l]) {
+                t->dot8 = e->dot8[l];
+                t->x8_impl = cpu_isa_name(l);
+            }
         t->x8_bytes = t->dot8 ? e->x8_bytes : 0;
     }
 }

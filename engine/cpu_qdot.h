@@ -21,7 +21,9 @@
  * (cpu_qdot_repack8, qblock.h's _x8 blocks) and run on cpu_vdot8_*, one
  * row a vector lane, at every batch size: the kernels above then serve
  * only a matrix's n % 8 last rows (and callers that keep the file's
- * layout). The other
+ * layout). The x8 kernels have AVX-512 and VNNI versions too (512 bits,
+ * cpu_qdot_x8_body.h): at batch 1 on a Zen 5 the AVX2 ones, not memory,
+ * set the pace. The other
  * types are engine/cpu_qdot_more.h's. A type with no kernel for an ISA
  * takes the next one down (avx512 -> avx2 -> c); a type with no kernel at
  * all a generic one that expands the weight block with quant_to_f32 and
@@ -61,18 +63,19 @@ typedef void (*cpu_vdot8_fn)(int n, int ncols, float *s, const void *w, const vo
 
 /* One weight type as the table knows it. */
 typedef struct cpu_qtype {
-    int type;          /* QB_* of the weights */
-    int act;           /* QB_Q8_0, QB_Q8_1 or QB_Q8_K: the activations' format */
-    int block;         /* elements a block (32 or QBLOCK_K) */
-    int block_bytes;   /* bytes a block */
-    cpu_vdot_fn dot;   /* the kernel for the chosen ISA */
-    cpu_vdotn_fn dotn; /* the multi-row one; NULL: dot a row at a time */
-    cpu_vdot2_fn dot2; /* two weight rows x columns; NULL: dotn / dot per row */
-    int dot2_min_m;    /* fewest activation rows at which dot2 beats dot / dotn */
-    cpu_vdot8_fn dot8; /* 8 interleaved rows; non-NULL: matrices of this type are
-                          repacked at load (cpu_qdot_repack8) and run on it */
-    int x8_bytes;      /* bytes of one x8 block (8 rows x block elements; qblock.h) */
-    const char *impl;  /* which: "avx2", "c", "generic" (dequantize + f32) ... */
+    int type;            /* QB_* of the weights */
+    int act;             /* QB_Q8_0, QB_Q8_1 or QB_Q8_K: the activations' format */
+    int block;           /* elements a block (32 or QBLOCK_K) */
+    int block_bytes;     /* bytes a block */
+    cpu_vdot_fn dot;     /* the kernel for the chosen ISA */
+    cpu_vdotn_fn dotn;   /* the multi-row one; NULL: dot a row at a time */
+    cpu_vdot2_fn dot2;   /* two weight rows x columns; NULL: dotn / dot per row */
+    int dot2_min_m;      /* fewest activation rows at which dot2 beats dot / dotn */
+    cpu_vdot8_fn dot8;   /* 8 interleaved rows; non-NULL: matrices of this type are
+                            repacked at load (cpu_qdot_repack8) and run on it */
+    int x8_bytes;        /* bytes of one x8 block (8 rows x block elements; qblock.h) */
+    const char *impl;    /* which: "avx2", "c", "generic" (dequantize + f32) ... */
+    const char *x8_impl; /* dot8's ISA ("vnni", "avx512", "avx2", "c"); NULL without dot8 */
 } cpu_qtype;
 
 #define CPU_QDOT_MAX_TYPES 16
@@ -156,6 +159,15 @@ void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, 
 void cpu_vdot8_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q6_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+/* the same at 512 bits (cpu_qdot_x8_body.h), without and with VNNI */
+void cpu_vdot8_q4_0_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q8_0_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_K_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q6_K_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_0_vnni(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q8_0_vnni(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q4_K_vnni(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_q6_K_vnni(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 
 /* The generic fallback: w's blocks expanded by quant_to_f32, a's by their
  * scales, summed in f32. `type` as in the table; for tests and types with

@@ -331,9 +331,9 @@ static void test_kernels_every_isa(void) {
         rng r = {0xD1B54A32D192ED03ULL + (uint64_t)isa};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
             const cpu_qtype *t = cpu_qdot_type(&qd, types[i]);
-            fprintf(stderr, "  isa %s type %d: kernel %s%s%s\n", cpu_isa_name(isa), types[i],
+            fprintf(stderr, "  isa %s type %d: kernel %s%s%s, x8 %s\n", cpu_isa_name(isa), types[i],
                     t ? t->impl : "none", t && t->dotn ? " (+ multi-row)" : "",
-                    t && t->dot2 ? " (+ two-row)" : "");
+                    t && t->dot2 ? " (+ two-row)" : "", t && t->x8_impl ? t->x8_impl : "none");
             static const int ns[] = {256, 768, 2048, 256 * 11};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_type(&qd, &qc, types[i], ns[k], &r);
             if (types[i] == QB_Q8_0 || types[i] == QB_Q4_0) check_type(&qd, &qc, types[i], 32 * 3, &r);
@@ -519,10 +519,11 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
                     float s1;
                     t->dot(n, &s1, w + row * rb, a + (size_t)m * ab);
                     CK_CHECK_MSG(close_enough(s[8 * c + j], want[row * M + m], mag[row * M + m]),
-                                 "%s dot8 n %d nc %d row %d col %d: %.9g, f32 reference %.9g", t->impl, n, nc,
-                                 row, m, s[8 * c + j], want[row * M + m]);
+                                 "%s dot8 n %d nc %d row %d col %d: %.9g, f32 reference %.9g", t->x8_impl, n,
+                                 nc, row, m, s[8 * c + j], want[row * M + m]);
                     CK_CHECK_MSG(close_enough(s[8 * c + j], s1, mag[row * M + m]),
-                                 "%s dot8 row %d col %d: %.9g, dot %.9g", t->impl, row, m, s[8 * c + j], s1);
+                                 "%s dot8 row %d col %d: %.9g, dot %.9g", t->x8_impl, row, m, s[8 * c + j],
+                                 s1);
                 }
         }
     /* the driver: ranges inside groups, into the tail, accumulating onto 1 */
@@ -538,8 +539,8 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
                     const int in = m < mm && row >= r0 && row < r1;
                     const double wv = in ? 1.0 + want[row * M + m] : 1.0, mg = in ? mag[row * M + m] : 0;
                     CK_CHECK_MSG(close_enough(y[m * n_rows + row], wv, mg),
-                                 "%s driver rows [%d, %d) M %d: row %d col %d %.9g vs %.9g", t->impl, r0, r1,
-                                 mm, row, m, y[m * n_rows + row], wv);
+                                 "%s driver rows [%d, %d) M %d: row %d col %d %.9g vs %.9g", t->x8_impl, r0,
+                                 r1, mm, row, m, y[m * n_rows + row], wv);
                 }
         }
 out:
@@ -563,6 +564,51 @@ static void test_x8_every_isa(void) {
             }
             check_x8(&qd, x8types[ty], 256, 11, 0, &r);
         }
+    }
+}
+
+/* The 512-bit x8 kernels (AVX-512, VNNI) sum exactly in integers and then
+ * do the AVX2 kernels' float work in their order, so their results are the
+ * AVX2 ones bit for bit: a model's logits do not depend on the level. */
+static void test_x8_same_bits_as_avx2(void) {
+    const int best = cpu_isa_detect();
+    if (best <= CPU_ISA_AVX2) {
+        fprintf(stderr, "  no AVX-512 on this CPU: nothing to compare\n");
+        return;
+    }
+    cpu_qdot q2;
+    cpu_qdot_init(&q2, CPU_ISA_AVX2);
+    static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+    enum { N = 2048, ROWS = 8 };
+    rng r = {0x94D049BB133111EBULL};
+    for (int ty = 0; ty < 4; ty++) {
+        const cpu_qtype *t2 = cpu_qdot_type(&q2, x8types[ty]);
+        const size_t rb = (size_t)(N / t2->block) * t2->block_bytes, ab = qact_row_bytes(t2->act, N);
+        unsigned char *w = malloc(rb * ROWS), *w8 = malloc(cpu_qdot_x8_bytes(t2, ROWS, N)),
+                      *a = malloc(ab * CPU_QDOT_NCOLS);
+        float *x = malloc(sizeof(float) * N);
+        CK_CHECK(w && w8 && a && x);
+        if (!w || !w8 || !a || !x) goto next;
+        for (int row = 0; row < ROWS; row++) random_row(&r, x8types[ty], w + row * rb, N);
+        for (int c = 0; c < CPU_QDOT_NCOLS; c++) {
+            for (int i = 0; i < N; i++) x[i] = rng_f(&r) * (1.0f + (float)c);
+            CK_CHECK(qact_row(t2->act, x, a + (size_t)c * ab, N) == 0);
+        }
+        CK_CHECK(cpu_qdot_repack8(t2, w8, w, ROWS, N) == 0);
+        for (int isa = CPU_ISA_AVX512; isa <= best; isa++) {
+            cpu_qdot qd;
+            cpu_qdot_init(&qd, isa);
+            const cpu_qtype *t = cpu_qdot_type(&qd, x8types[ty]);
+            for (int nc = 1; nc <= CPU_QDOT_NCOLS; nc++) {
+                float s2[8 * CPU_QDOT_NCOLS], s[8 * CPU_QDOT_NCOLS];
+                t2->dot8(N, nc, s2, w8, a, ab);
+                t->dot8(N, nc, s, w8, a, ab);
+                CK_CHECK_MSG(!memcmp(s, s2, sizeof(float) * 8 * (size_t)nc),
+                             "%s type %d nc %d: %.9g, avx2 %.9g", t->x8_impl, x8types[ty], nc, s[0], s2[0]);
+            }
+        }
+    next:
+        free(w), free(w8), free(a), free(x);
     }
 }
 
@@ -596,6 +642,14 @@ static void test_table(void) {
         /* at C, our four types run their C kernels, not the generic code */
         if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
         if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));
+        /* the x8 kernels exist at every level: each level runs its own */
+        for (int ty = 0; ty < 4; ty++) {
+            static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+            const cpu_qtype *t = cpu_qdot_type(&qd, x8types[ty]);
+            CK_CHECK_MSG(t->x8_impl && !strcmp(t->x8_impl, cpu_isa_name(isa)), "isa %d type %d x8 %s", isa,
+                         x8types[ty], t->x8_impl ? t->x8_impl : "none");
+        }
+        CK_CHECK(!cpu_qdot_type(&qd, QB_Q5_K)->x8_impl);
     }
 }
 
@@ -631,6 +685,7 @@ int main(void) {
     CK_RUN(test_table);
     CK_RUN(test_kernels_every_isa);
     CK_RUN(test_x8_every_isa);
+    CK_RUN(test_x8_same_bits_as_avx2);
     CK_RUN(test_isa_select);
     return ck_test_summary();
 }
