@@ -141,7 +141,7 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
  * half of it past ACC_MAX) are loaded from out, summed over the chunk's
  * rows and stored back. Each output is still summed over positions in
  * order. Why chunks: the whole context a group at a time (as the AVX-512
- * kernel does) read every V row once a group, 12 times a token for 12
+ * kernel did until it took chunks too) read every V row once a group, 12 times a token for 12
  * heads of 64 here, and at 544 positions the rows no longer stayed in the
  * caches between groups: 7 % slower than the general code. */
 static inline __attribute__((always_inline)) void values(const attn_shape *s, const float *const *blk,
