@@ -21,7 +21,9 @@
 #   --prompt P      prompt tokens per sequence (default 32)
 #   --gen G         decode steps (default 64)
 #   --cpu-kernels K confkv's kernels (c|avx2|avx512|vnni; default: the CPU's best)
-#   --cpu-variant V llama.cpp's CPU backend library (default haswell = AVX2)
+#   --cpu-variant V llama.cpp's CPU backend library: best (default: the one llama.cpp
+#                   loads on this CPU, by the libraries' own scores: zen4 on a Zen 4/5,
+#                   haswell on an AVX2-only one), or a name (haswell = AVX2, zen4, ...)
 #   --poll N        llama.cpp's threadpool polling level 0..100 (default: its own,
 #                   50; 0 sleeps between ops as confkv's threads do: fairer on a
 #                   host whose cores other work shares)
@@ -37,7 +39,7 @@ CONFKV=${CONFKV:-$here/build/service/confkv}
 LLAMACPP_BENCH=${LLAMACPP_BENCH:-$here/build/tests/llamacpp/llamacpp_bench}
 deps=${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}
 LLAMACPP_LIBDIR=${LLAMACPP_LIBDIR:-$deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64}
-runs=5 batches="1 32" threads="1 2" prompt=32 gen=64 kernels="" variant=haswell out="" poll=""
+runs=5 batches="1 32" threads="1 2" prompt=32 gen=64 kernels="" variant=best out="" poll=""
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -59,7 +61,7 @@ done
 for b in "$CONFKV" "$LLAMACPP_BENCH"; do
   [ -x "$b" ] || { echo "bench_vs_llamacpp: $b not built (cmake --build build --target confkv llamacpp_bench)" >&2; exit 1; }
 done
-[ -f "$LLAMACPP_LIBDIR/libggml-cpu-$variant.so" ] ||
+[ "$variant" = best ] || [ -f "$LLAMACPP_LIBDIR/libggml-cpu-$variant.so" ] ||
   { echo "bench_vs_llamacpp: no $LLAMACPP_LIBDIR/libggml-cpu-$variant.so (ops/scripts/install-llamacpp.sh)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
@@ -120,6 +122,8 @@ for (f, b, t), c in cells.items():
     for r in c["confkv"]:
         kernels.add(r.get("kernels", ""))
     llama_ver = c["llama"][0].get("llama_cpp", "") if c["llama"] else llama_ver
+    if c["llama"] and variant == "best":  # the one llamacpp_bench chose
+        variant = c["llama"][0].get("cpu_backend", variant)
     cell = {"file": os.path.basename(f), "batch": b, "threads": t,
             "confkv_tokens_per_s": ck, "llama_cpp_tokens_per_s": ll,
             "confkv_median": statistics.median(ck), "llama_cpp_median": statistics.median(ll),

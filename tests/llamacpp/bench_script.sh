@@ -20,13 +20,16 @@ CONFKV=$confkv LLAMACPP_BENCH=$llb LLAMACPP_LIBDIR=$libdir \
   bash "$here/../../ops/scripts/bench_vs_llamacpp.sh" --runs 2 --batches "1 4" --threads 1 \
   --prompt 4 --gen 4 --poll 0 --out "$tmp/out.json" "$tmp/q4km.gguf" >"$tmp/stdout.json" 2>"$tmp/err" ||
   { echo "bench_vs_llamacpp.sh failed:"; cat "$tmp/err"; exit 1; }
-python3 - "$tmp/out.json" "$tmp/stdout.json" <<'PY'
-import json, sys
+python3 - "$tmp/out.json" "$tmp/stdout.json" "$libdir" <<'PY'
+import json, os, sys
 doc = json.load(open(sys.argv[1]))
 assert doc == json.load(open(sys.argv[2])), "--out and stdout differ"
 for k in ("cpu", "cpu_flags", "confkv_kernels", "llama_cpp", "results", "min_ratio", "max_rss_over_file_and_kv"):
     assert k in doc, "no %s" % k
 assert doc["alternated"] and doc["runs"] == 2 and doc["confkv_kernels"] and doc["llama_cpp"]["version"]
+# the default variant, "best", resolved to the library llamacpp_bench loaded
+v = doc["llama_cpp"]["cpu_variant"]
+assert v != "best" and os.path.isfile(os.path.join(sys.argv[3], "libggml-cpu-%s.so" % v)), v
 cells = {c["batch"]: c for c in doc["results"]}
 assert sorted(cells) == [1, 4], cells.keys()
 for b, c in cells.items():

@@ -11,8 +11,12 @@
  *
  * llama.cpp runs with its defaults, as a user gets it: weight repacking for
  * the CPU (use_extra_bufts) on, flash attention and KV types as it chooses;
- * one CPU backend variant loaded by name (--cpu-variant, default haswell:
- * AVX2 + FMA + F16C; a variant the CPU lacks would die of SIGILL).
+ * one CPU backend variant: by default (--cpu-variant best) the one llama.cpp
+ * itself would load on this CPU, the highest ggml_backend_score() of the
+ * libggml-cpu-*.so in --libdir (0: the CPU lacks its instructions), as
+ * ggml_backend_load_best does; or one by name (haswell: AVX2 + FMA + F16C;
+ * a variant the CPU lacks would die of SIGILL). "cpu_backend" in the
+ * output names the one loaded.
  * --no-repack turns the repacking off. --poll N (0..100) runs llama.cpp's
  * threads from a threadpool of that polling level (llama.cpp's default is
  * 50: its threads spin between ops; 0 sleeps, as confkv's OpenMP threads
@@ -24,6 +28,8 @@
  * "tokens_per_s_per_sequence":G/S,"prefill_s":S,"cpu_backend":"...",
  * "repack":0|1,"poll":N or -1 (the default),"llama_cpp":"<llama_version()>","last_ids":[...]}. Exit 0,
  * 1 on a runtime failure, 2 on a usage error. */
+#include <dirent.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +44,8 @@ static void usage(FILE *f) {
                "                      [--gen-tokens G] [--threads T] [--cpu-variant NAME] [--no-repack]\n"
                "                      [--poll 0..100]\n"
                "                      [--verbose]\n"
-               "defaults: batch 1, 32 prompt tokens, 128 generated, 1 thread, variant haswell\n");
+               "defaults: batch 1, 32 prompt tokens, 128 generated, 1 thread, variant best (the one\n"
+               "llama.cpp would load on this CPU; or a libggml-cpu-NAME.so's NAME, e.g. haswell)\n");
 }
 
 static double now_s(void) {
@@ -59,6 +66,36 @@ static int32_t argmax(const float *x, int n) {
     return best;
 }
 
+/* The CPU variant llama.cpp would load here: the libggml-cpu-NAME.so in
+ * libdir whose ggml_backend_score() is highest (each library's own check of
+ * this CPU's features; 0 where it cannot run). NAME into out; -1 when none
+ * scores above 0. */
+static int best_variant(const char *libdir, char *out, size_t len) {
+    DIR *d = opendir(libdir);
+    if (!d) return -1;
+    int best = 0;
+    const struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name, *pre = "libggml-cpu-";
+        const size_t nl = strlen(n), pl = strlen(pre);
+        if (nl <= pl + 3 || strncmp(n, pre, pl) || strcmp(n + nl - 3, ".so") || nl - pl - 3 >= len) continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", libdir, n) >= (int)sizeof path) continue;
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) continue;
+        int (*score)(void) = (int (*)(void))dlsym(h, "ggml_backend_score");
+        const int sc = score ? score() : 0;
+        if (sc > best) {
+            best = sc;
+            memcpy(out, n + pl, nl - pl - 3);
+            out[nl - pl - 3] = 0;
+        }
+        dlclose(h);
+    }
+    closedir(d);
+    return best > 0 ? 0 : -1;
+}
+
 /* A positive int argument in [1, max]; -1 after a message. */
 static int int_arg(const char *name, const char *v, long max) {
     char *end;
@@ -71,7 +108,8 @@ static int int_arg(const char *name, const char *v, long max) {
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *libdir = NULL, *variant = "haswell";
+    const char *model_path = NULL, *libdir = NULL, *variant = "best";
+    char best[65];
     int batch = 1, prompt = 32, gen = 128, threads = 1, verbose = 0, repack = 1, poll = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -126,6 +164,13 @@ int main(int argc, char **argv) {
     if (strchr(variant, '/') || strlen(variant) > 64) {
         fprintf(stderr, "llamacpp_bench: bad --cpu-variant \"%s\"\n", variant);
         return 2;
+    }
+    if (!strcmp(variant, "best")) {
+        if (best_variant(libdir, best, sizeof best)) {
+            fprintf(stderr, "llamacpp_bench: no libggml-cpu-*.so in %s runs on this CPU\n", libdir);
+            return 1;
+        }
+        variant = best;
     }
     if ((long)batch * prompt > (1L << 24)) {
         fprintf(stderr, "llamacpp_bench: batch x prompt tokens too large\n");
