@@ -123,6 +123,10 @@ uint64_t be_cpu_step_bytes(const model *m);
  * backend's name otherwise. Returns snprintf's count. */
 int be_cpu_kernels(const backend *b, char *buf, size_t len);
 
+/* Threads a CPU backend runs when be_options.n_threads is 0: every CPU this
+ * process may use (omp_get_num_procs: its affinity mask at start-up). */
+int be_cpu_default_threads(void);
+
 /* The CPU backend's plan for (m, o): the bytes be_cpu_new holds (and
  * memory_bytes then reports), computed without allocating: its allocations
  * plus the mapped bytes of the quantized weights it computes on in place

@@ -1271,13 +1271,15 @@ static int cpu_options_ok(const model_config *c, const be_options *o) {
            o->max_ctx >= 0 && o->max_ctx <= c->seq_len;
 }
 
+int be_cpu_default_threads(void) { return omp_get_num_procs(); }
+
 /* Mirrors be_cpu_new allocation by allocation (a test holds the two equal). */
 int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     memset(p, 0, sizeof *p);
     const model_config *c = &m->cfg;
     if (!cpu_options_ok(c, o)) return CK_EINVAL;
     plan_acc a = {0};
-    const int nt = o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
+    const int nt = o->n_threads > 0 ? o->n_threads : be_cpu_default_threads();
     const int ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m);
     const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
     const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;

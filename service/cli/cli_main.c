@@ -102,6 +102,8 @@ int cli_version(int argc, char **argv) {
         jw_arr(&w);
         for (int i = 0; i <= best; i++) jw_str(&w, cpu_isa_name(i));
         jw_arr_end(&w);
+        jw_key(&w, "threads"); /* the CPU backend's default (--threads 0) */
+        jw_int(&w, be_cpu_default_threads());
         jw_obj_end(&w);
         if (model_path) {
             jw_key(&w, "model");

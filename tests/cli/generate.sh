@@ -102,6 +102,16 @@ set -e
 # version
 "$bin" version --json | python3 -c '
 import json, sys; d = json.load(sys.stdin); assert "cpu" in d["backends"] and d["version"]'
+# The default thread count is every CPU this process may use (nproc), also
+# when OMP_PROC_BIND / OMP_PLACES bind threads: libgomp binds the first
+# process's initial thread to one CPU before main, and the re-exec for
+# OMP_WAIT_POLICY (svc_proc.c) used to inherit that one CPU.
+n=$(nproc)
+for bind in "" "OMP_PROC_BIND=true" "OMP_PLACES=cores" "OMP_PROC_BIND=spread OMP_PLACES=threads"; do
+    got=$(env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $bind "$bin" version --json |
+          python3 -c 'import json, sys; print(json.load(sys.stdin)["cpu"]["threads"])')
+    [ "$got" = "$n" ] || fail "version --json cpu.threads is $got with '$bind', nproc $n"
+done
 
 # Bad input: clear errors, right exit codes, no crash.
 set +e
