@@ -243,7 +243,7 @@ int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax) {
     for (int j = 1; j < lanes; j++)
         if (L.m[j] > L.m[best] || (L.m[j] == L.m[best] && L.idx[j] < L.idx[best])) best = j;
     double M = L.m[best];
-    if (!(M > -INFINITY && M < INFINITY)) return CK_EINVAL;
+    if (!(M > -INFINITY && M < INFINITY)) return CK_ENONFINITE;
     double S = L.s[best], U = L.u[best];
     float top2 = L.t2[best];
     for (int j = 0; j < lanes; j++) {
@@ -307,7 +307,7 @@ int samp_argmax(const float *logits, int n) {
             m = logits[i];
             best = i;
         }
-    return best >= 0 ? best : CK_EINVAL;
+    return best >= 0 ? best : CK_ENONFINITE;
 }
 
 /* ----------------------------------------------------------------------------
@@ -556,7 +556,7 @@ int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history
         top_k(logits, s->n, nc, c);
         float mx = -INFINITY;
         for (int i = 0; i < nc; i++) mx = c[i].v > mx ? c[i].v : mx;
-        if (!(mx > -INFINITY && mx < INFINITY)) return CK_EINVAL;
+        if (!(mx > -INFINITY && mx < INFINITY)) return CK_ENONFINITE;
         total = 0.0;
         for (int i = 0; i < nc; i++) {
             c[i].v = exp_neg_cut((mx - c[i].v) * inv_t);
@@ -564,7 +564,7 @@ int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history
         }
     } else {
         float mx = vmax(logits, s->n);
-        if (!(mx > -INFINITY && mx < INFINITY)) return CK_EINVAL;
+        if (!(mx > -INFINITY && mx < INFINITY)) return CK_ENONFINITE;
         total = vweights(logits, s->n, mx, inv_t); /* the max weighs 1 */
         if (p->min_p == 0.0f && p->top_p >= 1.0f) return draw_array(s, logits, s->n, total);
         /* gather what the first filter keeps */

@@ -7,7 +7,10 @@
  * draw, with its own RNG so that the same seed gives the same text.
  *
  * Logits must be finite or -inf (a masked token); NaN is not supported (it
- * is read as -inf by samp_sample, and gives unspecified confidence values). */
+ * is read as -inf by samp_sample, and gives unspecified confidence values).
+ * Logits with no finite maximum (all NaN or -inf, or a +inf: what a model
+ * with a corrupt scale in its file computes) are refused with CK_ENONFINITE,
+ * so a job on such a model fails with a message that says so. */
 #ifndef CK_SAMPLER_H
 #define CK_SAMPLER_H
 #include <stdint.h>
@@ -26,12 +29,13 @@ int samp_params_check(const samp_params *p);
  * AVX or SSE width) with a polynomial exp; relative error about 1e-6.
  * NaN logits are skipped. *argmax (if not NULL) gets the index of the
  * largest logit, the lowest on ties: samp_argmax's answer. Pure: no
- * allocation, no state, thread-safe. Returns 0; CK_EINVAL when n < 2, a
- * pointer is NULL, or the largest logit is not finite (all -inf, or +inf). */
+ * allocation, no state, thread-safe. Returns 0; CK_EINVAL when n < 2 or a
+ * pointer is NULL; CK_ENONFINITE when the largest logit is not finite (all
+ * -inf or NaN, or +inf). */
 int samp_confidence(const float *logits, int n, samp_conf *out, int *argmax);
 
-/* Index of the largest logit, the lowest on ties; CK_EINVAL when n < 1 or no
- * logit is above -inf. */
+/* Index of the largest logit, the lowest on ties; CK_EINVAL when n < 1,
+ * CK_ENONFINITE when no logit is above -inf. */
 int samp_argmax(const float *logits, int n);
 
 /* A sampler owns its RNG state and vocab_size-sized scratch. One per
@@ -64,8 +68,9 @@ int samp_plain_greedy(const sampler *s);
  * float rounding). Tokens whose weight is below e^-87 of the best are never
  * drawn. Cost on 32k logits: tens of microseconds; top-p partitions instead
  * of sorting (a few hundred microseconds at worst, for a flat distribution).
- * Returns the token id (>= 0); CK_EINVAL for NULL pointers, a history id out
- * of [0, vocab_size), or logits that are all -inf (or, when sampling, +inf). */
+ * Returns the token id (>= 0); CK_EINVAL for NULL pointers or a history id
+ * out of [0, vocab_size); CK_ENONFINITE for logits that are all -inf or NaN
+ * (or, when sampling, have a +inf). */
 int samp_sample(sampler *s, float *logits, const int32_t *history, int n_history);
 
 #endif

@@ -138,9 +138,14 @@ static void test_confidence_ties_and_errors(void) {
     CK_CHECK(samp_confidence(NULL, 2, &c, &am) == CK_EINVAL);
     CK_CHECK(samp_confidence(x, 2, NULL, &am) == CK_EINVAL);
     for (int i = 0; i < 100; i++) x[i] = -INFINITY;
-    CK_CHECK(samp_confidence(x, 100, &c, &am) == CK_EINVAL);
-    CK_CHECK(samp_confidence(x, 5, &c, &am) == CK_EINVAL);
-    CK_CHECK(samp_argmax(x, 100) == CK_EINVAL);
+    CK_CHECK(samp_confidence(x, 100, &c, &am) == CK_ENONFINITE);
+    CK_CHECK(samp_confidence(x, 5, &c, &am) == CK_ENONFINITE);
+    CK_CHECK(samp_argmax(x, 100) == CK_ENONFINITE);
+    for (int i = 0; i < 100; i++) x[i] = NAN; /* a corrupt model's logits */
+    CK_CHECK(samp_confidence(x, 100, &c, &am) == CK_ENONFINITE);
+    CK_CHECK(samp_argmax(x, 100) == CK_ENONFINITE);
+    x[37] = INFINITY;
+    CK_CHECK(samp_confidence(x, 100, &c, &am) == CK_ENONFINITE);
 }
 
 /* samp_argmax against a scalar scan: every length around the vector width,
@@ -153,7 +158,7 @@ static void test_argmax_cases(void) {
                 double u = urand();
                 x[i] = u < 0.1 ? NAN : u < 0.2 ? -INFINITY : (float)(int)(4.0 * nrand()); /* many ties */
             }
-            int want = CK_EINVAL;
+            int want = CK_ENONFINITE;
             for (int i = 0; i < n; i++)
                 if (x[i] > -INFINITY && (want < 0 || x[i] > x[want])) want = i;
             CK_CHECK(samp_argmax(x, n) == want);
@@ -177,7 +182,7 @@ static void test_argmax_cases(void) {
             samp_conf cf;
             int am = -7, want = samp_argmax(x, n);
             int rc = samp_confidence(x, n, &cf, &am);
-            CK_CHECK(want < 0 ? rc == CK_EINVAL : rc == 0 && am == want);
+            CK_CHECK(want < 0 ? rc == CK_ENONFINITE : rc == 0 && am == want);
         }
     CK_CHECK(samp_argmax(x, 0) == CK_EINVAL && samp_argmax(NULL, 5) == CK_EINVAL);
 }
@@ -257,7 +262,14 @@ static void test_params(void) {
     CK_CHECK(s != NULL);
     CK_CHECK(samp_sample(s, l, h, 2) == CK_EINVAL); /* id 10 out of range */
     for (int i = 0; i < 10; i++) l[i] = -INFINITY;
-    CK_CHECK(samp_sample(s, l, NULL, 0) == CK_EINVAL);
+    CK_CHECK(samp_sample(s, l, NULL, 0) == CK_ENONFINITE);
+    for (int i = 0; i < 10; i++) l[i] = NAN; /* a corrupt model's logits, sampled */
+    CK_CHECK(samp_sample(s, l, NULL, 0) == CK_ENONFINITE);
+    samp_free(s);
+    s = mk(10, 0.0f, 1.0f, 0, 0.0f, 1.0f, 1); /* and greedy */
+    CK_CHECK(s != NULL);
+    for (int i = 0; i < 10; i++) l[i] = NAN;
+    CK_CHECK(samp_sample(s, l, NULL, 0) == CK_ENONFINITE);
     samp_free(s);
     samp_free(NULL);
 }

@@ -93,6 +93,45 @@ while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
 print(f"{sys.argv[3]}: {n}/{len(a)} greedy tokens agree with f32")
 PY
 done
+# A file whose scales are NaN (corrupt, or hostile: the reader cannot
+# check every block's f16 scale) fails with a message that says what, in
+# greedy and sampled decoding alike: every scale of blk.0.attn_q.weight set to
+# f16 NaN, found through the GGUF header.
+python3 - "$tmp/m-q8_0.gguf" "$tmp/nan.gguf" <<'PY'
+import struct, sys
+f = bytearray(open(sys.argv[1], "rb").read()); o = 8
+def rd(fmt):
+    global o; v = struct.unpack_from(fmt, f, o); o += struct.calcsize(fmt); return v[0]
+def st(): n = rd("<Q"); global o; o += n; return f[o - n:o].decode()
+SZ = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+def val(t):
+    if t == 8: return st()
+    if t == 9:
+        et, n = rd("<I"), rd("<Q"); return [val(et) for _ in range(n)]
+    return rd(SZ[t])
+nt, nkv = rd("<Q"), rd("<Q"); align = 32
+for _ in range(nkv):
+    k = st(); v = val(rd("<I"))
+    if k == "general.alignment": align = v
+tens = {}
+for _ in range(nt):
+    name = st(); dims = [rd("<Q") for _ in range(rd("<I"))]; ty = rd("<I"); tens[name] = (dims, ty, rd("<Q"))
+base = (o + align - 1) // align * align
+dims, ty, off = tens["blk.0.attn_q.weight"]
+assert ty == 8, ty  # q8_0: 34-byte blocks, the f16 scale first
+n = dims[0] * dims[1] // 32
+for b in range(n): f[base + off + 34 * b: base + off + 34 * b + 2] = b"\x00\x7e"
+open(sys.argv[2], "wb").write(f)
+PY
+for temp in 0 0.8; do
+    set +e
+    "$bin" generate --model "$tmp/nan.gguf" --prompt "Once upon" --temperature $temp --max-tokens 8 \
+        > /dev/null 2> "$tmp/e"
+    rc=$?
+    set -e
+    [ $rc -eq 1 ] || fail "NaN scales at temperature $temp: exit $rc, not 1"
+    grep -q "no finite maximum" "$tmp/e" || fail "NaN scales at temperature $temp: $(cat "$tmp/e")"
+done
 set +e
 bash "$here/gguf_independent.sh" --compare "$test_gguf" "$tmp/m.gguf"
 rc=$?
