@@ -20,7 +20,8 @@
     X(EBACKEND, -10, "backend failure")                \
     X(EBUSY, -11, "resource busy, try again")          \
     X(ETOOLONG, -12, "input too long")                 \
-    X(ENONFINITE, -13, "the model's logits have no finite maximum (NaN or infinity: corrupt or overflowing weights)")
+    X(ENONFINITE, -13,                                 \
+      "the model's logits have no finite maximum (NaN or infinity: corrupt or overflowing weights)")
 
 enum {
     CK_OK = 0,
