@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_qdot_x8_tail.h"
+
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum8(__m256 x) {
@@ -59,10 +61,40 @@ static inline __m256i nibbles32(const uint8_t *p) {
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
 }
 
-/* ------------------------------------------------------------------ Q8_0 */
+/* ---------------------------------------------------------- Q8_0, Q4_0 */
 
-void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a) {
-    const qblock_q8_0 *x = w;
+/* The two 32-element weight types: a block of either is the f16 scale d
+ * (first, so a block's address is its d's) and 32 quants, and their
+ * kernels differ only in w32_qs and the block's size. Passed as a
+ * constant, so each public function below compiles to its own type's code
+ * (the bodies are always inlined; no branch on it is left at run time). */
+enum w32_type { W32_Q8_0, W32_Q4_0 };
+
+static inline __attribute__((always_inline)) size_t w32_bytes(const int t) {
+    return t == W32_Q4_0 ? sizeof(qblock_q4_0) : sizeof(qblock_q8_0);
+}
+
+/* Block i of row w, of type t (indexed as its type's array, as x[i]). */
+static inline __attribute__((always_inline)) const void *w32_blk(const int t, const void *w, int i) {
+    if (t == W32_Q4_0) return (const qblock_q4_0 *)w + i;
+    return (const qblock_q8_0 *)w + i;
+}
+
+/* The scale of block i. */
+static inline __attribute__((always_inline)) float w32_d(const int t, const void *w, int i) {
+    return f16(*(const uint16_t *)w32_blk(t, w, i));
+}
+
+/* The one difference between the Q8_0 and Q4_0 kernels: block i's quants
+ * as 32 signed bytes (Q8_0's as stored, Q4_0's nibbles less 8). */
+static inline __attribute__((always_inline)) __m256i w32_qs(const int t, const void *w, int i) {
+    const void *b = w32_blk(t, w, i);
+    if (t == W32_Q4_0) return _mm256_sub_epi8(nibbles32(((const qblock_q4_0 *)b)->qs), _mm256_set1_epi8(8));
+    return _mm256_loadu_si256((const __m256i *)((const qblock_q8_0 *)b)->qs);
+}
+
+static inline __attribute__((always_inline)) void vdot_32(const int t, int n, float *s, const void *w,
+                                                          const void *a) {
     const qblock_q8_0 *y = a;
     const int nb = n / QBLOCK_32;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -70,48 +102,49 @@ void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a) {
     /* eight blocks a step, their scales converted at once; alternate blocks
      * into two sums, so a block's multiply-add need not wait for the last */
     for (; i + 8 <= nb; i += 8) {
-        const __m256 d = _mm256_mul_ps(scales8(&x[i].d, sizeof *x), scales8(&y[i].d, sizeof *y));
+        const __m256 d = _mm256_mul_ps(scales8(w32_blk(t, w, i), w32_bytes(t)), scales8(&y[i].d, sizeof *y));
         for (int k = 0; k < 8; k += 2) {
-            const __m256 q0 = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i + k].qs),
-                                         _mm256_loadu_si256((const __m256i *)y[i + k].qs));
-            const __m256 q1 = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i + k + 1].qs),
-                                         _mm256_loadu_si256((const __m256i *)y[i + k + 1].qs));
+            const __m256 q0 =
+                mul_sum_i8(w32_qs(t, w, i + k), _mm256_loadu_si256((const __m256i *)y[i + k].qs));
+            const __m256 q1 =
+                mul_sum_i8(w32_qs(t, w, i + k + 1), _mm256_loadu_si256((const __m256i *)y[i + k + 1].qs));
             acc0 = _mm256_fmadd_ps(lane(d, k), q0, acc0);
             acc1 = _mm256_fmadd_ps(lane(d, k + 1), q1, acc1);
         }
     }
     for (; i + 1 < nb; i += 2) {
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
+        const __m256i x0 = w32_qs(t, w, i);
+        const __m256i x1 = w32_qs(t, w, i + 1);
         const __m256 q0 = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
         const __m256 q1 = mul_sum_i8(x1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), q1, acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(w32_d(t, w, i) * f16(y[i].d)), q0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(w32_d(t, w, i + 1) * f16(y[i + 1].d)), q1, acc1);
     }
     for (; i < nb; i++) {
-        const __m256 q = mul_sum_i8(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                    _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q, acc0);
+        const __m256 q = mul_sum_i8(w32_qs(t, w, i), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(w32_d(t, w, i) * f16(y[i].d)), q, acc0);
     }
     *s = hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int ncols, float *s, const void *w,
-                                                            const void *a, size_t a_stride) {
-    const qblock_q8_0 *x = w;
+void cpu_vdot_q8_0_avx2(int n, float *s, const void *w, const void *a) { vdot_32(W32_Q8_0, n, s, w, a); }
+void cpu_vdot_q4_0_avx2(int n, float *s, const void *w, const void *a) { vdot_32(W32_Q4_0, n, s, w, a); }
+
+static inline __attribute__((always_inline)) void dotn_32(const int t, int n, const int ncols, float *s,
+                                                          const void *w, const void *a, size_t a_stride) {
     const int nb = n / QBLOCK_32;
     __m256 acc[CPU_QDOT_NCOLS];
     for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 8 <= nb; i += 8) { /* scales 8 blocks at a time, as cpu_vdot_q8_0_avx2 */
-        const __m256 dx = scales8(&x[i].d, sizeof *x);
+    for (; i + 8 <= nb; i += 8) { /* scales 8 blocks at a time, as vdot_32 */
+        const __m256 dx = scales8(w32_blk(t, w, i), w32_bytes(t));
         __m256 d[CPU_QDOT_NCOLS];
         for (int c = 0; c < ncols; c++)
             d[c] = _mm256_mul_ps(
                 dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
                             sizeof(qblock_q8_0)));
         for (int k = 0; k < 8; k++) {
-            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i + k].qs);
+            const __m256i qx = w32_qs(t, w, i + k);
             const __m256i ax = _mm256_sign_epi8(qx, qx);
             for (int c = 0; c < ncols; c++) {
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
@@ -123,9 +156,9 @@ static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int nco
         }
     }
     for (; i < nb; i++) {
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i qx = w32_qs(t, w, i);
         const __m256i ax = _mm256_sign_epi8(qx, qx);
-        const float dx = f16(x[i].d);
+        const float dx = w32_d(t, w, i);
         for (int c = 0; c < ncols; c++) {
             const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
             const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
@@ -139,102 +172,21 @@ static inline __attribute__((always_inline)) void dotn_q8_0(int n, const int nco
 
 /* ncols a constant in each case: the accumulators then live in registers
  * (indexed by a variable count they went to the stack at every block). */
+static inline __attribute__((always_inline)) void vdotn_32(const int t, int n, int ncols, float *s,
+                                                           const void *w, const void *a, size_t a_stride) {
+    switch (ncols) {
+    case 1: dotn_32(t, n, 1, s, w, a, a_stride); break;
+    case 2: dotn_32(t, n, 2, s, w, a, a_stride); break;
+    case 3: dotn_32(t, n, 3, s, w, a, a_stride); break;
+    default: dotn_32(t, n, 4, s, w, a, a_stride); break;
+    }
+}
+
 void cpu_vdotn_q8_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) {
-    case 1: dotn_q8_0(n, 1, s, w, a, a_stride); break;
-    case 2: dotn_q8_0(n, 2, s, w, a, a_stride); break;
-    case 3: dotn_q8_0(n, 3, s, w, a, a_stride); break;
-    default: dotn_q8_0(n, 4, s, w, a, a_stride); break;
-    }
+    vdotn_32(W32_Q8_0, n, ncols, s, w, a, a_stride);
 }
-
-/* ------------------------------------------------------------------ Q4_0 */
-
-void cpu_vdot_q4_0_avx2(int n, float *s, const void *w, const void *a) {
-    const qblock_q4_0 *x = w;
-    const qblock_q8_0 *y = a;
-    const int nb = n / QBLOCK_32;
-    const __m256i off = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= nb; i += 8) { /* as Q8_0's */
-        const __m256 d = _mm256_mul_ps(scales8(&x[i].d, sizeof *x), scales8(&y[i].d, sizeof *y));
-        for (int k = 0; k < 8; k += 2) {
-            const __m256 q0 = mul_sum_i8(_mm256_sub_epi8(nibbles32(x[i + k].qs), off),
-                                         _mm256_loadu_si256((const __m256i *)y[i + k].qs));
-            const __m256 q1 = mul_sum_i8(_mm256_sub_epi8(nibbles32(x[i + k + 1].qs), off),
-                                         _mm256_loadu_si256((const __m256i *)y[i + k + 1].qs));
-            acc0 = _mm256_fmadd_ps(lane(d, k), q0, acc0);
-            acc1 = _mm256_fmadd_ps(lane(d, k + 1), q1, acc1);
-        }
-    }
-    for (; i + 1 < nb; i += 2) {
-        const __m256i x0 = _mm256_sub_epi8(nibbles32(x[i].qs), off);
-        const __m256i x1 = _mm256_sub_epi8(nibbles32(x[i + 1].qs), off);
-        const __m256 q0 = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256 q1 = mul_sum_i8(x1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), q1, acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i x0 = _mm256_sub_epi8(nibbles32(x[i].qs), off);
-        const __m256 q = mul_sum_i8(x0, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), q, acc0);
-    }
-    *s = hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-static inline __attribute__((always_inline)) void dotn_q4_0(int n, const int ncols, float *s, const void *w,
-                                                            const void *a, size_t a_stride) {
-    const qblock_q4_0 *x = w;
-    const int nb = n / QBLOCK_32;
-    const __m256i off = _mm256_set1_epi8(8);
-    __m256 acc[CPU_QDOT_NCOLS];
-    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc[c] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= nb; i += 8) { /* scales 8 blocks at a time */
-        const __m256 dx = scales8(&x[i].d, sizeof *x);
-        __m256 d[CPU_QDOT_NCOLS];
-        for (int c = 0; c < ncols; c++)
-            d[c] = _mm256_mul_ps(
-                dx, scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
-                            sizeof(qblock_q8_0)));
-        for (int k = 0; k < 8; k++) {
-            const __m256i qx = _mm256_sub_epi8(nibbles32(x[i + k].qs), off);
-            const __m256i ax = _mm256_sign_epi8(qx, qx);
-            for (int c = 0; c < ncols; c++) {
-                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
-                const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-                const __m256 q =
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
-                acc[c] = _mm256_fmadd_ps(lane(d[c], k), q, acc[c]);
-            }
-        }
-    }
-    for (; i < nb; i++) {
-        const __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), off);
-        const __m256i ax = _mm256_sign_epi8(qx, qx);
-        const float dx = f16(x[i].d);
-        for (int c = 0; c < ncols; c++) {
-            const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i;
-            const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-            const __m256 q =
-                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), q, acc[c]);
-        }
-    }
-    for (int c = 0; c < ncols; c++) s[c] = hsum8(acc[c]);
-}
-
-/* ncols a constant in each case: the accumulators then live in registers
- * (indexed by a variable count they went to the stack at every block). */
 void cpu_vdotn_q4_0_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
-    switch (ncols) {
-    case 1: dotn_q4_0(n, 1, s, w, a, a_stride); break;
-    case 2: dotn_q4_0(n, 2, s, w, a, a_stride); break;
-    case 3: dotn_q4_0(n, 3, s, w, a, a_stride); break;
-    default: dotn_q4_0(n, 4, s, w, a, a_stride); break;
-    }
+    vdotn_32(W32_Q4_0, n, ncols, s, w, a, a_stride);
 }
 
 /* ------------------------------------------------------------------ Q4_K */
@@ -466,55 +418,74 @@ void cpu_vdotn_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *
 
 /* ------------------------------------ two weight rows x columns (dot2) */
 
-/* The per-block float scales dx * dy of 8 blocks from i on, for both rows
- * and ncols columns, stored so that the inner loop broadcasts each from
- * memory (a load, not a shuffle: the shuffle port is the maddubs one). */
-#define DOT2_SCALES(XT, x0, x1, i, ncols, a, a_stride, dd)                                              \
-    do {                                                                                                \
-        const __m256 dx0_ = scales8(&(x0)[i].d, sizeof(XT)), dx1_ = scales8(&(x1)[i].d, sizeof(XT));    \
-        for (int c_ = 0; c_ < (ncols); c_++) {                                                          \
-            const __m256 dy_ =                                                                          \
-                scales8(&((const qblock_q8_0 *)((const char *)(a) + (size_t)c_ * (a_stride)) + (i))->d, \
-                        sizeof(qblock_q8_0));                                                           \
-            _mm256_store_ps((dd)[0][c_], _mm256_mul_ps(dx0_, dy_));                                     \
-            _mm256_store_ps((dd)[1][c_], _mm256_mul_ps(dx1_, dy_));                                     \
-        }                                                                                               \
-    } while (0)
-
-/* Q4_0 against q8_0 without the sign trick: the nibbles q (0..15) stay
- * unsigned for maddubs, and sum (q - 8) y = sum q y - 8 sum y, the second
- * term one maddubs per activation block shared by both rows. Pair sums stay
- * within int16 (15 * 127 * 2 = 3810; minus 8 * 127 * 2 still inside). */
-static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int ncols, float *s, const void *w,
-                                                            size_t w_stride, const void *a, size_t a_stride) {
-    const qblock_q4_0 *x0 = w, *x1 = (const qblock_q4_0 *)((const char *)w + w_stride);
+/* Q8_0 or Q4_0 (t, as vdot_32), two weight rows x ncols columns. Here the
+ * types differ in more than w32_qs; both branches on t are resolved at
+ * compile time:
+ * - Q4_0 against q8_0 without the sign trick: the nibbles q (0..15) stay
+ *   unsigned for maddubs, and sum (q - 8) y = sum q y - 8 sum y, the
+ *   second term one maddubs per activation block shared by both rows.
+ *   Pair sums stay within int16 (15 * 127 * 2 = 3810; minus 8 * 127 * 2
+ *   still inside).
+ * - Q8_0: signed weights, so the sign trick stays, its |w| shared by the
+ *   columns and each activation load by both rows. */
+static inline __attribute__((always_inline)) void dot2_32(const int t, int n, const int ncols, float *s,
+                                                          const void *w, size_t w_stride, const void *a,
+                                                          size_t a_stride) {
+    const void *x0 = w, *x1 = (const char *)w + w_stride;
     const int nb = n / QBLOCK_32;
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
     __m256 acc0[CPU_QDOT_NCOLS], acc1[CPU_QDOT_NCOLS];
     for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc0[c] = acc1[c] = _mm256_setzero_ps();
+    /* the per-block float scales dx * dy of 8 blocks from i on, for both
+     * rows and ncols columns, stored so that the inner loop broadcasts each
+     * from memory (a load, not a shuffle: the shuffle port is the maddubs
+     * one) */
     _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
     for (int i = 0; i < nb; i += 8) {
         const int kn = nb - i < 8 ? nb - i : 8;
-        if (kn == 8)
-            DOT2_SCALES(qblock_q4_0, x0, x1, i, ncols, a, a_stride, dd);
-        else
+        if (kn == 8) {
+            const __m256 dx0 = scales8(w32_blk(t, x0, i), w32_bytes(t));
+            const __m256 dx1 = scales8(w32_blk(t, x1, i), w32_bytes(t));
+            for (int c = 0; c < ncols; c++) {
+                const __m256 dy =
+                    scales8(&((const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i)->d,
+                            sizeof(qblock_q8_0));
+                _mm256_store_ps(dd[0][c], _mm256_mul_ps(dx0, dy));
+                _mm256_store_ps(dd[1][c], _mm256_mul_ps(dx1, dy));
+            }
+        } else
             for (int c = 0; c < ncols; c++)
                 for (int k = 0; k < kn; k++) {
                     const qblock_q8_0 *y =
                         (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
-                    dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
-                    dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
+                    dd[0][c][k] = w32_d(t, x0, i + k) * f16(y->d);
+                    dd[1][c][k] = w32_d(t, x1, i + k) * f16(y->d);
                 }
         for (int k = 0; k < kn; k++) {
-            const __m256i q0 = nibbles32(x0[i + k].qs), q1 = nibbles32(x1[i + k].qs);
+            /* u: maddubs's unsigned operand (Q4_0's nibbles, Q8_0's |w|);
+             * q: Q8_0's signed bytes, whose signs go to the activations */
+            __m256i q0, q1, u0, u1;
+            if (t == W32_Q4_0) {
+                u0 = q0 = nibbles32(((const qblock_q4_0 *)w32_blk(t, x0, i + k))->qs);
+                u1 = q1 = nibbles32(((const qblock_q4_0 *)w32_blk(t, x1, i + k))->qs);
+            } else {
+                q0 = w32_qs(t, x0, i + k);
+                q1 = w32_qs(t, x1, i + k);
+                u0 = _mm256_sign_epi8(q0, q0);
+                u1 = _mm256_sign_epi8(q1, q1);
+            }
             for (int c = 0; c < ncols; c++) {
                 const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
                 const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-                const __m256i corr = _mm256_maddubs_epi16(eight, yv);
-                const __m256i p0 =
-                    _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q0, yv), corr));
-                const __m256i p1 =
-                    _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(q1, yv), corr));
+                __m256i p0, p1;
+                if (t == W32_Q4_0) {
+                    const __m256i corr = _mm256_maddubs_epi16(eight, yv);
+                    p0 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(u0, yv), corr));
+                    p1 = _mm256_madd_epi16(ones, _mm256_sub_epi16(_mm256_maddubs_epi16(u1, yv), corr));
+                } else {
+                    p0 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u0, _mm256_sign_epi8(yv, q0)));
+                    p1 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u1, _mm256_sign_epi8(yv, q1)));
+                }
                 acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
                 acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
             }
@@ -526,48 +497,13 @@ static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int nco
     }
 }
 
-/* Q8_0: signed weights, so the sign trick stays, its |w| shared by the
- * columns and each activation load by both rows. */
+static inline __attribute__((always_inline)) void dot2_q4_0(int n, const int ncols, float *s, const void *w,
+                                                            size_t w_stride, const void *a, size_t a_stride) {
+    dot2_32(W32_Q4_0, n, ncols, s, w, w_stride, a, a_stride);
+}
 static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int ncols, float *s, const void *w,
                                                             size_t w_stride, const void *a, size_t a_stride) {
-    const qblock_q8_0 *x0 = w, *x1 = (const qblock_q8_0 *)((const char *)w + w_stride);
-    const int nb = n / QBLOCK_32;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc0[CPU_QDOT_NCOLS], acc1[CPU_QDOT_NCOLS];
-    for (int c = 0; c < CPU_QDOT_NCOLS; c++) acc0[c] = acc1[c] = _mm256_setzero_ps();
-    _Alignas(32) float dd[2][CPU_QDOT_NCOLS][8];
-    for (int i = 0; i < nb; i += 8) {
-        const int kn = nb - i < 8 ? nb - i : 8;
-        if (kn == 8)
-            DOT2_SCALES(qblock_q8_0, x0, x1, i, ncols, a, a_stride, dd);
-        else
-            for (int c = 0; c < ncols; c++)
-                for (int k = 0; k < kn; k++) {
-                    const qblock_q8_0 *y =
-                        (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
-                    dd[0][c][k] = f16(x0[i + k].d) * f16(y->d);
-                    dd[1][c][k] = f16(x1[i + k].d) * f16(y->d);
-                }
-        for (int k = 0; k < kn; k++) {
-            const __m256i q0 = _mm256_loadu_si256((const __m256i *)x0[i + k].qs);
-            const __m256i q1 = _mm256_loadu_si256((const __m256i *)x1[i + k].qs);
-            const __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
-            for (int c = 0; c < ncols; c++) {
-                const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride) + i + k;
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-                const __m256i p0 =
-                    _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u0, _mm256_sign_epi8(yv, q0)));
-                const __m256i p1 =
-                    _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u1, _mm256_sign_epi8(yv, q1)));
-                acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[0][c][k]), _mm256_cvtepi32_ps(p0), acc0[c]);
-                acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[1][c][k]), _mm256_cvtepi32_ps(p1), acc1[c]);
-            }
-        }
-    }
-    for (int c = 0; c < ncols; c++) {
-        s[c] = hsum8(acc0[c]);
-        s[CPU_QDOT_NCOLS + c] = hsum8(acc1[c]);
-    }
+    dot2_32(W32_Q8_0, n, ncols, s, w, w_stride, a, a_stride);
 }
 
 /* Q4_K: a block walked in four 64-element parts, each part's nibbles of
@@ -820,21 +756,7 @@ static inline __attribute__((always_inline)) void dot8_q4_K(int n, const int nco
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
-        for (int c = 0; c < ncols; c++) {
-            /* hadd: dwords 0, 1, 4, 5 are the sub-block sum pairs (0,1), (2,3), (4,5), (6,7) */
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)y[c][i].bsums);
-            const __m256i hs = _mm256_hadd_epi16(bs, bs);
-            __m256i summ = _mm256_setzero_si256();
-            static const int pidx[4] = {0, 1, 4, 5};
-            for (int p = 0; p < 4; p++) {
-                const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x[i].m[p]));
-                summ = _mm256_add_epi32(
-                    summ, _mm256_madd_epi16(mv, _mm256_permutevar8x32_epi32(hs, _mm256_set1_epi32(pidx[p]))));
-            }
-            const __m256 yd = _mm256_set1_ps(y[c][i].d);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, yd), _mm256_cvtepi32_ps(summ), acc[c]);
-        }
+        for (int c = 0; c < ncols; c++) acc[c] = x8_q4_K_tail(acc[c], &x[i], dx, dm, &y[c][i], sumi[c]);
     }
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
@@ -908,11 +830,7 @@ static inline __attribute__((always_inline)) void dot8_q6_K(int n, const int nco
             }
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
-        for (int c = 0; c < ncols; c++) {
-            const __m256i si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off[c], 5));
-            acc[c] =
-                _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(y[c][i].d)), _mm256_cvtepi32_ps(si), acc[c]);
-        }
+        for (int c = 0; c < ncols; c++) acc[c] = x8_q6_K_tail(acc[c], dx, y[c][i].d, sumi[c], off[c]);
     }
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }

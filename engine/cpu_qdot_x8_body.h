@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_qdot_x8_tail.h"
+
 #define X8_CAT2(a, b) a##b
 #define X8_CAT(a, b) X8_CAT2(a, b)
 #define X8_NAME(type) X8_CAT(X8_CAT(cpu_vdot8_, type), X8_CAT(_, X8_ISA))
@@ -193,21 +195,8 @@ static inline __attribute__((always_inline)) void x8_q4_K(int n, const int ncols
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
-        for (int c = 0; c < ncols; c++) {
-            /* hadd: dwords 0, 1, 4, 5 are the sub-block sum pairs (0,1), (2,3), (4,5), (6,7) */
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)y[c][i].bsums);
-            const __m256i hs = _mm256_hadd_epi16(bs, bs);
-            __m256i summ = _mm256_setzero_si256();
-            static const int pidx[4] = {0, 1, 4, 5};
-            for (int p = 0; p < 4; p++) {
-                const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x[i].m[p]));
-                summ = _mm256_add_epi32(
-                    summ, _mm256_madd_epi16(mv, _mm256_permutevar8x32_epi32(hs, _mm256_set1_epi32(pidx[p]))));
-            }
-            const __m256 yd = _mm256_set1_ps(y[c][i].d);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(x8_fold(sumi[c])), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, yd), _mm256_cvtepi32_ps(summ), acc[c]);
-        }
+        for (int c = 0; c < ncols; c++)
+            acc[c] = x8_q4_K_tail(acc[c], &x[i], dx, dm, &y[c][i], x8_fold(sumi[c]));
     }
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
@@ -281,11 +270,8 @@ static inline __attribute__((always_inline)) void x8_q6_K(int n, const int ncols
             }
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
-        for (int c = 0; c < ncols; c++) {
-            const __m256i si = _mm256_sub_epi32(x8_fold(sumi[c]), _mm256_slli_epi32(off[c], 5));
-            acc[c] =
-                _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(y[c][i].d)), _mm256_cvtepi32_ps(si), acc[c]);
-        }
+        for (int c = 0; c < ncols; c++)
+            acc[c] = x8_q6_K_tail(acc[c], dx, y[c][i].d, x8_fold(sumi[c]), off[c]);
     }
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
 }
