@@ -29,11 +29,14 @@
  * CONFKV_CPU_KERNELS forces a level): the f32 panels, the attention and the
  * quantized dots each come in C, AVX2 and AVX-512 builds.
  *
- * Threads: OpenMP. Projections split the weight panels between threads;
- * attention runs one token, all its heads, per work item; batched decode
- * splits the batch by sequence instead (token_split). */
+ * Threads: the products (the weight rows or panels between threads, by
+ * work stealing) and a lone token's attention heads run on the backend's
+ * own team (cpu_team.h: waits that spin as long as they usually last, then
+ * sleep); batched decode splits the batch by sequence instead
+ * (token_split) and a batch's attention by token, in OpenMP regions. */
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,7 @@
 #include "cpu_qact.h"
 #include "cpu_qdot.h"
 #include "cpu_steal.h"
+#include "cpu_team.h"
 #include "kv.h"
 #include "kvq.h"
 #include "model.h"
@@ -149,6 +153,7 @@ typedef struct cpu_backend {
     double *cls_s;     /* (n_threads) each thread's seconds on its classifier panels */
     int *pcut;         /* (n_threads + 1) the classifier's panel cuts */
     cpu_steal *steal;  /* (n_threads) the ranges of a product's work stealing */
+    cpu_team *team;    /* (n_threads) the products' and a token's attention's threads */
     float *xo;         /* (T, dim) the normed final states of the rows asked for */
     int max_blocks;    /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
@@ -165,17 +170,18 @@ typedef struct cpu_backend {
 
 /* ------------------------------------------------------------ the kernels */
 
-/* Work below which a parallel region costs more than it saves. With
+/* Work below which a parallel section costs more than it saves. With
  * OMP_WAIT_POLICY=passive (confkv and confkvd set it) waking a sleeping
  * thread and waiting for it is a futex each way: about 25 us a region here,
- * measured. So a region must carry about 100 us of work: 8M multiply-adds
+ * measured, and the team's (cpu_team.h) the same once its threads sleep. So
+ * a section must carry about 100 us of work: 8M multiply-adds
  * of a product (compute bound, about 90 G a second a core), 2M
  * multiply-adds of a batch's attention. Below the product threshold
  * stories260K's full-KV batches of 7 woke the second thread 6 times a step
  * and ran 35 % slower on two threads than on one.
- * A one-token step is different: its regions follow each other a few
+ * A one-token step is different: its sections follow each other a few
  * microseconds apart, within the spin before a waiting thread sleeps
- * (GOMP_SPINCOUNT, svc_proc.c), so one costs about 1 us. From 256K weights
+ * (cpu_team.h), so one costs about 1 us. From 256K weights
  * (150 KB of Q4_K, about 15 us to stream) a product is split, the 110M
  * shape's attention output (590K weights) included, which one thread used
  * to read alone while the other waited; from 32K multiply-adds its
@@ -260,11 +266,41 @@ static int steal_align(const cpu_mat *const *mats, int n_mats) {
     return 1;
 }
 
+/* A product shared out on the team (cpu_team.h): its arguments, and each
+ * thread's part, chunks taken by work stealing until none is left. h/h13:
+ * ffn_up's outputs (SwiGLU), NULL for a plain product. */
+typedef struct mm_job {
+    const cpu_backend *cb;
+    float *y;
+    int ldy;
+    const float *x;
+    int row0;
+    const cpu_mat *const *mats;
+    int n_mats, M, accumulate;
+    int par, chunk, align; /* cpu_steal_init's: the team may run fewer threads
+                              (OMP_THREAD_LIMIT), whose steals then take the rest */
+    float *h, *h13;
+} mm_job;
+
+static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float *x, int row0,
+                        const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1);
+
+static void matmul_part(void *arg, int tid, int n) {
+    const mm_job *j = arg;
+    int u0, u1;
+    (void)n;
+    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1))
+        if (j->h)
+            swiglu_part(j->cb, j->h, j->h13, j->x, j->row0, j->mats[0], j->mats[1], j->M, u0, u1);
+        else
+            mats_part(j->cb, j->y, j->ldy, j->x, j->row0, j->mats, j->n_mats, j->M, u0, u1, j->accumulate);
+}
+
 /* y (M, ldy) = x (M, K) . [w_0; w_1; ...]^T (+ y when accumulate): the
  * mats' outputs side by side, w_i's from column sum of the previous n. This
  * is where almost all the time goes. Threads share out the units of all
  * the mats one after the other (the Q, K and V of a quantized layer are
- * three matrices) in one parallel region, by work stealing (cpu_steal.h),
+ * three matrices) in one run of the team, by work stealing (cpu_steal.h),
  * so each reads its own ranges of the weights. row0:
  * the batch row of x's first row (where its quantized copy goes). */
 static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0, const cpu_mat *const *mats,
@@ -284,12 +320,8 @@ static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0,
         return;
     }
     const int align = steal_align(mats, n_mats), chunk = cpu_steal_init(cb->steal, nu, par, align);
-#pragma omp parallel num_threads(par)
-    {
-        int u0, u1;
-        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
-            mats_part(cb, y, ldy, x, row0, mats, n_mats, M, u0, u1, accumulate);
-    }
+    mm_job j = {cb, y, ldy, x, row0, mats, n_mats, M, accumulate, par, chunk, align, NULL, NULL};
+    cpu_team_run(cb->team, par, matmul_part, &j);
 }
 
 /* Units [u0, u1) of h = SwiGLU (see ffn_up). */
@@ -325,12 +357,8 @@ static void ffn_up(cpu_backend *cb, float *h, float *h13, const float *x, int ro
     }
     const cpu_mat *const both[2] = {w1, w3};
     const int align = steal_align(both, 2), chunk = cpu_steal_init(cb->steal, nu, par, align);
-#pragma omp parallel num_threads(par)
-    {
-        int u0, u1;
-        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
-            swiglu_part(cb, h, h13, x, row0, w1, w3, M, u0, u1);
-    }
+    mm_job j = {cb, NULL, 0, x, row0, both, 2, M, 0, par, chunk, align, h, h13};
+    cpu_team_run(cb->team, par, matmul_part, &j);
 }
 
 /* llama2.c's rmsnorm, operation for operation, so greedy output matches it. */
@@ -449,6 +477,23 @@ static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *
     return 1;
 }
 
+typedef struct heads_job {
+    const cpu_backend *cb;
+    const float *q;
+    float *out;
+    int nb;
+    _Atomic int bad;
+} heads_job;
+
+static void heads_part(void *arg, int t, int n) {
+    heads_job *j = arg;
+    const cpu_backend *cb = j->cb;
+    const int H = cb->ashape.n_heads, h0 = H * t / n, h1 = H * (t + 1) / n;
+    if (h0 < h1 && cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
+                            (size_t)cb->max_ctx, j->out, NULL))
+        atomic_store(&j->bad, 1);
+}
+
 /* attend_fast for the one token of a batch of one, its heads split over
  * `threads` (a token split has nothing to split there, and the attention
  * would run on one thread while the others wait). Every head is computed
@@ -462,18 +507,10 @@ static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int t
     const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
     if (nb < 0) return 0;
     const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
-    float *out = cb->att_out + (size_t)i * cb->q_dim, *att = cb->scores;
-    int bad = 0;
-#pragma omp parallel num_threads(threads) reduction(| : bad)
-    {
-        const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        const int h0 = H * t / n, h1 = H * (t + 1) / n;
-        if (h0 < h1)
-            bad |= cb->attn(&cb->ashape, qp, cb->att_blk, cb->att_rows, nb, h0, h1, att, (size_t)cb->max_ctx,
-                            out, NULL) != 0;
-    }
-    if (bad) return 0; /* a refusal is every head's (the same shape): nothing kept */
-    attn_block_mass(att, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
+    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, 0};
+    cpu_team_run(cb->team, threads, heads_part, &j);
+    if (atomic_load(&j.bad)) return 0; /* a refusal is every head's (the same shape): nothing kept */
+    attn_block_mass(cb->scores, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
     add_mass(v, list, cb->att_mass, nb, mass_scale);
     return 1;
 }
@@ -783,8 +820,22 @@ static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
     cb->cls_s[t] = now_s() - t0;
 }
 
-/* The classifier in a region of its own (when the layers ran without a
- * token split), its units shared by work stealing (cpu_steal.h). */
+typedef struct cls_job {
+    cpu_backend *cb;
+    float *logits;
+    int n_out, par, chunk, align; /* par: as mm_job's */
+} cls_job;
+
+static void classify_team_part(void *arg, int tid, int n) {
+    const cls_job *j = arg;
+    int u0, u1;
+    (void)n;
+    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1))
+        classify_units(j->cb, j->logits, j->n_out, u0, u1);
+}
+
+/* The classifier on the team (when the layers ran without a token split),
+ * its units shared by work stealing (cpu_steal.h). */
 static void classify(cpu_backend *cb, float *logits, int n_out) {
     const int nu = mat_units(&cb->wcls);
     int par = gemm_threads(n_out, mat_n(&cb->wcls), cb->base.m->cfg.dim, cb->n_threads);
@@ -795,12 +846,8 @@ static void classify(cpu_backend *cb, float *logits, int n_out) {
     }
     const cpu_mat *const w[1] = {&cb->wcls};
     const int align = steal_align(w, 1), chunk = cpu_steal_init(cb->steal, nu, par, align);
-#pragma omp parallel num_threads(par)
-    {
-        int u0, u1;
-        while (cpu_steal_take(cb->steal, par, chunk, align, &u0, &u1))
-            classify_units(cb, logits, n_out, u0, u1);
-    }
+    cls_job j = {cb, logits, n_out, par, chunk, align};
+    cpu_team_run(cb->team, par, classify_team_part, &j);
 }
 
 /* The final norm of tokens [i0, i1) that have an output row, into xo. */
@@ -991,6 +1038,7 @@ static void cpu_destroy(backend *b) {
     free(cb->cls_s);
     free(cb->pcut);
     free(cb->steal);
+    cpu_team_free(cb->team);
     free(cb->att_blk);
     free(cb->att_rows);
     free(cb->att_mass);
@@ -1494,6 +1542,9 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)) ||
         !(cb->steal = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->steal)))
         goto fail;
+    /* OMP_THREAD_LIMIT caps the team as it caps the OpenMP regions */
+    const int lim = omp_get_thread_limit();
+    if (cpu_team_new(cb->n_threads < lim ? cb->n_threads : lim, &cb->team)) goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
     cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);

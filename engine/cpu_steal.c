@@ -1,8 +1,6 @@
 /* cpu_steal.c - work stealing over a product's units (cpu_steal.h). */
 #include "cpu_steal.h"
 
-#include <omp.h>
-
 static uint64_t pack(uint32_t lo, uint32_t hi) { return lo | (uint64_t)hi << 32; }
 
 int cpu_steal_init(cpu_steal *r, int nu, int par, int align) {
@@ -16,8 +14,7 @@ int cpu_steal_init(cpu_steal *r, int nu, int par, int align) {
     return chunk > align ? chunk : align;
 }
 
-int cpu_steal_take(cpu_steal *r, int par, int chunk, int align, int *u0, int *u1) {
-    const int me = omp_get_thread_num();
+int cpu_steal_take(cpu_steal *r, int me, int par, int chunk, int align, int *u0, int *u1) {
     for (int k = 0; k < par; k++) {
         cpu_steal *s = &r[(me + k) % par];
         uint64_t v = atomic_load_explicit(&s->lohi, memory_order_relaxed);

@@ -29,9 +29,8 @@ typedef struct cpu_steal {
  * eighth of a range, a multiple of align. */
 int cpu_steal_init(cpu_steal *r, int nu, int par, int align);
 
-/* The calling thread's (omp_get_thread_num(), < par) next chunk
- * [*u0, *u1): from its own range, else from the back of another's. Returns
- * 0 when every unit is taken. */
-int cpu_steal_take(cpu_steal *r, int par, int chunk, int align, int *u0, int *u1);
+/* Thread me's (< par) next chunk [*u0, *u1): from its own range, else from
+ * the back of another's. Returns 0 when every unit is taken. */
+int cpu_steal_take(cpu_steal *r, int me, int par, int chunk, int align, int *u0, int *u1);
 
 #endif
