@@ -1,5 +1,5 @@
-/* cpu_steal.h - a product's units (rows or panels) shared out in a
- * parallel region by work stealing: each thread owns a contiguous range of
+/* cpu_steal.h - a product's units (rows or panels) shared out among the
+ * threads of a run of the backend's team (cpu_team.h) by work stealing: each thread owns a contiguous range of
  * them, as an even cut gives, and takes its chunks from the front; a thread
  * whose range is done takes chunks from the back of another's.
  *
@@ -10,9 +10,10 @@
  * still streams one contiguous range of the weights until it steals. Which
  * thread computes a unit changes none of its bits.
  *
- * Use: cpu_steal_init before the region (one thread), cpu_steal_take in it
- * until it returns 0. The ranges are the caller's memory (n_threads of
- * them, each on its own cache line). */
+ * Use: cpu_steal_init before the run (one thread), cpu_steal_take in it
+ * until it returns 0, with par as given to init even when fewer threads
+ * run (their steals then take the rest). The ranges are the caller's
+ * memory (n_threads of them, each on its own cache line). */
 #ifndef CK_CPU_STEAL_H
 #define CK_CPU_STEAL_H
 
