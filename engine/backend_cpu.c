@@ -152,6 +152,10 @@ typedef struct cpu_backend {
                          after the split region began */
     double *cls_s;     /* (n_threads) each thread's seconds on its classifier panels */
     int *pcut;         /* (n_threads + 1) the classifier's panel cuts */
+    double *hshare;    /* (n_threads) the heads' share of each thread of a lone token's
+                         attention (attend_heads), learnt as share is */
+    double *head_s;    /* (n_threads) each thread's seconds on its heads */
+    int *hcut;         /* (n_threads + 1) the heads' cuts */
     cpu_steal *steal;  /* (n_threads) the ranges of a product's work stealing */
     cpu_team *team;    /* (n_threads) the products' and a token's attention's threads */
     float *xo;         /* (T, dim) the normed final states of the rows asked for */
@@ -477,10 +481,14 @@ static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *
     return 1;
 }
 
+static double now_s(void);
+static void split_learn(double *share, const int *cut, int parts, double *done);
+
 typedef struct heads_job {
     const cpu_backend *cb;
     const float *q;
     float *out;
+    const int *cut; /* hcut, or NULL: an even cut */
     int nb;
     _Atomic int bad;
 } heads_job;
@@ -488,10 +496,29 @@ typedef struct heads_job {
 static void heads_part(void *arg, int t, int n) {
     heads_job *j = arg;
     const cpu_backend *cb = j->cb;
-    const int H = cb->ashape.n_heads, h0 = H * t / n, h1 = H * (t + 1) / n;
+    const int H = cb->ashape.n_heads;
+    /* the learnt cut when every thread runs, else even */
+    const int h0 = j->cut ? j->cut[t] : H * t / n, h1 = j->cut ? j->cut[t + 1] : H * (t + 1) / n;
+    const double t0 = now_s();
     if (h0 < h1 && cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
                             (size_t)cb->max_ctx, j->out, NULL))
         atomic_store(&j->bad, 1);
+    cb->head_s[t] = now_s() - t0;
+}
+
+/* hcut[0..n_threads] from hshare: each thread at least one head when there
+ * are as many. */
+static void head_cuts(cpu_backend *cb) {
+    const int H = cb->ashape.n_heads, nt = cb->n_threads;
+    int *cut = cb->hcut;
+    double upto = 0.0;
+    cut[0] = 0;
+    for (int p = 0; p < nt; p++) {
+        upto += cb->hshare[p];
+        const int c = p + 1 == nt ? H : (int)(H * upto + 0.5);
+        const int lo = cut[p] + (H >= nt), hi = H - (H >= nt ? nt - 1 - p : 0);
+        cut[p + 1] = c < lo ? lo : c > hi ? hi : c;
+    }
 }
 
 /* attend_fast for the one token of a batch of one, its heads split over
@@ -507,9 +534,16 @@ static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int t
     const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
     if (nb < 0) return 0;
     const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
-    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, 0};
+    /* The heads are cut by learnt shares when the whole team runs: the
+     * caller's heads took 1.4x the worker's time, whichever half it had
+     * (110M Q4_K_M, two threads, the Zen 5 of BENCHMARKS 12 session 11),
+     * and the section waits for the later one. */
+    const int learn = threads == cb->n_threads && cpu_team_size(cb->team) == threads;
+    if (learn) head_cuts(cb);
+    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, learn ? cb->hcut : NULL, nb, 0};
     cpu_team_run(cb->team, threads, heads_part, &j);
     if (atomic_load(&j.bad)) return 0; /* a refusal is every head's (the same shape): nothing kept */
+    if (learn) split_learn(cb->hshare, cb->hcut, threads, cb->head_s);
     attn_block_mass(cb->scores, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
     add_mass(v, list, cb->att_mass, nb, mass_scale);
     return 1;
@@ -759,7 +793,7 @@ static double now_s(void) {
  * slow step, and bounded so no part falls below half an even share. Output
  * is the same whatever the cut: a token's computation does not depend on
  * which thread runs it or with which others. */
-static void split_learn(cpu_backend *cb, const int *cut, int parts, double *done) {
+static void split_learn(double *share, const int *cut, int parts, double *done) {
     double *speed = done, sum = 0.0; /* work a second, in place */
     for (int p = 0; p < parts; p++)
         if (!(done[p] > 0.0)) return; /* clock trouble: keep the shares */
@@ -770,11 +804,11 @@ static void split_learn(cpu_backend *cb, const int *cut, int parts, double *done
     const double lo = 0.5 / parts, hi = 1.5 / parts;
     double tot = 0.0;
     for (int p = 0; p < parts; p++) {
-        double sh = 0.75 * cb->share[p] + 0.25 * speed[p] / sum;
-        cb->share[p] = sh < lo ? lo : sh > hi ? hi : sh;
-        tot += cb->share[p];
+        double sh = 0.75 * share[p] + 0.25 * speed[p] / sum;
+        share[p] = sh < lo ? lo : sh > hi ? hi : sh;
+        tot += share[p];
     }
-    for (int p = 0; p < parts; p++) cb->share[p] /= tot;
+    for (int p = 0; p < parts; p++) share[p] /= tot;
 }
 
 /* The classifier, logits (n_out, vocab) = xo . wcls^T, is the biggest product
@@ -932,9 +966,9 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
             classify_part(cb, logits, bt->n_out, tid);
         }
     }
-    if (team == parts && parts == cb->n_threads) split_learn(cb, cut, parts, cb->done_s);
+    if (team == parts && parts == cb->n_threads) split_learn(cb->share, cut, parts, cb->done_s);
     if (fuse && team == parts)
-        split_learn(cb, cb->pcut, parts, cb->cls_s);
+        split_learn(cb->share, cb->pcut, parts, cb->cls_s);
     else if (bt->n_out)
         classify(cb, logits, bt->n_out);
     return CK_OK;
@@ -1038,6 +1072,9 @@ static void cpu_destroy(backend *b) {
     free(cb->cls_s);
     free(cb->pcut);
     free(cb->steal);
+    free(cb->hshare);
+    free(cb->head_s);
+    free(cb->hcut);
     cpu_team_free(cb->team);
     free(cb->att_blk);
     free(cb->att_rows);
@@ -1384,13 +1421,13 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     p->activations = act;
     /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
      * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut,
-     * steal) */
+     * hshare, head_s, hcut, steal) */
     const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
     const size_t per_blk = sizeof(const float *) + sizeof(int) + sizeof(float);
     p->scratch_per_thread = padd(&a, pmul(&a, scores, sizeof(float)), pmul(&a, max_blocks, per_blk));
     size_t sc = pfloats(&a, (size_t)nt, scores);
     sc = padd(&a, sc, pmul(&a, pmul(&a, (size_t)nt, max_blocks), per_blk));
-    sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
+    sc = padd(&a, sc, 3 * ((size_t)nt + 1) * sizeof(int) + 5 * (size_t)nt * sizeof(double));
     sc = padd(&a, sc, (size_t)nt * sizeof(cpu_steal));
     p->scratch = sc;
     size_t t = padd(&a, p->weights, p->kv);
@@ -1540,12 +1577,15 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->done_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->done_s)) ||
         !(cb->cls_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->cls_s)) ||
         !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)) ||
+        !(cb->hshare = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->hshare)) ||
+        !(cb->head_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->head_s)) ||
+        !(cb->hcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->hcut)) ||
         !(cb->steal = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->steal)))
         goto fail;
     /* OMP_THREAD_LIMIT caps the team as it caps the OpenMP regions */
     const int lim = omp_get_thread_limit();
     if (cpu_team_new(cb->n_threads < lim ? cb->n_threads : lim, &cb->team)) goto fail;
-    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
+    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = cb->hshare[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
     cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
