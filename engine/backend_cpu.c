@@ -270,34 +270,46 @@ static int steal_align(const cpu_mat *const *mats, int n_mats) {
     return 1;
 }
 
-/* A product shared out on the team (cpu_team.h): its arguments, and each
- * thread's part, chunks taken by work stealing until none is left. h/h13:
- * ffn_up's outputs (SwiGLU), NULL for a plain product. */
-typedef struct mm_job {
+/* A product shared out on the team (cpu_team.h): its arguments, and what
+ * a thread does with the units [u0, u1) it takes (matmul's mats, ffn_up's
+ * SwiGLU, the classifier). */
+typedef struct mm_job mm_job;
+struct mm_job {
     const cpu_backend *cb;
-    float *y;
+    void (*units)(const mm_job *j, int u0, int u1);
+    float *y; /* (M, ldy); the classifier's logits */
     int ldy;
     const float *x;
     int row0;
     const cpu_mat *const *mats;
     int n_mats, M, accumulate;
+    float *h13;            /* ffn_up's scratch, y its h */
     int par, chunk, align; /* cpu_steal_init's: the team may run fewer threads
                               (OMP_THREAD_LIMIT), whose steals then take the rest */
-    float *h, *h13;
-} mm_job;
+};
 
-static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float *x, int row0,
-                        const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1);
-
-static void matmul_part(void *arg, int tid, int n) {
+static void mm_units(void *arg, int tid, int n) {
     const mm_job *j = arg;
     int u0, u1;
     (void)n;
-    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1))
-        if (j->h)
-            swiglu_part(j->cb, j->h, j->h13, j->x, j->row0, j->mats[0], j->mats[1], j->M, u0, u1);
-        else
-            mats_part(j->cb, j->y, j->ldy, j->x, j->row0, j->mats, j->n_mats, j->M, u0, u1, j->accumulate);
+    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1)) j->units(j, u0, u1);
+}
+
+/* j's nu units on par threads of the team, by work stealing; here at
+ * once when par <= 1. */
+static void mm_run(cpu_backend *cb, mm_job *j, int nu, int par) {
+    if (par <= 1) {
+        j->units(j, 0, nu);
+        return;
+    }
+    j->align = steal_align(j->mats, j->n_mats);
+    j->chunk = cpu_steal_init(cb->steal, nu, par, j->align);
+    j->par = par;
+    cpu_team_run(cb->team, par, mm_units, j);
+}
+
+static void mats_units(const mm_job *j, int u0, int u1) {
+    mats_part(j->cb, j->y, j->ldy, j->x, j->row0, j->mats, j->n_mats, j->M, u0, u1, j->accumulate);
 }
 
 /* y (M, ldy) = x (M, K) . [w_0; w_1; ...]^T (+ y when accumulate): the
@@ -319,13 +331,17 @@ static void matmul(cpu_backend *cb, float *y, int ldy, const float *x, int row0,
     int par = gemm_threads(M, N, K, threads), nu = 0;
     if (par > min_units) par = min_units;
     for (int i = 0; i < n_mats; i++) nu += mat_units(mats[i]);
-    if (par <= 1) {
-        mats_part(cb, y, ldy, x, row0, mats, n_mats, M, 0, nu, accumulate);
-        return;
-    }
-    const int align = steal_align(mats, n_mats), chunk = cpu_steal_init(cb->steal, nu, par, align);
-    mm_job j = {cb, y, ldy, x, row0, mats, n_mats, M, accumulate, par, chunk, align, NULL, NULL};
-    cpu_team_run(cb->team, par, matmul_part, &j);
+    mm_job j = {.cb = cb,
+                .units = mats_units,
+                .y = y,
+                .ldy = ldy,
+                .x = x,
+                .row0 = row0,
+                .mats = mats,
+                .n_mats = n_mats,
+                .M = M,
+                .accumulate = accumulate};
+    mm_run(cb, &j, nu, par);
 }
 
 /* Units [u0, u1) of h = SwiGLU (see ffn_up). */
@@ -343,6 +359,10 @@ static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float
     }
 }
 
+static void swiglu_units(const mm_job *j, int u0, int u1) {
+    swiglu_part(j->cb, j->y, j->h13, j->x, j->row0, j->mats[0], j->mats[1], j->M, u0, u1);
+}
+
 /* h (M, F) = SwiGLU(x . w1^T, x . w3^T), h13 (M, 2F) the scratch for the gate
  * then the up columns. Each thread computes the gate and the up columns of
  * its own units and applies the SwiGLU to them at once, so the SwiGLU pass
@@ -355,14 +375,17 @@ static void ffn_up(cpu_backend *cb, float *h, float *h13, const float *x, int ro
     quantize_in(cb, x, M, K, row0, mats, 2);
     int par = gemm_threads(M, 2 * mat_n(w1), K, threads);
     if (par > nu) par = nu;
-    if (par <= 1) {
-        swiglu_part(cb, h, h13, x, row0, w1, w3, M, 0, nu);
-        return;
-    }
     const cpu_mat *const both[2] = {w1, w3};
-    const int align = steal_align(both, 2), chunk = cpu_steal_init(cb->steal, nu, par, align);
-    mm_job j = {cb, NULL, 0, x, row0, both, 2, M, 0, par, chunk, align, h, h13};
-    cpu_team_run(cb->team, par, matmul_part, &j);
+    mm_job j = {.cb = cb,
+                .units = swiglu_units,
+                .y = h,
+                .x = x,
+                .row0 = row0,
+                .mats = both,
+                .n_mats = 2,
+                .M = M,
+                .h13 = h13};
+    mm_run(cb, &j, nu, par);
 }
 
 /* llama2.c's rmsnorm, operation for operation, so greedy output matches it. */
@@ -826,7 +849,7 @@ static int classify_splits(const cpu_backend *cb, int n_out) {
 
 /* Units [u0, u1) of the classifier: logits (n_out, vocab) from xo (f32
  * panels) or its quantized rows xoq. */
-static void classify_units(cpu_backend *cb, float *logits, int n_out, int u0, int u1) {
+static void classify_units(const cpu_backend *cb, float *logits, int n_out, int u0, int u1) {
     const cpu_mat *w = &cb->wcls;
     if (w->f.p)
         gemm_panels(logits, w->f.n, cb->xo, &w->f, n_out, u0, u1, 0);
@@ -854,19 +877,7 @@ static void classify_part(cpu_backend *cb, float *logits, int n_out, int t) {
     cb->cls_s[t] = now_s() - t0;
 }
 
-typedef struct cls_job {
-    cpu_backend *cb;
-    float *logits;
-    int n_out, par, chunk, align; /* par: as mm_job's */
-} cls_job;
-
-static void classify_team_part(void *arg, int tid, int n) {
-    const cls_job *j = arg;
-    int u0, u1;
-    (void)n;
-    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1))
-        classify_units(j->cb, j->logits, j->n_out, u0, u1);
-}
+static void cls_units(const mm_job *j, int u0, int u1) { classify_units(j->cb, j->y, j->M, u0, u1); }
 
 /* The classifier on the team (when the layers ran without a token split),
  * its units shared by work stealing (cpu_steal.h). */
@@ -874,14 +885,9 @@ static void classify(cpu_backend *cb, float *logits, int n_out) {
     const int nu = mat_units(&cb->wcls);
     int par = gemm_threads(n_out, mat_n(&cb->wcls), cb->base.m->cfg.dim, cb->n_threads);
     if (par > nu) par = nu;
-    if (par <= 1) {
-        classify_units(cb, logits, n_out, 0, nu);
-        return;
-    }
     const cpu_mat *const w[1] = {&cb->wcls};
-    const int align = steal_align(w, 1), chunk = cpu_steal_init(cb->steal, nu, par, align);
-    cls_job j = {cb, logits, n_out, par, chunk, align};
-    cpu_team_run(cb->team, par, classify_team_part, &j);
+    mm_job j = {.cb = cb, .units = cls_units, .y = logits, .mats = w, .n_mats = 1, .M = n_out};
+    mm_run(cb, &j, nu, par);
 }
 
 /* The final norm of tokens [i0, i1) that have an output row, into xo. */
