@@ -3,10 +3,10 @@
  * where cpu_features.h found AVX2).
  *
  * The passes of cpu_attn_avx512.c at half the width:
- *   scores: for each block, 8 positions at a time and each head, the 8
- *           partial products (head_dim / 8 FMAs each, the query vector
- *           loaded once for the 8) go through one transposing add tree
- *           into a vector of 8 scores;
+ *   scores: 8 positions at a time (across the blocks' bounds) and each
+ *           head, the 8 partial products (head_dim / 8 FMAs each, the
+ *           query vector loaded once for the 8) go through one
+ *           transposing add tree into a vector of 8 scores;
  *   softmax: per head, vectorized (vexp256_ps);
  *   values: output accumulators in registers (12 of the 16 vector
  *           registers: a group of heads, or half of a head of 128) while
@@ -15,6 +15,7 @@
  * and its values added through memory, took 13 % of a batch-1 decode step
  * on the stories110M shape (perf, one thread, 144 positions). */
 #include "cpu_attn.h"
+#include "cpu_attn_walk.h"
 #include "cpu_prefetch.h"
 #include "cpu_vexp.h"
 
@@ -41,51 +42,57 @@ static inline __m256 hsum8(const __m256 *p) {
     return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
-/* The scores pass, HV = head_dim / 8 a constant once inlined. */
+/* The scores pass, HV = head_dim / 8 a constant once inlined. The
+ * positions go 8 at a time across the blocks' bounds (cpu_attn_walk.h),
+ * and the rows 8 positions ahead are asked for, this thread's heads'
+ * columns of them, a part each head. */
 static inline __attribute__((always_inline)) void scores(const attn_shape *s, const float *q,
                                                          const float *const *blk, const int *rows, int n_blk,
                                                          int h0, int h1, float *att, size_t stride,
                                                          const int HV) {
-    const int hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size, H = h1 - h0;
+    const int hd = s->head_dim, H = h1 - h0;
+    const size_t kvd = (size_t)s->kv_dim;
     const __m256 vscale = _mm256_set1_ps(sqrtf((float)hd));
-    const size_t span = 2 * (size_t)bs * kvd * sizeof(float);
-    int n = 0;
-    for (int b = 0; b < n_blk; b++) {
-        const char *next = b + 1 < n_blk ? (const char *)blk[b + 1] : NULL;
-        const int tn = rows[b], chunks = (tn + 7) / 8;
-        for (int ch = 0; ch < chunks; ch++) {
-            const int t0 = ch * 8, c = tn - t0 < 8 ? tn - t0 : 8;
-            for (int h = h0; h < h1; h++) {
-                const float *qh = q + (size_t)h * hd;
-                const float *k = blk[b] + (size_t)t0 * kvd + (size_t)(h / s->gqa) * hd;
-                /* a few lines of the next block a head (cpu_prefetch.h) */
-                if (next) prefetch_part(next, span, ch * H + h - h0, chunks * H);
-                __m256 p[8];
-                for (int t = 0; t < 8; t++) p[t] = _mm256_setzero_ps();
-                if (c == 8) {
-                    for (int j = 0; j < HV; j++) {
-                        const __m256 qv = _mm256_loadu_ps(qh + 8 * j);
-                        for (int t = 0; t < 8; t++)
-                            p[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)t * kvd + 8 * j), p[t]);
-                    }
-                } else { /* rows past c may lie past the block: not read */
-                    for (int j = 0; j < HV; j++) {
-                        const __m256 qv = _mm256_loadu_ps(qh + 8 * j);
-                        for (int t = 0; t < c; t++)
-                            p[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)t * kvd + 8 * j), p[t]);
-                    }
+    size_t c0, cb;
+    attn_head_cols(s, h0, h1, &c0, &cb);
+    kv_walk w = kv_walk_start(blk, rows, n_blk), ahead = w;
+    for (int i = 0; i < 8; i++) kv_walk_next(&ahead, kvd, 0);
+    for (int n = 0, c = 8; c == 8; n += c) {
+        const float *k[8], *pf[8];
+        for (c = 0; c < 8; c++)
+            if (!(k[c] = kv_walk_next(&w, kvd, 0))) break;
+        if (!c) break;
+        for (int t = 0; t < 8; t++) pf[t] = kv_walk_next(&ahead, kvd, 0);
+        for (int h = h0; h < h1; h++) {
+            const float *qh = q + (size_t)h * hd;
+            const size_t col = (size_t)(h / s->gqa) * hd;
+            /* a few lines of each row ahead a head (cpu_prefetch.h) */
+            for (int t = 0; t < 8; t++)
+                if (pf[t]) prefetch_part((const char *)(pf[t] + c0), cb, h - h0, H);
+            __m256 p[8];
+            for (int t = 0; t < 8; t++) p[t] = _mm256_setzero_ps();
+            if (c == 8) {
+                for (int j = 0; j < HV; j++) {
+                    const __m256 qv = _mm256_loadu_ps(qh + 8 * j);
+                    for (int t = 0; t < 8; t++)
+                        p[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t] + col + 8 * j), p[t]);
                 }
-                const __m256 sc = _mm256_div_ps(hsum8(p), vscale);
-                float *a = att + (size_t)h * stride + n;
-                if (c == 8) {
-                    _mm256_storeu_ps(a, sc);
-                } else {
-                    float tmp[8];
-                    _mm256_storeu_ps(tmp, sc);
-                    for (int t = 0; t < c; t++) a[t] = tmp[t];
+            } else { /* the last positions: no rows past them */
+                for (int j = 0; j < HV; j++) {
+                    const __m256 qv = _mm256_loadu_ps(qh + 8 * j);
+                    for (int t = 0; t < c; t++)
+                        p[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t] + col + 8 * j), p[t]);
                 }
             }
-            n += c;
+            const __m256 sc = _mm256_div_ps(hsum8(p), vscale);
+            float *a = att + (size_t)h * stride + n;
+            if (c == 8) {
+                _mm256_storeu_ps(a, sc);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, sc);
+                for (int t = 0; t < c; t++) a[t] = tmp[t];
+            }
         }
     }
 }
@@ -152,11 +159,20 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
     const int G = HV <= ACC_MAX ? ACC_MAX / HV : 1, JC = HV <= ACC_MAX ? HV : (HV + 1) / 2;
     for (int h = hb; h < he; h++)
         for (int j = 0; j < HV; j++) _mm256_storeu_ps(out + (size_t)h * hd + 8 * j, _mm256_setzero_ps());
+    /* the V rows two chunks ahead, this thread's columns, a part each group of heads */
+    const size_t voff = (size_t)bs * kvd;
+    size_t c0, cb;
+    attn_head_cols(s, hb, he, &c0, &cb);
+    kv_walk ahead = kv_walk_start(blk, rows, n_blk);
+    for (int i = 0; i < 16; i++) kv_walk_next(&ahead, (size_t)kvd, voff);
+    const int groups = (he - hb + G - 1) / G;
     int n = 0;
     for (int b = 0; b < n_blk; b++) {
-        const float *v = blk[b] + (size_t)bs * kvd;
+        const float *v = blk[b] + voff;
         for (int t0 = 0; t0 < rows[b]; t0 += 8) {
             const int c = rows[b] - t0 < 8 ? rows[b] - t0 : 8;
+            const float *pf[8];
+            for (int t = 0; t < c; t++) pf[t] = kv_walk_next(&ahead, (size_t)kvd, voff);
             for (int h0 = hb; h0 < he; h0 += G) {
                 const int g = he - h0 < G ? he - h0 : G;
                 for (int j0 = 0; j0 < HV; j0 += JC) {
@@ -166,6 +182,8 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
                         for (int j = 0; j < JC && j < jn; j++)
                             acc[hh * JC + j] = _mm256_loadu_ps(out + (size_t)(h0 + hh) * hd + 8 * (j0 + j));
                     for (int t = 0; t < c; t++) {
+                        if (pf[t] && j0 == 0)
+                            prefetch_part((const char *)(pf[t] + c0), cb, (h0 - hb) / G, groups);
                         const float *vt = v + (size_t)(t0 + t) * kvd;
                         for (int hh = 0; hh < G && hh < g; hh++) {
                             const __m256 a = _mm256_set1_ps(att[(size_t)(h0 + hh) * stride + n + t]);

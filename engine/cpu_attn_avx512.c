@@ -4,9 +4,10 @@
  *
  * Three passes, as in the general code, so the probabilities exist whole
  * (the policy reads each block's attention mass):
- *   scores: for each block, 16 positions at a time and each head, the 16
- *           partial products (head_dim / 16 FMAs each) go through one
- *           transposing add tree into a vector of 16 scores;
+ *   scores: 16 positions at a time (across the blocks' bounds) and each
+ *           head, the 16 partial products (head_dim / 16 FMAs each) go
+ *           through one transposing add tree into a vector of 16 scores,
+ *           each score's sum the same whichever slot it has;
  *   softmax: per head, vectorized, exp by range reduction and a degree-7
  *           polynomial (within 2 ulp of expf), divided by the sum as
  *           llama2.c divides;
@@ -17,6 +18,7 @@
  * Measured on the stories15M shape at batch 32 (head size 48): the same
  * attention in about half the time of the general code. */
 #include "cpu_attn.h"
+#include "cpu_attn_walk.h"
 #include "cpu_prefetch.h"
 #include "cpu_vexp.h"
 
@@ -52,40 +54,44 @@ static inline __m512 hsum16(const __m512 *v) {
                          _mm512_shuffle_f32x4(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* The scores pass, HV = head_dim / 16 a constant once inlined. */
+/* The scores pass, HV = head_dim / 16 a constant once inlined. The
+ * positions go 16 at a time across the blocks' bounds (cpu_attn_walk.h),
+ * and the rows 16 positions ahead are asked for, this thread's heads'
+ * columns of them, a part each head. */
 static inline __attribute__((always_inline)) void scores(const attn_shape *s, const float *q,
                                                          const float *const *blk, const int *rows, int n_blk,
                                                          int h0, int h1, float *att, size_t stride,
                                                          const int HV) {
-    const int hd = s->head_dim, kvd = s->kv_dim, bs = s->block_size, H = h1 - h0;
+    const int hd = s->head_dim, H = h1 - h0;
+    const size_t kvd = (size_t)s->kv_dim;
     const __m512 vscale = _mm512_set1_ps(sqrtf((float)hd));
-    const size_t span = 2 * (size_t)bs * kvd * sizeof(float);
-    int n = 0;
-    for (int b = 0; b < n_blk; b++) {
-        const char *next = b + 1 < n_blk ? (const char *)blk[b + 1] : NULL;
-        const int tn = rows[b], chunks = (tn + 15) / 16;
-        for (int ch = 0; ch < chunks; ch++) {
-            const int t0 = ch * 16, c = tn - t0 < 16 ? tn - t0 : 16;
-            for (int h = h0; h < h1; h++) {
-                const float *qh = q + (size_t)h * hd;
-                const float *k = blk[b] + (size_t)t0 * kvd + (size_t)(h / s->gqa) * hd;
-                __m512 qv[HV_MAX], p[16];
-                for (int j = 0; j < HV; j++) qv[j] = _mm512_loadu_ps(qh + 16 * j);
-                for (int t = 0; t < 16; t++) {
-                    /* a few lines at a time: asked in bursts, the requests
-                     * filled the miss buffers and the core waited on them */
-                    if (next && (t & 3) == 0)
-                        prefetch_part(next, span, (ch * H + h - h0) * 4 + t / 4, chunks * H * 4);
-                    __m512 a = _mm512_setzero_ps();
-                    if (t < c)
-                        for (int j = 0; j < HV; j++)
-                            a = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(k + (size_t)t * kvd + 16 * j), a);
-                    p[t] = a;
-                }
-                _mm512_mask_storeu_ps(att + (size_t)h * stride + n, (__mmask16)((1u << c) - 1),
-                                      _mm512_div_ps(hsum16(p), vscale));
+    size_t c0, cb;
+    attn_head_cols(s, h0, h1, &c0, &cb);
+    kv_walk w = kv_walk_start(blk, rows, n_blk), ahead = w;
+    for (int i = 0; i < 16; i++) kv_walk_next(&ahead, kvd, 0);
+    for (int n = 0, c = 16; c == 16; n += c) {
+        const float *k[16], *pf[16];
+        for (c = 0; c < 16; c++)
+            if (!(k[c] = kv_walk_next(&w, kvd, 0))) break;
+        if (!c) break;
+        for (int t = 0; t < 16; t++) pf[t] = kv_walk_next(&ahead, kvd, 0);
+        for (int h = h0; h < h1; h++) {
+            const float *qh = q + (size_t)h * hd;
+            const size_t col = (size_t)(h / s->gqa) * hd;
+            __m512 qv[HV_MAX], p[16];
+            for (int j = 0; j < HV; j++) qv[j] = _mm512_loadu_ps(qh + 16 * j);
+            for (int t = 0; t < 16; t++) {
+                /* a few lines at a time: asked in bursts, the requests
+                 * filled the miss buffers and the core waited on them */
+                if (pf[t]) prefetch_part((const char *)(pf[t] + c0), cb, h - h0, H);
+                __m512 a = _mm512_setzero_ps();
+                if (t < c)
+                    for (int j = 0; j < HV; j++)
+                        a = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(k[t] + col + 16 * j), a);
+                p[t] = a;
             }
-            n += c;
+            _mm512_mask_storeu_ps(att + (size_t)h * stride + n, (__mmask16)((1u << c) - 1),
+                                  _mm512_div_ps(hsum16(p), vscale));
         }
     }
 }
@@ -134,11 +140,20 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
     const int G = ACC_MAX / HV;
     for (int h = hb; h < he; h++)
         for (int j = 0; j < HV; j++) _mm512_storeu_ps(out + (size_t)h * hd + 16 * j, _mm512_setzero_ps());
+    /* the V rows two chunks ahead, this thread's columns, a part each group of heads */
+    const size_t voff = (size_t)bs * kvd;
+    size_t c0, cb;
+    attn_head_cols(s, hb, he, &c0, &cb);
+    kv_walk ahead = kv_walk_start(blk, rows, n_blk);
+    for (int i = 0; i < 2 * VCHUNK; i++) kv_walk_next(&ahead, (size_t)kvd, voff);
+    const int groups = (he - hb + G - 1) / G;
     int n = 0;
     for (int b = 0; b < n_blk; b++) {
-        const float *v = blk[b] + (size_t)bs * kvd;
+        const float *v = blk[b] + voff;
         for (int t0 = 0; t0 < rows[b]; t0 += VCHUNK) {
             const int c = rows[b] - t0 < VCHUNK ? rows[b] - t0 : VCHUNK;
+            const float *pf[VCHUNK];
+            for (int t = 0; t < c; t++) pf[t] = kv_walk_next(&ahead, (size_t)kvd, voff);
             for (int h0 = hb; h0 < he; h0 += G) {
                 const int g = he - h0 < G ? he - h0 : G;
                 __m512 acc[ACC_MAX];
@@ -146,6 +161,7 @@ static inline __attribute__((always_inline)) void values(const attn_shape *s, co
                     for (int j = 0; j < HV; j++)
                         acc[hh * HV + j] = _mm512_loadu_ps(out + (size_t)(h0 + hh) * hd + 16 * j);
                 for (int t = 0; t < c; t++) {
+                    if (pf[t]) prefetch_part((const char *)(pf[t] + c0), cb, (h0 - hb) / G, groups);
                     const float *vt = v + (size_t)(t0 + t) * kvd;
                     for (int hh = 0; hh < G && hh < g; hh++) {
                         const __m512 a = _mm512_set1_ps(att[(size_t)(h0 + hh) * stride + n + t]);

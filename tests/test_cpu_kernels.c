@@ -519,9 +519,12 @@ static void attn_at_isa(void) {
     }
     CK_CHECK_MSG(n_ok == N_SHAPES, "only %d of %d shapes supported", n_ok, N_SHAPES);
     rng r = {0x452821E638D01377ULL};
-    static const int block_sizes[] = {16, 8};
+    /* 8 and 4 (short contexts' defaults, kv.h) and 20 put the kernels'
+     * groups of 16 or 8 positions across the blocks' bounds */
+    static const int block_sizes[] = {16, 8, 4, 20};
+    enum { N_BS = sizeof block_sizes / sizeof block_sizes[0] };
     for (int i = 0; i < N_SHAPES; i++)
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < N_BS; b++) {
             s[i].block_size = block_sizes[b];
             for (int nb = 1; nb <= ATT_MAX_BLK; nb++) {
                 /* The last block partial; one row and a full block at the ends. */
