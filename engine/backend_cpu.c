@@ -224,7 +224,8 @@ static void quantize_in(cpu_backend *cb, const float *x, int M, int K, int row0,
         if (done & (1 << a)) continue;
         done |= 1 << a;
         for (int m = 0; m < M; m++)
-            qact_row(act_fmt[a], x + (size_t)m * K, cb->xq[a] + (size_t)(row0 + m) * cb->xq_stride[a], K);
+            qact_row_isa(cb->isa, act_fmt[a], x + (size_t)m * K,
+                         cb->xq[a] + (size_t)(row0 + m) * cb->xq_stride[a], K);
     }
 }
 
@@ -899,7 +900,8 @@ static void out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1) {
         if (r < 0) continue;
         rmsnorm(cb->xo + (size_t)r * D, cb->x + (size_t)i * D, cb->out_norm, D, c->norm_eps);
         if (cb->xoq)
-            qact_row(cb->wcls.q.t->act, cb->xo + (size_t)r * D, cb->xoq + (size_t)r * cb->xoq_stride, D);
+            qact_row_isa(cb->isa, cb->wcls.q.t->act, cb->xo + (size_t)r * D,
+                         cb->xoq + (size_t)r * cb->xoq_stride, D);
     }
 }
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_features.h"
 #include "quant.h"
 
 size_t qact_row_bytes(int fmt, int k) {
@@ -109,4 +110,17 @@ int qact_row(int fmt, const float *x, void *y, int k) {
     case QACT_Q8_0S: qact_q8_0s(x, y, k); return 0;
     default: qact_q8_K(x, y, k); return 0;
     }
+}
+
+int qact_row_isa(int isa, int fmt, const float *x, void *y, int k) {
+#if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX2 && qact_row_bytes(fmt, k)) switch (fmt) {
+        case QB_Q8_0: qact_q8_0_avx2(x, y, k); return 0;
+        case QACT_Q8_0S: qact_q8_0s_avx2(x, y, k); return 0;
+        case QB_Q8_K: qact_q8_K_avx2(x, y, k); return 0;
+        default: break;
+        }
+#endif
+    (void)isa;
+    return qact_row(fmt, x, y, k);
 }

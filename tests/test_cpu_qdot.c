@@ -117,6 +117,70 @@ static void test_qact_q8_0s(void) {
     CK_CHECK(top == 32 * 127);
 }
 
+/* Row r of the vectorized quantizers' test: random, and the cases their
+ * lanes could get wrong. */
+static void qact_case(rng *r, float *x, int n, int c) {
+    for (int i = 0; i < n; i++) x[i] = rng_f(r) * (c % 3 == 0 ? 1e-3f : c % 3 == 1 ? 5.0f : 3e4f);
+    switch (c % 9) {
+    case 0: break;
+    case 1: /* the largest |x| twice, + then -: the first gives the sign */
+        x[n / 3] = 9.0f, x[n / 2] = -9.0f;
+        break;
+    case 2: /* -, then +; and a later equal one */ x[5] = -9.0f, x[n - 7] = 9.0f, x[n - 1] = -9.0f; break;
+    case 3: /* ties of the rounding: multiples of max / 254 */
+        for (int i = 0; i < n; i++) x[i] = (float)((int)(rng_next(r) % 255) - 127) * (1.0f / 254.0f);
+        x[0] = 1.0f;
+        break;
+    case 4: /* zeros (a zero block), negative zeros, subnormals */
+        for (int i = 0; i < n; i++) x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : 1e-40f * (float)(i % 5);
+        break;
+    case 5: /* all one value */
+        for (int i = 0; i < n; i++) x[i] = -2.5f;
+        break;
+    case 6: /* a NaN and an infinity in some blocks: the portable code's */
+        x[3] = NAN, x[n - 40] = -INFINITY;
+        break;
+    case 7: /* huge */
+        for (int i = 0; i < n; i++) x[i] = rng_f(r) * 3e38f;
+        break;
+    default: /* one block's worth of zeros in the middle */
+        for (int i = 256; i < 512 && i < n; i++) x[i] = 0.0f;
+        break;
+    }
+}
+
+/* qact_row_isa at every level from AVX2 this CPU runs writes the portable
+ * quantizers' bytes, for every format it vectorizes. */
+static void test_qact_isa_same_bytes(void) {
+    const int best = cpu_isa_detect();
+    if (best < CPU_ISA_AVX2) {
+        fprintf(stderr, "  skipped: no AVX2 on this CPU (the vector quantizers are compiled, not run)\n");
+        return;
+    }
+    static const int fmts[] = {QB_Q8_K, QB_Q8_0, QACT_Q8_0S, QB_Q8_1};
+    enum { N = 256 * 4 };
+    static float x[N];
+    static unsigned char want[4 * N], got[4 * N];
+    rng r = {0x2545F4914F6CDD1DULL};
+    int cases = 0, bad = 0;
+    for (int isa = CPU_ISA_AVX2; isa <= best; isa++)
+        for (int f = 0; f < 4; f++)
+            for (int c = 0; c < 90; c++) {
+                qact_case(&r, x, N, c);
+                const size_t nb = qact_row_bytes(fmts[f], N);
+                memset(want, 0xA5, sizeof want), memset(got, 0x5A, sizeof got);
+                CK_CHECK(qact_row(fmts[f], x, want, N) == 0);
+                CK_CHECK(qact_row_isa(isa, fmts[f], x, got, N) == 0);
+                cases++;
+                if (memcmp(want, got, nb)) {
+                    if (bad++ < 5)
+                        fprintf(stderr, "  %s fmt %d case %d: bytes differ\n", cpu_isa_name(isa), fmts[f], c);
+                }
+            }
+    CK_CHECK_MSG(bad == 0, "%d of %d rows differ", bad, cases);
+    CK_CHECK(qact_row_isa(best, QB_Q8_K, x, got, 100) == -1);
+}
+
 /* q8_K: d = (the element of largest |x|) / -127, q = x / d rounded half to
  * even, at most 127; bsums the sums of 16. */
 static void test_qact_q8_K(void) {
@@ -681,6 +745,7 @@ int main(void) {
     CK_RUN(test_qact_q8_1);
     CK_RUN(test_qact_q8_K);
     CK_RUN(test_qact_q8_0s);
+    CK_RUN(test_qact_isa_same_bytes);
     CK_RUN(test_repack8_layout);
     CK_RUN(test_table);
     CK_RUN(test_kernels_every_isa);
