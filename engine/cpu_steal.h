@@ -10,6 +10,15 @@
  * still streams one contiguous range of the weights until it steals. Which
  * thread computes a unit changes none of its bits.
  *
+ * The chunks shrink as a range empties (guided): a take is a third of what
+ * is left of the thread's own range, a steal half of what is left of
+ * another's, neither below the chunk init returns (a 32nd of a range).
+ * Why: the first to finish waits for the other's last chunk. With fixed
+ * eighths the caller waited 1.8-2.0 us a section and the worker finished
+ * 1.3-1.6 us after it, 61 sections a step (110M Q4_K_M, two threads, the
+ * Zen 5 of docs/BENCHMARKS.md section 12, timed in the team); shrinking
+ * chunks halved both.
+ *
  * Use: cpu_steal_init before the run (one thread), cpu_steal_take in it
  * until it returns 0, with par as given to init even when fewer threads
  * run (their steals then take the rest). The ranges are the caller's
@@ -26,8 +35,8 @@ typedef struct cpu_steal {
 } cpu_steal;
 
 /* Cuts nu units into `par` ranges whose bounds are multiples of `align`
- * (but the last, nu), and returns the chunk a take asks for: about an
- * eighth of a range, a multiple of align. */
+ * (but the last, nu), and returns the smallest chunk a take asks for:
+ * about a 32nd of a range, a multiple of align. */
 int cpu_steal_init(cpu_steal *r, int nu, int par, int align);
 
 /* Thread me's (< par) next chunk [*u0, *u1): from its own range, else from
