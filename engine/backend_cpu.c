@@ -152,10 +152,6 @@ typedef struct cpu_backend {
                          after the split region began */
     double *cls_s;     /* (n_threads) each thread's seconds on its classifier panels */
     int *pcut;         /* (n_threads + 1) the classifier's panel cuts */
-    double *hshare;    /* (n_threads) the heads' share of each thread of a lone token's
-                         attention (attend_heads), learnt as share is */
-    double *head_s;    /* (n_threads) each thread's seconds on its heads */
-    int *hcut;         /* (n_threads + 1) the heads' cuts */
     cpu_steal *steal;  /* (n_threads) the ranges of a product's work stealing */
     cpu_team *team;    /* (n_threads) the products' and a token's attention's threads */
     float *xo;         /* (T, dim) the normed final states of the rows asked for */
@@ -505,44 +501,25 @@ static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *
     return 1;
 }
 
-static double now_s(void);
-static void split_learn(double *share, const int *cut, int parts, double *done);
-
 typedef struct heads_job {
     const cpu_backend *cb;
     const float *q;
     float *out;
-    const int *cut; /* hcut, or NULL: an even cut */
-    int nb;
+    int nb, par;
     _Atomic int bad;
 } heads_job;
 
+/* A thread's heads, taken by work stealing (cpu_steal.h), a run of them a
+ * call. */
 static void heads_part(void *arg, int t, int n) {
     heads_job *j = arg;
     const cpu_backend *cb = j->cb;
-    const int H = cb->ashape.n_heads;
-    /* the learnt cut when every thread runs, else even */
-    const int h0 = j->cut ? j->cut[t] : H * t / n, h1 = j->cut ? j->cut[t + 1] : H * (t + 1) / n;
-    const double t0 = now_s();
-    if (h0 < h1 && cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
-                            (size_t)cb->max_ctx, j->out, NULL))
-        atomic_store(&j->bad, 1);
-    cb->head_s[t] = now_s() - t0;
-}
-
-/* hcut[0..n_threads] from hshare: each thread at least one head when there
- * are as many. */
-static void head_cuts(cpu_backend *cb) {
-    const int H = cb->ashape.n_heads, nt = cb->n_threads;
-    int *cut = cb->hcut;
-    double upto = 0.0;
-    cut[0] = 0;
-    for (int p = 0; p < nt; p++) {
-        upto += cb->hshare[p];
-        const int c = p + 1 == nt ? H : (int)(H * upto + 0.5);
-        const int lo = cut[p] + (H >= nt), hi = H - (H >= nt ? nt - 1 - p : 0);
-        cut[p + 1] = c < lo ? lo : c > hi ? hi : c;
-    }
+    int h0, h1;
+    (void)n;
+    while (cpu_steal_take(cb->steal, t, j->par, 1, 1, &h0, &h1))
+        if (cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
+                     (size_t)cb->max_ctx, j->out, NULL))
+            atomic_store(&j->bad, 1);
 }
 
 /* attend_fast for the one token of a batch of one, its heads split over
@@ -550,7 +527,13 @@ static void head_cuts(cpu_backend *cb) {
  * would run on one thread while the others wait). Every head is computed
  * as attend_fast computes it and the mass summed afterwards in the same
  * order, so the bits are attend_fast's. Returns 1 when done, 0 when the
- * general code must run. */
+ * general code must run.
+ *
+ * The heads go by work stealing, a head the smallest unit. Why: an even
+ * cut left the caller's six heads taking 1.4x the worker's time (110M
+ * Q4_K_M, two threads, the Zen 5 of docs/BENCHMARKS.md section 12), and a
+ * cut learnt from the threads' speeds, in whole heads, still left the
+ * caller waiting 12-16 % of each attention run (timed in the team). */
 static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int threads, float mass_scale) {
     const int q = bt->seq[i], H = cb->ashape.n_heads;
     const be_seq_view *v = &bt->seqs[q];
@@ -558,16 +541,10 @@ static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int t
     const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
     if (nb < 0) return 0;
     const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
-    /* The heads are cut by learnt shares when the whole team runs: the
-     * caller's heads took 1.4x the worker's time, whichever half it had
-     * (110M Q4_K_M, two threads, the Zen 5 of BENCHMARKS 12 session 11),
-     * and the section waits for the later one. */
-    const int learn = threads == cb->n_threads && cpu_team_size(cb->team) == threads;
-    if (learn) head_cuts(cb);
-    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, learn ? cb->hcut : NULL, nb, 0};
+    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, threads, 0};
+    cpu_steal_init(cb->steal, H, threads, 1);
     cpu_team_run(cb->team, threads, heads_part, &j);
     if (atomic_load(&j.bad)) return 0; /* a refusal is every head's (the same shape): nothing kept */
-    if (learn) split_learn(cb->hshare, cb->hcut, threads, cb->head_s);
     attn_block_mass(cb->scores, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
     add_mass(v, list, cb->att_mass, nb, mass_scale);
     return 1;
@@ -1080,9 +1057,6 @@ static void cpu_destroy(backend *b) {
     free(cb->cls_s);
     free(cb->pcut);
     free(cb->steal);
-    free(cb->hshare);
-    free(cb->head_s);
-    free(cb->hcut);
     cpu_team_free(cb->team);
     free(cb->att_blk);
     free(cb->att_rows);
@@ -1429,13 +1403,13 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     p->activations = act;
     /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
      * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut,
-     * hshare, head_s, hcut, steal) */
+     * steal) */
     const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
     const size_t per_blk = sizeof(const float *) + sizeof(int) + sizeof(float);
     p->scratch_per_thread = padd(&a, pmul(&a, scores, sizeof(float)), pmul(&a, max_blocks, per_blk));
     size_t sc = pfloats(&a, (size_t)nt, scores);
     sc = padd(&a, sc, pmul(&a, pmul(&a, (size_t)nt, max_blocks), per_blk));
-    sc = padd(&a, sc, 3 * ((size_t)nt + 1) * sizeof(int) + 5 * (size_t)nt * sizeof(double));
+    sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
     sc = padd(&a, sc, (size_t)nt * sizeof(cpu_steal));
     p->scratch = sc;
     size_t t = padd(&a, p->weights, p->kv);
@@ -1585,15 +1559,12 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->done_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->done_s)) ||
         !(cb->cls_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->cls_s)) ||
         !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)) ||
-        !(cb->hshare = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->hshare)) ||
-        !(cb->head_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->head_s)) ||
-        !(cb->hcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->hcut)) ||
         !(cb->steal = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->steal)))
         goto fail;
     /* OMP_THREAD_LIMIT caps the team as it caps the OpenMP regions */
     const int lim = omp_get_thread_limit();
     if (cpu_team_new(cb->n_threads < lim ? cb->n_threads : lim, &cb->team)) goto fail;
-    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = cb->hshare[p] = 1.0 / cb->n_threads;
+    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
     cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
     cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;

@@ -34,7 +34,8 @@ static inline int any_nonfinite(const float *x, int n) {
     const __m256 big = _mm256_set1_ps(3.40282347e38f), sign = _mm256_set1_ps(-0.0f);
     __m256 bad = _mm256_setzero_ps();
     for (int j = 0; j < n; j += 8)
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), big, _CMP_NLE_UQ));
+        bad = _mm256_or_ps(bad,
+                           _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), big, _CMP_NLE_UQ));
     return _mm256_movemask_ps(bad) != 0;
 }
 
@@ -45,7 +46,8 @@ static inline __m256i low_bytes(__m256i a, __m256i b, __m256i c, __m256i d) {
     const __m256i m = _mm256_set1_epi32(0xff);
     const __m256i ab = _mm256_packus_epi32(_mm256_and_si256(a, m), _mm256_and_si256(b, m));
     const __m256i cd = _mm256_packus_epi32(_mm256_and_si256(c, m), _mm256_and_si256(d, m));
-    return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 void qact_q8_K_avx2(const float *x, qblock_q8_K *y, int k) {
@@ -59,7 +61,8 @@ void qact_q8_K_avx2(const float *x, qblock_q8_K *y, int k) {
             continue;
         }
         __m256 mx = _mm256_setzero_ps();
-        for (int j = 0; j < QBLOCK_K; j += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        for (int j = 0; j < QBLOCK_K; j += 8)
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
         const float amax = hmax8(mx);
         if (!amax) {
             y[i].d = 0.0f;
@@ -71,8 +74,8 @@ void qact_q8_K_avx2(const float *x, qblock_q8_K *y, int k) {
         float max = 0.0f;
         const __m256 va = _mm256_set1_ps(amax);
         for (int j = 0; j < QBLOCK_K; j += 8) {
-            const int m =
-                _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), va, _CMP_EQ_OQ));
+            const int m = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), va, _CMP_EQ_OQ));
             if (m) {
                 max = x[j + __builtin_ctz((unsigned)m)];
                 break;
@@ -111,7 +114,8 @@ void qact_q8_0_avx2(const float *x, qblock_q8_0 *y, int k) {
             continue;
         }
         __m256 mx = _mm256_setzero_ps();
-        for (int j = 0; j < QBLOCK_32; j += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        for (int j = 0; j < QBLOCK_32; j += 8)
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
         const float amax = hmax8(mx);
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         y[i].d = quant_f32_to_f16(d);
@@ -138,7 +142,8 @@ void qact_q8_0s_avx2(const float *x, void *y, int k) {
     qact_q8_0_avx2(x, b, k);
     for (int i = 0; i < nb; i++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+        const __m256i s =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));

@@ -60,10 +60,11 @@ static void check(int nu, int par, int align, int threads) {
         const int k = atomic_load(&r->taken[u]);
         missing += k == 0, twice += k > 1;
     }
-    CK_CHECK_MSG(missing == 0 && twice == 0, "%d units, %d ranges, align %d, %d threads: %d missing, %d twice",
-                 nu, par, align, threads, missing, twice);
-    CK_CHECK_MSG(atomic_load(&r->bad_align) == 0, "%d chunks empty or off align %d", atomic_load(&r->bad_align),
-                 align);
+    CK_CHECK_MSG(missing == 0 && twice == 0,
+                 "%d units, %d ranges, align %d, %d threads: %d missing, %d twice", nu, par, align, threads,
+                 missing, twice);
+    CK_CHECK_MSG(atomic_load(&r->bad_align) == 0, "%d chunks empty or off align %d",
+                 atomic_load(&r->bad_align), align);
     free(r);
 }
 
