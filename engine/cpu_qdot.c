@@ -300,16 +300,31 @@ int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int 
  * whole group and stores only its own rows. */
 static void rows_x8(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
                     int r1, int accumulate) {
+    const size_t gbytes = (size_t)(w->k / w->t->block) * w->t->x8_bytes;
     for (int g = r0 / 8; g * 8 < r1; g++) {
         const int base = g * 8, j0 = r0 > base ? r0 - base : 0, j1 = r1 < base + 8 ? r1 - base : 8;
-        const void *wg = (const char *)w->data + (size_t)g * (size_t)(w->k / w->t->block) * w->t->x8_bytes;
+        const void *wg = (const char *)w->data + (size_t)g * gbytes;
         for (int m = 0; m < M; m += CPU_QDOT_NCOLS) {
             const int nc = M - m < CPU_QDOT_NCOLS ? M - m : CPU_QDOT_NCOLS;
+            const char *am = (const char *)a + (size_t)m * a_stride;
+            /* A whole group of one column straight into y: at batch 1 with
+             * 768 columns (3 super-blocks a group) the copy below cost 15 %
+             * of the product's time (Q4_K, in the caches, the Zen 5 of
+             * docs/BENCHMARKS.md section 12). */
+            if (nc == 1 && j0 == 0 && j1 == 8 && !accumulate) {
+                w->t->dot8(w->k, 1, y + (size_t)m * ldy + base, wg, am, a_stride);
+                continue;
+            }
             float s[8 * CPU_QDOT_NCOLS];
-            w->t->dot8(w->k, nc, s, wg, (const char *)a + (size_t)m * a_stride, a_stride);
+            w->t->dot8(w->k, nc, s, wg, am, a_stride);
             for (int c = 0; c < nc; c++) {
                 float *o = y + (size_t)(m + c) * ldy + base;
-                for (int j = j0; j < j1; j++) o[j] = accumulate ? o[j] + s[8 * c + j] : s[8 * c + j];
+                if (accumulate && j0 == 0 && j1 == 8) /* a constant count: vector adds */
+                    for (int j = 0; j < 8; j++) o[j] += s[8 * c + j];
+                else if (accumulate)
+                    for (int j = j0; j < j1; j++) o[j] += s[8 * c + j];
+                else
+                    for (int j = j0; j < j1; j++) o[j] = s[8 * c + j];
             }
         }
     }
