@@ -116,6 +116,7 @@ int qact_row_isa(int isa, int fmt, const float *x, void *y, int k) {
 #if defined(__x86_64__)
     if (isa >= CPU_ISA_AVX2 && qact_row_bytes(fmt, k)) switch (fmt) {
         case QB_Q8_0: qact_q8_0_avx2(x, y, k); return 0;
+        case QB_Q8_1: qact_q8_1_avx2(x, y, k); return 0;
         case QACT_Q8_0S: qact_q8_0s_avx2(x, y, k); return 0;
         case QB_Q8_K: qact_q8_K_avx2(x, y, k); return 0;
         default: break;

@@ -46,13 +46,13 @@ int qact_row(int fmt, const float *x, void *y, int k);
 
 /* qact_row with the quantizers of ISA level isa (cpu_features.h; the
  * caller checked that the CPU runs it): from CPU_ISA_AVX2 up,
- * cpu_qact_avx2.c's for q8_K, q8_0 and q8_0s, byte for byte the portable
- * ones' results; the portable ones for the rest. */
+ * cpu_qact_avx2.c's, byte for byte the portable ones' results. */
 int qact_row_isa(int isa, int fmt, const float *x, void *y, int k);
 
 /* cpu_qact_avx2.c (x86-64 only) */
 void qact_q8_K_avx2(const float *x, qblock_q8_K *y, int k);
 void qact_q8_0_avx2(const float *x, qblock_q8_0 *y, int k);
+void qact_q8_1_avx2(const float *x, qblock_q8_1 *y, int k);
 void qact_q8_0s_avx2(const float *x, void *y, int k);
 
 #endif

@@ -1,4 +1,4 @@
-/* cpu_qact_avx2.c - cpu_qact.c's q8_K, q8_0 and q8_0s quantizers with AVX2
+/* cpu_qact_avx2.c - cpu_qact.c's q8_K, q8_0, q8_1 and q8_0s quantizers with AVX2
  * (built with its flags, engine/CMakeLists.txt; qact_row_isa calls them
  * only at CPU_ISA_AVX2 and up). The same bytes as the portable ones, which
  * test_cpu_qdot checks: the same float operations on each element (one
@@ -105,32 +105,62 @@ void qact_q8_K_avx2(const float *x, qblock_q8_K *y, int k) {
     }
 }
 
+/* One finite block of 32 as the portable q8_0 and q8_1 make it: *d the
+ * scale, qs the quants. */
+static inline void q8_block(const float *x, float *d, int8_t *qs) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), halfp = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < QBLOCK_32; j += 8)
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    *d = hmax8(mx) / 127.0f;
+    const __m256 vid = _mm256_set1_ps(*d ? 1.0f / *d : 0.0f);
+    __m256i v[4];
+    for (int u = 0; u < 4; u++) {
+        /* roundf: ties away from zero. The truncated part is exact, and so
+         * is what is left of it */
+        const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * u), vid);
+        const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(p, t)), halfp, _CMP_GE_OQ);
+        const __m256 step = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(sign, p)));
+        v[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+    }
+    _mm256_storeu_si256((__m256i *)qs, low_bytes(v[0], v[1], v[2], v[3]));
+}
+
+/* The sum of 32 int8. */
+static inline int sum32(const int8_t *qs) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)qs);
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+    return _mm_cvtsi128_si32(h);
+}
+
 void qact_q8_0_avx2(const float *x, qblock_q8_0 *y, int k) {
     if (k <= 0 || k % QBLOCK_32) return;
-    const __m256 sign = _mm256_set1_ps(-0.0f), halfp = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (int i = 0; i < k / QBLOCK_32; i++, x += QBLOCK_32) {
         if (any_nonfinite(x, QBLOCK_32)) {
             qact_q8_0(x, &y[i], QBLOCK_32);
             continue;
         }
-        __m256 mx = _mm256_setzero_ps();
-        for (int j = 0; j < QBLOCK_32; j += 8)
-            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
-        const float amax = hmax8(mx);
-        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        float d;
+        q8_block(x, &d, y[i].qs);
         y[i].d = quant_f32_to_f16(d);
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i v[4];
-        for (int u = 0; u < 4; u++) {
-            /* roundf: ties away from zero. The truncated part is exact,
-             * and so is what is left of it */
-            const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * u), vid);
-            const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(p, t)), halfp, _CMP_GE_OQ);
-            const __m256 step = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(sign, p)));
-            v[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+    }
+}
+
+void qact_q8_1_avx2(const float *x, qblock_q8_1 *y, int k) {
+    if (k <= 0 || k % QBLOCK_32) return;
+    for (int i = 0; i < k / QBLOCK_32; i++, x += QBLOCK_32) {
+        if (any_nonfinite(x, QBLOCK_32)) {
+            qact_q8_1(x, &y[i], QBLOCK_32);
+            continue;
         }
-        _mm256_storeu_si256((__m256i *)y[i].qs, low_bytes(v[0], v[1], v[2], v[3]));
+        float d;
+        q8_block(x, &d, y[i].qs);
+        y[i].d = quant_f32_to_f16(d);
+        y[i].s = quant_f32_to_f16((float)sum32(y[i].qs) * d);
     }
 }
 
@@ -140,15 +170,7 @@ void qact_q8_0s_avx2(const float *x, void *y, int k) {
     qblock_q8_0 *b = y;
     int16_t *sums = (int16_t *)(b + nb);
     qact_q8_0_avx2(x, b, k);
-    for (int i = 0; i < nb; i++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        const __m256i s =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-        sums[i] = (int16_t)_mm_cvtsi128_si32(h);
-    }
+    for (int i = 0; i < nb; i++) sums[i] = (int16_t)sum32(b[i].qs);
 }
 
 #endif
