@@ -4,13 +4,13 @@
  * Decode at batch 1 reads every weight once per token, so its ceiling is the
  * memory read bandwidth; at large batches the weights are read once per B
  * tokens and the ceiling is the sgemm rate. The bench measures both ceilings
- * first (a multi-threaded streaming read of a buffer far larger than the
- * caches; OpenBLAS sgemm on square matrices) and reports the fraction of the
- * relevant one the run reached. The bandwidth is measured twice: over a
- * buffer the size of the weights (the ceiling batch-1 decode really faces:
- * a model that fits the last-level cache is read from it) and over 512 MiB
- * (DRAM). --scenario serve drives the scheduler
- * instead (cli_serve.c). */
+ * (a multi-threaded streaming read; OpenBLAS sgemm on square matrices) and
+ * reports the fraction of the relevant one the run reached. The read is
+ * measured over 512 MiB once before the decode (DRAM, past any cache) and
+ * over a buffer the size of what one decode step reads (the weights and the
+ * batch's KV: a model that fits the last-level cache is read from it) in
+ * rounds alternated with the decode (bench_round below). --scenario serve
+ * drives the scheduler instead (cli_serve.c). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -68,28 +68,46 @@ static probe_fn probe_for(int isa) {
     return probe_sum;
 }
 
-/* Best-of-5 read bandwidth over a buffer of `bytes`, bytes/s, with probe_for's
- * loop at ISA level isa. The buffer is on 2 MiB pages where the kernel
- * gives them, as the CPU backend's weights and KV pool are: on 4 KiB pages
- * this loop read 9.8-11.2 GB/s here against 13.0-13.7 on huge pages (one
- * thread, 71 MB), and a decode on huge pages then "reached" over 100 % of
- * it. */
-static double measure_bandwidth(int threads, size_t bytes, int isa) {
+/* A buffer for the read probe: `bytes` (rounded down to whole 64-float
+ * steps) on 2 MiB pages where the kernel gives them, as the CPU backend's
+ * weights and KV pool are: on 4 KiB pages the probe read 9.8-11.2 GB/s
+ * here against 13.0-13.7 on huge pages (one thread, 71 MB), and a decode on
+ * huge pages then "reached" over 100 % of it. Written once, by the threads
+ * that read it. */
+typedef struct probe_buf {
+    float *p;
+    size_t n; /* floats, a multiple of 64 */
+    int threads;
+    probe_fn sum;
+} probe_buf;
+
+static int probe_open(probe_buf *b, size_t bytes, int threads, int isa) {
     const size_t huge = (size_t)2 << 20;
-    const probe_fn sum = probe_for(isa);
-    size_t n = bytes / sizeof(float) / 64 * 64;
-    size_t alloc = (n * sizeof(float) + huge - 1) / huge * huge;
-    float *buf = aligned_alloc(huge, alloc);
-    if (!buf) return 0;
+    b->n = bytes / sizeof(float) / 64 * 64;
+    b->threads = threads;
+    b->sum = probe_for(isa);
+    size_t alloc = (b->n * sizeof(float) + huge - 1) / huge * huge;
+    b->p = b->n ? aligned_alloc(huge, alloc) : NULL;
+    if (!b->p) return -1;
 #ifdef MADV_HUGEPAGE
-    (void)madvise(buf, alloc, MADV_HUGEPAGE); /* a hint: without it the ceiling is lower, not wrong */
+    (void)madvise(b->p, alloc, MADV_HUGEPAGE); /* a hint: without it the ceiling is lower, not wrong */
 #endif
+    float *buf = b->p;
+    const size_t n = b->n;
 #pragma omp parallel for num_threads(threads)
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    return 0;
+}
+
+/* The best of `reps` reads of the whole buffer, bytes/s. */
+static double probe_read(const probe_buf *b, int reps) {
     double best = 0, sink = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    const float *buf = b->p;
+    const size_t n = b->n;
+    const probe_fn sum = b->sum;
+    for (int rep = 0; rep < reps; rep++) {
         double t0 = cli_now(), total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
+#pragma omp parallel num_threads(b->threads) reduction(+ : total)
         {
             /* each thread its contiguous share, in whole 64-float steps */
             const size_t steps = n / 64, t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
@@ -100,9 +118,58 @@ static double measure_bandwidth(int threads, size_t bytes, int isa) {
         sink += total;
         if (dt > 0 && n * sizeof *buf / dt > best) best = n * sizeof *buf / dt;
     }
-    free(buf);
     if (sink == 42) fputc(' ', stderr); /* keep the reads */
     return best;
+}
+
+static void probe_close(probe_buf *b) {
+    free(b->p);
+    b->p = NULL;
+}
+
+/* Best-of-5 read bandwidth over a buffer of `bytes`, bytes/s; 0 when the
+ * buffer could not be had. */
+static double measure_bandwidth(int threads, size_t bytes, int isa) {
+    probe_buf b;
+    if (probe_open(&b, bytes, threads, isa)) return 0;
+    double bw = probe_read(&b, 5);
+    probe_close(&b);
+    return bw;
+}
+
+/* The roofline's rounds. The read probe and the decode take turns: before
+ * every round of decode steps, the best of BENCH_PROBE_REPS reads of a
+ * buffer as big as a step's reads, then one untimed step (the same step,
+ * run again below: its KV writes are the same), so that the timed steps
+ * find the caches as a decode without the probe would. Each round's ratio
+ * is its median step's read rate over its probe's, and the fraction the
+ * median of the rounds' ratios.
+ * Why: on a host shared with other tenants, one best-of-5 read before the
+ * decode and one after it (sessions 10-12) read 35 to 91 GB/s from run to
+ * run while the decode between them read 40 to 57, so the fraction of one
+ * run went from 0.47 to 1.17 (the Zen 5 VM of docs/BENCHMARKS.md section
+ * 12); the ceiling and the decode measured in alternation, as the side by
+ * side benchmarks are, see the same host. The old reading is kept as
+ * bandwidth_fraction_best_read: the decode's mean rate over the best read
+ * of the run. */
+#define BENCH_ROUNDS 8
+#define BENCH_PROBE_REPS 3
+typedef struct bench_round {
+    double read;      /* the probe's best, bytes/s */
+    double decode;    /* the median step's bytes over its seconds */
+    int step0, step1; /* the round's decode steps [step0, step1) */
+} bench_round;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorted in place); 0 for n 0. */
+static double median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The process's resident bytes now (/proc/self/statm), 0 where unknown.
@@ -152,7 +219,11 @@ static void help(void) {
            "                     the same as CONFKV_CPU_KERNELS)\n"
            "       confkv bench --scenario serve ...   (confkv bench --scenario serve --help)\n\n"
            "Runs B sequences: prefill of P tokens each, then N decode steps of B tokens.\n"
-           "Defaults: batch 1, 32 prompt tokens, 128 generated tokens, all cores.\n");
+           "Defaults: batch 1, 32 prompt tokens, 128 generated tokens, all cores.\n"
+           "The roofline (unless --no-roofline or datasheet limits): a read of 512 MiB and an\n"
+           "sgemm before the decode, then 8 rounds of a read as big as a step's (weights + KV)\n"
+           "and a share of the decode steps; bandwidth_fraction is the median of the rounds'\n"
+           "(median step's bytes/s) / (read's bytes/s).\n");
 }
 
 int cli_bench(int argc, char **argv) {
@@ -212,27 +283,35 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     int threads = e.b->opt.n_threads, V = e.m->cfg.vocab_size, T = e.b->opt.max_batch_tokens;
-    /* Two read bandwidths: over 512 MiB (DRAM, past any cache) and over a
-     * buffer the size of the weights (what decode at batch 1 streams; a
-     * model that fits the last-level cache is read from there). */
-    double bw = 0, bw_dram = 0, sg = 0, bw_after = 0;
-    int measured = 0;
     /* bytes of weights a decode step reads: the CPU backend reads quantized
      * weights in their own bytes and f32/f16/bf16 ones as f32; other
      * backends the stored type */
     const int is_cpu = !strcmp(e.b->ops->name, "cpu");
-    double wbytes = is_cpu ? (double)be_cpu_step_bytes(e.m) : (double)model_weight_bytes(e.m);
-    size_t wset = (size_t)wbytes;
+    const model_config *c = &e.m->cfg;
+    const double wbytes = is_cpu ? (double)be_cpu_step_bytes(e.m) : (double)model_weight_bytes(e.m);
+    /* a sequence's f32 K and V at one position, all layers */
+    const double kv_pos_bytes = 2.0 * c->n_layers * (double)c->n_kv_heads * c->head_dim * 4.0;
+    const double avg_ctx = prompt + (gen + 1) / 2.0; /* the mean of a decode step's positions + 1 */
+    /* bytes one decode step reads: the weights once, every sequence's KV */
+    const double step_bytes = wbytes + batch * kv_pos_bytes * avg_ctx;
+    double bw = 0, bw_dram = 0, sg = 0, bw_best = 0;
+    probe_buf pb = {0};
+    bench_round rounds[BENCH_ROUNDS];
+    int n_rounds = 0;
     if (peak_bw > 0 || peak_flops > 0) {
-        bw = bw_dram = 1e9 * (double)peak_bw;
+        bw = bw_dram = bw_best = 1e9 * (double)peak_bw;
         sg = 1e12 * (double)peak_flops;
     } else if (roofline) {
         fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
         const int isa = cpu_isa_detect();
         bw_dram = measure_bandwidth(threads, (size_t)512 << 20, isa);
-        bw = measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20), isa);
         sg = measure_sgemm(threads);
-        measured = 1;
+        const size_t pbytes = step_bytes > (double)((size_t)1 << 20) ? (size_t)step_bytes : (size_t)1 << 20;
+        if (probe_open(&pb, pbytes, threads, isa))
+            fprintf(stderr, "confkv bench: no memory for the %zu MiB read probe: no bandwidth fraction\n",
+                    pbytes >> 20);
+        else
+            n_rounds = gen < BENCH_ROUNDS ? gen : BENCH_ROUNDS;
     }
     openblas_set_num_threads(threads);
 
@@ -242,6 +321,7 @@ int cli_bench(int argc, char **argv) {
     int32_t *six = malloc((size_t)T * sizeof *six), *row = malloc((size_t)T * sizeof *row);
     int32_t *next = malloc((size_t)batch * sizeof *next);
     float *logits = malloc((size_t)T * V * sizeof *logits);
+    double *step_s = NULL, *step_rate = NULL; /* (gen): each decode step's seconds, bytes/s */
     int exit_code = 1;
     if (!seqs || !views || !tok || !pos || !six || !row || !next || !logits) goto out;
     for (int s = 0; s < batch; s++)
@@ -287,10 +367,17 @@ int cli_bench(int argc, char **argv) {
     double prefill_s = cli_now() - t0;
     for (int q = 0; q < batch; q++) next[q] = 3 + q % (V - 3);
 
-    /* Decode: all sequences one token per step, greedy from their logits. */
+    /* Decode: all sequences one token per step, greedy from their logits;
+     * with the roofline in rounds alternated with the read probe
+     * (bench_round). Only the steps are timed. */
     fprintf(stderr, "confkv bench: decode %d steps at batch %d ...\n", gen, batch);
-    t0 = cli_now();
-    for (int step = 0; step < gen; step++) {
+    step_s = malloc((size_t)gen * sizeof *step_s);
+    step_rate = malloc((size_t)gen * sizeof *step_rate);
+    if (!step_s || !step_rate) goto out;
+    double decode_s = 0;
+    for (int step = 0, r = 0; step < gen; step++) {
+        double paused = 0; /* the probe's and the untimed step's seconds */
+        t0 = cli_now();
         for (int q = 0; q < batch; q++) {
             if ((rc = kv_seq_reserve(&seqs[q], &e.pool, 1))) goto out;
             tok[q] = next[q];
@@ -300,41 +387,55 @@ int cli_bench(int argc, char **argv) {
             views[q] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks};
         }
         be_batch bt = {batch, tok, pos, six, row, batch, views, batch};
+        if (r < n_rounds && step == (int)((long)gen * r / n_rounds)) {
+            const double tp = cli_now();
+            if (r) rounds[r - 1].step1 = step;
+            rounds[r] = (bench_round){.read = probe_read(&pb, BENCH_PROBE_REPS), .step0 = step};
+            if (rounds[r].read > bw_best) bw_best = rounds[r].read;
+            r++;
+            /* untimed: the caches as the step before left them (same KV writes as the timed run) */
+            if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
+            paused = cli_now() - tp;
+        }
         if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
+        double kv = 0;
         for (int q = 0; q < batch; q++) {
+            kv += kv_pos_bytes * (pos[q] + 1);
             kv_seq_commit(&seqs[q], 1);
             next[q] = samp_argmax(logits + (size_t)q * V, V);
         }
+        step_s[step] = cli_now() - t0 - paused;
+        step_rate[step] = step_s[step] > 0 ? (wbytes + kv) / step_s[step] : 0;
+        decode_s += step_s[step];
     }
-    double decode_s = cli_now() - t0;
+    if (n_rounds) rounds[n_rounds - 1].step1 = gen;
+    probe_close(&pb);
     const size_t rss = rss_now();
-    /* The weight-sized buffer once more, after the decode, and the better
-     * of the two reads counts: on a host whose last-level cache is shared
-     * with other tenants (the Zen 5 VM of BENCHMARKS 12, session 10) one
-     * best-of-5 read 17-40 GB/s from run to run while the decode between
-     * them streamed 26-30, so a single probe made fractions over 100 %. */
-    if (measured) {
-        bw_after =
-            measure_bandwidth(threads, wset > ((size_t)1 << 20) ? wset : ((size_t)1 << 20), cpu_isa_detect());
-        if (bw_after > bw) bw = bw_after;
+    double frac_med = 0, step_med = 0;
+    if (n_rounds) {
+        double ratio[BENCH_ROUNDS], read[BENCH_ROUNDS];
+        for (int r = 0; r < n_rounds; r++) {
+            bench_round *o = &rounds[r];
+            o->decode = median(step_rate + o->step0, o->step1 - o->step0);
+            ratio[r] = o->read > 0 ? o->decode / o->read : 0;
+            read[r] = o->read;
+        }
+        frac_med = median(ratio, n_rounds);
+        bw = median(read, n_rounds);
     }
+    step_med = median(step_s, gen); /* the last use of step_s: sorted */
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    const model_config *c = &e.m->cfg;
     char cpu[64], kern[256];
     cpu_model_name(cpu, sizeof cpu);
     be_cpu_kernels(e.b, kern, sizeof kern);
     double n_weights = (double)(model_n_params(e.m) - e.m->tok_emb.n + (e.m->tied ? e.m->wcls.n : 0));
-    double kvd = (double)c->n_kv_heads * c->head_dim;
-    double avg_ctx = prompt + gen / 2.0;
     /* per token: 2 FLOPs per weight in the matmuls, plus attention (QK and AV) */
     double flops = 2.0 * n_weights + 4.0 * c->n_layers * c->n_heads * c->head_dim * avg_ctx;
-    double kv_bytes = 2.0 * c->n_layers * kvd * 4.0 * avg_ctx;
     double agg = batch * (double)gen / decode_s, per = gen / decode_s;
-    /* bytes one decode step reads: the weights once, every sequence's KV */
-    double step_bytes = wbytes + batch * kv_bytes;
-    double bw_frac = bw > 0 ? step_bytes * (agg / batch) / bw : 0;
+    /* the rounds' median; with datasheet limits, the mean rate over them */
+    double bw_frac = n_rounds ? frac_med : bw > 0 ? step_bytes * (agg / batch) / bw : 0;
     double sg_frac = sg > 0 ? flops * agg / sg : 0;
     if (json) {
         jw w;
@@ -358,6 +459,7 @@ int cli_bench(int argc, char **argv) {
         jw_key(&w, "tokens_per_s_aggregate"), jw_num(&w, agg);
         jw_key(&w, "tokens_per_s_per_sequence"), jw_num(&w, per);
         jw_key(&w, "seconds"), jw_num(&w, decode_s);
+        jw_key(&w, "step_seconds_median"), jw_num(&w, step_med);
         jw_obj_end(&w);
         jw_key(&w, "peak_rss_bytes"), jw_int(&w, (int64_t)ru.ru_maxrss * 1024);
         jw_key(&w, "rss_bytes"), jw_int(&w, (int64_t)rss);
@@ -375,16 +477,28 @@ int cli_bench(int argc, char **argv) {
         }
         jw_key(&w, "roofline"), jw_obj(&w);
         jw_key(&w, "mem_read_bytes_per_s"), jw_num(&w, bw);
-        jw_key(&w, "mem_read_bytes_per_s_after_decode"), jw_num(&w, bw_after);
-        jw_key(&w, "mem_read_buffer_bytes"), jw_int(&w, (int64_t)wset);
+        jw_key(&w, "mem_read_bytes_per_s_best"), jw_num(&w, bw_best);
+        jw_key(&w, "mem_read_buffer_bytes"), jw_int(&w, (int64_t)(pb.n * sizeof(float)));
         jw_key(&w, "dram_read_bytes_per_s"), jw_num(&w, bw_dram);
         jw_key(&w, "bandwidth_fraction_dram"),
             jw_num(&w, bw_dram > 0 ? step_bytes * (agg / batch) / bw_dram : 0);
+        jw_key(&w, "rounds"), jw_arr(&w);
+        for (int r = 0; r < n_rounds; r++) {
+            jw_obj(&w);
+            jw_key(&w, "steps"), jw_int(&w, rounds[r].step1 - rounds[r].step0);
+            jw_key(&w, "read_bytes_per_s"), jw_num(&w, rounds[r].read);
+            jw_key(&w, "decode_bytes_per_s"), jw_num(&w, rounds[r].decode);
+            jw_key(&w, "fraction"), jw_num(&w, rounds[r].read > 0 ? rounds[r].decode / rounds[r].read : 0);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
         jw_key(&w, "sgemm_flops_per_s"), jw_num(&w, sg);
         jw_key(&w, "weight_bytes_per_step"), jw_num(&w, wbytes);
         jw_key(&w, "bytes_per_step"), jw_num(&w, step_bytes);
         jw_key(&w, "flops_per_token"), jw_num(&w, flops);
         jw_key(&w, "bandwidth_fraction"), jw_num(&w, bw_frac);
+        jw_key(&w, "bandwidth_fraction_best_read"),
+            jw_num(&w, bw_best > 0 ? step_bytes * (agg / batch) / bw_best : 0);
         jw_key(&w, "sgemm_fraction"), jw_num(&w, sg_frac);
         jw_obj_end(&w);
         jw_obj_end(&w);
@@ -392,8 +506,12 @@ int cli_bench(int argc, char **argv) {
     } else {
         printf("prefill  %10.1f tokens/s\n", batch * (double)prompt / prefill_s);
         printf("decode   %10.1f tokens/s aggregate, %.1f per sequence (batch %d)\n", agg, per, batch);
-        printf("roofline bandwidth %.2f GB/s (reached %.0f%%), sgemm %.1f GFLOP/s (reached %.0f%%)\n",
-               bw / 1e9, 100 * bw_frac, sg / 1e9, 100 * sg_frac);
+        printf("roofline bandwidth %.2f GB/s (reached %.0f%%%s), sgemm %.1f GFLOP/s (reached %.0f%%)\n",
+               bw / 1e9, 100 * bw_frac, n_rounds ? ", median of the rounds" : "", sg / 1e9, 100 * sg_frac);
+        if (n_rounds)
+            printf("         best read %.2f GB/s (the mean decode reached %.0f%% of it); DRAM %.2f GB/s\n",
+                   bw_best / 1e9, bw_best > 0 ? 100 * step_bytes * (agg / batch) / bw_best : 0,
+                   bw_dram / 1e9);
         printf("RSS      %.1f MiB after decode, peak %.1f MiB (the bandwidth probe's buffer included); "
                "file %.1f MiB, backend %.1f MiB\n",
                rss / 1048576.0, ru.ru_maxrss / 1024.0, model_file_bytes(e.m) / 1048576.0,
@@ -410,6 +528,8 @@ out:
         }
     }
     free(seqs), free(views), free(tok), free(pos), free(six), free(row), free(next), free(logits);
+    free(step_s), free(step_rate);
+    probe_close(&pb);
     cli_engine_close(&e);
     return exit_code;
 }
