@@ -505,7 +505,7 @@ typedef struct heads_job {
     const cpu_backend *cb;
     const float *q;
     float *out;
-    int nb, par;
+    int nb, par, chunk, align;
     _Atomic int bad;
 } heads_job;
 
@@ -516,7 +516,7 @@ static void heads_part(void *arg, int t, int n) {
     const cpu_backend *cb = j->cb;
     int h0, h1;
     (void)n;
-    while (cpu_steal_take(cb->steal, t, j->par, 1, 1, &h0, &h1))
+    while (cpu_steal_take(cb->steal, t, j->par, j->chunk, j->align, &h0, &h1))
         if (cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
                      (size_t)cb->max_ctx, j->out, NULL))
             atomic_store(&j->bad, 1);
@@ -529,11 +529,20 @@ static void heads_part(void *arg, int t, int n) {
  * order, so the bits are attend_fast's. Returns 1 when done, 0 when the
  * general code must run.
  *
- * The heads go by work stealing, a head the smallest unit. Why: an even
- * cut left the caller's six heads taking 1.4x the worker's time (110M
- * Q4_K_M, two threads, the Zen 5 of docs/BENCHMARKS.md section 12), and a
- * cut learnt from the threads' speeds, in whole heads, still left the
- * caller waiting 12-16 % of each attention run (timed in the team). */
+ * The heads go by work stealing. Why: an even cut left the caller's six
+ * heads taking 1.4x the worker's time (110M Q4_K_M, two threads, the Zen 5
+ * of docs/BENCHMARKS.md section 12), and a cut learnt from the threads'
+ * speeds, in whole heads, still left the caller waiting 12-16 % of each
+ * attention run (timed in the team).
+ * A take is at least half the heads a thread owns, in whole KV
+ * groups (GQA's query heads that read the same K and V columns). Why: each
+ * take walks every position of the context again, its heads' columns of
+ * each K and V row; the KV is not in the caches (a step's weights stream
+ * through them between two uses), and one head's 256 bytes a row, 3 KiB
+ * apart, kept too few lines in flight. Takes of one head left each thread
+ * reading its KV at 16 GB/s, half the weights' rate (14 % of a step at
+ * 96 positions); takes of three heads made decode 4 % faster at 128
+ * generated tokens and 7 % at 512 (BENCHMARKS 12, session 13). */
 static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int threads, float mass_scale) {
     const int q = bt->seq[i], H = cb->ashape.n_heads;
     const be_seq_view *v = &bt->seqs[q];
@@ -541,8 +550,11 @@ static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int t
     const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
     if (nb < 0) return 0;
     const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
-    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, threads, 0};
-    cpu_steal_init(cb->steal, H, threads, 1);
+    const int g = cb->ashape.gqa > 0 && H % cb->ashape.gqa == 0 ? cb->ashape.gqa : 1;
+    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, threads, 0, g, 0};
+    j.chunk = cpu_steal_init(cb->steal, H, threads, g);
+    const int half = (H / (2 * threads) + g - 1) / g * g; /* half an owned range */
+    if (half > j.chunk) j.chunk = half;
     cpu_team_run(cb->team, threads, heads_part, &j);
     if (atomic_load(&j.bad)) return 0; /* a refusal is every head's (the same shape): nothing kept */
     attn_block_mass(cb->scores, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
