@@ -10,9 +10,10 @@
 # side used, and per cell the runs, medians and the ratio confkv /
 # llama.cpp of decode tokens/s (aggregate over the batch). At batch 1
 # confkv also measures its roofline in the same run (read bandwidth over a
-# buffer the size of the weights it reads), and the cell reports the
-# median fraction of it reached: bytes read per step are the file's weight
-# bytes for quantized weights (4 a weight for f32/f16/bf16 ones).
+# buffer as big as a step's reads, in rounds alternated with its decode:
+# `confkv bench --help`), and the cell reports the median fraction of it
+# reached: bytes read per step are the file's weight bytes for quantized
+# weights (4 a weight for f32/f16/bf16 ones) and the KV's.
 #
 # Usage: ops/scripts/bench_vs_llamacpp.sh [options] FILE.gguf...
 #   --runs N        alternated runs per side and cell (default 5)
