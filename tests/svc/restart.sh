@@ -23,13 +23,18 @@ FAST=(--kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500 --kafka.
 # no later mark renewal commits an offset along with it either).
 start_confkvd d1 --brokers "$BOOT" --kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500 \
   --kafka.auto.commit.interval.ms 600000 --max-inflight 1024
+# Lengths from 32 to 495 tokens: the jobs run in one batch, and with one
+# length they all ended together, 1.6 s in, so on a fast host the poll below
+# saw the first results only after the last (every job done, and committed,
+# before the kill). Spread out, they end one after another over the run.
 python3 - "$TMP" "$N" <<'PY'
 import json, sys
 tmp, n = sys.argv[1], int(sys.argv[2])
 with open(tmp + "/jobs.jsonl", "w") as f, open(tmp + "/ids.txt", "w") as ids:
     for i in range(n):
         jid = "r-%04d" % i
-        f.write(jid + "\t" + json.dumps({"id": jid, "prompt": "Tom and Sue", "max_tokens": 128, "seed": i}) + "\n")
+        job = {"id": jid, "prompt": "Tom and Sue", "max_tokens": 32 + (i * 53) % 464, "seed": i}
+        f.write(jid + "\t" + json.dumps(job) + "\n")
         ids.write(jid + "\n")
 PY
 kcat -P -b "$BOOT" -t confkv.jobs -K $'\t' < "$TMP/jobs.jsonl" || fail "kcat produce"
@@ -52,13 +57,15 @@ for ((i = 0; i < 120; i++)); do
 done
 $KMSG coverage "$TMP/results.bin" "$TMP/ids.txt" --require-marked ||
   fail "not every job got a result, or a duplicated id has no redelivered result"
-python3 - "$HERE" "$TMP/before.bin" "$TMP/results.bin" <<'PY' || fail "redelivery marks"
+python3 - "$HERE" "$TMP/before.bin" "$TMP/results.bin" "$N" <<'PY' || fail "redelivery marks"
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import kmsg
 before = [kmsg.decode(p)[0] for _, p in kmsg.read_records(sys.argv[2])]
 after = [kmsg.decode(p)[0] for _, p in kmsg.read_records(sys.argv[3])]
 assert before, "no result before the kill"
+assert len(before) < int(sys.argv[4]), \
+    "every job had its result before the kill (%d): nothing was left to redeliver" % len(before)
 marked = [r["id"] for r in before if r["redelivered"]]
 assert not marked, "results produced before the kill are marked redelivered: %s" % marked[:5]
 first = {}
