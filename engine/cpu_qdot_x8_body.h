@@ -149,6 +149,19 @@ static inline __attribute__((always_inline)) void x8_q8_0(int n, const int ncols
 
 /* ---------------------------------------------------------------- Q4_K */
 
+/* A load of Q4_K nibbles' high halves, as x8_q4_K's products take them.
+ * With VNNI they stay in place: (b & 0xf0) . y is 16 (b >> 4) . y exactly
+ * (at most 16 x 240 x 128 in vpdpbusd's int32), and x8_q4_K shifts the sum
+ * back down once, one op a load fewer. Without, maddubs's int16 pair sums
+ * would saturate (2 x 240 x 127), so they are shifted down here. */
+static inline __m512i x8_q4_K_hi(__m512i b, __m512i m4) {
+#if defined(__AVX512VNNI__)
+    return _mm512_andnot_si512(m4, b);
+#else
+    return _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+#endif
+}
+
 /* qblock_q4_Kx8: for part j (sub-blocks 2j, low nibbles, and 2j + 1, high)
  * qs[32 (8j + h) + 4 r + b], h 0..7: four 512-bit loads a part, their
  * activations at y.qs + 64 j (low) and + 64 j + 32 (high). A sub-block's
@@ -175,47 +188,28 @@ static inline __attribute__((always_inline)) void x8_q4_K(int n, const int ncols
 #if defined(__AVX512VNNI__)
             /* The vector ALUs set the pace here (Zen 5: every op below is
              * one of theirs), so fewer of them: the high nibbles stay in
-             * place (x 16: (b & 0xf0) . y is 16 (b >> 4) . y exactly, at
-             * most 16 x 240 x 128 in int32, and the sum comes back down
-             * with one shift), and the two sub-blocks' sums, each within
+             * place (x8_q4_K_hi), and the two sub-blocks' sums, each within
              * int16 (16 x 15 x 128), meet their scales in one vpdpwssd as
              * int16 pairs (low: sub-block 2j, high: 2j + 1). The same
-             * integers as the mullo form below, so the same bits. On a
-             * 400 KB matrix in L2, one thread of the Zen 5 (BENCHMARKS 12,
-             * session 13), 6 alternated pairs: 81-82 -> 85-87 GB/s at 768
-             * columns, 88-91 -> 95-97 at 2048. */
+             * integers as the mullo form, so the same bits. On a 400 KB
+             * matrix in L2, one thread of the Zen 5 (BENCHMARKS 12, session
+             * 13), 6 alternated pairs: 81-82 -> 85-87 GB/s at 768 columns,
+             * 88-91 -> 95-97 at 2048. */
             const __m128i sv =
                 _mm_loadu_si128((const __m128i *)x[i].sc[2 * j]); /* 2j's 8 rows, then 2j + 1's */
             const __m512i sc2 =
                 _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sv, _mm_srli_si128(sv, 8))));
-            const __m512i mh = _mm512_set1_epi8((char)0xf0);
-            __m512i lo[4], hi[4];
-            for (int h = 0; h < 4; h++) {
-                const __m512i b = _mm512_loadu_si512(qj + 64 * h);
-                lo[h] = _mm512_and_si512(b, m4);
-                hi[h] = _mm512_and_si512(b, mh);
-            }
-            for (int c = 0; c < ncols; c++) {
-                const __m512i yv = _mm512_loadu_si512(y[c][i].qs + 64 * j);
-                __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
-                for (int h = 0; h < 4; h++) {
-                    pl = _mm512_dpbusd_epi32(pl, lo[h], X8_PAIR(yv, 2 * h, 2 * h + 1));
-                    ph = _mm512_dpbusd_epi32(ph, hi[h], X8_PAIR(yv, 8 + 2 * h, 9 + 2 * h));
-                }
-                /* pl's low 16 bits, (ph / 16)'s in the high 16 */
-                const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAAu, pl, _mm512_slli_epi32(ph, 12));
-                sumi[c] = _mm512_dpwssd_epi32(sumi[c], pair, sc2);
-            }
 #else
             __m128i sv = _mm_loadl_epi64((const __m128i *)x[i].sc[2 * j]);
             const __m512i scl = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(sv, sv));
             sv = _mm_loadl_epi64((const __m128i *)x[i].sc[2 * j + 1]);
             const __m512i sch = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(sv, sv));
+#endif
             __m512i lo[4], hi[4];
             for (int h = 0; h < 4; h++) {
                 const __m512i b = _mm512_loadu_si512(qj + 64 * h);
                 lo[h] = _mm512_and_si512(b, m4);
-                hi[h] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+                hi[h] = x8_q4_K_hi(b, m4);
             }
             for (int c = 0; c < ncols; c++) {
                 const __m512i yv = _mm512_loadu_si512(y[c][i].qs + 64 * j);
@@ -224,10 +218,15 @@ static inline __attribute__((always_inline)) void x8_q4_K(int n, const int ncols
                     pl = x8_dpbusd(pl, lo[h], X8_PAIR(yv, 2 * h, 2 * h + 1));
                     ph = x8_dpbusd(ph, hi[h], X8_PAIR(yv, 8 + 2 * h, 9 + 2 * h));
                 }
+#if defined(__AVX512VNNI__)
+                /* pl's low 16 bits, (ph / 16)'s in the high 16 */
+                const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAAu, pl, _mm512_slli_epi32(ph, 12));
+                sumi[c] = _mm512_dpwssd_epi32(sumi[c], pair, sc2);
+#else
                 sumi[c] = _mm512_add_epi32(
                     sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(pl, scl), _mm512_mullo_epi32(ph, sch)));
-            }
 #endif
+            }
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
