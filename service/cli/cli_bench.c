@@ -160,16 +160,10 @@ typedef struct bench_round {
     int step0, step1; /* the round's decode steps [step0, step1) */
 } bench_round;
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The median of v[0..n) (sorted in place); 0 for n 0. */
 static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    cli_sort_doubles(v, (size_t)(n > 0 ? n : 0));
+    return cli_quantile(v, (size_t)(n > 0 ? n : 0), 0.5);
 }
 
 /* The process's resident bytes now (/proc/self/statm), 0 where unknown.
