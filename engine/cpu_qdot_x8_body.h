@@ -35,13 +35,18 @@
 #define X8_NAME(type) X8_CAT(X8_CAT(cpu_vdot8_, type), X8_CAT(_, X8_ISA))
 
 /* How far ahead a line is asked for, for each line read; past a matrix's
- * end a prefetch is dropped, not a fault. Twice to four times the AVX2
- * kernels' 1024: these kernels consume a line in half the time. Measured on
- * the Zen 5 (one column of a 160 MiB matrix against a plain read of it, 5
- * alternated rounds, medians of the ratio): Q4_K 0.82 at 1024, 0.85 at
- * 2048, 0.91 at 4096, 0.89 at 8192; Q6_K 0.88, 1.01, 1.02, 0.96. A macro,
- * as there (GCC 12 dropped the prefetches of an inline function). */
-#define X8_AHEAD 4096
+ * end a prefetch is dropped, not a fault. Far enough that the lines in
+ * flight cover a core's share of the read bandwidth over the memory's
+ * latency: a quiet host gives a core more of it than a busy one, and the
+ * distance has to be right for the quiet one. Measured on the Zen 5 of
+ * docs/BENCHMARKS.md section 12 (session 14): the 49 products of a 110M
+ * Q4_K_M step (Q4_K and Q6_K, 2 threads, work stealing) alternated with a
+ * plain read of as many bytes, 22,564 rounds binned by that read's rate;
+ * where it ran at 55 GB/s or more (median 63), 2048: 0.89, 8192: 1.08,
+ * 16384: 1.04 of 4096's rate (8192: 0.93 of the read); at 35-55 GB/s
+ * 0.94-1.03. (4096 had been chosen on one thread of a busy host.) A
+ * macro, as there (GCC 12 dropped the prefetches of an inline function). */
+#define X8_AHEAD 8192
 #define x8_prefetch(p) _mm_prefetch((const char *)(p) + X8_AHEAD, _MM_HINT_T0)
 
 static inline float x8_f16(uint16_t h) { return _cvtsh_ss(h); }
