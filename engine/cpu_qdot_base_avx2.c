@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_prefetch.h"
 #include "cpu_qdot_x8_tail.h"
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
@@ -592,30 +593,6 @@ DOT2_ENTRY(q8_0)
 DOT2_ENTRY(q4_K)
 
 /* ------------------------------------- Q4_0, 8 interleaved rows (dot8) */
-
-/* How far ahead the x8 kernels ask for their weights, in bytes: a line
- * asked for each line read. An x8 matrix is one stream (its groups follow
- * each other), and past its end a prefetch is dropped, not a fault.
- * Measured on the AVX2 EPYC, one column of a 56-83 MB matrix against a
- * plain streaming read of it (5 alternated rounds, medians of the ratio):
- * Q4_K 0.83 -> 0.95 of the stream, Q6_K 0.93 -> 0.97, Q4_0 0.81 -> 0.98,
- * Q8_0 0.89 -> 0.96 at 1024; 2048 no better. At batches the later column
- * groups of a call find the lines cached. But the lines in flight must
- * cover a core's share of the bandwidth over the memory's latency, and a
- * quiet host gives a core more of it: these kernels on the Zen 5 of
- * docs/BENCHMARKS.md section 12 (session 14, `bench --cpu-kernels avx2`,
- * 110M Q4_K_M, two threads, 25 alternated runs a build while the host's
- * read ran at about 55 GB/s) decoded at 45.9 GB/s at 1024, 51.4 at 4096,
- * 51.8 at 8192, as the 512-bit kernels do best at 8192
- * (cpu_qdot_x8_body.h). No AVX2-only machine was at hand to measure it
- * on. */
-#define X8_AHEAD 8192
-
-/* Ask for the line at p + X8_AHEAD (which may lie past the matrix). A
- * macro: as a static inline function, GCC 12 at -O3 emitted none of the
- * prefetches (seen in the object; the kernels fell back to 0.8 of the
- * stream). */
-#define x8_prefetch(p) _mm_prefetch((const char *)(p) + X8_AHEAD, _MM_HINT_T0)
 
 /* One row a 32-bit lane (qblock_q4_0x8): the 4 bytes of activation
  * elements 4h..4h+3 broadcast to all lanes (a load, not a shuffle) meet

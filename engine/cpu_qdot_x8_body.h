@@ -28,26 +28,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_prefetch.h"
 #include "cpu_qdot_x8_tail.h"
 
 #define X8_CAT2(a, b) a##b
 #define X8_CAT(a, b) X8_CAT2(a, b)
 #define X8_NAME(type) X8_CAT(X8_CAT(cpu_vdot8_, type), X8_CAT(_, X8_ISA))
-
-/* How far ahead a line is asked for, for each line read; past a matrix's
- * end a prefetch is dropped, not a fault. Far enough that the lines in
- * flight cover a core's share of the read bandwidth over the memory's
- * latency: a quiet host gives a core more of it than a busy one, and the
- * distance has to be right for the quiet one. Measured on the Zen 5 of
- * docs/BENCHMARKS.md section 12 (session 14): the 49 products of a 110M
- * Q4_K_M step (Q4_K and Q6_K, 2 threads, work stealing) alternated with a
- * plain read of as many bytes, 22,564 rounds binned by that read's rate;
- * where it ran at 55 GB/s or more (median 63), 2048: 0.89, 8192: 1.08,
- * 16384: 1.04 of 4096's rate (8192: 0.93 of the read); at 35-55 GB/s
- * 0.94-1.03. (4096 had been chosen on one thread of a busy host.) A
- * macro, as there (GCC 12 dropped the prefetches of an inline function). */
-#define X8_AHEAD 8192
-#define x8_prefetch(p) _mm_prefetch((const char *)(p) + X8_AHEAD, _MM_HINT_T0)
 
 static inline float x8_f16(uint16_t h) { return _cvtsh_ss(h); }
 
