@@ -270,6 +270,10 @@ double cli_prom_quantile(const double *le, const double *cum, int n, double q) {
     for (int i = 0; i < n; i++) {
         if (cum[i] < rank) continue;
         if (isinf(le[i])) return i > 0 ? le[i - 1] : NAN;
+        /* the first bucket's lower bound is 0, so one whose upper bound is not
+         * above it answers its bound (as histogram_quantile does): from 0 to
+         * a negative bound the line would leave the bucket */
+        if (i == 0 && le[0] <= 0) return le[0];
         double lo = i > 0 ? le[i - 1] : 0, clo = i > 0 ? cum[i - 1] : 0;
         double in = cum[i] - clo;
         return in > 0 ? lo + (le[i] - lo) * (rank - clo) / in : le[i];

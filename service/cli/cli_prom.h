@@ -47,7 +47,8 @@ double cli_prom_sum(const cli_prom *p, const char *name, const char *match);
 int cli_prom_hist(const cli_prom *p, const char *name, const char *match, double *le, double *cum, int cap);
 /* The q-quantile of such a histogram, interpolated linearly inside the
  * bucket as Prometheus' histogram_quantile does (the +Inf bucket answers the
- * highest finite bound); NAN for an empty one. */
+ * highest finite bound, a first bucket whose bound is 0 or less that
+ * bound); NAN for an empty one. */
 double cli_prom_quantile(const double *le, const double *cum, int n, double q);
 
 #endif
