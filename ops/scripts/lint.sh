@@ -26,6 +26,7 @@ rm -f /tmp/confkv-format.$$
 echo "lint: clang-format clean (${#src[@]} files, $((SECONDS - t0)) s)"
 t0=$SECONDS
 # C sources only (the .cu files are C++ for nvcc); -j over the two cores.
+mapfile -t inc < <(find engine -type d | sort | sed 's/^/-I/')
 cppcheck --enable=warning,performance,portability --std=c11 --inline-suppr --error-exitcode=1 -q \
-  --suppress=missingIncludeSystem -j "$(nproc)" -I engine -I service -I tests engine service tests
+  --suppress=missingIncludeSystem -j "$(nproc)" "${inc[@]}" -I service -I tests engine service tests
 echo "lint: cppcheck clean ($((SECONDS - t0)) s)"
