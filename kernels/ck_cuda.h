@@ -119,7 +119,7 @@ cudaError_t ck_cuda_kv_write(float *kv, size_t block_floats, int layer, int bloc
                              const int32_t *cseq, const int32_t *seq_off, const int32_t *blocks, int T,
                              cudaStream_t st);
 
-/* ck_cuda_kv.cu: int8 form of one block, byte for byte engine/kvq.h's:
+/* ck_cuda_kv.cu: int8 form of one block, byte for byte engine/format/kvq.h's:
  * quantize the block at src (block_floats floats, first n_tokens positions
  * written) into dst, or expand src into dst. */
 cudaError_t ck_cuda_kv_quantize(const float *src, int n_tokens, void *dst, int n_layers, int block_size,
@@ -151,7 +151,7 @@ typedef struct ck_attn_args {
 cudaError_t ck_cuda_attention(const ck_attn_args *a, cudaStream_t st);
 
 /* ck_cuda_quant.cu: weights kept in a GGUF quantized type (QB_* ids of
- * engine/qblock.h: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+ * engine/format/qblock.h: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
  * Q5_K, Q6_K, IQ4_XS), as rows of blocks exactly as the file stores them
  * (row n at w + n * (K / block) * bytes, device memory, 2-byte aligned).
  *
@@ -174,7 +174,7 @@ cudaError_t ck_cuda_qgemv(int type, const void *w, int N, int K, const void *x, 
 
 /* dst (rows, K) row-major, floats or halves (out_f16) = rows 0..rows-1 of
  * the weights at w, dequantized with ggml's float operations (the f32
- * values equal engine/quant.c's quant_to_f32 bit for bit). */
+ * values equal engine/format/quant.c's quant_to_f32 bit for bit). */
 cudaError_t ck_cuda_qdequant(int type, const void *w, int rows, int K, void *dst, int out_f16,
                              cudaStream_t st);
 

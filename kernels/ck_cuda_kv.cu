@@ -1,7 +1,7 @@
 /* ck_cuda_kv.cu - writes into the paged KV pool, and the int8 form of a
  * block (ck_cuda.h gives the contracts).
  *
- * Int8: the bytes of engine/kvq.c's kvq_quantize, operation for operation
+ * Int8: the bytes of engine/format/kvq.c's kvq_quantize, operation for operation
  * (same layout, same scale = max|x| / 127, same roundf(x * (1 / scale))
  * clamped to [-127, 127], unwritten positions 0), so a block compressed here
  * is read back by kvq_dequantize and the other way round. Keys get one scale

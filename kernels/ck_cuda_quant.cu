@@ -9,7 +9,7 @@
  * eighth of a super-block for the 256-element ones), with the float
  * operations of ggml's dequantize_row_<type> in the same order, each
  * rounded on its own (__fmul_rn / __fadd_rn / __fsub_rn stop nvcc from
- * fusing them), so a dequantized value equals engine/quant.c's, and so
+ * fusing them), so a dequantized value equals engine/format/quant.c's, and so
  * libggml's, bit for bit. Three kernels use it:
  *   - ck_qgemv: decode and small batches (M <= CK_QGEMV_MAX_M tokens). One
  *     warp per weight row; lane l takes groups l, l + 32, ... of the row, so
@@ -132,7 +132,7 @@ CK_QT(QB_IQ4_XS, qblock_iq4_xs, 256)
 #define OFF(S, f) ((int)offsetof(S, f))
 
 /* v[0..31] = elements 32 c .. 32 c + 31 of the row at `row`. Element
- * layouts as engine/quant.c's comment lists them. */
+ * layouts as engine/format/quant.c's comment lists them. */
 template <int T>
 static __host__ __device__ __forceinline__ void ck_deq32(const unsigned char *row, int c, float *v) {
     if constexpr (ck_qt<T>::block == 32) {

@@ -1,5 +1,5 @@
 /* svc_tpl.h - confkvd's side of cache templates: usage counts in
- * Redis and prewarming (engine/tpl.h has the records, the engine resolves
+ * Redis and prewarming (engine/kv/tpl.h has the records, the engine resolves
  * and caches them).
  *
  * Usage: every job that names a template adds one to its score in the

@@ -1,4 +1,4 @@
-/* test_chat.c - chat messages to prompt ids (engine/chat.c): the template's
+/* test_chat.c - chat messages to prompt ids (engine/core/chat.c): the template's
  * markers become their special ids, the same strings in a user's content or
  * role stay plain text, an honest chat gets the ids that tokenizing the whole
  * rendering with special parsing gives, and there is one BOS.

@@ -1,11 +1,11 @@
-/* test_cpu_qdot_more.c - the dot kernels of engine/cpu_qdot_more.h (Q4_1,
+/* test_cpu_qdot_more.c - the dot kernels of engine/cpu/qdot/cpu_qdot_more.h (Q4_1,
  * Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS; C, AVX2, AVX-512).
  *
  * Data: random weight blocks (every byte random, then the f16 scales
  * overwritten with finite values of either sign), and also all-0x00 and
  * all-0xff quant bytes (the extremes of every field: maddubs saturation
  * would show there); random activations, also +-1 everywhere (every q8 at
- * +-127), quantized with engine/cpu_qact.c's reference quantizers. Row
+ * +-127), quantized with engine/cpu/qdot/cpu_qact.c's reference quantizers. Row
  * lengths include an odd number of 32-blocks (the AVX-512 kernels' tail).
  *
  * Oracles:
@@ -16,7 +16,7 @@
  *      blocks may be ordered differently (f32 epsilon 6e-8 times at most a
  *      few hundred blocks stays well under 1e-5).
  *  (b) the C kernel against an independent second computation: the weights
- *      dequantized by quant_to_f32 (engine/quant.c, which is checked bit for
+ *      dequantized by quant_to_f32 (engine/format/quant.c, which is checked bit for
  *      bit against libggml elsewhere), the activations dequantized here
  *      (d * q, exact in double), dotted in double. Bound: 1e-5 * sum|terms|
  *      for the f32 rounding of the kernel (scale products, one multiply-add

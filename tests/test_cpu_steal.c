@@ -1,5 +1,5 @@
 /* test_cpu_steal.c - work stealing over a product's units
- * (engine/cpu_steal.h): every unit is taken exactly once, whatever the
+ * (engine/cpu/cpu_steal.h): every unit is taken exactly once, whatever the
  * number of units, threads and alignment, when all the threads take at
  * once (pthreads here, so ThreadSanitizer sees the stealing's atomics in
  * ops/scripts/test.sh) and when fewer threads run than the ranges were cut

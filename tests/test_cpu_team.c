@@ -1,4 +1,4 @@
-/* test_cpu_team.c - the CPU backend's threads (engine/cpu_team.h): every
+/* test_cpu_team.c - the CPU backend's threads (engine/cpu/cpu_team.h): every
  * thread of a run runs fn exactly once with its own tid, what the caller
  * wrote before a run is what the threads read, what they wrote is what the
  * caller reads after it; runs of any size follow each other (short ones, as

@@ -1,4 +1,4 @@
-/* test_request.c - the client form of eng_request (engine/rq.c) on
+/* test_request.c - the client form of eng_request (engine/core/rq.c) on
  * stories260K: the engine tokenizes a prompt or chat messages, applies the
  * client's limits and rejects with a stable reason and sentence. Oracles:
  * the tokenizer itself (the same text tokenized here and submitted as ids

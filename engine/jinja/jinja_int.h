@@ -1,4 +1,4 @@
-/* jinja_int.h - what the renderer's files share (private to engine/jinja*.c;
+/* jinja_int.h - what the renderer's files share (private to engine/jinja/jinja*.c;
  * the API is jinja.h).
  *
  * Four parts: values (reference-counted tagged unions: jinja.c, with the

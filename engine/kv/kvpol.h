@@ -28,9 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eng_types.h"
+#include "eng_types.h" /* samp_conf: the signals a step's token came with */
 #include "kv.h"
-#include "samp.h"
 
 /* A kind is the policies' business: no other module tests it (they ask
  * kvpol_steady_blocks, kvpol_can_shrink). kvpol_config is in eng_types.h:

@@ -1,4 +1,4 @@
-/* tok_int.h - what the tokenizer's files share (private to engine/tokenizer.c
+/* tok_int.h - what the tokenizer's files share (private to engine/text/tokenizer.c
  * and engine/tok_*.c that include it; the API is tokenizer.h).
  *
  * tokenizer.c    the vocabulary: its index (seeded hashes of the pieces, the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tree's habits, checked: every C/CUDA source formatted as .clang-format
-# says (clang-format --dry-run --Werror), and cppcheck's warning,
+# says (clang-format --dry-run --Werror), the engine's include rules
+# (ops/scripts/check_includes.py), and cppcheck's warning,
 # performance and portability checks clean (findings that are false
 # positives carry an inline `cppcheck-suppress` with the reason beside it).
 # Usage: ops/scripts/lint.sh [--fix]   (--fix: reformat the files in place)
@@ -24,6 +25,8 @@ if ! clang-format --dry-run --Werror "${src[@]}" 2> /tmp/confkv-format.$$; then
 fi
 rm -f /tmp/confkv-format.$$
 echo "lint: clang-format clean (${#src[@]} files, $((SECONDS - t0)) s)"
+# The engine's include rules (engine/README.md): which folder may include which.
+python3 ops/scripts/check_includes.py
 t0=$SECONDS
 # C sources only (the .cu files are C++ for nvcc); -j over the two cores.
 mapfile -t inc < <(find engine -type d | sort | sed 's/^/-I/')

@@ -1,5 +1,5 @@
 /* cli_chat.h - `confkv generate --messages`: a chat file rendered with the
- * model's template (engine/chat.h), for the CLI. */
+ * model's template (engine/core/chat.h), for the CLI. */
 #ifndef CK_CLI_CHAT_H
 #define CK_CLI_CHAT_H
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* test_cuda_quant_host.c - the GPU's dequantizers (kernels/ck_cuda_quant.cu's
  * ck_deq32, run on the host through be_cuda_qdequant_host) against
- * engine/quant.c's quant_to_f32, bit for bit, for every quantized type.
+ * engine/format/quant.c's quant_to_f32, bit for bit, for every quantized type.
  * Needs no GPU: built with the CUDA backend, it runs everywhere (CI
  * included), so the decoders are checked even where the device tests skip.
  *

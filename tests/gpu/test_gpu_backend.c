@@ -13,7 +13,7 @@
  *     (absolute, on masses that sum to the number of query tokens);
  *   - greedy decoding of 64 tokens from BOS: identical tokens;
  *   - kv_read / kv_write of a block; int8 blocks (kv_compress, kv_expand,
- *     kv8_read, kv8_write) byte for byte engine/kvq.c's; attention over an
+ *     kv8_read, kv8_write) byte for byte engine/format/kvq.c's; attention over an
  *     int8 hot block (the same int8 bytes on both backends);
  *   - the device's confidence (entropy, gap, p_max, argmax) against
  *     samp_confidence on the same logits;

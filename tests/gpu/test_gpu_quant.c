@@ -10,7 +10,7 @@
  *     through be_cuda_qmatmul (the backend's own path) for M = 1, 3, 8
  *     (GEMV) and 9, 40 (dequantize + cuBLAS), with f32 and with f16
  *     inputs. Oracles:
- *       - the device's dequantization to f32 equals engine/quant.c's
+ *       - the device's dequantization to f32 equals engine/format/quant.c's
  *         quant_to_f32 bit for bit (memcmp);
  *       - y against sum_k w[n][k] x[m][k] in double, w from quant_to_f32, x
  *         as the device saw it (rounded to f16 when f16): f32 weights

@@ -1,4 +1,4 @@
-/* jinja_render - render a chat template (engine/jinja.c) with the variables
+/* jinja_render - render a chat template (engine/jinja/jinja.c) with the variables
  * of a JSON object, for the oracle test (oracle.sh compares it with
  * oracle.py, which renders the same with Python's jinja2 as Hugging Face
  * does).

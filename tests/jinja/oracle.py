@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Render a chat template as Hugging Face's apply_chat_template does
-(transformers' _compile_jinja_template), the oracle for engine/jinja.c.
+(transformers' _compile_jinja_template), the oracle for engine/jinja/jinja.c.
 
     oracle.py TEMPLATE VARS.json [YYYY-MM-DD]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Byte-for-byte comparison of engine/jinja.c with Python's jinja2 (set up as
+# Byte-for-byte comparison of engine/jinja/jinja.c with Python's jinja2 (set up as
 # Hugging Face's apply_chat_template sets it up) on real chat templates from
 # llama.cpp's models/templates/, for every case in cases/.
 #   oracle.sh JINJA_RENDER TESTS_JINJA_DIR

@@ -1,4 +1,4 @@
-/* test_jinja.c - the chat-template renderer (engine/jinja.c) on its own:
+/* test_jinja.c - the chat-template renderer (engine/jinja/jinja.c) on its own:
  * every construct of the subset, then the limits and errors a hostile or
  * unsupported template must end in (no crash, no hang, the right kind).
  *

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Print a GGUF vocabulary's bos_token and eos_token texts as a JSON object,
-read with this small reader of its own (not engine/gguf.c): the oracle side
+read with this small reader of its own (not engine/format/gguf.c): the oracle side
 of render_only.sh, which passes them to oracle.py as apply_chat_template
 gets them from the tokenizer.
 

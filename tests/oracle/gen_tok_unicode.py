@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generate engine/tok_unicode.c: the Unicode general-category classes the
+"""Generate engine/text/tok_unicode.c: the Unicode general-category classes the
 pre-tokenizers need (\\p{L}, \\p{N}, \\p{P}), from Python's unicodedata.
 
-Usage: python3 tests/oracle/gen_tok_unicode.py > engine/tok_unicode.c
+Usage: python3 tests/oracle/gen_tok_unicode.py > engine/text/tok_unicode.c
 The table is data, so it is generated, never edited by hand; the Unicode
 version is the one of the Python that ran this (written into the file)."""
 import sys

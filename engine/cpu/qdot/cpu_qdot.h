@@ -24,7 +24,7 @@
  * layout). The x8 kernels have AVX-512 and VNNI versions too (512 bits,
  * cpu_qdot_x8_body.h): at batch 1 on a Zen 5 the AVX2 ones, not memory,
  * set the pace. The other
- * types are engine/cpu_qdot_more.h's. A type with no kernel for an ISA
+ * types are engine/cpu/qdot/cpu_qdot_more.h's. A type with no kernel for an ISA
  * takes the next one down (avx512 -> avx2 -> c); a type with no kernel at
  * all a generic one that expands the weight block with quant_to_f32 and
  * sums in f32 (correct, slow).

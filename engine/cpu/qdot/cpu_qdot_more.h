@@ -6,7 +6,7 @@
  *   void cpu_vdot_<type>_<isa>(int n, float *s, const void *w, const void *a);
  *
  * *s = the dot of n elements: w holds n / block(type) blocks of `type`
- * (engine/qblock.h), a the same row's activations quantized to the type's
+ * (engine/format/qblock.h), a the same row's activations quantized to the type's
  * partner format:
  *   q4_1, q5_1        -> qblock_q8_1  (blocks of 32)
  *   q5_0, iq4_nl      -> qblock_q8_0  (blocks of 32)
