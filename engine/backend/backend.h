@@ -106,7 +106,7 @@ struct backend {
 
 /* Create the CPU backend (the reference). f32/f16/bf16 weights are
  * converted to packed f32 at load; quantized ones are computed on in the
- * model's mapping, in their own bytes (see backend_cpu.c for why). Kernels
+ * model's mapping, in their own bytes (see engine/cpu/cpu_build.c for why). Kernels
  * are chosen from the CPU's features, or CONFKV_CPU_KERNELS
  * (cpu_features.h: CK_EINVAL / CK_EUNSUPPORTED for a bad or absent level).
  * Returns 0 or CK_E* with err filled. The model must outlive the backend. */

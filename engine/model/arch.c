@@ -30,6 +30,10 @@ static const struct {
     [ARCH_T_ATTN_Q] = R, [ARCH_T_ATTN_K] = R, [ARCH_T_ATTN_V] = R, [ARCH_T_ATTN_OUT] = R,           \
     [ARCH_T_FFN_NORM] = R, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
 
+/* Every layer of the three: attention, then the SwiGLU feed-forward. */
+#define LLAMA_BLOCKS \
+    { ARCH_BLOCK_ATTN, ARCH_BLOCK_FFN }
+
 /* The q/k/v biases are optional in all three, as llama.cpp's
  * create_tensor_qkv takes them (Qwen2 files have them; a Llama with them
  * computes them too). rope_freqs only in llama (llama.cpp reads it for its
@@ -41,22 +45,26 @@ static const arch_info table[] = {
      {LLAMA_CORE, [ARCH_T_ROPE_FREQS] = O, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O,
       [ARCH_T_ATTN_V_B] = O},
      "Llama 2/3.x, Mistral, TinyLlama, SmolLM2: adjacent-pair RoPE, optional rope_freqs "
-     "(Llama 3.1 factors), rope scaling none/linear/yarn"},
+     "(Llama 3.1 factors), rope scaling none/linear/yarn",
+     LLAMA_BLOCKS},
     {"qwen2",
      ARCH_QWEN2,
      ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O},
-     "Qwen2/2.5: q/k/v biases, NEOX RoPE"},
+     "Qwen2/2.5: q/k/v biases, NEOX RoPE",
+     LLAMA_BLOCKS},
     {"qwen3",
      ARCH_QWEN3,
      ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O,
       [ARCH_T_ATTN_Q_NORM] = R, [ARCH_T_ATTN_K_NORM] = R},
-     "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length"},
+     "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length",
+     LLAMA_BLOCKS},
 };
 #undef R
 #undef O
 #undef LLAMA_CORE
+#undef LLAMA_BLOCKS
 
 #define N_ARCH ((int)(sizeof table / sizeof table[0]))
 
@@ -81,6 +89,10 @@ const char *arch_names(void) { return "llama, qwen2, qwen3"; }
 char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix) {
     snprintf(buf, cap, "%s.%s", a->name, suffix);
     return buf;
+}
+
+const char *arch_block_name(int block) {
+    return block == ARCH_BLOCK_ATTN ? "attention" : block == ARCH_BLOCK_FFN ? "ffn" : "?";
 }
 
 const char *arch_tensor_name(int t) { return t >= 0 && t < ARCH_T_COUNT ? tensors[t].name : "?"; }

@@ -12,7 +12,8 @@
  * message naming it; nothing is skipped silently.
  *
  * Adding an architecture: a row in arch.c's table, plus compute for any
- * tensor or RoPE style it is the first to use (backend_cpu.c, kernels/).
+ * tensor, RoPE style or layer block it is the first to use (a layer kind of
+ * engine/cpu/, kernels/).
  *
  * Everything here is static data or pure functions: no state, no
  * allocation, safe from any thread. */
@@ -58,12 +59,22 @@ enum arch_tensor {
 /* What an architecture asks of a tensor. */
 enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
 
+/* The blocks a layer runs, in order, each adding its output into the
+ * residual stream: the layer kinds a backend computes (engine/cpu/
+ * cpu_layer.h). ATTN: norm, Q/K/V, RoPE, attention over the KV cache,
+ * output projection; FFN: norm, the SwiGLU feed-forward. A backend refuses
+ * a model with a block it has no kind for, naming it. */
+enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2 };
+#define ARCH_MAX_BLOCKS 4
+
 typedef struct arch_info {
-    const char *name;                 /* general.architecture, and the key prefix */
-    int id;                           /* ARCH_* */
-    int rope;                         /* ARCH_ROPE_* */
-    unsigned char need[ARCH_T_COUNT]; /* ARCH_NO / ARCH_OPTIONAL / ARCH_REQUIRED */
-    const char *adds;                 /* one line: what it adds to the plain Llama compute */
+    const char *name;                      /* general.architecture, and the key prefix */
+    int id;                                /* ARCH_* */
+    int rope;                              /* ARCH_ROPE_* */
+    unsigned char need[ARCH_T_COUNT];      /* ARCH_NO / ARCH_OPTIONAL / ARCH_REQUIRED */
+    const char *adds;                      /* one line: what it adds to the plain Llama compute */
+    unsigned char blocks[ARCH_MAX_BLOCKS]; /* ARCH_BLOCK_* of every layer, in order; END-terminated
+                                              when fewer */
 } arch_info;
 
 /* Key suffixes, read as "<arch>.<suffix>" (gguf-py constants.py). */
@@ -104,6 +115,9 @@ int arch_count(void);
 const arch_info *arch_at(int i);
 /* Names of the architectures, comma-separated, for messages ("llama, qwen2, qwen3"). */
 const char *arch_names(void);
+
+/* The name of an ARCH_BLOCK_* ("attention", "ffn"), or "?". */
+const char *arch_block_name(int block);
 
 /* "<arch>.<suffix>" into buf (cap bytes). Returns buf. */
 char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix);

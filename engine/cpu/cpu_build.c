@@ -1,0 +1,669 @@
+/* cpu_build.c - the CPU backend's construction (be_cpu_new), its memory
+ * plan (be_cpu_plan, which mirrors the construction allocation by
+ * allocation), destruction, and what it reports (be_cpu_step_bytes,
+ * be_cpu_kernels). Every buffer the forward pass uses is sized and
+ * allocated here, once.
+ *
+ * Two kinds of weight matrix (cpu_mat):
+ *  - f32, f16 and bf16 weights are converted once when the backend is
+ *    created and packed into cpu_gemm.c's panels, whose kernel runs every
+ *    batch size from one token (memory bound) to a prefill chunk (compute
+ *    bound), measured faster than OpenBLAS's sgemm at all of them on these
+ *    CPUs (sgemm packs the weights again at every call). The Q, K and V
+ *    projections are fused into one matrix, so a layer runs four products.
+ *  - quantized weights (Q8_0, Q4_0, the K-quants, ...) stay in the file's
+ *    bytes, in the read-only mapping: no copy, so resident memory is about
+ *    the file's size. Each product quantizes its input rows to the weight
+ *    type's 8-bit partner (cpu_qact.h) into scratch sized here, and
+ *    cpu_qdot.c's integer kernels multiply the blocks directly; at batch 1
+ *    that streams the file's bytes, not 4 a weight. A type with an
+ *    interleaved layout (Q4_0, Q8_0, Q4_K: 8 rows a block, one row a
+ *    vector lane) is repacked here into a copy of about the same size (Q4_K
+ *    2.8 % more) whose mapped pages are then dropped, so memory stays about
+ *    the file's size. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ck_err.h"
+#include "cpu_features.h"
+#include "cpu_layer.h"
+#include "quant.h"
+
+void cpu_destroy(backend *b) {
+    cpu_backend *cb = (cpu_backend *)b;
+    if (!cb) return;
+    free(cb->wcls.f.p);
+    free(cb->wcls.qown);
+    free(cb->x8_arena);
+    free(cb->emb);
+    free(cb->out_norm);
+    if (cb->layers) {
+        for (int l = 0; l < b->m->cfg.n_layers; l++) {
+            cpu_layer *w = &cb->layers[l];
+            free(w->attn.norm);
+            free(w->attn.bqkv);
+            free(w->attn.q_norm);
+            free(w->attn.k_norm);
+            for (int i = 0; i < 3; i++) free(w->attn.qkv[i].f.p), free(w->attn.qkv[i].qown);
+            free(w->attn.wo.f.p);
+            free(w->attn.wo.qown);
+            free(w->ffn.norm);
+            free(w->ffn.w1.f.p);
+            free(w->ffn.w1.qown);
+            free(w->ffn.w3.f.p);
+            free(w->ffn.w3.qown);
+            free(w->ffn.w2.f.p);
+            free(w->ffn.w2.qown);
+        }
+    }
+    free(cb->layers);
+    free(cb->inv_freq);
+    free(cb->kv);
+    free(cb->kv8);
+    free(cb->x);
+    free(cb->xb);
+    free(cb->xo);
+    free(cb->qkv);
+    free(cb->att_out);
+    free(cb->h13);
+    free(cb->h);
+    free(cb->rope);
+    free(cb->scores);
+    free(cb->hot_list);
+    free(cb->n_list);
+    free(cb->seq_last);
+    free(cb->cut);
+    free(cb->share);
+    free(cb->done_s);
+    free(cb->cls_s);
+    free(cb->pcut);
+    free(cb->steal);
+    cpu_team_free(cb->team);
+    free(cb->att_blk);
+    free(cb->att_rows);
+    free(cb->att_mass);
+    for (int a = 0; a < ACT_N; a++) free(cb->xq[a]);
+    free(cb->xoq);
+    free(cb);
+}
+
+/* Buffers at least this big go on 2 MiB pages where the kernel allows it. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* Bytes alloc_floats takes for n floats (be_cpu_plan counts with it too). */
+static size_t floats_bytes(size_t n) {
+    size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
+    size_t bytes = (n * sizeof(float) + align - 1) & ~(align - 1);
+    return bytes ? bytes : 64;
+}
+
+static float *alloc_floats(cpu_backend *cb, size_t n) {
+    /* 64-byte aligned for the vector units; zeroed so unused KV is finite.
+     * Big ones (weights, the KV pool) are 2 MiB aligned and asked for huge
+     * pages (transparent huge pages are often "madvise" only): a batch-32
+     * step reads KV blocks scattered over the pool and every weight panel,
+     * and with 4 KiB pages each 36 KB block took nine TLB entries. */
+    size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
+    size_t bytes = floats_bytes(n);
+    float *p = aligned_alloc(align, bytes);
+    if (p) {
+#ifdef MADV_HUGEPAGE
+        if (align == HUGE_BYTES) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is harmless */
+#endif
+        memset(p, 0, bytes);
+        cb->bytes += bytes;
+    }
+    return p;
+}
+
+/* malloc, counted in cb->bytes (bookkeeping arrays; not zeroed). */
+static void *alloc_bytes(cpu_backend *cb, size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (p) cb->bytes += n;
+    return p;
+}
+
+/* Bytes alloc_x8 takes for n bytes. */
+static size_t x8_alloc_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* The x8 arena: one buffer for all the x8 copies of a model's matrices,
+ * cap bytes (the sum of x8_alloc_bytes over them), 2 MiB aligned with huge
+ * pages asked for its whole 2 MiB pages. Why one: a matrix of a small
+ * model is under 2 MiB (a 110M-shape layer's fused gate/up in Q4_K is
+ * 1.8 MB), so copies of their own sat on 4 KiB pages, and batch-1 decode,
+ * which streams every byte of them once a token, took a TLB miss every
+ * 4 KiB (50 of a 110M Q4_K_M file's 68 MB). Not zeroed: the repack writes
+ * every byte it hands out. */
+static int x8_arena_new(cpu_backend *cb, size_t cap) {
+    if (!cap) return CK_OK;
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_BYTES, cap)) return CK_ENOMEM;
+#ifdef MADV_HUGEPAGE
+    if (cap >= HUGE_BYTES)
+        madvise(p, cap & ~(HUGE_BYTES - 1), MADV_HUGEPAGE); /* a hint: failure is harmless */
+#endif
+    cb->x8_arena = p;
+    cb->x8_cap = cap;
+    return CK_OK;
+}
+
+/* A buffer for an x8 copy of a matrix of n bytes, counted in cb->bytes:
+ * the arena's next x8_alloc_bytes(n) (64-byte aligned), or, should the
+ * arena not hold it (it is sized for every matrix, so only if the sizing
+ * and the use disagree), a buffer of its own in *own. */
+static void *alloc_x8(cpu_backend *cb, size_t n, void **own) {
+    const size_t a = x8_alloc_bytes(n);
+    *own = NULL;
+    if (cb->x8_arena && cb->x8_cap - cb->x8_used >= a) {
+        void *p = cb->x8_arena + cb->x8_used;
+        cb->x8_used += a;
+        cb->bytes += a;
+        return p;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, a)) return NULL;
+    cb->bytes += a;
+    return *own = p;
+}
+
+/* Packs the (n, k) f32 rows in src into a buffer of its own (cpu_gemm.h),
+ * run by the backend's kernels. */
+static int pack(cpu_backend *cb, gemm_w *w, const float *src, int n, int k) {
+    float *p = alloc_floats(cb, gemm_packed_floats(n, k));
+    if (!p) return CK_ENOMEM;
+    gemm_pack(w, p, src, n, k);
+    w->kern = cb->gk;
+    return CK_OK;
+}
+
+/* Convert tensors into consecutive rows of one f32 matrix. */
+static int to_f32(float *dst, const model_tensor *t) { return quant_to_f32(t->type, t->data, dst, t->n); }
+
+/* The kernel entry of an (n, k) weight tensor computed in its own bytes, or
+ * NULL: f32/f16/bf16 (packed f32), or a row that is not whole blocks (the
+ * conversion then reports the file's error). */
+static const cpu_qtype *mat_qtype(const cpu_qdot *qd, const model_tensor *t, int k) {
+    const cpu_qtype *q = cpu_qdot_type(qd, t->type);
+    return q && k % q->block == 0 ? q : NULL;
+}
+
+/* The roles the construction and the plan walk alike: for each matrix its
+ * tensor(s), shape and kind. f32 ones are packed (fused Q, K, V when all
+ * three are); a quantized one is used in place. */
+typedef struct mat_spec {
+    const model_tensor *t; /* the tensor (for fused QKV: wq; wk and wv follow) */
+    int n, k;
+    const cpu_qtype *q; /* NULL: f32 packed */
+} mat_spec;
+
+/* The layer's matrices in order qkv[0..n_qkv), wo, w1, w3, w2; returns how
+ * many (n_qkv + 4) and sets *n_qkv. */
+static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
+    const model_config *c = &m->cfg;
+    const model_layer *ml = &m->layers[l];
+    const int D = c->dim, F = c->hidden_dim, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
+                    *qv = mat_qtype(qd, &ml->wv, D);
+    int n = 0;
+    if (!qq && !qk && !qv) {
+        sp[n++] = (mat_spec){&ml->wq, QD + 2 * KVD, D, NULL};
+    } else {
+        sp[n++] = (mat_spec){&ml->wq, QD, D, qq};
+        sp[n++] = (mat_spec){&ml->wk, KVD, D, qk};
+        sp[n++] = (mat_spec){&ml->wv, KVD, D, qv};
+    }
+    *n_qkv = n;
+    sp[n++] = (mat_spec){&ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
+    /* gate and up share their units (ffn_up): both quantized or both f32 */
+    const cpu_qtype *q1 = mat_qtype(qd, &ml->w1, D), *q3 = mat_qtype(qd, &ml->w3, D);
+    if (!q1 || !q3) q1 = q3 = NULL;
+    sp[n++] = (mat_spec){&ml->w1, F, D, q1};
+    sp[n++] = (mat_spec){&ml->w3, F, D, q3};
+    sp[n++] = (mat_spec){&ml->w2, D, F, mat_qtype(qd, &ml->w2, F)};
+    return n;
+}
+
+/* Bytes a matrix takes as the backend holds it: its packed f32 buffer, or
+ * (quantized) its rows in the mapping, resident once read. */
+static size_t spec_bytes(const mat_spec *sp) {
+    if (!sp->q) return floats_bytes(gemm_packed_floats(sp->n, sp->k));
+    return (size_t)sp->n * (size_t)(sp->k / sp->q->block) * (size_t)sp->q->block_bytes;
+}
+
+/* Bytes the backend holds for a matrix: spec_bytes, but an x8 copy as
+ * alloc_x8 takes it (be_cpu_plan and make_mat count with it). */
+static size_t held_bytes(const mat_spec *sp) {
+    if (sp->q && sp->q->dot8) return x8_alloc_bytes(cpu_qdot_x8_bytes(sp->q, sp->n, sp->k));
+    return spec_bytes(sp);
+}
+
+/* Bytes of one quantized input row of k elements for the formats, and the
+ * most for any matrix: xq_stride per format (0: none). */
+static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]) {
+    for (int a = 0; a < ACT_N; a++) stride[a] = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++) {
+            if (!sp[i].q) continue;
+            const int a = cpu_act_index(sp[i].q->act);
+            size_t rb = qact_row_bytes(sp[i].q->act, sp[i].k);
+            if (rb > stride[a]) stride[a] = rb;
+        }
+    }
+}
+
+/* Drops the pages of [p, p + n) that lie wholly inside it from this
+ * process's resident set. Only for bytes of a GGUF file's mapping (read-only,
+ * MAP_PRIVATE, never written): a later read faults them back in from the
+ * file, so nothing is lost; on any other memory MADV_DONTNEED would zero it. */
+static void drop_mapped(const model *m, const void *p, size_t n) {
+    if (!model_weights_in_file_map(m)) return; /* not known to be a file mapping */
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    const uintptr_t b = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    const uintptr_t e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED); /* a hint: failure costs memory only */
+}
+
+/* Fills w from a spec: packs the f32 rows (tmp: scratch for the largest
+ * one), points at the file's rows, or (a type with an x8 layout) repacks
+ * them into a buffer of its own and drops the mapping's pages, so the copy
+ * replaces the file's bytes in memory instead of adding to them. Counted
+ * in cb->bytes as the plan counts them (held_bytes). */
+static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp, const model_tensor *fused_k,
+                    const model_tensor *fused_v, int kv_rows) {
+    memset(w, 0, sizeof *w);
+    if (sp->q) {
+        w->q = (cpu_qmat){
+            sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes, 0};
+        if (!sp->q->dot8) {
+            cb->bytes += spec_bytes(sp);
+            return CK_OK;
+        }
+        const size_t bytes = spec_bytes(sp);
+        void *p = alloc_x8(cb, cpu_qdot_x8_bytes(sp->q, sp->n, sp->k), &w->qown);
+        if (!p) return CK_ENOMEM;
+        int rc = cpu_qdot_repack8(sp->q, p, sp->t->data, sp->n, sp->k);
+        if (rc) return rc; /* qown, if any, freed with the backend */
+        w->q.data = p;
+        w->q.x8 = 1;
+        drop_mapped(cb->base.m, sp->t->data, bytes);
+        return CK_OK;
+    }
+    int rc = to_f32(tmp, sp->t);
+    if (!rc && fused_k) {
+        const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
+        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)))
+            rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
+    }
+    return rc ? rc : pack(cb, &w->f, tmp, sp->n, sp->k);
+}
+
+/* Floats of the f32 scratch the construction converts matrices into: the
+ * largest packed one (0 when every matrix is quantized). */
+static size_t tmp_floats(const cpu_qdot *qd, const model *m) {
+    size_t t = 0;
+    const model_config *c = &m->cfg;
+    if (!mat_qtype(qd, &m->wcls, c->dim)) t = (size_t)c->vocab_size * c->dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            if (!sp[i].q && (size_t)sp[i].n * sp[i].k > t) t = (size_t)sp[i].n * sp[i].k;
+    }
+    return t;
+}
+
+/* Size arithmetic that reports overflow instead of wrapping: a plan of
+ * absurd options must fail, not come out small. */
+typedef struct plan_acc {
+    int over;
+} plan_acc;
+
+static size_t pmul(plan_acc *a, size_t x, size_t y) {
+    size_t r;
+    if (__builtin_mul_overflow(x, y, &r)) a->over = 1;
+    return r;
+}
+
+static size_t padd(plan_acc *a, size_t x, size_t y) {
+    size_t r;
+    if (__builtin_add_overflow(x, y, &r)) a->over = 1;
+    return r;
+}
+
+/* floats_bytes of x * y floats. */
+static size_t pfloats(plan_acc *a, size_t x, size_t y) {
+    size_t n = pmul(a, x, y);
+    return n > SIZE_MAX / 8 ? (a->over = 1, 0) : floats_bytes(n);
+}
+
+static int cpu_options_ok(const model_config *c, const be_options *o) {
+    return o->max_batch_tokens > 0 && o->n_kv_blocks > 0 && o->block_size > 0 && o->n_kv8_blocks >= 0 &&
+           o->max_ctx >= 0 && o->max_ctx <= c->seq_len;
+}
+
+int be_cpu_default_threads(void) { return omp_get_num_procs(); }
+
+/* Mirrors be_cpu_new allocation by allocation (a test holds the two equal). */
+int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
+    memset(p, 0, sizeof *p);
+    const model_config *c = &m->cfg;
+    if (!cpu_options_ok(c, o)) return CK_EINVAL;
+    plan_acc a = {0};
+    const int nt = o->n_threads > 0 ? o->n_threads : be_cpu_default_threads();
+    const int ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m);
+    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;
+    const int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    const int qkv_dim = q_dim + 2 * kv_dim;
+    const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
+    p->max_ctx = ctx;
+    p->n_threads = nt;
+    /* weights: out_norm, the embedding when untied (an f32 copy, or the
+     * file's quantized rows), the classifier, the layers, RoPE; packed f32
+     * copies and mapped quantized bytes alike (spec_bytes) */
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, CPU_ISA_C); /* which types are quantized does not depend on the ISA */
+    size_t w = floats_bytes(D);
+    const cpu_qtype *qemb = mat_qtype(&qd, &m->tok_emb, c->dim);
+    if (!m->tied)
+        w = padd(&a, w,
+                 qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
+                      : pfloats(&a, V, D));
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+    w = padd(&a, w, held_bytes(&cls));
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *ml = &m->layers[l];
+        mat_spec sp[7];
+        int nq, n = layer_specs(&qd, m, l, sp, &nq);
+        w = padd(&a, w, 2 * floats_bytes(D));
+        for (int i = 0; i < n; i++) w = padd(&a, w, held_bytes(&sp[i]));
+        /* the optional ones, where present */
+        if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
+        if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
+        if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
+    }
+    p->weights = padd(&a, w, floats_bytes(hd / 2));
+    /* KV pools */
+    const size_t kv_block_floats = pmul(&a, pmul(&a, L * 2, (size_t)o->block_size), (size_t)kv_dim);
+    p->kv = pfloats(&a, (size_t)o->n_kv_blocks, kv_block_floats);
+    kvq_shape shape = {c->n_layers, o->block_size, kv_dim};
+    p->kv8 = o->n_kv8_blocks > 0 ? pmul(&a, (size_t)o->n_kv8_blocks, kvq_block_bytes(&shape)) : 0;
+    /* batch buffers: x, xb, xo; qkv; att_out; h13; h; rope; hot_list, n_list, seq_last */
+    size_t act = 3 * pfloats(&a, T, D);
+    act = padd(&a, act, pfloats(&a, T, (size_t)qkv_dim));
+    act = padd(&a, act, pfloats(&a, T, (size_t)q_dim));
+    act = padd(&a, act, pfloats(&a, T, 2 * F));
+    act = padd(&a, act, pfloats(&a, T, F));
+    act = padd(&a, act, pfloats(&a, T, hd));
+    act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
+    act = padd(&a, act, 2 * T * sizeof(int32_t));
+    /* the products' quantized input rows, and the classifier's */
+    size_t xs[ACT_N];
+    act_strides(&qd, m, xs);
+    for (int i = 0; i < ACT_N; i++)
+        if (xs[i]) act = padd(&a, act, pfloats(&a, T, (xs[i] + 3) / 4));
+    if (cls.q) act = padd(&a, act, pfloats(&a, T, (qact_row_bytes(cls.q->act, c->dim) + 3) / 4));
+    p->activations = act;
+    /* per thread: scores (n_heads, ctx) + q_dim; attention's block pointers,
+     * rows and mass; the split bookkeeping (cut, share, done_s, cls_s, pcut,
+     * steal) */
+    const size_t scores = (size_t)c->n_heads * (size_t)ctx + (size_t)q_dim;
+    const size_t per_blk = sizeof(const float *) + sizeof(int) + sizeof(float);
+    p->scratch_per_thread = padd(&a, pmul(&a, scores, sizeof(float)), pmul(&a, max_blocks, per_blk));
+    size_t sc = pfloats(&a, (size_t)nt, scores);
+    sc = padd(&a, sc, pmul(&a, pmul(&a, (size_t)nt, max_blocks), per_blk));
+    sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
+    sc = padd(&a, sc, (size_t)nt * sizeof(cpu_steal));
+    p->scratch = sc;
+    size_t t = padd(&a, p->weights, p->kv);
+    t = padd(&a, t, p->kv8);
+    t = padd(&a, t, p->activations);
+    p->total = padd(&a, t, p->scratch);
+    return a.over ? CK_ERANGE : CK_OK;
+}
+
+int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    const model_config *c = &m->cfg;
+    be_memory plan;
+    int prc = be_cpu_plan(m, o, &plan);
+    if (prc) {
+        snprintf(err, errlen, "cpu backend: invalid options (batch %d, blocks %d, block size %d, ctx %d%s)",
+                 o->max_batch_tokens, o->n_kv_blocks, o->block_size, o->max_ctx,
+                 prc == CK_ERANGE ? ": sizes overflow" : "");
+        return CK_EINVAL;
+    }
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return CK_ENOMEM;
+    backend *b = &cb->base;
+    b->ops = &cpu_backend_ops;
+    b->m = m;
+    b->opt = *o;
+    b->opt.max_ctx = plan.max_ctx;
+    /* The layer kinds of the architecture's layers, in its table's order. */
+    const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
+    for (int k = 0, nk = 0; ai && k < ARCH_MAX_BLOCKS && ai->blocks[k] != ARCH_BLOCK_END; k++) {
+        if (!(cb->kinds[nk++] = cpu_layer_for(ai->blocks[k]))) {
+            snprintf(err, errlen, "cpu backend: layer block \"%s\" of architecture %s is not implemented",
+                     arch_block_name(ai->blocks[k]), ai->name);
+            free(cb);
+            return CK_EUNSUPPORTED;
+        }
+    }
+    if (!ai || !cb->kinds[0]) {
+        snprintf(err, errlen, "cpu backend: architecture %d has no layer blocks", c->arch);
+        free(cb);
+        return CK_EUNSUPPORTED;
+    }
+    cb->n_threads = plan.n_threads;
+    b->opt.n_threads = cb->n_threads;
+    cb->q_dim = c->n_heads * c->head_dim;
+    cb->kv_dim = c->n_kv_heads * c->head_dim;
+    cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
+    cb->max_ctx = b->opt.max_ctx;
+    cb->scores_per_thread = (size_t)c->n_heads * (size_t)cb->max_ctx + (size_t)cb->q_dim;
+    b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
+    cb->shape = (kvq_shape){c->n_layers, o->block_size, cb->kv_dim};
+    b->kv8_block_bytes = kvq_block_bytes(&cb->shape);
+    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t T = (size_t)o->max_batch_tokens;
+    int rc = CK_ENOMEM;
+
+    /* Kernels for this CPU, or the level CONFKV_CPU_KERNELS forces. */
+    char why[160] = "";
+    int isa = cpu_isa_select(why, sizeof why);
+    if (isa < 0) {
+        snprintf(err, errlen, "cpu backend: %s", why);
+        free(cb);
+        return isa;
+    }
+    cb->isa = isa;
+    cb->gk = gemm_kernels_for(isa);
+    cpu_qdot_init(&cb->qd, isa);
+
+    /* Each f32 matrix goes to f32 rows in tmp (the largest one's size), then
+     * is packed into its own buffer; quantized ones stay where they are. */
+    size_t tmp_n = tmp_floats(&cb->qd, m);
+    float *tmp = tmp_n ? malloc(tmp_n * sizeof *tmp) : NULL;
+    if ((tmp_n && !tmp) || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
+    if ((rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
+    const cpu_qtype *qemb = mat_qtype(&cb->qd, &m->tok_emb, c->dim);
+    uint64_t erb = 0;
+    if ((rc = quant_row_bytes(m->tok_emb.type, (uint64_t)c->dim, &erb))) goto fail;
+    cb->emb_row_bytes = (size_t)erb;
+    if (!m->tied && !qemb) {
+        rc = CK_ENOMEM;
+        if (!(cb->emb = alloc_floats(cb, V * D))) goto fail;
+        if ((rc = to_f32(cb->emb, &m->tok_emb))) goto fail;
+    } else if (!m->tied) { /* rows read from the mapping at lookup */
+        cb->bytes += spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb});
+    }
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&cb->qd, &m->wcls, c->dim)};
+    /* the x8 arena, sized for every matrix that make_mat repacks */
+    size_t x8_cap = cls.q && cls.q->dot8 ? held_bytes(&cls) : 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(&cb->qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            if (sp[i].q && sp[i].q->dot8) x8_cap += held_bytes(&sp[i]);
+    }
+    if ((rc = x8_arena_new(cb, x8_cap))) goto fail;
+    if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
+    rc = CK_ENOMEM;
+    if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *ml = &m->layers[l];
+        cpu_attn_w *w = &cb->layers[l].attn;
+        cpu_ffn_w *f = &cb->layers[l].ffn;
+        rc = CK_ENOMEM;
+        if (!(w->norm = alloc_floats(cb, D)) || !(f->norm = alloc_floats(cb, D))) goto fail;
+        if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim)))
+            goto fail;
+        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
+            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)c->head_dim))))
+            goto fail;
+        if ((ml->bq.n && (rc = to_f32(w->bqkv, &ml->bq))) ||
+            (ml->bk.n && (rc = to_f32(w->bqkv + cb->q_dim, &ml->bk))) ||
+            (ml->bv.n && (rc = to_f32(w->bqkv + cb->q_dim + cb->kv_dim, &ml->bv))) ||
+            (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
+            (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
+            goto fail;
+        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(f->norm, &ml->ffn_norm))) goto fail;
+        mat_spec sp[7];
+        int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
+        cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
+        dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &f->w1, dst[w->n_qkv + 2] = &f->w3,
+        dst[w->n_qkv + 3] = &f->w2;
+        for (int i = 0; i < n; i++) {
+            const int fused = i == 0 && w->n_qkv == 1;
+            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL,
+                               cb->kv_dim)))
+                goto fail;
+            cb->layer_bytes += spec_bytes(&sp[i]);
+        }
+    }
+    free(tmp);
+    tmp = NULL;
+    /* the products' quantized input rows (T each), and the classifier's */
+    act_strides(&cb->qd, m, cb->xq_stride);
+    rc = CK_ENOMEM;
+    for (int i = 0; i < ACT_N; i++)
+        if (cb->xq_stride[i] &&
+            !(cb->xq[i] = (unsigned char *)alloc_floats(cb, T * ((cb->xq_stride[i] + 3) / 4))))
+            goto fail;
+    if (cls.q) {
+        cb->xoq_stride = qact_row_bytes(cls.q->act, c->dim);
+        if (!(cb->xoq = (unsigned char *)alloc_floats(cb, T * ((cb->xoq_stride + 3) / 4)))) goto fail;
+    }
+    rc = CK_ENOMEM;
+    if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
+    if ((rc = model_rope_freqs(m, cb->inv_freq, &cb->rope_mscale))) goto fail;
+    rc = CK_ENOMEM;
+    cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
+    if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
+        !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
+        !(cb->xo = alloc_floats(cb, T * D)) || !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
+        !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
+        !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
+        !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
+        !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
+        goto fail;
+    cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;
+    if (!(cb->hot_list = alloc_bytes(cb, T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
+        !(cb->n_list = alloc_bytes(cb, T * sizeof *cb->n_list)) ||
+        !(cb->seq_last = alloc_bytes(cb, T * sizeof *cb->seq_last)) ||
+        !(cb->cut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->cut)) ||
+        !(cb->share = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->share)) ||
+        !(cb->done_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->done_s)) ||
+        !(cb->cls_s = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->cls_s)) ||
+        !(cb->pcut = alloc_bytes(cb, ((size_t)cb->n_threads + 1) * sizeof *cb->pcut)) ||
+        !(cb->steal = alloc_bytes(cb, (size_t)cb->n_threads * sizeof *cb->steal)))
+        goto fail;
+    /* OMP_THREAD_LIMIT caps the team as it caps the OpenMP regions */
+    const int lim = omp_get_thread_limit();
+    if (cpu_team_new(cb->n_threads < lim ? cb->n_threads : lim, &cb->team)) goto fail;
+    for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
+    cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
+    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
+    const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
+    if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
+        !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||
+        !(cb->att_mass = alloc_bytes(cb, nb * sizeof *cb->att_mass)))
+        goto fail;
+    if (o->n_kv8_blocks > 0) {
+        size_t bytes = (size_t)o->n_kv8_blocks * b->kv8_block_bytes;
+        if (!(cb->kv8 = calloc(bytes, 1))) goto fail;
+        cb->bytes += bytes;
+    }
+    *out = b;
+    return CK_OK;
+fail:
+    free(tmp);
+    snprintf(err, errlen, "cpu backend: %s while preparing weights and buffers", ck_strerror(rc));
+    cpu_destroy(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------ reporting */
+
+uint64_t be_cpu_step_bytes(const model *m) {
+    const model_config *c = &m->cfg;
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, CPU_ISA_C);
+    uint64_t b = 0, t = 0;
+    /* the classifier and the layers' matrices as the products read them;
+     * the vectors (norms, biases) in f32 */
+    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+    b += cls.q ? spec_bytes(&cls) : 4 * (uint64_t)c->vocab_size * (uint64_t)c->dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(&qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            b += sp[i].q ? spec_bytes(&sp[i]) : 4 * (uint64_t)sp[i].n * (uint64_t)sp[i].k;
+        const model_tensor *x[MODEL_LAYER_EXTRAS];
+        model_layer_extras(&m->layers[l], x);
+        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) t += x[i]->n;
+        t += 2 * (uint64_t)c->dim;
+    }
+    return b + 4 * (t + (uint64_t)c->dim);
+}
+
+int be_cpu_kernels(const backend *b, char *buf, size_t len) {
+    if (!b || b->ops != &cpu_backend_ops) return snprintf(buf, len, "%s", b ? b->ops->name : "none");
+    const cpu_backend *cb = (const cpu_backend *)b;
+    int n = snprintf(buf, len, "%s (f32 %s, attention %s", cpu_isa_name(cb->isa), cb->gk->isa,
+                     cb->attn ? cb->attn_name : "general");
+    int seen[CPU_QDOT_MAX_TYPES] = {0};
+    const cpu_mat *all[2] = {&cb->wcls, NULL};
+    for (int l = -1; l < b->m->cfg.n_layers; l++) {
+        const cpu_mat *mats[8];
+        int k = 0;
+        if (l < 0)
+            mats[k++] = all[0];
+        else {
+            const cpu_attn_w *w = &cb->layers[l].attn;
+            const cpu_ffn_w *f = &cb->layers[l].ffn;
+            for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];
+            mats[k++] = &w->wo, mats[k++] = &f->w1, mats[k++] = &f->w3, mats[k++] = &f->w2;
+        }
+        for (int i = 0; i < k; i++) {
+            const cpu_qtype *t = mats[i]->q.t;
+            if (!t) continue;
+            const int ti = (int)(t - cb->qd.t);
+            if (ti < 0 || ti >= CPU_QDOT_MAX_TYPES || seen[ti]) continue;
+            seen[ti] = 1;
+            if (n >= 0 && (size_t)n < len)
+                n += snprintf(buf + n, len - (size_t)n, ", %s %s%s%s%s", quant_type_name(t->type), t->impl,
+                              t->dotn ? "+rows" : "", t->dot8 ? "+x8 " : "", t->dot8 ? t->x8_impl : "");
+        }
+    }
+    if (n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ")");
+    return n;
+}
