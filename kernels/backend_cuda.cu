@@ -14,7 +14,7 @@
  * input writes it as f16 directly (RMSNorm, attention, SwiGLU), since
  * cuBLAS wants A and B of one type; outputs stay f32.
  *
- * Quantized weights (issue 16: every GGUF type of ck_cuda_qtype_shape) stay
+ * Quantized weights (every GGUF type of ck_cuda_qtype_shape) stay
  * in their file bytes on the device: a matrix is a cu_mat of up to three
  * row segments (QKV and gate/up are fused, and a Q4_K_M file mixes Q4_K
  * and Q6_K within them), each one allocation in one type. Batches of up to
@@ -25,8 +25,8 @@
  * cublasGemmEx on each slice. The token embedding is a row lookup, not a
  * product: a quantized one is expanded to f16 at upload (and a tied
  * classifier then multiplies that f16 copy). CONFKV_CUDA_QUANT=expand
- * expands every quantized tensor at upload instead (the path before issue
- * 16, kept for comparison).
+ * expands every quantized tensor at upload instead (every product then a
+ * cuBLAS f16 GEMM: a baseline to compare the quantized path with).
  *
  * The batch: the host checks it as the CPU backend does (and a little more:
  * every block id that is copied, and one token per logits row), numbers the

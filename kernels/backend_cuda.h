@@ -9,7 +9,7 @@
  * quantized types stay as they are). The environment variable
  * CONFKV_CUDA_WEIGHTS=f32|f16 overrides that choice (read at creation only).
  *
- * Quantized weights (every GGUF type of issue 16: Q4_0, Q4_1, Q5_0, Q5_1,
+ * Quantized weights (every quantized GGUF type confkv reads: Q4_0, Q4_1, Q5_0, Q5_1,
  * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) stay in their file
  * bytes in device memory and are multiplied by a dequantizing GEMV for
  * batches of up to 8 tokens, by slices expanded to f16 and cuBLAS above;

@@ -1,4 +1,4 @@
-/* ck_cuda_quant.cu - products with quantized weights on the GPU (issue 16):
+/* ck_cuda_quant.cu - products with quantized weights on the GPU:
  * every GGUF weight type confkv reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
  * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) stays in its file bytes in device
  * memory, rows contiguous as the file has them (a row of K elements is

@@ -32,7 +32,7 @@ enum { SVC_SRC_DEFAULT = 0, SVC_SRC_FILE, SVC_SRC_ENV, SVC_SRC_FLAG };
 
 /* One model of `model` (a key that may be given more than once in the file
  * and among the flags: NAME=PATH[,tokenizer=T][,chat_template=J][,kv_budget_mb=N];
- * or a single PATH, unnamed, as before). Strings owned by the svc_config. */
+ * or a single PATH, unnamed). Strings owned by the svc_config. */
 #define SVC_CONFIG_MAX_MODELS 8
 typedef struct svc_model_spec {
     char *name; /* NULL: the single unnamed model (model_name, or the model's own) */

@@ -169,7 +169,7 @@ static void all_loaded(svc_models *ms) {
     for (int i = 0; i < ms->n; i++) {
         slot *sl = &ms->s[i];
         ms->names[k++] = sl->name;
-        if (!ms->cfg->models[i].name) { /* the single unnamed model: as before */
+        if (!ms->cfg->models[i].name) { /* the single unnamed model: also its own name and file stem */
             ms->names[k++] = sl->own;
             ms->names[k++] = sl->stem;
         }

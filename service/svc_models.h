@@ -13,7 +13,7 @@
  *
  * A job's model. svc_models_names lists what a job's `model` may say: each
  * model's configured name (for a single unnamed model: model_name, the
- * model's own name and its file stem, as before), and "auto" with a
+ * model's own name and its file stem), and "auto" with a
  * cascade. No `model`: default_model.
  *
  * The cascade (route=cascade, route_models=SMALL,LARGE). An auto job is

@@ -11,9 +11,9 @@
 
 /* Where OMP_PROC_BIND or OMP_PLACES asks for binding, libgomp binds the
  * initial thread to the first place as it loads, before main, and exec
- * keeps a thread's mask: the program run again saw one CPU, so its
- * threads defaulted to 1 (omp_get_num_procs) and two asked for shared that
- * CPU (half the tokens/s, measured). So every CPU of the places is given
+ * keeps a thread's mask: the program run again would see one CPU, so its
+ * threads would default to 1 (omp_get_num_procs) and two asked for would
+ * share that CPU (half the tokens/s, measured). So every CPU of the places is given
  * back first; the new process binds again as asked. Only ever adds CPUs
  * (the places come from the mask the process started with, or from the
  * user's own list), so without binding nothing changes. */
@@ -37,13 +37,12 @@ void svc_prefer_passive_wait(char **argv) {
     if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
     /* A waiting thread spins about 3 us (libgomp: ~100 spins a microsecond)
      * before it sleeps: a region or barrier then costs ~1 us instead of the
-     * 15-40 us of a futex wake-up on this host's vCPUs, which at batch 1 on
-     * two threads (37-49 regions a step) cost about a tenth of the step; the
-     * spin is too short to take a shared core from anyone (docs/BENCHMARKS.md
-     * section 12, session 8). A longer one is faster on an idle machine and
-     * far slower on a busy one: 10000 (~100 us) gave 1.22x the tokens/s of
-     * 300 on an idle Zen 5 VM and 0.49x with one other busy process there
-     * (110M Q4_K_M, batch 1, two threads; BENCHMARKS 12, session 11). */
+     * 15-40 us of a futex wake-up on a VM's vCPUs, which at batch 1 on two
+     * threads (37-49 regions a step) costs about a tenth of the step; the
+     * spin is too short to take a shared core from anyone. A longer one is
+     * faster on an idle machine and far slower on a busy one: 10000 (~100 us)
+     * gives 1.22x the tokens/s of 300 on an idle Zen 5 VM and 0.49x with one
+     * other busy process there (measured: 110M Q4_K_M, batch 1, two threads). */
     if (!getenv("GOMP_SPINCOUNT")) (void)setenv("GOMP_SPINCOUNT", "300", 1);
     unbind_for_exec();
     execv("/proc/self/exe", argv);

@@ -323,7 +323,7 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
     r->origin.topic = s->cfg->topic_jobs;
     r->origin.partition = m->partition;
     r->origin.offset = m->offset;
-    /* issue 5, redelivery marks: set by svc_kafka from the committed dispatch mark */
+    /* redelivery marks: set by svc_kafka from the committed dispatch mark */
     r->origin.redelivered = tok.redelivered;
     if (tok.redelivered) s->metrics.jobs_redelivered++;
     r->next = s->recs;

@@ -1,4 +1,4 @@
-/* test_cpu_qdot.c - the quantized CPU products (issue 16):
+/* test_cpu_qdot.c - the quantized CPU products:
  *   cpu_qact.c:  the q8_0 / q8_1 / q8_K activation quantizers against
  *                quant.c's q8_0 (an independent copy of ggml's reference,
  *                itself checked against ggml) and against the formats'

@@ -62,8 +62,8 @@ static void test_memory_plan_matches_backend(void) {
     CK_CHECK(rc_bad == CK_EINVAL);
 }
 
-/* The defect of issue 13: a 9 MB GGUF that claims 1024 heads and a 2^20
- * context once got n_heads x 2^20 floats (4 GiB) of scratch a thread. */
+/* A 9 MB GGUF that claims 1024 heads and a 2^20 context: at its own
+ * context it would get n_heads x 2^20 floats (4 GiB) of scratch a thread. */
 static const char *crafted_model(char *path, size_t n) {
     snprintf(path, n, "/tmp/ck_test_engine_crafted_%ld.gguf", (long)getpid());
     synth_params sp = {.dim = 2048,

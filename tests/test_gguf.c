@@ -437,13 +437,14 @@ static void test_empty_file(void) {
 /* ------------------------------------------------------------------------
  * many names, adversarially chosen: the name index stays near-linear
  *
- * The reader once indexed names in an FNV-1a hash table with linear probing
- * (slot = FNV-1a-64(name) & (capacity - 1), capacity the power of two >= 2n).
+ * The attack is on an FNV-1a hash table with linear probing (slot =
+ * FNV-1a-64(name) & (capacity - 1), capacity the power of two >= 2n).
  * The low k bits of FNV-1a's state depend only on the low k bits before each
  * byte (xor and multiply carry upwards only), so two blocks that lead from
  * one state to the same low 18 bits keep colliding whatever follows. Chaining
  * 17 such pairs of 3-byte blocks gives 2^17 names that all land in one slot
- * of any table of up to 2^18 slots: 80,000 of them took 18.5 s to open.
+ * of any table of up to 2^18 slots: 80,000 of them take 18.5 s to open in
+ * such a table, and 0.08 s in the reader's sorted index.
  * ------------------------------------------------------------------------ */
 
 #define MANY_LEVELS 17
@@ -557,7 +558,7 @@ static void prefixed_name(uint32_t i, char *out, void *ctx) {
 static void test_many_colliding_keys(void) {
     enum { N = 80000, NT = 20000 };
     CK_CHECK(many_find_blocks() == 0);
-    /* the oracle: every name really collides under the old slot function */
+    /* the oracle: every name really collides under the FNV slot function */
     char nm[3 * MANY_LEVELS + 1];
     many_name(0, nm);
     uint64_t slot0 = old_fnv(nm, strlen(nm)) & MANY_LOW_MASK;
@@ -607,7 +608,7 @@ static void test_many_colliding_keys(void) {
     gguf_close(f);
     CK_CHECK(absent_kv == CK_ENOTFOUND && absent_t == NULL);
     fprintf(stderr, "    %d key + %d tensor lookups: %.3f s\n", N, NT, t2 - t1);
-    /* generous: the old hash table took 18 s to open and 31 s to look
+    /* generous: an FNV hash table takes 18 s to open and 31 s to look
      * everything up on the 2-core build machine, the sorted index 0.15 s */
     CK_CHECK_MSG(t2 - t0 < 20.0, "open + lookups took %.1f s", t2 - t0);
 }

@@ -1,7 +1,7 @@
 /* test_model.c - malformed model files are refused with a clear message and
  * no crash: truncated llama2.c checkpoints, absurd dimensions, GGUF models
  * with missing tensors, wrong shapes, unknown architectures. (The GGUF
- * container itself is fuzzed in test_gguf.c.) */
+ * container's truncations and mutations are in test_gguf_malformed.c.) */
 #include <stdlib.h>
 #include <unistd.h>
 

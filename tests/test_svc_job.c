@@ -201,7 +201,7 @@ static void test_config(void) {
     CK_CHECK(!svc_config_engine_flag("--kafka.bootstrap.servers") &&
              !svc_config_engine_flag("--no-such-key"));
     CK_CHECK(!svc_config_engine_flag("model") && !svc_config_engine_flag("--"));
-    /* the service's token counts are no secret (they were once masked) */
+    /* the service's token counts are no secret (`token` marks one only in kafka.* keys) */
     CK_CHECK(!svc_config_is_secret("default_max_tokens") && !svc_config_is_secret("max_tokens_cap") &&
              !svc_config_is_secret("max_prompt_tokens"));
     svc_config_free(&c);
@@ -270,7 +270,7 @@ static void test_config_models(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* hostile messages (issue 13) */
+/* hostile messages */
 
 #define MP(lit) lit, sizeof lit - 1 /* a msgpack literal and its length (it may hold NULs) */
 
@@ -296,8 +296,8 @@ static char *json_messages(const char *msg, int n, size_t *len) {
 }
 
 /* The rendered prompt must be exactly n-1 newlines: an empty content adds no
- * text, and the separators are all that is left (the old renderer wrote them
- * past its 256-byte buffer). */
+ * text, and the separators are all that is left (the buffer must grow for
+ * them alone, past its first 256 bytes). */
 static void test_empty_content_messages(void) {
     svc_job_limits l = lim();
     l.max_message_bytes = 2u << 20;
@@ -317,7 +317,7 @@ static void test_empty_content_messages(void) {
         for (size_t i = 0; i < j.prompt_len; i++) CK_CHECK(j.prompt[i] == '\n');
         svc_job_free(&j);
     }
-    if (counts[7] == 30000) { /* the size of the confkvd repro: ~900 KB */
+    if (counts[7] == 30000) { /* a job of about 900 KB, as tests/svc/bad_input.sh sends */
         size_t len;
         char *s = json_messages("{\"role\":\"user\",\"content\":[]}", 30000, &len);
         CK_CHECK(s && len > 850000);
@@ -387,7 +387,7 @@ static void test_msgpack_empty_strings(void) {
     } cases[] = {
         {MP("\x81\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"},         /* {"": nil}, fixstr */
         {MP("\x81\xd9\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},     /* str8 key of 0 bytes */
-        {MP("\xde\x00\x01\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"}, /* map16: the 5-byte repro */
+        {MP("\xde\x00\x01\xa0\xc0"), SVC_JOB_INVALID, "missing_prompt"}, /* map16 of {"": nil}: 5 bytes */
         {MP("\xdf\x00\x00\x00\x01\xda\x00\x00\xc0"), SVC_JOB_INVALID, "missing_prompt"},
         {MP("\x82\xa0\xa0\xa6prompt\xa2hi"), SVC_JOB_OK, NULL}, /* {"": "", "prompt": "hi"} */
         {MP("\x81\xa6prompt\xa0"), SVC_JOB_OK, NULL},           /* prompt "" */
@@ -460,7 +460,7 @@ static void test_nonfinite(void) {
     s = "{\"id\":\"nf\",\"prompt\":\"x\",\"metadata\":{\"a\":1e308,\"b\":-1e308,\"c\":4.9e-324}}";
     CK_CHECK_MSG(decode(s, strlen(s), NULL, &j, &e) == SVC_JOB_OK, "%s", e.message);
     svc_job_free(&j);
-    /* msgpack: float64 +inf / -inf / nan, float32 +inf (formerly dead letters) */
+    /* msgpack: float64 +inf / -inf / nan, float32 +inf (decodable: an error result, not a dead letter) */
     static const struct {
         const char *m;
         size_t n;

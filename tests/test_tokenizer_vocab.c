@@ -1,5 +1,5 @@
 /* test_tokenizer_vocab.c - vocabularies built from arrays and from GGUF
- * files: the piece index under pieces chosen to collide in the old hash,
+ * files: the piece index under pieces chosen to collide in a fixed hash,
  * byte-level BPE and SentencePiece GGUF vocabularies encoding as worked out
  * by hand, and hostile or malformed GGUF vocabularies refused. */
 #include <stdint.h>
@@ -21,13 +21,13 @@ static double now_s(void) {
 }
 
 /* ---------------------------------------------------------------------------
- * many pieces chosen to collide in the old fixed hash
+ * many pieces chosen to collide in a fixed (unseeded) hash
  *
- * The old index: slot = (h ^ (h >> 29)) & (cap - 1), h = FNV-1a-64 of the
+ * A fixed index: slot = (h ^ (h >> 29)) & (cap - 1), h = FNV-1a-64 of the
  * piece, cap the power of two >= 2n, linear probing. Pieces whose home slots
  * fall in a window W much smaller than n pile into one run: each insertion
  * and each lookup that lands in it walks the run (O(n) each; 50,000 such
- * pieces took 5 s to load). Here the pieces are 4-byte UTF-8-shaped
+ * pieces take 5 s to load in it). Here the pieces are 4-byte UTF-8-shaped
  * codepoints (lead F0..F7, three continuation bytes), each looked up whole
  * by tok_encode, so encoding them is an exact oracle of the index: the text
  * of piece i encodes to [" ", i]. */
@@ -43,7 +43,7 @@ static uint64_t old_slot_hash(const char *s, size_t n) {
 
 static void test_colliding_pieces(void) {
     enum { N = 50000, SPACE = N, DUP = N + 1, V = N + 2, WINDOW = 4096 };
-    const size_t mask = (1u << 17) - 1; /* old cap for V pieces: 131072 */
+    const size_t mask = (1u << 17) - 1; /* that index's cap for V pieces: 131072 */
     char(*cp)[4] = malloc(sizeof *cp * V);
     const char **pieces = malloc(sizeof *pieces * V);
     size_t *lens = malloc(sizeof *lens * V);

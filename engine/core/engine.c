@@ -684,7 +684,7 @@ static int iterate(eng *e) {
     /* 5. Tokens. First every row's confidence: the pass reads a whole row of
      * logits and touches nothing else, so rows are split between the
      * backend's threads when there is enough of them (on a 32000-entry
-     * vocabulary it was a tenth of a batch-32 step on this thread alone);
+     * vocabulary it is a tenth of a batch-32 step on one thread alone);
      * the rest changes the engine's state and runs here, in order. */
     const int conf_threads =
         e->b->opt.n_threads > 1 && (size_t)n_out * (size_t)e->vocab >= CONF_PAR_MIN ? e->b->opt.n_threads : 1;

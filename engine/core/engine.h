@@ -277,7 +277,7 @@ typedef struct eng_stats {
     int hot_blocks_used, hot_blocks;
     double step_ms_last, sched_ms_last; /* time of the last step; of which scheduling */
     double sched_ms_total, step_ms_total;
-    /* Added with the scheduler: */
+    /* The scheduler's accounting: */
     double forward_ms_total; /* of step_ms_total: the backend's forward passes */
     double token_ms_total;   /* of step_ms_total: confidence, sampling, policy, text */
     uint64_t recomputes;     /* preemptions that fell back to recomputation */

@@ -41,9 +41,9 @@
  * measured, and the team's (cpu_team.h) the same once its threads sleep. So
  * a section must carry about 100 us of work: 8M multiply-adds
  * of a product (compute bound, about 90 G a second a core), 2M
- * multiply-adds of a batch's attention. Below the product threshold
- * stories260K's full-KV batches of 7 woke the second thread 6 times a step
- * and ran 35 % slower on two threads than on one.
+ * multiply-adds of a batch's attention. Without the product threshold
+ * stories260K's full-KV batches of 7 would wake the second thread 6 times a
+ * step and run 35 % slower on two threads than on one (measured).
  * A one-token step is different: its sections follow each other a few
  * microseconds apart, within the spin before a waiting thread sleeps
  * (cpu_team.h), so one costs about 1 us. From 256K weights

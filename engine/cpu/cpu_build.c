@@ -106,7 +106,7 @@ static float *alloc_floats(cpu_backend *cb, size_t n) {
      * Big ones (weights, the KV pool) are 2 MiB aligned and asked for huge
      * pages (transparent huge pages are often "madvise" only): a batch-32
      * step reads KV blocks scattered over the pool and every weight panel,
-     * and with 4 KiB pages each 36 KB block took nine TLB entries. */
+     * and with 4 KiB pages each 36 KB block takes nine TLB entries. */
     size_t align = n * sizeof(float) >= HUGE_BYTES ? HUGE_BYTES : 64;
     size_t bytes = floats_bytes(n);
     float *p = aligned_alloc(align, bytes);
@@ -134,9 +134,9 @@ static size_t x8_alloc_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
  * cap bytes (the sum of x8_alloc_bytes over them), 2 MiB aligned with huge
  * pages asked for its whole 2 MiB pages. Why one: a matrix of a small
  * model is under 2 MiB (a 110M-shape layer's fused gate/up in Q4_K is
- * 1.8 MB), so copies of their own sat on 4 KiB pages, and batch-1 decode,
- * which streams every byte of them once a token, took a TLB miss every
- * 4 KiB (50 of a 110M Q4_K_M file's 68 MB). Not zeroed: the repack writes
+ * 1.8 MB), so copies of their own would sit on 4 KiB pages, and batch-1
+ * decode, which streams every byte of them once a token, would take a TLB
+ * miss every 4 KiB (50 of a 110M Q4_K_M file's 68 MB). Not zeroed: the repack writes
  * every byte it hands out. */
 static int x8_arena_new(cpu_backend *cb, size_t cap) {
     if (!cap) return CK_OK;

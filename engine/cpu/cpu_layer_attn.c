@@ -152,20 +152,20 @@ static void heads_part(void *arg, int t, int n) {
  * order, so the bits are attend_fast's. Returns 1 when done, 0 when the
  * general code must run.
  *
- * The heads go by work stealing. Why: an even cut left the caller's six
- * heads taking 1.4x the worker's time (110M Q4_K_M, two threads, the Zen 5
- * of docs/BENCHMARKS.md section 12), and a cut learnt from the threads'
- * speeds, in whole heads, still left the caller waiting 12-16 % of each
- * attention run (timed in the team).
+ * The heads go by work stealing. Why (measured on a Zen 5, 110M Q4_K_M,
+ * two threads, timed in the team): an even cut leaves the caller's six
+ * heads taking 1.4x the worker's time, and a cut learnt from the threads'
+ * speeds, in whole heads, still leaves the caller waiting 12-16 % of each
+ * attention run.
  * A take is at least half the heads a thread owns, in whole KV
  * groups (GQA's query heads that read the same K and V columns). Why: each
  * take walks every position of the context again, its heads' columns of
  * each K and V row; the KV is not in the caches (a step's weights stream
  * through them between two uses), and one head's 256 bytes a row, 3 KiB
- * apart, kept too few lines in flight. Takes of one head left each thread
- * reading its KV at 16 GB/s, half the weights' rate (14 % of a step at
- * 96 positions); takes of three heads made decode 4 % faster at 128
- * generated tokens and 7 % at 512 (BENCHMARKS 12, session 13). */
+ * apart, keep too few lines in flight. With takes of one head each thread
+ * reads its KV at 16 GB/s, half the weights' rate (14 % of a step at
+ * 96 positions); takes of three heads make decode 4 % faster than that at
+ * 128 generated tokens and 7 % at 512. */
 static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int threads, float mass_scale) {
     const int q = bt->seq[i], H = cb->ashape.n_heads;
     const be_seq_view *v = &bt->seqs[q];

@@ -51,8 +51,8 @@ void cpu_out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1) {
 /* The classifier, logits (n_out, vocab) = xo . wcls^T, is the biggest product
  * of a step (a third of a batch-32 step on the stories15M shape). After a
  * token split, in the same region, its panels are cut by the learnt shares,
- * and the cut's timing teaches them in turn: measured here, one core's half
- * took 1.4x the other's. classify_splits: whether it is cut that way for
+ * and the cut's timing teaches them in turn: measured on a shared host, one
+ * core's half can take 1.4x the other's. classify_splits: whether it is cut that way for
  * n_out rows. In a region of its own (classify) it is shared by work
  * stealing, as the layers' products are. */
 int cpu_classify_splits(const cpu_backend *cb, int n_out) {

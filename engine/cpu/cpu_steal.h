@@ -4,20 +4,19 @@
  * whose range is done takes chunks from the back of another's.
  *
  * Why: with even static halves, the threads of a batch-1 decode step's
- * products finished 9-18 % of the products' time apart (110M Q4_K_M, two
- * threads, measured at every region's end): a vCPU whose core a neighbour
- * shares runs slower for a while, and the region waits for it. Each thread
+ * products finish 9-18 % of the products' time apart (measured: 110M
+ * Q4_K_M, two threads, at every region's end): a vCPU whose core a
+ * neighbour shares runs slower for a while, and the region waits for it. Each thread
  * still streams one contiguous range of the weights until it steals. Which
  * thread computes a unit changes none of its bits.
  *
  * The chunks shrink as a range empties (guided): a take is a third of what
  * is left of the thread's own range, a steal half of what is left of
  * another's, neither below the chunk init returns (a 32nd of a range).
- * Why: the first to finish waits for the other's last chunk. With fixed
- * eighths the caller waited 1.8-2.0 us a section and the worker finished
- * 1.3-1.6 us after it, 61 sections a step (110M Q4_K_M, two threads, the
- * Zen 5 of docs/BENCHMARKS.md section 12, timed in the team); shrinking
- * chunks halved both.
+ * Why: the first to finish waits for the other's last chunk. Measured on a
+ * Zen 5 (110M Q4_K_M, two threads, timed in the team): with fixed eighths
+ * the caller waits 1.8-2.0 us a section and the worker finishes 1.3-1.6 us
+ * after it, 61 sections a step; shrinking chunks halve both.
  *
  * Use: cpu_steal_init before the run (one thread), cpu_steal_take in it
  * until it returns 0, with par as given to init even when fewer threads

@@ -8,15 +8,15 @@
  * futex, and which is right depends on the machine: with a short spin (the
  * 300 that svc_proc.c sets) a thread that arrives a few microseconds early
  * sleeps, and its wake-up costs 15-40 us on a VM's vCPUs; with a long one a
- * waiting thread takes its core from every other process there (half the
- * tokens/s beside one busy process, docs/BENCHMARKS.md section 12, session
- * 11). Here the spin adapts to the waits it sees: a wait that ends while
- * spinning lets the next spin longer, one that has to sleep halves it. Idle
+ * waiting thread takes its core from every other process there (measured
+ * on a Zen 5 VM: half the tokens/s beside one busy process). Here the spin
+ * adapts to the waits it sees: a wait that ends while spinning lets the
+ * next spin longer, one that has to sleep halves it. Idle
  * threads then spin about as long as their partners usually take, up to
  * CPU_TEAM_SPIN_MAX, and sleep on a futex past that; nobody is woken by a
  * syscall unless it sleeps. On 61 products of one 71 MB matrix a step
- * (two threads, the Zen 5 VM of BENCHMARKS 12) this read 55 GB/s where as
- * many OpenMP regions read 36.
+ * (two threads, a Zen 5 VM) this reads 55 GB/s where as many OpenMP
+ * regions read 36.
  *
  * Use: cpu_team_new once (it starts the workers), cpu_team_run for each
  * section from one thread at a time (not re-entrant: fn must not run

@@ -56,7 +56,8 @@ struct kvpol {
     kvpol_stats st;
 };
 
-/* The defaults won the sweep in docs/BENCHMARKS.md (stories260K, eval set). */
+/* The defaults are the winners of the sweep in docs/BENCHMARKS.md ("The
+ * defaults": stories260K, eval set). */
 void kvpol_config_default(kvpol_config *c, int kind) {
     memset(c, 0, sizeof *c);
     c->kind = kind;

@@ -36,7 +36,7 @@
  * the engine's configuration embeds a default policy. */
 enum { KVPOL_FULL = 0, KVPOL_WINDOW, KVPOL_SINKS, KVPOL_H2O, KVPOL_CONF };
 
-/* Defaults for a kind (the values that won the sweep, docs/BENCHMARKS.md). */
+/* Defaults for a kind (the sweep's winners, docs/BENCHMARKS.md). */
 void kvpol_config_default(kvpol_config *c, int kind);
 /* kvpol_parse: eng_types.h */
 /* Canonical spec of a config ("window:57", "conf", ...) into buf. */

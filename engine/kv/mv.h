@@ -74,7 +74,7 @@ struct tier *mv_tier(const mover *m);
 /* Execute plan p on s. Returns 0, or the backend's error of a block that
  * could not be read out (the sequence is then as far as the plan got).
  * A block the tier cannot keep, or that cannot come back, is dropped and
- * counted, as the policies always did. */
+ * counted (mv_counts). */
 int mv_run(mover *m, kv_seq *s, const kv_plan *p, mv_counts *c);
 /* One block back from the tier: warm slot -> a new pool block (int8 when
  * as_int8). CK_ENOSPACE when that pool is full (nothing changed); 0

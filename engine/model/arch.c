@@ -165,7 +165,7 @@ void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float
                    ceilf(corr_dim(p->n_dims, p->orig_ctx, p->beta_slow, p->freq_base)));
     }
     for (int i = 0; i < half; i++) {
-        /* the expression of before, so the plain path stays bit-identical */
+        /* unscaled, a frequency is exactly this expression (no factor applied, not even 1) */
         float f = 1.0f / powf(p->freq_base, (float)(2 * i) / (float)p->n_dims);
         if (freq_factors) f /= freq_factors[i];
         if (ext != 0.0f) {

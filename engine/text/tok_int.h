@@ -71,8 +71,8 @@ struct tokenizer {
 };
 
 /* The pieces come from the model file, so the hash is seeded per tokenizer
- * with a random seed: a file cannot choose pieces that collide (with the
- * old fixed FNV-1a, 50,000 crafted pieces took 5 s to load and made every
+ * with a random seed: a file cannot choose pieces that collide (under a
+ * fixed FNV-1a, 50,000 crafted pieces take 5 s to load and make every
  * encode 80x slower). And no piece sits more than TOK_PROBE_MAX slots from
  * its home slot (build_index rebuilds with another seed otherwise), so a
  * lookup is bounded whatever happens. The merges and special tokens are

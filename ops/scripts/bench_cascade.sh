@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cascade through confkvd (issue 18, docs/BENCHMARKS.md section 13): one
+# The cascade through confkvd (docs/BENCHMARKS.md, "Routing by confidence"): one
 # confkvd serving SMALL and LARGE; the prompt mix sent three times per rule
 # setting, as `"model": "auto"` jobs, as LARGE jobs and as SMALL jobs
 # (greedy, G tokens each). For each it prints the share of jobs kept on

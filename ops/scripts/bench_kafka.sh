@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_kafka.sh - issue 5, acceptance 6: the serve bench's load end to end
+# bench_kafka.sh - the serve bench's load end to end
 # through Kafka (confkv loadgen -> confkv broker -> confkvd -> results)
 # against the same load on the engine alone (confkv bench --scenario serve).
 #

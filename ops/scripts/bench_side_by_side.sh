@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two confkv binaries side by side (docs/BENCHMARKS.md section 10): the
+# Two confkv binaries side by side (docs/BENCHMARKS.md, "How to reproduce"): the
 # stories15M-shape decode at batch 1 and 32 and the serve scenario on
 # stories260K, alternated round by round, one thread; prints each run as a
 # JSON line and then the medians and NEW / OLD ratios as JSON.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_templates.sh - issue 6, acceptance 5: time to first token on a
+# bench_templates.sh - time to first token on a
 # workload whose jobs share a 200-token system prompt, with the prefix cache
 # off and with the system prompt prewarmed as a template
 # (`confkv bench --scenario serve --system-prompt-tokens 200

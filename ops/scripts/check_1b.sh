@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# check_1b.sh - a Llama-3.2-1B-shaped model in confkv and in llama.cpp
-# (issue 15, item 7): load it in both, compare the first step's logits,
+# check_1b.sh - a Llama-3.2-1B-shaped model in confkv and in llama.cpp:
+# load it in both, compare the first step's logits,
 # and measure load time and peak RSS. A manual benchmark, not a ctest.
 #
 # The model is synthetic (random weights, `confkv synth`) in Llama 3.2 1B's

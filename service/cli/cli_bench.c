@@ -34,12 +34,12 @@ int cli_bench_serve(int argc, char **argv);
  * independently, so the loads, not the add latency, set the pace (a plain
  * `s += x[i]` measures the adder). Built for each ISA the decode's kernels
  * may run at and called at the CPU's best (cpu_features.h): the baseline
- * build's SSE2 loop read 17-21 GB/s on two threads here where the AVX2 one
- * reads 23-27, and a decode then "reached" more of the first than the
+ * build's SSE2 loop reads 17-21 GB/s on two threads where the AVX2 one
+ * reads 23-27, and a decode would "reach" more of the first than the
  * memory gives. Each line is asked for 4 KiB ahead, as the quantized
- * kernels ask for theirs: on the Zen 5 of BENCHMARKS 12 (session 10) the
- * loop without it read 512 MiB at 20.6 GB/s and with it at 31-33, and the
- * kernels, which prefetch, out-read it. */
+ * kernels ask for theirs: measured on a Zen 5, the loop without it reads
+ * 512 MiB at 20.6 GB/s and with it at 31-33: without it the kernels,
+ * which prefetch, out-read the probe. */
 #define PROBE_SUM                                                                        \
     {                                                                                    \
         float acc[64] = {0}, s = 0.0f;                                                   \
@@ -70,10 +70,10 @@ static probe_fn probe_for(int isa) {
 
 /* A buffer for the read probe: `bytes` (rounded down to whole 64-float
  * steps) on 2 MiB pages where the kernel gives them, as the CPU backend's
- * weights and KV pool are: on 4 KiB pages the probe read 9.8-11.2 GB/s
- * here against 13.0-13.7 on huge pages (one thread, 71 MB), and a decode on
- * huge pages then "reached" over 100 % of it. Written once, by the threads
- * that read it. */
+ * weights and KV pool are: on 4 KiB pages the probe reads 9.8-11.2 GB/s
+ * against 13.0-13.7 on huge pages (measured: one thread, 71 MB), and a
+ * decode on huge pages would "reach" over 100 % of it. Written once, by the
+ * threads that read it. */
 typedef struct probe_buf {
     float *p;
     size_t n; /* floats, a multiple of 64 */
@@ -144,14 +144,13 @@ static double measure_bandwidth(int threads, size_t bytes, int isa) {
  * find the caches as a decode without the probe would. Each round's ratio
  * is its median step's read rate over its probe's, and the fraction the
  * median of the rounds' ratios.
- * Why: on a host shared with other tenants, one best-of-5 read before the
- * decode and one after it (sessions 10-12) read 35 to 91 GB/s from run to
- * run while the decode between them read 40 to 57, so the fraction of one
- * run went from 0.47 to 1.17 (the Zen 5 VM of docs/BENCHMARKS.md section
- * 12); the ceiling and the decode measured in alternation, as the side by
- * side benchmarks are, see the same host. The old reading is kept as
- * bandwidth_fraction_best_read: the decode's mean rate over the best read
- * of the run. */
+ * Why: on a host shared with other tenants (measured on a Zen 5 VM), one
+ * best-of-5 read before the decode and one after it read 35 to 91 GB/s
+ * from run to run while the decode between them reads 40 to 57, so the
+ * fraction of one run ranges from 0.47 to 1.17; the ceiling and the
+ * decode measured in alternation, as the side by side benchmarks are, see
+ * the same host. bandwidth_fraction_best_read is that single reading: the
+ * decode's mean rate over the best read of the run. */
 #define BENCH_ROUNDS 8
 #define BENCH_PROBE_REPS 3
 typedef struct bench_round {
@@ -258,9 +257,9 @@ int cli_bench(int argc, char **argv) {
     eo.max_ctx = prompt + gen + 1;
     /* Rows of the batch buffers: what this run puts in one forward, the
      * prefill's batch x prompt tokens in chunks of up to 256, or the
-     * decode's batch. Sized for 512 always, they were 25 MiB of a
+     * decode's batch. Sized for 512 always, they would be 25 MiB of a
      * 110M-shape quantized file's 112 MiB resident at batch 1; chunks of
-     * 256 prefill as fast as 512 there (docs/BENCHMARKS.md 12) in half the
+     * 256 prefill as fast as 512 there (measured) in half the
      * activations. --max-batch-tokens sets it (at least the batch). */
     if (!max_bt) {
         const long pre = (long)batch * prompt;

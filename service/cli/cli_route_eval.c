@@ -1,5 +1,5 @@
 /* cli_route_eval.c - `confkv route-eval`: what the cascade's rule keeps on
- * the small model, and the quality it costs (issue 18).
+ * the small model, and the quality it costs.
  *
  * Per prompt, everything the rows need is computed once:
  *  - ref: the LARGE model's greedy continuation of G tokens (full cache, EOS

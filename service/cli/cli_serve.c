@@ -318,7 +318,7 @@ int cli_bench_serve(int argc, char **argv) {
     }
     double wall = t_end - arr[0], cpu = cpu_s() - c0;
     /* Request latency, arrival to last token (compared with `confkv loadgen`
-     * through Kafka, issue 5); arr is not needed any more, so it holds them. */
+     * through Kafka, ops/scripts/bench_kafka.sh); arr is not needed any more, so it holds them. */
     size_t n_lat = 0;
     for (int i = 0; i < n_req; i++)
         if (last[i] >= 0) arr[n_lat++] = last[i] - arr[i];

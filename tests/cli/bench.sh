@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `confkv bench --json` (issue 16, acceptance 3): the roofline's figures
+# `confkv bench --json`: the roofline's figures
 # recomputed here, in Python, from the rounds and totals the bench prints:
 #  - the rounds cover every decode step once, each round at least one;
 #  - each round's fraction is its decode rate over its read, the

@@ -144,7 +144,7 @@ import json, sys; d = json.load(sys.stdin); assert "cpu" in d["backends"] and d[
 # The default thread count is every CPU this process may use (nproc), also
 # when OMP_PROC_BIND / OMP_PLACES bind threads: libgomp binds the first
 # process's initial thread to one CPU before main, and the re-exec for
-# OMP_WAIT_POLICY (svc_proc.c) used to inherit that one CPU.
+# OMP_WAIT_POLICY (svc_proc.c) would inherit that one CPU unless it unbinds.
 n=$(nproc)
 for bind in "" "OMP_PROC_BIND=true" "OMP_PLACES=cores" "OMP_PROC_BIND=spread OMP_PLACES=threads"; do
     got=$(env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $bind "$bin" version --json |

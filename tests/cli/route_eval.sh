@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `confkv route-eval` end to end (issue 18): the cascade's rows against
+# `confkv route-eval` end to end: the cascade's rows against
 # oracles that do not run its code.
 #  - tokens=4,never keeps every job: its nll is the "small" row's;
 #    tokens=4,rewind=4,always moves every job that reaches 4 tokens with

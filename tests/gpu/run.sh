@@ -50,7 +50,7 @@ rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 0 ] && [ "$have_gpu" -eq 1 ] && grep -q '(Skipped)' "$LOG"; then
     say "a GPU is visible but the GPU tests skipped"; rc=1
 fi
-# GPU benchmarks (issue 7): decode at batch 1, 8 and 64 on a synthetic model of
+# GPU benchmarks: decode at batch 1, 8 and 64 on a synthetic model of
 # the 1B shape (f16), with the fraction of the H200's 4.8 TB/s reached; the
 # serve scenario full vs conf; eval on the GPU for comparison with the CPU's.
 if [ "$have_gpu" -eq 1 ] && [ "$rc" -eq 0 ] && [ "${CONFKV_GPU_BENCH:-1}" = 1 ]; then
@@ -71,10 +71,10 @@ if [ "$have_gpu" -eq 1 ] && [ "$rc" -eq 0 ] && [ "${CONFKV_GPU_BENCH:-1}" = 1 ];
             --requests 128 --rate 1000 --prompt-tokens 64 --gen-tokens 256 --policy "$p" --json \
             2>>"$LOG" | tee -a "$LOG" | tee "$B/serve-$p.json"
     done
-    # Issue 4's acceptance command, on the GPU: on the 2-core CPU conf/full
-    # is 1.54x (docs/BENCHMARKS.md section 3), bounded by per-token costs
-    # that a GPU step does not have.
-    say "== serve: full vs conf (stories260K, 3 MiB KV, issue 4's command)"
+    # The serve command of docs/BENCHMARKS.md's "Continuous batching", on the
+    # GPU: on the 2-core CPU conf/full is 1.54x there, bounded by per-token
+    # costs that a GPU step does not have.
+    say "== serve: full vs conf (stories260K, 3 MiB KV)"
     for p in full conf; do
         timeout 120 "$bin" bench --scenario serve --backend cuda --model "$models_dir/stories260K.bin" \
             --tokenizer "$models_dir/tok512.bin" --kv-budget-mb 3 --requests 200 --rate 1000 \

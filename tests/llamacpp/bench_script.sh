@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_script.sh - ops/scripts/bench_vs_llamacpp.sh end to end, on a small
 # file llama.cpp quantizes (label oracle): the script runs both sides on it
-# and its JSON has every field issue 16's acceptance reads (ratios, the
+# and its JSON has every field docs/BENCHMARKS.md's comparison reads (ratios, the
 # bandwidth reached at batch 1, resident memory against the file plus the
 # KV pool). A check that the tool works, not of any speed: the figures only
 # have to be positive and the fractions sane.

@@ -1,5 +1,5 @@
 /* llamacpp_bench.c - llama.cpp's decode speed on a file, the loop `confkv
- * bench` runs, for ops/scripts/bench_vs_llamacpp.sh (issue 16).
+ * bench` runs, for ops/scripts/bench_vs_llamacpp.sh.
  *
  * Against llama.cpp's public C API only (llama.h, ggml-backend.h): B
  * sequences each get an untimed prefill of P tokens (one llama_decode of

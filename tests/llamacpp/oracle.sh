@@ -21,9 +21,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # llama.cpp on one thread: its threadpool spin-waits, and on two cores shared
-# with other work two threads made 200 steps of stories260K take 66 s instead
+# with other work two threads make 200 steps of stories260K take 66 s instead
 # of 0.16 s. Its logits do not depend on the thread count (each output row is
-# one thread's dot product): the dumps were byte-identical.
+# one thread's dot product): the dumps are byte-identical.
 threads=2 ll_threads=1
 prompt="Once upon a time, there was a little"
 

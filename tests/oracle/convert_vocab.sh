@@ -2,7 +2,7 @@
 # A re-typed model keeps its tokenizer: synth a model on llama.cpp's qwen2
 # (byte-level BPE) and llama-spm vocabularies, convert it to q8_0 and f16, and
 # every file must tokenize llama.cpp's test inputs exactly as the vocabulary
-# file itself does (convert once rebuilt the keys as SentencePiece's).
+# file itself does (so a convert that rebuilt the keys as SentencePiece's fails).
 # Usage: convert_vocab.sh CONFKV     Skips (77) without the llama.cpp checkout.
 set -euo pipefail
 C=$1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, acceptance 2: a real Prometheus (Debian's) on a loopback port
+# A real Prometheus (Debian's) on a loopback port
 # scrapes a running confkvd and evaluates ops/prometheus/alerts.yml against
 # it. At rest the memory alert is silent; with the hot KV pool driven past
 # 85% (a 1 MiB pool, CONF-KV sequences oversubscribing it, many long jobs)

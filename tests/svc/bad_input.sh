@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Acceptance 2: random bytes, truncated msgpack, JSON with wrong types,
+# Random bytes, truncated msgpack, JSON with wrong types,
 # out-of-range parameters, a 900 KB blob (and a 900 KB prompt), deep nesting:
 # each gives a dead-letter record or an error result with a stable code, and
 # the service goes on serving.
-# Issue 13: 30,000 chat messages with empty content (~900 KB, once a heap
-# overflow in the renderer), an empty msgpack key, non-finite numbers
+# Hostile jobs: 30,000 chat messages with empty content (~900 KB: 29,999
+# separators and no text, which the joined prompt's buffer must grow for),
+# an empty msgpack key, non-finite numbers
 # (1e999, -1e999, msgpack inf/nan): each gets one error result with a stable
 # code, confkvd goes on serving; `confkv batch --local` likewise.
 # Usage: bad_input.sh CONFKV CONFKVD MODELS

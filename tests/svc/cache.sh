@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sessions and cache templates end to end (issue 6, acceptance 2 and 3):
+# Sessions and cache templates end to end:
 # confkvd with --kafka-embedded and a real redis-server, jobs and results
 # through Kafka (`confkv submit --wait`).
 #   1. Session: turn 2 reports cached_tokens >= turn 1's prompt + completion

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18: two models in one confkvd, jobs answered by name, and `"model":
+# Two models in one confkvd, jobs answered by name, and `"model":
 # "auto"` jobs routed by the cascade's rule. Small: stories260K (llama2.c
 # files); large: its q8_0 GGUF conversion (`confkv convert`: the same
 # vocabulary, other weights). Every check compares texts with the model

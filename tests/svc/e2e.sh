@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 1 and 5: confkvd --kafka-embedded; kcat (an independent Kafka
+# confkvd --kafka-embedded; kcat (an independent Kafka
 # client) produces 100 jobs, half JSON lines, half msgpack files, some with
 # sessions and priorities; each job id gets exactly one ok result on
 # confkv.results, in its job's encoding; the greedy job's text equals

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 4: /metrics passes `promtool check metrics`; /readyz fails
+# /metrics passes `promtool check metrics`; /readyz fails
 # before the model is loaded (the model file is a FIFO nobody writes yet)
 # and passes after; /healthz answers throughout; SIGTERM under load exits 0
 # and loses no job (after a restart every job id has a result).

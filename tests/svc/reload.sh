@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, acceptance 4: SIGHUP re-reads the config file's policy and
+# SIGHUP re-reads the config file's policy and
 # tuning keys and applies them to later jobs, under a 300-job load, losing
 # no job and redelivering none; a file that does not load is refused with a
 # log line and the old values stay. "Later" is consumed later: --max-inflight

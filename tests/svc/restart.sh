@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 3: with `confkv broker` outliving it, confkvd is killed with
+# With `confkv broker` outliving it, confkvd is killed with
 # SIGKILL in the middle of a 500-job run, then restarted: every job id gets
 # a result; duplicates are allowed and each duplicated id has a result
 # marked "redelivered": true; no result produced before the kill is marked
@@ -24,9 +24,10 @@ FAST=(--kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500 --kafka.
 start_confkvd d1 --brokers "$BOOT" --kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500 \
   --kafka.auto.commit.interval.ms 600000 --max-inflight 1024
 # Lengths from 32 to 495 tokens: the jobs run in one batch, and with one
-# length they all ended together, 1.6 s in, so on a fast host the poll below
-# saw the first results only after the last (every job done, and committed,
-# before the kill). Spread out, they end one after another over the run.
+# length they would all end together, 1.6 s in, so on a fast host the poll
+# below would see the first results only after the last (every job done, and
+# committed, before the kill). Spread out, they end one after another over
+# the run.
 python3 - "$TMP" "$N" <<'PY'
 import json, sys
 tmp, n = sys.argv[1], int(sys.argv[2])

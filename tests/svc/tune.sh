@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, acceptance 5: `confkv tune` reads a running confkvd's /metrics
+# `confkv tune` reads a running confkvd's /metrics
 # and sweeps CONF-KV on the operator's prompts; its HTML report has the
 # plots; its JSON's `recommended` keys, written as a config file and given
 # to a fresh confkvd, give on those prompts (greedy, ignore_eos,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, acceptance 3: with tuning=adaptive the default policy's
+# With tuning=adaptive the default policy's
 # thresholds follow the load. Easy jobs (story openings, greedy), then hard
 # ones (gibberish prompts sampled at temperature 1.5: higher entropy, lower
 # top-1): the entropy threshold must rise over the hard phase and the gap

@@ -101,12 +101,12 @@ typedef struct qdot_row {
 /* dot2_min_m, measured on an AVX2 EPYC (one thread, alternated, against
  * dot / dotn on the same matrix): where the weights stream from memory
  * (16384 x 2048, 18-35 MiB), two rows at a time lose at 1 and 4 columns
- * (0.5-0.9x; software prefetch did not help: the two interleaved row
+ * (0.5-0.9x; software prefetch does not help: the two interleaved row
  * streams, not the instructions, set the pace there), are even at 8 (Q4_0
  * 1.17x, Q8_0 0.95x, Q4_K 1.09x) and win from 16 (1.41x, 1.20x, 1.10x;
  * at 32 columns of a 32000 x 768 matrix 1.48x, 1.35x, 1.14x), where the
- * integer work sets it. Q6_K's block is 16 vectors a row: two rows spilled
- * and ran 0.94x, so it has none. */
+ * integer work sets it. Q6_K's block is 16 vectors a row: two rows spill
+ * and run 0.94x, so it has none. */
 #define CK_DOT2_MIN_M 8
 static const qdot_row rows[] = {
     {QB_Q8_0,
@@ -308,9 +308,8 @@ static void rows_x8(float *y, int ldy, const void *a, size_t a_stride, const cpu
             const int nc = M - m < CPU_QDOT_NCOLS ? M - m : CPU_QDOT_NCOLS;
             const char *am = (const char *)a + (size_t)m * a_stride;
             /* A whole group of one column straight into y: at batch 1 with
-             * 768 columns (3 super-blocks a group) the copy below cost 15 %
-             * of the product's time (Q4_K, in the caches, the Zen 5 of
-             * docs/BENCHMARKS.md section 12). */
+             * 768 columns (3 super-blocks a group) the copy below costs 15 %
+             * of the product's time (measured: Q4_K, in the caches, a Zen 5). */
             if (nc == 1 && j0 == 0 && j1 == 8 && !accumulate) {
                 w->t->dot8(w->k, 1, y + (size_t)m * ldy + base, wg, am, a_stride);
                 continue;

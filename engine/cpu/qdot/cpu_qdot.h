@@ -1,5 +1,5 @@
 /* cpu_qdot.h - products of quantized weight matrices with activations, in
- * the weights' own bytes (issue 16): the table of kernels per weight type
+ * the weights' own bytes: the table of kernels per weight type
  * and ISA, and the matrix driver over rows, columns and threads.
  *
  * A weight row (K elements of a type, stored as the file stores it) is

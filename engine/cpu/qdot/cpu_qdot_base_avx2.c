@@ -43,8 +43,8 @@ static inline __m256 mul_sum_i8(__m256i x, __m256i y) {
 }
 
 /* The f16 scales of 8 consecutive blocks, `stride` bytes apart, as 8 floats:
- * one conversion for 8 blocks instead of a scalar one each (at batch 1 the
- * scales were half of a Q4_0 block's instructions). */
+ * one conversion for 8 blocks instead of a scalar one each (at batch 1
+ * scalar conversions would be half of a Q4_0 block's instructions). */
 static inline __m256 scales8(const void *p, size_t stride) {
     const unsigned char *b = p;
     uint16_t h[8];
@@ -338,7 +338,7 @@ static inline void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) 
 /* Scales k and k + 1 (of the 16 in sc), each over 8 int16 lanes: the 16
  * lanes of one 32-element part. One byte shuffle and a widening, as
  * llama.cpp's get_scale_shuffle (two broadcasts from memory and an insert
- * were a third of the batch-1 kernel's instructions). */
+ * would be a third of the batch-1 kernel's instructions). */
 static inline __m256i scale16(__m128i sc, int k) {
     const __m128i sh = _mm_set_epi8((char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)(k + 1),
                                     (char)(k + 1), (char)(k + 1), (char)(k + 1), (char)k, (char)k, (char)k,
@@ -510,8 +510,8 @@ static inline __attribute__((always_inline)) void dot2_q8_0(int n, const int nco
 /* Q4_K: a block walked in four 64-element parts, each part's nibbles of
  * both rows unpacked once for all columns and each activation load shared
  * by the two rows; integer sums per row and column to the block's end.
- * (Unpacking whole blocks first, as dotn_q4_K does, spilled 16 vectors to
- * the stack and ran slower than one row at a time.) */
+ * (Unpacking whole blocks first, as dotn_q4_K does, spills 16 vectors to
+ * the stack and runs slower than one row at a time.) */
 static inline __attribute__((always_inline)) void dot2_q4_K(int n, const int ncols, float *s, const void *w,
                                                             size_t w_stride, const void *a, size_t a_stride) {
     const qblock_q4_K *x0 = w, *x1 = (const qblock_q4_K *)((const char *)w + w_stride);

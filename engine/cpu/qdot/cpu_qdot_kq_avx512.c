@@ -12,7 +12,8 @@
  * kernel's, so results equal cpu_vdot_*_c bit for bit.
  *
  * Built with target attributes; run only where the CPU reports AVX-512 F,
- * BW, VL and DQ. (Compiled only: the machine it was written on has AVX2.) */
+ * BW, VL and DQ. (test_cpu_qdot runs it against the C kernel only on such
+ * a CPU; elsewhere it is compiled, not run.) */
 #include <immintrin.h>
 #include <stdint.h>
 

@@ -13,8 +13,8 @@
  * runs on 256-bit registers (VL).
  *
  * Built with target attributes, like the AVX2 file; run only where the CPU
- * reports AVX-512 F, BW, VL and DQ. (Not run on the AVX2-only machine this
- * was written on: compiled only.) */
+ * reports AVX-512 F, BW, VL and DQ. (test_cpu_qdot runs it against the C
+ * kernel only on such a CPU; elsewhere it is compiled, not run.) */
 #include <immintrin.h>
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* cpu_qdot_more.h - dot products of one quantized weight row with one
  * quantized activation row, for the weight types Q4_1, Q5_0, Q5_1, Q2_K,
- * Q3_K, Q5_K, IQ4_NL and IQ4_XS (issue 16; cpu_qdot.c's table holds these
+ * Q3_K, Q5_K, IQ4_NL and IQ4_XS (cpu_qdot.c's table holds these
  * next to the Q8_0/Q4_0/Q4_K/Q6_K kernels).
  *
  *   void cpu_vdot_<type>_<isa>(int n, float *s, const void *w, const void *a);

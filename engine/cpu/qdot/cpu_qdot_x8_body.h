@@ -6,10 +6,10 @@
  * (vpdpbusd: no int16 stage, no widening madd); without it they take
  * AVX2's route (maddubs into int16, madd into int32), twice as wide.
  *
- * Why 512 bits: on a Zen 5 (2 vCPUs, 2026-12-02) the AVX2 x8 kernels ran at
+ * Why 512 bits: on a Zen 5 (2 vCPUs, 2026-12-02) the AVX2 x8 kernels run at
  * 30-46 GB/s over a 4 MiB matrix that sits in the caches, where a plain
  * read runs at 86 GB/s, and at 0.74-0.86 of the read loop over a 160 MiB
- * one: batch-1 decode was bound by their arithmetic, not by memory.
+ * one: batch-1 decode with them is bound by their arithmetic, not by memory.
  *
  * How: an x8 block keeps a row a 32-bit lane, 8 lanes a 256-bit vector of
  * 4 activation elements each. A 512-bit load takes two such vectors (two
@@ -182,10 +182,10 @@ static inline __attribute__((always_inline)) void x8_q4_K(int n, const int ncols
              * place (x8_q4_K_hi), and the two sub-blocks' sums, each within
              * int16 (16 x 15 x 128), meet their scales in one vpdpwssd as
              * int16 pairs (low: sub-block 2j, high: 2j + 1). The same
-             * integers as the mullo form, so the same bits. On a 400 KB
-             * matrix in L2, one thread of the Zen 5 (BENCHMARKS 12, session
-             * 13), 6 alternated pairs: 81-82 -> 85-87 GB/s at 768 columns,
-             * 88-91 -> 95-97 at 2048. */
+             * integers as the mullo form, so the same bits. Measured on a
+             * 400 KB matrix in L2, one thread of a Zen 5, 6 pairs alternated
+             * with the mullo form: 85-87 GB/s against its 81-82 at 768
+             * columns, 95-97 against 88-91 at 2048. */
             const __m128i sv =
                 _mm_loadu_si128((const __m128i *)x[i].sc[2 * j]); /* 2j's 8 rows, then 2j + 1's */
             const __m512i sc2 =

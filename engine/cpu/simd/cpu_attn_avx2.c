@@ -12,7 +12,7 @@
  *           registers: a group of heads, or half of a head of 128) while
  *           the V rows stream past in order.
  * Why: the general code's score a row_dot with its own horizontal sum,
- * and its values added through memory, took 13 % of a batch-1 decode step
+ * and its values added through memory, takes 13 % of a batch-1 decode step
  * on the stories110M shape (perf, one thread, 144 positions). */
 #include "cpu_attn.h"
 #include "cpu_attn_walk.h"
@@ -147,10 +147,10 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
  * groups of G whose G * JC output vectors fit in registers (JC = HV, or
  * half of it past ACC_MAX) are loaded from out, summed over the chunk's
  * rows and stored back. Each output is still summed over positions in
- * order. Why chunks: the whole context a group at a time (as the AVX-512
- * kernel did until it took chunks too) read every V row once a group, 12 times a token for 12
- * heads of 64 here, and at 544 positions the rows no longer stayed in the
- * caches between groups: 7 % slower than the general code. */
+ * order. Why chunks: the whole context a group at a time reads every V
+ * row once a group, 12 times a token for 12 heads of 64 here, and at 544
+ * positions the rows do not stay in the caches between groups: 7 % slower
+ * than the general code (measured). */
 static inline __attribute__((always_inline)) void values(const attn_shape *s, const float *const *blk,
                                                          const int *rows, int n_blk, int hb, int he,
                                                          const float *att, size_t stride, float *out,

@@ -126,11 +126,11 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
  * vectors fit in registers are loaded from out, summed over the chunk's
  * rows and stored back, so each output is still one chain of FMAs over the
  * positions in order (the same bits as a group's whole-context pass). Why
- * chunks: a whole-context pass a group read every V row once a group (twice
- * a token for 12 heads of 64, 11 times for 32 heads of 128), and at a few
- * hundred positions the rows no longer stayed in the caches between
- * groups; the AVX2 kernel measured that at 7 % slower than the general
- * code (cpu_attn_avx2.c). */
+ * chunks: a whole-context pass a group reads every V row once a group
+ * (twice a token for 12 heads of 64, 11 times for 32 heads of 128), and at
+ * a few hundred positions the rows do not stay in the caches between
+ * groups: in the AVX2 kernel that is 7 % slower than the general code
+ * (cpu_attn_avx2.c). */
 #define VCHUNK 8
 static inline __attribute__((always_inline)) void values(const attn_shape *s, const float *const *blk,
                                                          const int *rows, int n_blk, int hb, int he,

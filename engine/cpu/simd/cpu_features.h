@@ -1,5 +1,5 @@
 /* cpu_features.h - which vector instructions this CPU runs, and which of the
- * CPU backend's kernel sets to use (the runtime dispatch of issue 16).
+ * CPU backend's kernel sets to use (chosen at run time, not at build time).
  *
  * One binary is built for the baseline x86-64 (CONFKV_NATIVE off by
  * default); the kernels that need more are compiled per ISA in files of

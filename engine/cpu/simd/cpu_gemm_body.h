@@ -125,10 +125,10 @@ static void block(float *y, int ldy, const float *x, const gemm_w *w, int M, int
          * token-split step) and a tile consumes them faster than one core's
          * misses return, so the panel's token tiles ask for the next panel
          * meanwhile, each for its own slice. Asked for by the first tile
-         * alone, two lines every eight cycles, the requests outran the
-         * core's miss buffers and stalled the multiply-adds behind them;
+         * alone, two lines every eight cycles, the requests outrun the
+         * core's miss buffers and stall the multiply-adds behind them;
          * spread over every tile, batch-32 decode on the stories15M shape
-         * ran 12 % faster (docs/BENCHMARKS.md). */
+         * runs 12 % faster (measured). */
         const float *pf = p + 1 < p1 ? wp + ps : NULL;
         const int valid = valid_cols(w, p), nt = (M + TILE_M - 1) / TILE_M;
         const size_t slice = (ps + (size_t)nt - 1) / (size_t)nt, step = (slice << 16) / (size_t)K;
