@@ -1,7 +1,7 @@
 /* test_tokenizer_vocab.c - vocabularies built from arrays and from GGUF
  * files: the piece index under pieces chosen to collide in a fixed hash,
- * byte-level BPE and SentencePiece GGUF vocabularies encoding as worked out
- * by hand, and hostile or malformed GGUF vocabularies refused. */
+ * byte-level BPE, Gemma 4 and SentencePiece GGUF vocabularies encoding as
+ * worked out by hand, and hostile or malformed GGUF vocabularies refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +258,90 @@ static void test_gguf_bpe(void) {
     tok_free(t);
 }
 
+/* Gemma 4 (tokenizer.ggml.model "gemma4"): BPE over UTF-8 pieces with "▁"
+ * for a space, split only at newlines, byte fallback to <0xXX>. */
+enum { G4_FIXED = 16, G4_N = G4_FIXED + 256 };
+#define G4_BYTE(b) (G4_FIXED + (b))
+
+static void test_gguf_gemma4(void) {
+    static const char *const fixed[G4_FIXED] = {
+        "<pad>", "<eos>",        "<bos>", "<unk>", "<|turn>",       "<turn|>",        "<|tool_response>",
+        "</s>",  "\xe2\x96\x81", "h",     "i",     "\xe2\x96\x81h", "\xe2\x96\x81hi", "\n",
+        "\n\n",  "\xc3\xa9"};
+    static const int32_t fixed_types[G4_FIXED] = {3, 3, 3, 3, 3, 3, 4, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+    /* no "i▁" piece: the merge that makes it leaves a symbol no piece covers */
+    static const char *const merges[] = {"\xe2\x96\x81 h", "\xe2\x96\x81h i", "i \xe2\x96\x81"};
+    static char bytes[256][8];
+    const char *tokens[G4_N];
+    int32_t types[G4_N];
+    for (int i = 0; i < G4_FIXED; i++) tokens[i] = fixed[i], types[i] = fixed_types[i];
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        tokens[G4_BYTE(b)] = bytes[b];
+        types[G4_BYTE(b)] = 6;
+    }
+    /* the file's pre and add_bos_token are overruled, as llama.cpp does */
+    vocab_spec v = {"gemma4", "tekken", G4_N, tokens, types, NULL, 3, merges, 2, 1, -1, 0, -1, 0};
+    char err[256] = "";
+    tokenizer *t = NULL;
+    int rc = vocab_load(&v, &t, err, sizeof err);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    CK_CHECK(tok_kind(t) == TOK_KIND_BPE && tok_bos(t) == 2 && tok_eos(t) == 1 && tok_adds_bos(t) == 1);
+    /* one word, spaces and all: ▁+h (rank 0) at both places, then ▁h+i */
+    CK_CHECK(ENC_IS(t, " hi hi", 0, 12, 12));
+    CK_CHECK(ENC_IS(t, " hi", TOK_ENC_ADD_SPECIAL, 2, 12));
+    /* a literal "▁" in the text is a space */
+    CK_CHECK(ENC_IS(t, "\xe2\x96\x81hi", 0, 12));
+    CK_CHECK(ENC_IS(t, "hi", 0, 9, 10));
+    /* codepoints are the symbols: "é" is a piece; "ü" and "x" fall back to bytes */
+    CK_CHECK(ENC_IS(t, "\xc3\xa9\xc3\xbcx", 0, 15, G4_BYTE(0xC3), G4_BYTE(0xBC), G4_BYTE('x')));
+    /* i+▁ merges into "i▁", no piece: its bytes, the space as "▁"'s three */
+    CK_CHECK(ENC_IS(t, "hi ", 0, 9, G4_BYTE('i'), G4_BYTE(0xE2), G4_BYTE(0x96), G4_BYTE(0x81)));
+    /* newlines are words of their own; a run that is a piece is taken whole
+     * (no merge makes "\n\n"), else it merges as any word */
+    CK_CHECK(ENC_IS(t, "hi\n\n hi", 0, 9, 10, 14, 12));
+    CK_CHECK(ENC_IS(t, "\n\n\n", 0, 13, 13, 13));
+    /* control tokens only with parse_special; plain text otherwise */
+    CK_CHECK(ENC_IS(t, "<|turn>hi", TOK_ENC_PARSE_SPECIAL, 4, 9, 10));
+    CK_CHECK(ENC_IS(t, "<|turn>hi", 0, G4_BYTE('<'), G4_BYTE('|'), G4_BYTE('t'), G4_BYTE('u'), G4_BYTE('r'),
+                    G4_BYTE('n'), G4_BYTE('>'), 9, 10));
+    /* end of generation: eos, <turn|>, <|tool_response> (made CONTROL); with
+     * <|tool_response> in the vocabulary "</s>" is plain text (llama.cpp's rule) */
+    CK_CHECK(tok_is_eog(t, 1) && tok_is_eog(t, 5) && tok_is_eog(t, 6));
+    CK_CHECK(tok_type(t, 6) == TOK_TYPE_CONTROL);
+    CK_CHECK(!tok_is_eog(t, 7) && tok_type(t, 7) == TOK_TYPE_NORMAL);
+    /* decoding: spaces back, byte pieces as their byte, control pieces nothing */
+    size_t l;
+    const char *p = tok_decode(t, 2, 12, &l);
+    CK_CHECK(l == 3 && memcmp(p, " hi", 3) == 0);
+    p = tok_decode(t, -1, G4_BYTE(0xC3), &l);
+    CK_CHECK(l == 1 && (unsigned char)p[0] == 0xC3);
+    p = tok_decode(t, -1, 4, &l);
+    CK_CHECK(l == 0);
+    /* the GGUF spelling comes back as the file wrote it */
+    char buf[32];
+    CK_CHECK(tok_piece_gguf(t, 12, buf, sizeof buf, &l) == 0 && l == 5 &&
+             memcmp(buf, "\xe2\x96\x81hi", 5) == 0);
+    CK_CHECK(tok_piece_gguf(t, 4, buf, sizeof buf, &l) == 0 && l == 7 && memcmp(buf, "<|turn>", 7) == 0);
+    /* a piece stands for its written length of text ("▁hi" is 5 bytes) */
+    CK_CHECK(tok_max_piece_len(t) >= 5);
+    tok_free(t);
+
+    /* "gemma4" as the pre-tokenizer of a gpt2 vocabulary is the same tokenizer */
+    v.model = "gpt2";
+    v.pre = "gemma4";
+    rc = vocab_load(&v, &t, err, sizeof err);
+    CK_CHECK_MSG(rc == 0, "%s", err);
+    CK_CHECK(ENC_IS(t, " hi hi", 0, 12, 12));
+    tok_free(t);
+
+    /* Gemma 4 without merges is refused */
+    v.model = "gemma4";
+    v.merges = NULL;
+    rc = vocab_load(&v, &t, err, sizeof err);
+    CK_CHECK(rc == CK_EFORMAT && t == NULL && strstr(err, "merges"));
+}
+
 static void test_gguf_spm(void) {
     static const char *const tokens[] = {"<unk>",
                                          "<s>",
@@ -386,6 +470,7 @@ static void test_gguf_refused(void) {
 int main(void) {
     CK_RUN(test_colliding_pieces);
     CK_RUN(test_gguf_bpe);
+    CK_RUN(test_gguf_gemma4);
     CK_RUN(test_gguf_spm);
     CK_RUN(test_gguf_refused);
     return ck_test_summary();

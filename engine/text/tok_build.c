@@ -65,6 +65,20 @@ static void bl_reverse_table(int16_t *rev) {
     for (unsigned cp = 0; cp < 0x800; cp++) rev[cp] = (int16_t)bl_byte_of(cp);
 }
 
+size_t tok__unescape_u2581(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k + 2 < n && (unsigned char)s[k] == 0xE2 && (unsigned char)s[k + 1] == 0x96 &&
+            (unsigned char)s[k + 2] == 0x81) {
+            out[o++] = ' ';
+            k += 2;
+        } else {
+            out[o++] = s[k];
+        }
+    }
+    return o;
+}
+
 /* ----------------------------------------------------------------------------
  * construction */
 
@@ -117,7 +131,8 @@ static int text_in(const char *p, size_t n, const char *const *list, size_t k) {
     return 0;
 }
 
-/* Read and decode the merges into t (BPE). */
+/* Read and decode the merges into t (BPE): from the byte-level alphabet, or
+ * for utf8_bpe "▁" to ' ' (the pieces are stored so). */
 static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *err, size_t errlen) {
     static const char fn[] = "tok_from_gguf";
     const char *key = "tokenizer.ggml.merges";
@@ -152,8 +167,14 @@ static int load_merges(tokenizer *t, const tcfg *c, const int16_t *rev, char *er
             return tok__set_err(err, errlen, CK_EFORMAT, "%s: merge %d (\"%.*s\") is not \"left right\"", fn,
                                 r, (int)(l < 40 ? l : 40), s);
         size_t ll = (size_t)(sp - s), rl = l - ll - 1;
-        long a = bl_decode(rev, s, ll, t->m_arena + at);
-        long b = a < 0 ? -1 : bl_decode(rev, sp + 1, rl, t->m_arena + at + a);
+        long a, b;
+        if (t->utf8_bpe) {
+            a = (long)tok__unescape_u2581(s, ll, t->m_arena + at);
+            b = (long)tok__unescape_u2581(sp + 1, rl, t->m_arena + at + a);
+        } else {
+            a = bl_decode(rev, s, ll, t->m_arena + at);
+            b = a < 0 ? -1 : bl_decode(rev, sp + 1, rl, t->m_arena + at + a);
+        }
         t->m_off[r] = at;
         if (a < 0 || b < 0) { /* outside the alphabet: no text can reach it */
             t->m_left[r] = t->m_len[r] = 0;
@@ -211,6 +232,7 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
     t->add_eos = c->add_eos && eos >= 0;
     t->add_space_prefix = c->kind == TOK_KIND_SPM && c->add_space_prefix;
     t->ignore_merges = c->ignore_merges;
+    t->utf8_bpe = c->kind == TOK_KIND_BPE && c->utf8_bpe;
     t->from_llama2c = c->from_llama2c;
     t->arena = malloc(total);
     t->off = malloc((size_t)n * sizeof *t->off);
@@ -222,10 +244,17 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
     t->byte_val = malloc((size_t)n * sizeof *t->byte_val);
     if (!t->arena || !t->off || !t->len || !t->score || !t->type || !t->eog || !t->blevel || !t->byte_val)
         goto fail;
-    if (c->kind == TOK_KIND_BPE) {
+    if (c->kind == TOK_KIND_BPE && !t->utf8_bpe) {
         if (!(rev = malloc(0x800 * sizeof *rev))) goto fail;
         bl_reverse_table(rev);
     }
+
+    /* llama.cpp's rule for Gemma 4 (and PaddleOCR): a vocabulary with
+     * "<|tool_response>" uses "</s>" as plain text, neither end of
+     * generation nor special, whatever its type in the file */
+    int plain_eos_text = 0;
+    for (int i = 0; c->gguf_eog && i < n && !plain_eos_text; i++)
+        plain_eos_text = lens[i] == 16 && memcmp(pieces[i], "<|tool_response>", 16) == 0;
 
     /* types first: they decide how a piece is copied */
     for (int i = 0; i < n; i++) {
@@ -243,34 +272,33 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
         }
         /* llama.cpp types the end-of-generation pieces CONTROL whatever the
          * file says, so they are never produced from plain text */
-        if (c->gguf_eog && ty != TOK_TYPE_CONTROL &&
-            text_in(pieces[i], lens[i], eog_texts, sizeof eog_texts / sizeof eog_texts[0]))
+        if (plain_eos_text && lens[i] == 4 && memcmp(pieces[i], "</s>", 4) == 0)
+            ty = TOK_TYPE_NORMAL;
+        else if (c->gguf_eog && ty != TOK_TYPE_CONTROL &&
+                 text_in(pieces[i], lens[i], eog_texts, sizeof eog_texts / sizeof eog_texts[0]))
             ty = TOK_TYPE_CONTROL;
         t->type[i] = (uint8_t)ty;
     }
 
     /* copy the pieces: SPM "▁" (E2 96 81) -> ' '; BPE pieces from the
-     * byte-level alphabet to raw bytes (special pieces as written) */
+     * byte-level alphabet to raw bytes, or (utf8_bpe) "▁" -> ' '; BPE special
+     * and byte pieces as written */
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         const char *p = pieces[i];
         size_t pl = lens[i], o = at;
         long raw = -1;
         if (c->kind == TOK_KIND_BPE && !tok__is_special_type(t->type[i]) && t->type[i] != TOK_TYPE_BYTE)
-            raw = bl_decode(rev, p, pl, t->arena + at);
+            raw = t->utf8_bpe ? (long)tok__unescape_u2581(p, pl, t->arena + at)
+                              : bl_decode(rev, p, pl, t->arena + at);
         if (raw >= 0) {
             at += (size_t)raw;
             t->blevel[i] = 1;
+        } else if (c->conv_u2581) {
+            at += tok__unescape_u2581(p, pl, t->arena + at);
         } else {
-            for (size_t k = 0; k < pl; k++) {
-                if (c->conv_u2581 && k + 2 < pl && (unsigned char)p[k] == 0xE2 &&
-                    (unsigned char)p[k + 1] == 0x96 && (unsigned char)p[k + 2] == 0x81) {
-                    t->arena[at++] = ' ';
-                    k += 2;
-                } else {
-                    t->arena[at++] = p[k];
-                }
-            }
+            memcpy(t->arena + at, p, pl);
+            at += pl;
         }
         t->arena[at++] = '\0';
         t->off[i] = o;
@@ -303,13 +331,18 @@ int tok__build(int n, const char *const *pieces, const size_t *lens, const float
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+    for (int i = 0; plain_eos_text && i < n; i++)
+        if (t->len[i] == 4 && memcmp(t->arena + t->off[i], "</s>", 4) == 0) t->eog[i] = 0;
 
     /* special tokens: their distinct lengths and leading byte pairs */
     int n_sp = 0;
     t->max_piece = 1;
     for (int i = 0; i < n; i++) {
-        if (tok__is_mergeable(t, i) && t->len[i] > (size_t)t->max_piece)
-            t->max_piece = t->len[i] > INT_MAX ? INT_MAX : (int)t->len[i];
+        /* utf8_bpe: the text's "▁" is a space too, so a piece stands for up
+         * to its length as written, 3 bytes a space */
+        size_t cover = t->utf8_bpe ? lens[i] : t->len[i];
+        if (tok__is_mergeable(t, i) && cover > (size_t)t->max_piece)
+            t->max_piece = cover > INT_MAX ? INT_MAX : (int)cover;
         if (tok__is_special_type(t->type[i]) && t->len[i] > 0) {
             n_sp++;
             t->n_user += t->type[i] == TOK_TYPE_USER;
@@ -426,14 +459,15 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
     }
     /* one written character per stored byte: up to 3 bytes ("▁") or, in the
      * byte-level alphabet, 1 or 2 */
-    int bl = t->kind == TOK_KIND_BPE && t->blevel[id];
+    int bl = t->kind == TOK_KIND_BPE && t->blevel[id] && !t->utf8_bpe;
+    int esc = t->kind == TOK_KIND_SPM || (t->utf8_bpe && t->blevel[id]); /* ' ' as "▁" */
     size_t need = 0;
     for (size_t k = 0; k < pl; k++) {
         unsigned b = (unsigned char)p[k];
         if (bl)
             need += bl_cp_of(b) < 0x80 ? 1 : 2;
         else
-            need += t->kind == TOK_KIND_SPM && b == ' ' ? 3 : 1;
+            need += esc && b == ' ' ? 3 : 1;
     }
     *len = need;
     if (cap < need + 1) return CK_ETOOLONG;
@@ -448,7 +482,7 @@ int tok_piece_gguf(const tokenizer *t, int id, char *buf, size_t cap, size_t *le
                 buf[o++] = (char)(0xC0 | cp >> 6);
                 buf[o++] = (char)(0x80 | (cp & 0x3F));
             }
-        } else if (t->kind == TOK_KIND_SPM && b == ' ') {
+        } else if (esc && b == ' ') {
             buf[o++] = (char)0xE2;
             buf[o++] = (char)0x96;
             buf[o++] = (char)0x81;

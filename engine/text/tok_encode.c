@@ -92,6 +92,17 @@ static void emit(tenc *e, int32_t id) {
     e->count++;
 }
 
+/* Byte c of a symbol no piece covers: its byte piece, else the one-byte
+ * piece, else UNK. Returns 0 or CK_ENOTFOUND. */
+static int emit_byte(tenc *e, unsigned char c) {
+    int bid = e->t->byte_id[c];
+    if (bid < 0) bid = e->t->one_id[c];
+    if (bid < 0) bid = e->t->unk;
+    if (bid < 0) return CK_ENOTFOUND;
+    emit(e, bid);
+    return 0;
+}
+
 /* Merge the symbols sym[0..ns) (already linked) and emit their ids: a
  * symbol that is a piece as that piece, else byte by byte (a byte piece, the
  * one-byte piece, UNK). Returns 0 or CK_ENOTFOUND. */
@@ -119,11 +130,15 @@ static int merge_and_emit(tenc *e, int ns) {
         }
         for (int32_t j = 0; j < sym[k].len; j++) {
             unsigned char c = (unsigned char)e->w[sym[k].start + j];
-            int bid = e->t->byte_id[c];
-            if (bid < 0) bid = e->t->one_id[c];
-            if (bid < 0) bid = e->t->unk;
-            if (bid < 0) return CK_ENOTFOUND;
-            emit(e, bid);
+            int rc;
+            if (c == ' ' && e->t->utf8_bpe) {
+                /* llama.cpp merges text whose spaces are "▁": a space
+                 * falls back to that character's three bytes */
+                for (int b = 0; b < 3; b++)
+                    if ((rc = emit_byte(e, (unsigned char)"\xe2\x96\x81"[b]))) return rc;
+            } else if ((rc = emit_byte(e, c))) {
+                return rc;
+            }
         }
     }
     return 0;
@@ -161,22 +176,35 @@ static int encode_spm(tenc *e, char *w, const char *text, size_t len, int prefix
     return merge_and_emit(e, ns);
 }
 
-/* Byte-level BPE: one run of text, cut into words by the pre-tokenizer;
- * ends has room for len entries. */
-static int encode_bpe(tenc *e, const char *text, size_t len, size_t *ends) {
+/* BPE: one run of text, cut into words by the pre-tokenizer; ends has room
+ * for len entries. Byte-level: every byte starts as a symbol. utf8_bpe
+ * (Gemma 4): every codepoint does, over the text with each "▁" made a space
+ * (llama.cpp turns spaces into "▁", so both are one character there) in w
+ * (room for len); a run of newlines that is a piece is taken whole. */
+static int encode_bpe(tenc *e, char *w, const char *text, size_t len, size_t *ends) {
+    const tokenizer *t = e->t;
+    if (t->utf8_bpe) {
+        len = tok__unescape_u2581(text, len, w);
+        text = w;
+    }
     size_t nw;
-    int rc = tok_pre_split(e->t->pre, text, len, ends, &nw);
+    int rc = tok_pre_split(t->pre, text, len, ends, &nw);
     if (rc) return rc;
     e->w = text;
     size_t start = 0;
     for (size_t k = 0; k < nw; k++) {
         size_t end = ends[k], wl = end - start;
-        int id = e->t->ignore_merges ? tok__lookup(e->t, text + start, wl) : -1;
+        int id = -1;
+        if (t->ignore_merges || (t->utf8_bpe && text[start] == '\n')) id = tok__lookup(t, text + start, wl);
         if (id >= 0) {
             emit(e, id);
         } else {
             int ns = 0;
-            for (size_t i = start; i < end; i++, ns++) e->sym[ns] = (tsym){(int32_t)i, 1, ns - 1, ns + 1};
+            for (size_t i = start; i < end; ns++) {
+                size_t cl = t->utf8_bpe ? utf8_len((const unsigned char *)text + i, end - i) : 1;
+                e->sym[ns] = (tsym){(int32_t)i, (int32_t)cl, ns - 1, ns + 1};
+                i += cl;
+            }
             e->sym[ns - 1].next = -1;
             if ((rc = merge_and_emit(e, ns))) return rc;
         }
@@ -300,7 +328,7 @@ int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned f
                 continue;
             }
             if (t->kind == TOK_KIND_BPE) {
-                rc = encode_bpe(&e, text + frag[k].start, frag[k].len, ends);
+                rc = encode_bpe(&e, w, text + frag[k].start, frag[k].len, ends);
             } else {
                 rc =
                     encode_spm(&e, w, text + frag[k].start, frag[k].len, t->add_space_prefix && prev_special);

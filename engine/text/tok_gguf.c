@@ -51,14 +51,18 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     if (gguf_get_str(f, "tokenizer.ggml.model", &s, &sl))
         return tok__set_err(err, errlen, CK_EFORMAT, "%s: tokenizer.ggml.model missing or not a string", fn);
     tcfg c = {0};
+    int gemma4 = 0;
     if (str_is(s, sl, "llama")) {
         c = tok__spm_cfg(1, 2, 0);
     } else if (str_is(s, sl, "gpt2")) {
         c.kind = TOK_KIND_BPE;
+    } else if (str_is(s, sl, "gemma4")) {
+        c.kind = TOK_KIND_BPE;
+        gemma4 = 1;
     } else {
         return tok__set_err(err, errlen, CK_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\" and "
-                            "\"gpt2\")",
+                            "%s: tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\", "
+                            "\"gpt2\" and \"gemma4\")",
                             fn, (int)(sl < 64 ? sl : 64), s);
     }
     c.gguf_eog = 1;
@@ -77,22 +81,27 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
     int n = (int)nt;
 
     if (c.kind == TOK_KIND_BPE) {
-        c.bos = c.eos = 11; /* llama.cpp's gpt2 defaults (dropped if outside) */
+        /* llama.cpp's defaults: gpt2 bos = eos = 11 (dropped if outside), gemma4 none */
+        c.bos = c.eos = gemma4 ? -1 : 11;
         c.unk = -1;
         c.eot = c.eom = c.pad = -1;
         c.pre = TOK_PRE_DEFAULT;
-        if (!gguf_get_str(f, "tokenizer.ggml.pre", &s, &sl)) {
+        if (gemma4) {
+            c.pre = TOK_PRE_GEMMA4; /* the model decides, as in llama.cpp: `pre` is not read */
+        } else if (!gguf_get_str(f, "tokenizer.ggml.pre", &s, &sl)) {
             c.pre = tok_pre_lookup(s, sl);
             if (c.pre < 0)
                 return tok__set_err(err, errlen, CK_EUNSUPPORTED,
                                     "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported "
-                                    "(gpt-2, llama-bpe, qwen2, smollm, starcoder, refact, default)",
+                                    "(gpt-2, llama-bpe, lfm2, qwen2, qwen35, smollm, starcoder, refact, "
+                                    "gemma4, default)",
                                     fn, (int)(sl < 64 ? sl : 64), s);
         }
         if (c.pre == TOK_PRE_LLAMA3) {
             c.ignore_merges = 1;
             c.add_bos = 1;
         }
+        c.utf8_bpe = c.pre == TOK_PRE_GEMMA4;
         if (gguf_get_arr(f, "tokenizer.ggml.merges", &et, &c.n_merges, NULL) || et != GGUF_TYPE_STRING)
             return tok__set_err(err, errlen, CK_EFORMAT,
                                 "%s: tokenizer.ggml.merges missing or not a string array", fn);
@@ -115,6 +124,8 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
         (rc = bool_key(f, "tokenizer.ggml.add_space_prefix", c.add_space_prefix, &c.add_space_prefix, err,
                        errlen)))
         return rc;
+    /* llama.cpp adds BOS for Gemma 4 even when the file says not to */
+    if (c.pre == TOK_PRE_GEMMA4) c.add_bos = 1;
     c.bos = bos;
     c.eos = eos;
     c.unk = unk;

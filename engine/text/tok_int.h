@@ -31,6 +31,9 @@ struct tokenizer {
     int add_bos, add_eos; /* what TOK_ENC_ADD_SPECIAL adds (0/1) */
     int add_space_prefix; /* SPM: " " before each run of text */
     int ignore_merges;    /* BPE: a word that is a piece is taken whole */
+    int utf8_bpe;         /* BPE over UTF-8 pieces with U+2581 for a space
+                             (Gemma 4), not over GPT-2's byte-level alphabet:
+                             stored with ' ' as SentencePiece's are */
     int from_llama2c;     /* control pieces are "\n<s>\n" and the like */
     char *arena;          /* every piece, NUL-terminated, back to back */
     size_t *off;          /* (n) offset of piece i in arena */
@@ -38,8 +41,10 @@ struct tokenizer {
     float *score;         /* (n) merge priority: higher merges first */
     uint8_t *type;        /* (n) TOK_TYPE_* */
     uint8_t *eog;         /* (n) 1: generating it ends the generation */
-    uint8_t *blevel;      /* (n) BPE: 1 if the piece was decoded from the
-                             byte-to-unicode alphabet (tok_piece_gguf re-encodes) */
+    uint8_t *blevel;      /* (n) BPE: 1 if the piece was decoded at load, from
+                             the byte-to-unicode alphabet or (utf8_bpe) "▁" to
+                             ' ' (tok_piece_gguf re-encodes); 0 for special and
+                             byte pieces, kept as written */
     int16_t *byte_val;    /* (n) the byte a BYTE piece stands for, -1 otherwise */
     int32_t *slots;       /* (mask + 1) open-addressing hash of the mergeable
                              pieces: ids, -1 empty */
@@ -87,6 +92,7 @@ typedef struct {
     int kind;       /* TOK_KIND_* */
     int pre;        /* TOK_PRE_* */
     int conv_u2581; /* SPM: turn "▁" into ' ' while copying */
+    int utf8_bpe;   /* BPE: pieces and merges are UTF-8 with "▁", not byte-level */
     int from_llama2c;
     int gguf_eog; /* apply llama.cpp's EOG/EOT text rules */
     int bos, eos, unk, eot, eom, pad;
@@ -111,5 +117,8 @@ int tok__build_index(tokenizer *t);
 int tok__build(int n, const char *const *pieces, const size_t *lens, const float *scores,
                const int32_t *types, const tcfg *c, tokenizer **out, char *err, size_t errlen);
 tcfg tok__spm_cfg(int bos, int eos, int unk);
+/* Copy n bytes from s to out with each "▁" (U+2581) turned into ' '; returns
+ * the length written (at most n; out may be s). */
+size_t tok__unescape_u2581(const char *s, size_t n, char *out);
 
 #endif

@@ -9,7 +9,7 @@
 #include "tok_unicode.h"
 
 /* per-character flags */
-enum { F_L = 1, F_N = 2, F_P = 4, F_WS = 8 };
+enum { F_L = 1, F_N = 2, F_P = 4, F_WS = 8, F_M = 16 };
 
 typedef struct {
     const uint32_t *cp; /* (n) codepoints; an invalid byte is 0x110000 + byte */
@@ -38,7 +38,11 @@ static int uc_class(uint32_t c) {
 
 static uint8_t flags_of(uint32_t c) {
     int k = uc_class(c);
-    uint8_t f = k == TOK_UC_LETTER ? F_L : k == TOK_UC_NUMBER ? F_N : k == TOK_UC_PUNCT ? F_P : 0;
+    uint8_t f = k == TOK_UC_LETTER   ? F_L
+                : k == TOK_UC_NUMBER ? F_N
+                : k == TOK_UC_PUNCT  ? F_P
+                : k == TOK_UC_MARK   ? F_M
+                                     : 0;
     if (is_space(c)) f |= F_WS;
     return f;
 }
@@ -72,6 +76,8 @@ typedef size_t (*pmatch_fn)(const ptext *x, size_t pos, size_t end);
 #define IS(x, i, f) (((x)->fl[i] & (f)) != 0)
 /* [^\s\p{L}\p{N}] */
 #define IS_OTHER(x, i) (((x)->fl[i] & (F_WS | F_L | F_N)) == 0)
+/* [^\s<letter>\p{N}], where letter is \p{L} or [\p{L}\p{M}] (flags lf) */
+#define IS_OTHER_THAN(x, i, lf) (((x)->fl[i] & (F_WS | F_N | (lf))) == 0)
 
 static size_t run_of(const ptext *x, size_t i, size_t end, uint8_t f) {
     size_t k = i;
@@ -79,9 +85,9 @@ static size_t run_of(const ptext *x, size_t i, size_t end, uint8_t f) {
     return k - i;
 }
 
-static size_t run_other(const ptext *x, size_t i, size_t end) {
+static size_t run_other(const ptext *x, size_t i, size_t end, uint8_t lf) {
     size_t k = i;
-    while (k < end && IS_OTHER(x, k)) k++;
+    while (k < end && IS_OTHER_THAN(x, k, lf)) k++;
     return k - i;
 }
 
@@ -117,30 +123,31 @@ static size_t gpt2_at(const ptext *x, size_t pos, size_t end, int with_fallback)
     size_t k = x->cp[pos] == ' ' && pos + 1 < end ? pos + 1 : pos; /* the " ?" */
     if (IS(x, k, F_L)) return k - pos + run_of(x, k, end, F_L);
     if (IS(x, k, F_N)) return k - pos + run_of(x, k, end, F_N);
-    if (IS_OTHER(x, k)) return k - pos + run_other(x, k, end);
+    if (IS_OTHER(x, k)) return k - pos + run_other(x, k, end, F_L);
     return m_spaces(x, pos, end, with_fallback);
 }
 
 static size_t m_gpt2(const ptext *x, size_t pos, size_t end) { return gpt2_at(x, pos, end, 1); }
 static size_t m_gpt2_nofb(const ptext *x, size_t pos, size_t end) { return gpt2_at(x, pos, end, 0); }
 
-/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,maxd}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t llama3_at(const ptext *x, size_t pos, size_t end, size_t maxd) {
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?L+|\p{N}{1,maxd}|
+ *  ?[^\sL\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * where L, a letter, is \p{L} (lf F_L) or [\p{L}\p{M}] (lf F_L | F_M) */
+static size_t llama3_at(const ptext *x, size_t pos, size_t end, size_t maxd, uint8_t lf) {
     size_t m = m_contraction(x, pos, end, 1);
     if (m) return m;
     uint32_t c = x->cp[pos];
     if (c != '\r' && c != '\n' && !IS(x, pos, F_N)) {
-        if (IS(x, pos, F_L)) return run_of(x, pos, end, F_L);
-        if (pos + 1 < end && IS(x, pos + 1, F_L)) return 1 + run_of(x, pos + 1, end, F_L);
+        if (IS(x, pos, lf)) return run_of(x, pos, end, lf);
+        if (pos + 1 < end && IS(x, pos + 1, lf)) return 1 + run_of(x, pos + 1, end, lf);
     }
     if (IS(x, pos, F_N)) {
         size_t r = run_of(x, pos, end, F_N);
         return r < maxd ? r : maxd;
     }
     size_t k = c == ' ' && pos + 1 < end ? pos + 1 : pos;
-    if (IS_OTHER(x, k)) {
-        size_t e = k + run_other(x, k, end);
+    if (IS_OTHER_THAN(x, k, lf)) {
+        size_t e = k + run_other(x, k, end, lf);
         while (e < end && (x->cp[e] == '\r' || x->cp[e] == '\n')) e++;
         return e - pos;
     }
@@ -152,8 +159,19 @@ static size_t llama3_at(const ptext *x, size_t pos, size_t end, size_t maxd) {
     return m_spaces(x, pos, end, 1);
 }
 
-static size_t m_llama3(const ptext *x, size_t pos, size_t end) { return llama3_at(x, pos, end, 3); }
-static size_t m_qwen2(const ptext *x, size_t pos, size_t end) { return llama3_at(x, pos, end, 1); }
+static size_t m_llama3(const ptext *x, size_t pos, size_t end) { return llama3_at(x, pos, end, 3, F_L); }
+static size_t m_qwen2(const ptext *x, size_t pos, size_t end) { return llama3_at(x, pos, end, 1, F_L); }
+static size_t m_qwen35(const ptext *x, size_t pos, size_t end) {
+    return llama3_at(x, pos, end, 1, F_L | F_M);
+}
+
+/* [^\n]+|[\n]+ : the run of newlines, or of anything else, at pos */
+static size_t m_newlines(const ptext *x, size_t pos, size_t end) {
+    int nl = x->cp[pos] == '\n';
+    size_t k = pos + 1;
+    while (k < end && (x->cp[k] == '\n') == nl) k++;
+    return k - pos;
+}
 
 /* \p{N} */
 static size_t m_digit1(const ptext *x, size_t pos, size_t end) {
@@ -191,6 +209,8 @@ static int stages_of(int pre, pmatch_fn *st) {
     case TOK_PRE_GPT2: st[0] = m_gpt2; return 1;
     case TOK_PRE_LLAMA3: st[0] = m_llama3; return 1;
     case TOK_PRE_QWEN2: st[0] = m_qwen2; return 1;
+    case TOK_PRE_QWEN35: st[0] = m_qwen35; return 1;
+    case TOK_PRE_GEMMA4: st[0] = m_newlines; return 1;
     case TOK_PRE_SMOLLM:
         st[0] = m_digit1;
         st[1] = m_gpt2;
@@ -213,7 +233,8 @@ int tok_pre_lookup(const char *name, size_t n) {
         {"gpt-2", TOK_PRE_GPT2},      {"phi-2", TOK_PRE_GPT2},       {"llama-bpe", TOK_PRE_LLAMA3},
         {"llama3", TOK_PRE_LLAMA3},   {"llama-v3", TOK_PRE_LLAMA3},  {"qwen2", TOK_PRE_QWEN2},
         {"smollm", TOK_PRE_SMOLLM},   {"starcoder", TOK_PRE_SMOLLM}, {"refact", TOK_PRE_SMOLLM},
-        {"default", TOK_PRE_DEFAULT},
+        {"default", TOK_PRE_DEFAULT}, {"lfm2", TOK_PRE_LLAMA3},      {"qwen35", TOK_PRE_QWEN35},
+        {"gemma4", TOK_PRE_GEMMA4},
     };
     if (!name) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -1,4 +1,4 @@
-/* tok_pre.h - the pre-tokenizers of byte-level BPE vocabularies: the regex
+/* tok_pre.h - the pre-tokenizers of BPE vocabularies: the regex
  * splits that cut text into words before BPE merges run inside each word.
  *
  * Each pre-tokenizer is a list of stages; a stage cuts every piece the
@@ -10,13 +10,19 @@
  *
  *   TOK_PRE_GPT2    "gpt-2" (and phi-2, ...):
  *                   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *   TOK_PRE_LLAMA3  "llama-bpe", "llama3", "llama-v3" (Llama 3):
+ *   TOK_PRE_LLAMA3  "llama-bpe", "llama3", "llama-v3" (Llama 3), "lfm2" (LFM2):
  *                   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *                    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   TOK_PRE_QWEN2   "qwen2": as LLAMA3 with \p{N} (one digit a word)
+ *   TOK_PRE_QWEN35  "qwen35" (Qwen 3.5): as QWEN2 with marks joining letters:
+ *                   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|
+ *                   \p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   TOK_PRE_SMOLLM  "smollm", "starcoder", "refact": \p{N}, then GPT2
  *   TOK_PRE_DEFAULT "default" (or no `pre` key): [\p{P}\$\+<=>\^~\|]+, then
  *                   GPT2 without its last \s+, then \p{N}+, then [0-9][0-9][0-9]
+ *   TOK_PRE_GEMMA4  "gemma4" (Gemma 4, tokenizer.ggml.model "gemma4"):
+ *                   [^\n]+|[\n]+ : runs of newlines apart from the rest, which
+ *                   BPE merges whole (spaces included, see tokenizer.h)
  *
  * Text is any bytes: a byte that does not start a valid UTF-8 sequence (or a
  * truncated, overlong or surrogate one) is a character of its own, of class
@@ -31,7 +37,9 @@ enum {
     TOK_PRE_LLAMA3,
     TOK_PRE_QWEN2,
     TOK_PRE_SMOLLM,
-    TOK_PRE_DEFAULT
+    TOK_PRE_DEFAULT,
+    TOK_PRE_QWEN35,
+    TOK_PRE_GEMMA4
 };
 
 /* TOK_PRE_* for a `tokenizer.ggml.pre` value of n bytes; -1 if not one

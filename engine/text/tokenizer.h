@@ -1,5 +1,6 @@
 /* tokenizer.h - the tokenizers of Llama-family vocabularies: SentencePiece
- * BPE by piece scores ("llama"), and byte-level BPE by merge ranks ("gpt2").
+ * BPE by piece scores ("llama"), byte-level BPE by merge ranks ("gpt2"), and
+ * Gemma 4's BPE by merge ranks over UTF-8 pieces ("gemma4").
  *
  * SentencePiece ("llama", TOK_KIND_SPM). The algorithm is llama2.c's (run.c,
  * "the tokenizer") and llama.cpp's llm_tokenizer_spm:
@@ -40,6 +41,17 @@
  *   a space); they are decoded to raw bytes at load, and merges with them, so
  *   merging runs on the text's bytes and decoding is a copy.
  *
+ * Gemma 4 ("gemma4", TOK_KIND_BPE; llama.cpp's BPE without byte encoding):
+ *   pieces and merges are UTF-8 with "▁" (U+2581) for a space, stored with
+ *   ' ' as SentencePiece's are (special and byte pieces as written). encode:
+ *   each "▁" of the text is a space too (llama.cpp writes spaces as "▁", so
+ *   both are one character there); the text is cut only into runs of
+ *   newlines and runs of anything else (tok_pre.h), so one word spans
+ *   spaces; a newline run that is a piece is that piece; in any other word
+ *   every codepoint is a symbol and pairs merge by rank as above; a final
+ *   symbol that is no piece becomes its bytes' "<0xXX>" pieces, a space as
+ *   the three bytes of "▁". BOS is always added with TOK_ENC_ADD_SPECIAL.
+ *
  * Special tokens (both kinds, as llama.cpp's tokenizer_st_partition): before
  * anything else the text is cut at the occurrences of special token strings,
  * longest strings first; each occurrence becomes that token's id. USER
@@ -58,7 +70,7 @@
 typedef struct tokenizer tokenizer; /* opaque */
 typedef struct gguf_file gguf_file;
 
-/* Kinds of tokenizer (tokenizer.ggml.model "llama" / "gpt2"). */
+/* Kinds of tokenizer (tokenizer.ggml.model "llama" / "gpt2" and "gemma4"). */
 enum { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2 };
 
 /* GGUF token types (tokenizer.ggml.token_type). */
@@ -78,13 +90,14 @@ enum {
 
 /* Build from a GGUF file's tokenizer.ggml.* keys; the file may hold no
  * tensors (llama.cpp's vocab-only ggml-vocab-*.gguf). Keys read:
- *   model         "llama" (SentencePiece) or "gpt2" (byte-level BPE); any
- *                 other is refused by name (CK_EUNSUPPORTED)
+ *   model         "llama" (SentencePiece), "gpt2" (byte-level BPE) or
+ *                 "gemma4" (Gemma 4's BPE); any other is refused by name
+ *                 (CK_EUNSUPPORTED)
  *   tokens        string array, required, 1..TOK_MAX_VOCAB pieces
  *   scores        float32 (or int32) array, at least one per token, optional
  *   token_type    int32 (or uint32) array, at least one per token, optional
  *                 (inferred as tok_from_arrays does)
- *   merges        string array "left right", required for gpt2; a line with
+ *   merges        string array "left right", required for gpt2 and gemma4; a line with
  *                 no space after its first byte, or an empty side, is
  *                 refused (CK_EFORMAT); at most TOK_MAX_MERGES; a repeated
  *                 pair keeps its first (lowest) rank; a pair outside the
@@ -93,19 +106,24 @@ enum {
  *   unknown_token_id, padding_token_id
  *                 integers; defaults as llama.cpp's: llama bos 1, eos 2,
  *                 unk 0; gpt2 bos = eos = 11 (dropped when outside the
- *                 vocabulary), no unk. An id outside the vocabulary keeps
+ *                 vocabulary), no unk; gemma4 none. An id outside the vocabulary keeps
  *                 the default, as in llama.cpp (files in the wild have them).
  *                 With no eot/eom key, the piece "<|eot_id|>", "<|im_end|>",
  *                 ... (llama.cpp's list) is taken as eot, "<|eom_id|>" as eom.
  *   add_bos_token, add_eos_token, add_space_prefix
  *                 bools; defaults: llama true/false/true; gpt2 false/false
- *                 (true/false for the llama-bpe pre), no space prefix
+ *                 (true/false for the llama-bpe pre), no space prefix;
+ *                 gemma4 (or the gemma4 pre) adds BOS whatever the file says
  *   pre           gpt2 only: the pre-tokenizer (tok_pre.h); an unknown name
- *                 is refused by name (CK_EUNSUPPORTED); absent = "default"
+ *                 is refused by name (CK_EUNSUPPORTED); absent = "default";
+ *                 "gemma4" makes the vocabulary Gemma 4's. gemma4 does not
+ *                 read it (llama.cpp's rule)
  * The end-of-generation set is eos, eot, eom and every piece whose text is in
  * llama.cpp's EOG list ("<|eot_id|>", "<|im_end|>", "<|endoftext|>",
  * "<end_of_turn>", "<|end|>", "</s>", ...); those pieces are typed CONTROL
- * when the file did not say so (as llama.cpp does).
+ * when the file did not say so (as llama.cpp does). In a vocabulary with
+ * "<|tool_response>" (Gemma 4's) "</s>" is a NORMAL piece and no EOG, as
+ * llama.cpp has it.
  * Returns 0 / CK_E* as tok_load_llama2c; nothing borrowed from f. */
 int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen);
 
@@ -164,9 +182,10 @@ float tok_score(const tokenizer *t, int id);
 /* TOK_TYPE_* of piece `id` (0 for an id out of range). */
 int tok_type(const tokenizer *t, int id);
 
-/* Write piece `id` the way GGUF vocabularies store it: for "llama" ' ' as
- * U+2581 "▁"; for "gpt2" a NORMAL piece's bytes in the byte-to-unicode
- * alphabet ("Ġ" for a space); and, for a tokenizer loaded from a llama2.c file, whose control pieces
+/* Write piece `id` the way GGUF vocabularies store it: for "llama", and a
+ * "gemma4" piece that is neither special nor a byte, ' ' as U+2581 "▁"; for
+ * "gpt2" a NORMAL piece's bytes in the byte-to-unicode alphabet ("Ġ" for a
+ * space); and, for a tokenizer loaded from a llama2.c file, whose control pieces
  * are "\n<s>\n" and the like, bos/eos/unk as "<s>", "</s>", "<unk>".
  * Writes the bytes and a NUL into buf (cap bytes) and sets *len (without the
  * NUL). Returns 0; CK_EINVAL for a bad id; CK_ETOOLONG when cap < *len + 1
@@ -238,7 +257,8 @@ int tok_max_piece_len(const tokenizer *t);
  * SentencePiece, after BOS a leading ' ' is dropped; a BYTE piece is its raw
  * byte; CONTROL pieces print nothing, as llama.cpp's token_to_piece without
  * `special`; UNK prints its piece text, "<unk>", as llama2.c does; USER
- * pieces print as written; byte-level BPE pieces print their raw bytes).
+ * pieces print as written; byte-level BPE pieces print their raw bytes,
+ * Gemma 4's their text with a space for each "▁").
  * Returns a pointer valid while t lives (for byte pieces into a
  * per-tokenizer 256x2 table) and sets *len; the bytes may contain NUL, so use
  * *len. An id out of range prints nothing ("" and *len = 0). prev may be any

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate engine/text/tok_unicode.c: the Unicode general-category classes the
-pre-tokenizers need (\\p{L}, \\p{N}, \\p{P}), from Python's unicodedata.
+pre-tokenizers need (\\p{L}, \\p{N}, \\p{P}, \\p{M}), from Python's unicodedata.
 
 Usage: python3 tests/oracle/gen_tok_unicode.py > engine/text/tok_unicode.c
 The table is data, so it is generated, never edited by hand; the Unicode
@@ -8,7 +8,7 @@ version is the one of the Python that ran this (written into the file)."""
 import sys
 import unicodedata
 
-CLS = {'L': 1, 'N': 2, 'P': 3}
+CLS = {'L': 1, 'N': 2, 'P': 3, 'M': 4}
 
 
 def cls(cp):
@@ -28,7 +28,7 @@ def main():
     out.write(' * unicodedata, Unicode %s. Do not edit: rerun the script.\n' % unicodedata.unidata_version)
     out.write(' *\n * Each entry is (first codepoint << 8) | class; a class holds up to the next\n')
     out.write(' * entry\'s first codepoint. Classes: 0 other, 1 letter (L*), 2 number (N*),\n')
-    out.write(' * 3 punctuation (P*). See tok_unicode.h. */\n')
+    out.write(' * 3 punctuation (P*), 4 mark (M*). See tok_unicode.h. */\n')
     out.write('#include "tok_unicode.h"\n\n')
     out.write('const char tok_unicode_version[] = "%s";\n' % unicodedata.unidata_version)
     out.write('const unsigned tok_unicode_n_ranges = %d;\n' % len(ranges))
@@ -36,7 +36,7 @@ def main():
     line = '   '
     for cp, c in ranges:
         item = ' 0x%08X,' % ((cp << 8) | c)
-        if len(line) + len(item) > 90:
+        if len(line) + len(item) > 100:  # eight a line, as clang-format packs them
             out.write(line + '\n')
             line = '   '
         line += item
