@@ -68,6 +68,7 @@ static void jv_free_contents(jinja_value *v) {
         }
         free(v->u.d.k);
         free(v->u.d.kn);
+        free(v->u.d.ki);
         free(v->u.d.v);
         break;
     default: break;
@@ -162,20 +163,48 @@ int jinja_list_append(jinja_value *list, jinja_value *item) {
     return 0;
 }
 
-/* Index of key in a dict or namespace, or -1. Linear: chat dicts are small. */
-long jinja__dict_find(const jinja_value *d, const char *k, size_t kn) {
+/* Index of the key k[0..kn) in a dict or namespace, a string (ki 0) or an
+ * int's digits (ki 1), or -1. Linear: chat dicts are small. */
+long jinja__dict_find_k(const jinja_value *d, const char *k, size_t kn, int ki) {
     for (size_t i = 0; i < d->u.d.n; i++)
-        if (d->u.d.kn[i] == kn && memcmp(d->u.d.k[i], k, kn) == 0) return (long)i;
+        if (d->u.d.kn[i] == kn && d->u.d.ki[i] == ki && memcmp(d->u.d.k[i], k, kn) == 0) return (long)i;
+    return -1;
+}
+
+/* Index of the string key k, or -1. */
+long jinja__dict_find(const jinja_value *d, const char *k, size_t kn) {
+    return jinja__dict_find_k(d, k, kn, 0);
+}
+
+/* Index of the key value key (a string, or a number equal to an int: Python's
+ * 512.0 and True find 512 and 1), or -1. */
+long jinja__dict_find_v(const jinja_value *d, const jinja_value *key) {
+    if (key->type == JV_STR) return jinja__dict_find_k(d, key->u.s.s, key->u.s.n, 0);
+    double f = key->type == JV_FLOAT ? key->u.f : 0;
+    if (key->type == JV_INT || key->type == JV_BOOL ||
+        (key->type == JV_FLOAT && f == f && f >= -9e18 && f <= 9e18 && f == (double)(long long)f)) {
+        char t[24];
+        int n = snprintf(t, sizeof t, "%lld",
+                         key->type == JV_FLOAT ? (long long)f
+                         : key->type == JV_INT ? key->u.i
+                                               : key->u.b);
+        return jinja__dict_find_k(d, t, (size_t)n, 1);
+    }
     return -1;
 }
 
 int jinja_dict_set(jinja_value *dict, const char *key, size_t kn, jinja_value *val) {
+    return jinja__dict_put(dict, key, kn, 0, val);
+}
+
+/* jinja_dict_set of a string key (ki 0) or an int's digits (ki 1). */
+int jinja__dict_put(jinja_value *dict, const char *key, size_t kn, int ki, jinja_value *val) {
     if (!val) return CK_ENOMEM;
     if (!dict || (dict->type != JV_DICT && dict->type != JV_NS) || (!key && kn)) {
         jinja_release(val);
         return CK_EINVAL;
     }
-    long at = jinja__dict_find(dict, key, kn);
+    long at = jinja__dict_find_k(dict, key, kn, ki);
     if (at >= 0) {
         jinja_release(dict->u.d.v[at]);
         dict->u.d.v[at] = val;
@@ -187,9 +216,11 @@ int jinja_dict_set(jinja_value *dict, const char *key, size_t kn, jinja_value *v
         if (nk) dict->u.d.k = nk;
         size_t *nl = realloc(dict->u.d.kn, nc * sizeof *nl);
         if (nl) dict->u.d.kn = nl;
+        unsigned char *ni = realloc(dict->u.d.ki, nc * sizeof *ni);
+        if (ni) dict->u.d.ki = ni;
         jinja_value **nv = realloc(dict->u.d.v, nc * sizeof *nv);
         if (nv) dict->u.d.v = nv;
-        if (!nk || !nl || !nv) {
+        if (!nk || !nl || !ni || !nv) {
             jinja_release(val);
             return CK_ENOMEM;
         }
@@ -204,6 +235,7 @@ int jinja_dict_set(jinja_value *dict, const char *key, size_t kn, jinja_value *v
     k[kn] = 0;
     dict->u.d.k[dict->u.d.n] = k;
     dict->u.d.kn[dict->u.d.n] = kn;
+    dict->u.d.ki[dict->u.d.n] = (unsigned char)ki;
     dict->u.d.v[dict->u.d.n] = val;
     dict->u.d.n++;
     return 0;

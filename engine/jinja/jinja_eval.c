@@ -1,6 +1,7 @@
 /* jinja_eval.c - the evaluator proper: calls, expressions, statements, and
  * jinja_render (see jinja_int.h). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -97,6 +98,12 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
             return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() takes 1 to 3 integers", line);
         if (st == 0) return jinja__rerr(R, line, CK_EFORMAT, "line %d: range() step must not be zero", line);
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
+        if (out) { /* a range object: prints as range(a, z[, st]) */
+            out->u.l.kind = LK_RANGE;
+            out->u.l.rg[0] = a;
+            out->u.l.rg[1] = z;
+            out->u.l.rg[2] = st;
+        }
         for (long long i = a; out && (st > 0 ? i < z : i > z); i += st) {
             if (++R->iters > R->lim->max_loop_iters) {
                 jinja_release(out);
@@ -131,7 +138,31 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
             }
             R->nss[R->n_ns++] = jinja__jv_ref(d);
         }
-        if (A->npos == 1) {
+        if (A->npos == 1 && A->pos[0]->type == JV_LIST && fn == FN_DICT) {
+            /* dict(pairs): each item a (key, value) of two */
+            jinja_value *l = jinja__iter_list(R, line, A->pos[0]);
+            for (size_t i = 0; l && i < l->u.l.n; i++) {
+                const jinja_value *p = l->u.l.v[i];
+                char digits[24];
+                if (p->type != JV_LIST || p->u.l.kind != LK_LIST || p->u.l.n != 2 ||
+                    (p->u.l.v[0]->type != JV_STR && p->u.l.v[0]->type != JV_INT)) {
+                    jinja__rerr(R, line, CK_EFORMAT,
+                                "line %d: dict(): item %zu is not a (string or int, value) pair", line, i);
+                    break;
+                }
+                const jinja_value *k = p->u.l.v[0];
+                int ki = k->type == JV_INT;
+                size_t kn = ki ? (size_t)snprintf(digits, sizeof digits, "%lld", k->u.i) : k->u.s.n;
+                d->dkeys |= !ki && k->u.s.nsp > 0;
+                if (jinja__rset_k(R, line, d, ki ? digits : k->u.s.s, kn, ki, jinja__jv_ref(p->u.l.v[1])))
+                    break;
+            }
+            jinja_release(l);
+            if (R->failed) {
+                jinja_release(d);
+                return NULL;
+            }
+        } else if (A->npos == 1) {
             jinja_value *src = A->pos[0];
             if (src->type != JV_DICT && src->type != JV_NS) {
                 jinja_release(d);
@@ -139,7 +170,8 @@ static jinja_value *call_builtin(rctx *R, int line, int fn, const cargs *A) {
             }
             d->dkeys |= src->dkeys;
             for (size_t i = 0; i < src->u.d.n; i++)
-                if (jinja__rset(R, line, d, src->u.d.k[i], src->u.d.kn[i], jinja__jv_ref(src->u.d.v[i]))) {
+                if (jinja__rset_k(R, line, d, src->u.d.k[i], src->u.d.kn[i], src->u.d.ki[i],
+                                  jinja__jv_ref(src->u.d.v[i]))) {
                     jinja_release(d);
                     return NULL;
                 }
@@ -280,16 +312,6 @@ static jinja_value *eval_call(rctx *R, const jnode *e, frame *F) {
 
 /* ---- expressions */
 
-static int tick(rctx *R, int line) {
-    if (R->failed) return R->failed;
-    if (++R->steps > R->lim->max_steps) {
-        jinja__rerr(R, line, CK_ERANGE, "line %d: more than %llu evaluation steps", line,
-                    (unsigned long long)R->lim->max_steps);
-        return R->failed;
-    }
-    return 0;
-}
-
 static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
     jinja_value *a = NULL, *b = NULL, *r = NULL;
     switch (e->kind) {
@@ -316,6 +338,9 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
     case E_CALL: return eval_call(R, e, F);
     case E_FILTER: {
         cargs A;
+        if (e->fid < 0) /* met where Jinja refuses it only when it runs */
+            return jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported filter '%.*s'", e->line,
+                               (int)e->nlen, e->name);
         if (!(a = ev(R, e->a, F))) return NULL;
         if (eval_args(R, e, F, &A)) break;
         r = jinja__apply_filter(R, e->line, e->name, e->nlen, a, &A);
@@ -324,6 +349,9 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
     }
     case E_TEST: {
         cargs A;
+        if (e->fid < 0)
+            return jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported test '%.*s'", e->line,
+                               (int)e->nlen, e->name);
         if (!(a = ev(R, e->a, F))) return NULL;
         if (eval_args(R, e, F, &A)) break;
         int t = jinja__run_test(R, e->line, e->name, e->nlen, a, &A);
@@ -392,12 +420,16 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
         r = jinja__rnew(R, e->line, JV_DICT);
         for (int i = 0; r && i < e->args.n; i++) {
             jinja_value *k = ev(R, e->args.v[i], F);
-            if (k && k->type != JV_STR)
+            char digits[24];
+            if (k && k->type != JV_STR && k->type != JV_INT)
                 jinja__rerr(R, e->line, CK_EUNSUPPORTED,
-                            "line %d: dict keys other than strings are not supported", e->line);
+                            "line %d: dict keys other than strings and integers are not supported", e->line);
             if (k && k->type == JV_STR && k->u.s.nsp)
                 r->dkeys = 1; /* keys are whole strings: any data taints them */
-            if (!k || R->failed || jinja__rset(R, e->line, r, k->u.s.s, k->u.s.n, ev(R, e->kwv.v[i], F))) {
+            int ki = k && k->type == JV_INT;
+            size_t kn = ki ? (size_t)snprintf(digits, sizeof digits, "%lld", k->u.i) : k ? k->u.s.n : 0;
+            if (!k || R->failed ||
+                jinja__rset_k(R, e->line, r, ki ? digits : k->u.s.s, kn, ki, ev(R, e->kwv.v[i], F))) {
                 jinja_release(k);
                 jinja_release(r);
                 r = NULL;
@@ -406,6 +438,7 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
             jinja_release(k);
         }
         break;
+    case E_SLOT: return jinja__jv_ref(R->slot);
     default: jinja__rerr(R, e->line, CK_EUNSUPPORTED, "line %d: unsupported expression", e->line);
     }
     jinja_release(a);
@@ -418,7 +451,7 @@ static jinja_value *ev_(rctx *R, const jnode *e, frame *F) {
 }
 
 static jinja_value *ev(rctx *R, const jnode *e, frame *F) {
-    if (tick(R, e->line)) return NULL;
+    if (jinja__tick(R, e->line)) return NULL;
     if (++R->depth > R->max_depth) {
         R->depth--;
         return jinja__rerr(R, e->line, CK_ERANGE, "line %d: evaluation nested deeper than %d", e->line,
@@ -482,6 +515,10 @@ static int exec_for(rctx *R, const jnode *s, frame *F, sbuf *out) {
     jinja_value *items = jinja__iter_list(R, s->line, src);
     jinja_release(src);
     if (!items) return FL_ERR;
+    /* a generator is being consumed: partly while the loop runs (the body may
+     * not walk it again), wholly when the loop ends without a break */
+    jinja_value *gen = items->u.l.kind == LK_GEN ? jinja__jv_ref(items) : NULL;
+    if (gen) gen->u.l.used = 2;
     if (s->b) { /* `for x in y if c`: the loop sees only the items that pass */
         jinja_value *kept = jinja__rnew(R, s->line, JV_LIST);
         for (size_t i = 0; kept && i < items->u.l.n; i++) {
@@ -498,9 +535,13 @@ static int exec_for(rctx *R, const jnode *s, frame *F, sbuf *out) {
             }
         }
         jinja_release(items);
-        if (!kept) return FL_ERR;
+        if (!kept) {
+            jinja_release(gen);
+            return FL_ERR;
+        }
         items = kept;
     }
+    int broke = 0;
     int rc = FL_OK;
     if (items->u.l.n == 0) rc = exec_body(R, &s->els, F, out);
     for (size_t i = 0; i < items->u.l.n; i++) {
@@ -523,16 +564,34 @@ static int exec_for(rctx *R, const jnode *s, frame *F, sbuf *out) {
         if (rc == FL_CONTINUE) rc = FL_OK;
         if (rc == FL_BREAK) {
             rc = FL_OK;
+            broke = i + 1 < items->u.l.n;
             break;
         }
         if (rc < 0) break;
     }
+    if (gen && !broke) gen->u.l.used = 1;
+    jinja_release(gen);
     jinja_release(items);
     return rc;
 }
 
+/* The text of s's body, run in a scope of its own (a set or filter block:
+ * a `set` inside does not outlive it), or NULL. */
+static jinja_value *exec_scope(rctx *R, const jnode *s, frame *F) {
+    frame f = {F, jinja__rnew(R, s->line, JV_DICT)};
+    if (!f.vars) return NULL;
+    sbuf b = jinja__sb_for(R);
+    int rc = exec_body(R, &s->body, &f, &b);
+    jinja_release(f.vars);
+    if (rc < 0) {
+        jinja__sb_free(&b);
+        return NULL;
+    }
+    return jinja__sb_take(R, s->line, &b);
+}
+
 static int exec_stmt(rctx *R, const jnode *s, frame *F, sbuf *out) {
-    if (tick(R, s->line)) return FL_ERR;
+    if (jinja__tick(R, s->line)) return FL_ERR;
     jinja_value *v;
     switch (s->kind) {
     case S_TEXT: {
@@ -572,15 +631,25 @@ static int exec_stmt(rctx *R, const jnode *s, frame *F, sbuf *out) {
         jinja_release(ns);
         return rc ? FL_ERR : FL_OK;
     }
-    case S_SETBLOCK: {
-        sbuf b = jinja__sb_for(R);
-        int rc = exec_body(R, &s->body, F, &b);
-        if (rc < 0) {
-            jinja__sb_free(&b);
-            return FL_ERR;
-        }
-        v = jinja__sb_take(R, s->line, &b);
-        return v && jinja__rset(R, s->line, F->vars, s->name, s->nlen, v) == 0 ? rc : FL_ERR;
+    case S_SETBLOCK:
+        if (!(v = exec_scope(R, s, F))) return FL_ERR;
+        return jinja__rset(R, s->line, F->vars, s->name, s->nlen, v) ? FL_ERR : FL_OK;
+    case S_FILTERBLOCK: {
+        jinja_value *text = exec_scope(R, s, F), *slot = R->slot;
+        if (!text) return FL_ERR;
+        R->slot = text;
+        v = ev(R, s->a, F);
+        R->slot = slot;
+        jinja_release(text);
+        int rc = v ? out_value(R, s->line, out, v) : FL_ERR;
+        jinja_release(v);
+        return rc ? FL_ERR : FL_OK;
+    }
+    case S_SCOPE: {
+        frame f = {F, jinja__rnew(R, s->line, JV_DICT)};
+        int rc = f.vars ? exec_body(R, &s->body, &f, out) : FL_ERR;
+        jinja_release(f.vars);
+        return rc < 0 ? FL_ERR : FL_OK;
     }
     case S_MACRO:
         if (!(v = jinja__rnew(R, s->line, JV_MACRO))) return FL_ERR;

@@ -13,7 +13,10 @@
 static jinja_value *len_of(rctx *R, int line, const jinja_value *v) {
     switch (v->type) {
     case JV_STR: return jinja__mk_int(R, line, (long long)jinja__utf8_count(v->u.s.s, v->u.s.n));
-    case JV_LIST: return jinja__mk_int(R, line, (long long)v->u.l.n);
+    case JV_LIST:
+        if (v->u.l.kind == LK_GEN)
+            return jinja__rerr(R, line, CK_EFORMAT, "line %d: object of type 'generator' has no len()", line);
+        return jinja__mk_int(R, line, (long long)v->u.l.n);
     case JV_DICT:
     case JV_NS: return jinja__mk_int(R, line, (long long)v->u.d.n);
     case JV_UNDEF: return jinja__mk_int(R, line, 0);
@@ -23,23 +26,38 @@ static jinja_value *len_of(rctx *R, int line, const jinja_value *v) {
     }
 }
 
-/* item's attribute for selectattr/map/join(attribute=): dotted names walk */
-static jinja_value *attr_path(rctx *R, int line, jinja_value *item, const jinja_value *path) {
-    if (path->type == JV_INT) return jinja__get_item(R, line, item, (jinja_value *)path);
-    if (path->type != JV_STR)
-        return jinja__rerr(R, line, CK_EFORMAT, "line %d: attribute must be a string", line);
+/* item's attribute at the path p[0..n) (Jinja's make_attrgetter): dotted
+ * parts walk, and a part of digits reads an index. */
+jinja_value *jinja__attr_walk(rctx *R, int line, jinja_value *item, const char *p, size_t n) {
     jinja_value *cur = jinja__jv_ref(item);
-    const char *p = path->u.s.s, *end = p + path->u.s.n;
+    const char *end = p + n;
     while (cur) {
         const char *dot = memchr(p, '.', (size_t)(end - p));
-        size_t len = dot ? (size_t)(dot - p) : (size_t)(end - p);
-        jinja_value *nx = jinja__get_attr(R, line, cur, p, len);
+        size_t len = dot ? (size_t)(dot - p) : (size_t)(end - p), k = 0;
+        long long idx = 0;
+        while (k < len && k < 18 && p[k] >= '0' && p[k] <= '9') idx = idx * 10 + (p[k++] - '0');
+        jinja_value *nx;
+        if (len && k == len) {
+            jinja_value *key = jinja__mk_int(R, line, idx);
+            nx = key ? jinja__get_item(R, line, cur, key) : NULL;
+            jinja_release(key);
+        } else {
+            nx = jinja__get_attr(R, line, cur, p, len);
+        }
         jinja_release(cur);
         cur = nx;
         if (!dot) break;
         p = dot + 1;
     }
     return cur;
+}
+
+/* item's attribute= for selectattr/map/join/unique/min/max: a path or an index */
+jinja_value *jinja__attr_path(rctx *R, int line, jinja_value *item, const jinja_value *path) {
+    if (path->type == JV_INT) return jinja__get_item(R, line, item, (jinja_value *)path);
+    if (path->type != JV_STR)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: attribute must be a string", line);
+    return jinja__attr_walk(R, line, item, path->u.s.s, path->u.s.n);
 }
 
 /* select / reject / selectattr / rejectattr */
@@ -65,7 +83,7 @@ static jinja_value *filter_select(rctx *R, int line, jinja_value *v, const cargs
     cargs T = {0};
     for (int i = first + 1; i < A->npos; i++) T.pos[T.npos++] = A->pos[i];
     for (size_t i = 0; out && i < items->u.l.n; i++) {
-        jinja_value *x = by_attr ? attr_path(R, line, items->u.l.v[i], jinja__arg(A, 0, NULL))
+        jinja_value *x = by_attr ? jinja__attr_path(R, line, items->u.l.v[i], jinja__arg(A, 0, NULL))
                                  : jinja__jv_ref(items->u.l.v[i]);
         if (!x) goto fail;
         int r = tname ? jinja__run_test(R, line, tname->u.s.s, tname->u.s.n, x, &T) : jinja__truthy(x);
@@ -74,6 +92,7 @@ static jinja_value *filter_select(rctx *R, int line, jinja_value *v, const cargs
         if (r == keep && jinja__rpush(R, line, out, jinja__jv_ref(items->u.l.v[i]))) goto fail;
     }
     jinja_release(items);
+    if (out) out->u.l.kind = LK_GEN; /* Jinja's select and reject are generators */
     return out;
 fail:
     jinja_release(items);
@@ -101,7 +120,7 @@ static jinja_value *filter_map(rctx *R, int line, jinja_value *v, const cargs *A
     for (size_t i = 0; out && i < items->u.l.n; i++) {
         jinja_value *x;
         if (attr) {
-            x = attr_path(R, line, items->u.l.v[i], attr);
+            x = jinja__attr_path(R, line, items->u.l.v[i], attr);
             if (x && x->type == JV_UNDEF && def) {
                 jinja_release(x);
                 x = jinja__jv_ref(def);
@@ -112,6 +131,7 @@ static jinja_value *filter_map(rctx *R, int line, jinja_value *v, const cargs *A
         if (jinja__rpush(R, line, out, x)) goto fail;
     }
     jinja_release(items);
+    if (out) out->u.l.kind = LK_GEN; /* Jinja's map is a generator */
     return out;
 fail:
     jinja_release(items);
@@ -156,10 +176,95 @@ static jinja_value *filter_tojson(rctx *R, int line, jinja_value *v, const cargs
     return jinja__sb_take(R, line, &b);
 }
 
+/* The length of the line break at s[i] that Python's str.splitlines()
+ * splits at (\r\n is one), or 0. */
+static size_t line_break(const char *s, size_t i, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[i] == '\r') return i + 1 < n && u[i + 1] == '\n' ? 2 : 1;
+    if (u[i] == '\n' || u[i] == 0x0b || u[i] == 0x0c || (u[i] >= 0x1c && u[i] <= 0x1e)) return 1;
+    if (u[i] == 0xc2 && i + 1 < n && u[i + 1] == 0x85) return 2; /* U+0085 */
+    if (u[i] == 0xe2 && i + 2 < n && u[i + 1] == 0x80 && (u[i + 2] == 0xa8 || u[i + 2] == 0xa9))
+        return 3; /* U+2028, U+2029 */
+    return 0;
+}
+
+static int add_indent(sbuf *b, const jinja_value *with, long long spaces) {
+    static const char sp[] = "                                                                ";
+    if (with) return jinja__sb_addv(b, with, 0, with->u.s.n);
+    int rc = 0;
+    for (long long k = spaces; rc == 0 && k > 0; k -= 64) rc = jinja__sb_add(b, sp, k < 64 ? (size_t)k : 64);
+    return rc;
+}
+
+/* indent(width=4, first=False, blank=False), jinja2 3.x: the lines of
+ * (s + "\n").splitlines() joined by "\n", each but the first indented by
+ * width spaces (or the string width), empty ones only when blank; first
+ * indents the first line too. */
+static jinja_value *filter_indent(rctx *R, int line, jinja_value *v, const cargs *A) {
+    static const char *const kw[] = {"width", "first", "blank", NULL};
+    if (jinja__check_args(R, line, A, 3, "indent", kw)) return NULL;
+    jinja_value *w = jinja__arg(A, 0, "width"), *fa = jinja__arg(A, 1, "first"),
+                *ba = jinja__arg(A, 2, "blank");
+    const jinja_value *with = NULL;
+    long long spaces = 4;
+    if (v->type != JV_STR)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: indent: can only indent a string, not '%s'", line,
+                           jinja__type_name(v));
+    if (w && w->type == JV_STR)
+        with = w;
+    else if (w && (w->type == JV_INT || w->type == JV_BOOL))
+        spaces = jinja__num_i(w);
+    else if (w)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: indent: width must be an integer or a string",
+                           line);
+    int first = fa && jinja__truthy(fa), blank = ba && jinja__truthy(ba), tainted = jinja__jv_tainted(v, 0);
+    sbuf t = jinja__sb_for(R), b = jinja__sb_for(R);
+    int rc = jinja__sb_addv(&t, v, 0, v->u.s.n);
+    if (rc == 0) rc = jinja__sb_ch(&t, '\n');
+    jinja_value *tv = rc ? NULL : jinja__sb_take(R, line, &t);
+    if (!tv) {
+        jinja__sb_free(&t);
+        return rc ? (jinja__sb_fail(R, line, rc), NULL) : NULL;
+    }
+    if (first) rc = add_indent(&b, with, spaces);
+    size_t i = 0, n = tv->u.s.n, prev = 0, prev_br = 0;
+    for (int k = 0; rc == 0 && i < n; k++) {
+        size_t j = i, br = 0;
+        while (j < n && !(br = line_break(tv->u.s.s, j, n))) j++;
+        if (k > 0) {
+            /* the break before this line becomes "\n": its own byte when it
+             * was one, else data when any of s was */
+            size_t at = b.n;
+            rc = prev_br == 1 && tv->u.s.s[prev] == '\n' ? jinja__sb_addv(&b, tv, prev, 1)
+                                                         : jinja__sb_ch(&b, '\n');
+            if (rc == 0 && !(prev_br == 1 && tv->u.s.s[prev] == '\n'))
+                rc = jinja__sb_taint_from(&b, at, tainted);
+            if (rc == 0 && (blank || j > i)) rc = add_indent(&b, with, spaces);
+        }
+        if (rc == 0) rc = jinja__sb_addv(&b, tv, i, j - i);
+        prev = j;
+        prev_br = br;
+        i = j + br;
+    }
+    jinja_release(tv);
+    if (rc) {
+        jinja__sb_free(&b);
+        jinja__sb_fail(R, line, rc);
+        return NULL;
+    }
+    jinja_value *r = jinja__sb_take(R, line, &b);
+    if (r) r->safe = v->safe; /* a Markup stays one */
+    return r;
+}
+
 jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v,
                                  const cargs *A) {
     jinja_value *a0 = jinja__arg(A, 0, NULL);
+    int handled;
+    jinja_value *sorted = jinja__filter_sort(R, line, name, n, v, A, &handled);
+    if (handled) return sorted;
 #define IS(s) jinja__name_is(name, n, s)
+    if (IS("indent")) return filter_indent(R, line, v, A);
     if (IS("safe")) {
         if (v->type != JV_STR || v->safe) return jinja__jv_ref(v);
         jinja_value *m = jinja__mk_str_copy(R, line, v);
@@ -189,13 +294,26 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
             }
         return out;
     }
-    if (IS("items")) {
-        if (v->type == JV_UNDEF) return jinja__rnew(R, line, JV_LIST);
-        if (v->type != JV_DICT)
+    if (IS("items")) { /* a generator of the (key, value) pairs */
+        if (v->type != JV_UNDEF && v->type != JV_DICT)
             return jinja__rerr(R, line, CK_EFORMAT, "line %d: items: '%s' is not a mapping", line,
                                jinja__type_name(v));
-        return jinja__dict_items(R, line, v, 0);
+        jinja_value *r =
+            v->type == JV_DICT ? jinja__dict_items(R, line, v, 0) : jinja__rnew(R, line, JV_LIST);
+        if (r) r->u.l.kind = LK_GEN;
+        return r;
     }
+    if (IS("first") && v->type == JV_LIST && v->u.l.kind == LK_GEN) { /* takes one item of a generator */
+        if (jinja__gen_take(R, line, v)) return NULL;
+        if (v->u.l.used || !v->u.l.n) {
+            v->u.l.used = 1;
+            return jinja__rundef(R, line, NULL, 0);
+        }
+        v->u.l.used = v->u.l.n > 1 ? 2 : 1;
+        return jinja__jv_ref(v->u.l.v[0]);
+    }
+    if (IS("last") && v->type == JV_LIST && v->u.l.kind == LK_GEN)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: 'generator' object is not reversible", line);
     if (IS("first") || IS("last")) {
         jinja_value *l = jinja__iter_list(R, line, v);
         if (!l) return NULL;
@@ -213,6 +331,9 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
             jinja_release(m1);
             return r;
         }
+        /* reversed(v), an iterator; of a generator, which reversed()
+         * refuses, Jinja makes a reversed list */
+        int gen = !(v->type == JV_LIST && v->u.l.kind == LK_GEN);
         jinja_value *l = jinja__iter_list(R, line, v);
         if (!l) return NULL;
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
@@ -222,6 +343,7 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
                 out = NULL;
             }
         jinja_release(l);
+        if (out && gen) out->u.l.kind = LK_GEN;
         return out;
     }
     if (IS("join")) {
@@ -236,7 +358,7 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         int rc = 0;
         for (size_t i = 0; rc == 0 && i < l->u.l.n; i++) {
             if (i && sep) rc = jinja__sb_addv(&b, sep, 0, sep->u.s.n);
-            jinja_value *x = attr ? attr_path(R, line, l->u.l.v[i], attr) : jinja__jv_ref(l->u.l.v[i]);
+            jinja_value *x = attr ? jinja__attr_path(R, line, l->u.l.v[i], attr) : jinja__jv_ref(l->u.l.v[i]);
             if (!x) {
                 rc = R->failed;
                 break;

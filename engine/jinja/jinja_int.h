@@ -4,12 +4,14 @@
  * Four parts: values (reference-counted tagged unions: jinja.c, with the
  * limits and error kinds), the lexer (Jinja's, with HF's trim_blocks +
  * lstrip_blocks: jinja_lex.c), the parser (a recursive descent over Jinja's
- * grammar into a small AST: jinja_parse.c), and the evaluator (scopes,
- * operators, filters, tests, methods, statements: jinja_rt.c for the render
- * context and Python's str/repr/==/<, jinja_ops.c for lookups and
- * operators, jinja_methods.c for methods and tests, jinja_filters.c,
- * jinja_eval.c for calls, expressions, statements and jinja_render), with
- * the text helpers all of them use in jinja_text.c.
+ * grammar into a small AST: jinja_parse.c for expressions, jinja_stmt.c for
+ * tags), and the evaluator (scopes, operators, filters, tests, methods,
+ * statements: jinja_rt.c for the render context and Python's
+ * str/repr/==/<, jinja_ops.c for lookups and operators, jinja_methods.c
+ * for methods and tests, jinja_filters.c, jinja_sort.c for the filters
+ * that order and compare, jinja_format.c for str.format, jinja_eval.c for
+ * calls, expressions, statements and jinja_render), with the text helpers
+ * all of them use in jinja_text.c.
  *
  * Where Python and C differ the code follows Python: strings are indexed,
  * sliced and measured in code points, str() of a float is Python's repr,
@@ -32,6 +34,12 @@
 
 enum { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_FUNC, JV_MACRO };
 enum { FN_RANGE, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME };
+/* What a JV_LIST stands for in Python: a list (or a tuple), or an iterable
+ * that Jinja's filters and methods give and that prints, measures and
+ * serialises otherwise: a generator (map, select, reject, selectattr,
+ * rejectattr, unique, items; reverse's iterator), a dict view (keys(),
+ * values(), items()) or a range. */
+enum { LK_LIST, LK_GEN, LK_KEYS, LK_VALUES, LK_ITEMS, LK_RANGE };
 
 struct jnode;
 struct jinja_value {
@@ -57,10 +65,14 @@ struct jinja_value {
             jinja_value **v;
             size_t n, cap;
             int tuple;
+            int kind;        /* LK_*: the items are all there, whatever the kind */
+            int used;        /* LK_GEN: 0 fresh, 1 exhausted, 2 partly consumed */
+            long long rg[3]; /* LK_RANGE: start, stop, step */
         } l;
         struct {
-            char **k;
+            char **k; /* a key's text: a string, or an int's decimal digits */
             size_t *kn;
+            unsigned char *ki; /* 1: the key is that int (a template's {512: x}) */
             jinja_value **v;
             size_t n, cap;
         } d; /* JV_DICT, JV_NS */
@@ -108,6 +120,9 @@ typedef struct parser {
     token *tk;
     size_t n_tk, cap_tk, pos;
     int depth, loop_depth;
+    int soft;           /* inside an `if` or `a if c else b`: see note_unknown */
+    struct jnode **unk; /* unknown filters and tests met where Jinja refuses them */
+    size_t n_unk, cap_unk;
     jinja_error *err;
     int failed;
 } parser;
@@ -134,6 +149,7 @@ enum {
     E_LIST,
     E_TUPLE,
     E_DICT,
+    E_SLOT, /* the text a filter block filters */
     /* statements */
     S_BODY,
     S_TEXT,
@@ -145,7 +161,9 @@ enum {
     S_SETBLOCK,
     S_MACRO,
     S_BREAK,
-    S_CONTINUE
+    S_CONTINUE,
+    S_SCOPE,
+    S_FILTERBLOCK
 };
 enum {
     OP_ADD,
@@ -185,7 +203,9 @@ typedef struct slist {
  *   S_BODY body | S_TEXT lit | S_OUT a | S_IF if a: body else: els
  *   S_FOR for names in a if b: body else: els | S_SET names = a
  *   S_SETNS name.name2 = a | S_SETBLOCK name: body
- *   S_MACRO name(names = kwv (NULL where no default)): body */
+ *   S_MACRO name(names = kwv (NULL where no default)): body
+ *   S_SCOPE body, in a scope of its own (a generation block)
+ *   S_FILTERBLOCK filter a (a chain of E_FILTER down to an E_SLOT): body */
 struct jnode {
     int kind, line, op;
     const char *name, *name2;
@@ -210,10 +230,12 @@ typedef struct rctx {
     jinja_error *err;
     int failed;
     uint64_t steps, iters;
+    int line; /* the line of the last expression or statement evaluated */
     size_t alloc;
     int depth, max_depth;
     struct tm now;
     frame *top;        /* the template's own frame: macros run above it */
+    jinja_value *slot; /* E_SLOT: the text of the filter block whose filters run */
     jinja_value **nss; /* namespaces made: emptied at the end (they can hold themselves) */
     size_t n_ns, cap_ns;
 } rctx;
@@ -248,6 +270,9 @@ jinja_value *jinja__jv_ref(jinja_value *v);
 jinja_value *jinja__jv_new(int type);
 jinja_value *jinja__jv_str_plain(const char *s, size_t n);
 long jinja__dict_find(const jinja_value *d, const char *k, size_t kn);
+long jinja__dict_find_k(const jinja_value *d, const char *k, size_t kn, int ki);
+long jinja__dict_find_v(const jinja_value *d, const jinja_value *key);
+int jinja__dict_put(jinja_value *dict, const char *key, size_t kn, int ki, jinja_value *val);
 int jinja__dict_set_cstr(jinja_value *d, const char *key, jinja_value *val);
 
 /* ---- jinja_text.c: UTF-8, Python's whitespace, the growing buffer */
@@ -274,15 +299,33 @@ int jinja__perr(parser *P, int line, int code, const char *fmt, ...);
 jinja_value *jinja__keep_lit(parser *P, jinja_value *v);
 int jinja__lex(parser *P);
 
-/* ---- jinja_parse.c: the parser */
+/* ---- jinja_parse.c: the parser's tokens and expressions */
 
 extern const char *const jinja__filters[];
 extern const char *const jinja__tests[];
 int jinja__table_find(const char *const *tab, const char *s, size_t n);
+jnode *jinja__new_node(parser *P, int kind, int line);
+int jinja__nl_push(parser *P, nlist *l, jnode *e);
+int jinja__sl_push(parser *P, slist *l, const char *s, size_t n);
+token *jinja__cur(parser *P);
+token *jinja__peek(parser *P, size_t k);
+void jinja__advance(parser *P);
+int jinja__tok_is(const token *t, int type, const char *s);
+int jinja__is_op(parser *P, const char *s);
+int jinja__is_name(parser *P, const char *s);
+const char *jinja__tok_desc(const token *t, char *buf, size_t n);
+int jinja__expect_op(parser *P, const char *s);
+int jinja__expect_block_end(parser *P);
+int jinja__enter(parser *P);
+jnode *jinja__lit_node(parser *P, int line, jinja_value *v);
+jnode *jinja__p_expr(parser *P, int with_cond);
+jnode *jinja__p_filter(parser *P, jnode *e);
 
 /* ---- jinja_rt.c: the render context, str/repr/tojson, comparisons */
 
 void *jinja__rerr(rctx *R, int line, int code, const char *fmt, ...);
+int jinja__charge(rctx *R, int line, size_t n);
+int jinja__tick(rctx *R, int line);
 int jinja__sb_fail(rctx *R, int line, int rc);
 sbuf jinja__sb_for(rctx *R);
 jinja_value *jinja__nomem(rctx *R, int line);
@@ -298,6 +341,7 @@ jinja_value *jinja__mk_float(rctx *R, int line, double f);
 jinja_value *jinja__rundef(rctx *R, int line, const char *name, size_t n);
 int jinja__rpush(rctx *R, int line, jinja_value *list, jinja_value *item);
 int jinja__rset(rctx *R, int line, jinja_value *d, const char *k, size_t kn, jinja_value *v);
+int jinja__rset_k(rctx *R, int line, jinja_value *d, const char *k, size_t kn, int ki, jinja_value *v);
 const char *jinja__type_name(const jinja_value *v);
 const char *jinja__undef_name(const jinja_value *v);
 int jinja__truthy(const jinja_value *v);
@@ -305,11 +349,12 @@ int jinja__is_num(const jinja_value *v);
 double jinja__num_f(const jinja_value *v);
 long long jinja__num_i(const jinja_value *v);
 int jinja__py_str(rctx *R, sbuf *b, const jinja_value *v, int depth);
+int jinja__py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth);
 jinja_value *jinja__to_strv(rctx *R, int line, jinja_value *v);
 int jinja__json_dump(rctx *R, int line, sbuf *b, const jinja_value *v, const jopts *o, int level);
 int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth);
 int jinja__py_order(rctx *R, int line, int op, const jinja_value *a, const jinja_value *b);
-int jinja__py_in(rctx *R, int line, const jinja_value *needle, const jinja_value *hay);
+int jinja__py_in(rctx *R, int line, const jinja_value *needle, jinja_value *hay);
 
 /* ---- jinja_ops.c: lookups and operators */
 
@@ -318,6 +363,7 @@ jinja_value *jinja__get_attr(rctx *R, int line, jinja_value *obj, const char *na
 jinja_value *jinja__get_item(rctx *R, int line, jinja_value *obj, jinja_value *key);
 jinja_value *jinja__get_slice(rctx *R, int line, jinja_value *obj, jinja_value *const se[3]);
 jinja_value *jinja__iter_list(rctx *R, int line, jinja_value *v);
+int jinja__gen_take(rctx *R, int line, jinja_value *g);
 jinja_value *jinja__mk_str_copy(rctx *R, int line, const jinja_value *v);
 jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value *b);
 
@@ -338,6 +384,17 @@ int jinja__run_test(rctx *R, int line, const char *name, size_t n, jinja_value *
 
 jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, jinja_value *v,
                                  const cargs *A);
+jinja_value *jinja__attr_walk(rctx *R, int line, jinja_value *item, const char *p, size_t n);
+jinja_value *jinja__attr_path(rctx *R, int line, jinja_value *item, const jinja_value *path);
+
+/* ---- jinja_sort.c: dictsort, sort, unique, min, max */
+
+jinja_value *jinja__filter_sort(rctx *R, int line, const char *name, size_t n, jinja_value *v, const cargs *A,
+                                int *handled);
+
+/* ---- jinja_format.c: str.format */
+
+jinja_value *jinja__str_format(rctx *R, int line, const jinja_value *s, const cargs *A);
 
 /* ---- jinja_eval.c: calls and arguments */
 

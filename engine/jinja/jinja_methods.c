@@ -234,6 +234,7 @@ jinja_value *jinja__call_method(rctx *R, int line, jinja_value *obj, const char 
         if (jinja__name_is(m, mn, "lower")) return jinja__str_case(R, line, obj, 'l');
         if (jinja__name_is(m, mn, "title")) return jinja__str_case(R, line, obj, 't');
         if (jinja__name_is(m, mn, "capitalize")) return jinja__str_case(R, line, obj, 'c');
+        if (jinja__name_is(m, mn, "format")) return jinja__str_format(R, line, obj, A);
         if (jinja__name_is(m, mn, "find")) {
             if (!a0 || a0->type != JV_STR)
                 return jinja__rerr(R, line, CK_EFORMAT, "line %d: find() takes a string", line);
@@ -242,12 +243,19 @@ jinja_value *jinja__call_method(rctx *R, int line, jinja_value *obj, const char 
                 R, line, hit ? (long long)jinja__utf8_count(obj->u.s.s, (size_t)(hit - obj->u.s.s)) : -1);
         }
     } else if (obj->type == JV_DICT) {
-        if (jinja__name_is(m, mn, "items")) return jinja__dict_items(R, line, obj, 0);
-        if (jinja__name_is(m, mn, "keys")) return jinja__dict_items(R, line, obj, 1);
-        if (jinja__name_is(m, mn, "values")) return jinja__dict_items(R, line, obj, 2);
+        /* the views dict_items, dict_keys, dict_values */
+        int what = jinja__name_is(m, mn, "items")    ? 0
+                   : jinja__name_is(m, mn, "keys")   ? 1
+                   : jinja__name_is(m, mn, "values") ? 2
+                                                     : -1;
+        if (what >= 0) {
+            jinja_value *r = jinja__dict_items(R, line, obj, what);
+            if (r) r->u.l.kind = what == 0 ? LK_ITEMS : what == 1 ? LK_KEYS : LK_VALUES;
+            return r;
+        }
         if (jinja__name_is(m, mn, "get")) {
             if (!a0) return jinja__rerr(R, line, CK_EFORMAT, "line %d: get() takes a key", line);
-            long i = a0->type == JV_STR ? jinja__dict_find(obj, a0->u.s.s, a0->u.s.n) : -1;
+            long i = jinja__dict_find_v(obj, a0);
             if (i >= 0) return jinja__jv_ref(obj->u.d.v[i]);
             return a1 ? jinja__jv_ref(a1) : jinja__rnew(R, line, JV_NONE);
         }
@@ -291,8 +299,9 @@ int jinja__run_test(rctx *R, int line, const char *name, size_t n, jinja_value *
     if (IS("mapping")) return v->type == JV_DICT;
     if (IS("iterable"))
         return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
-    if (IS("sequence"))
-        return v->type == JV_STR || v->type == JV_LIST || v->type == JV_DICT || v->type == JV_UNDEF;
+    if (IS("sequence")) /* len() and items by index: not a generator or a dict view */
+        return v->type == JV_STR || v->type == JV_DICT || v->type == JV_UNDEF ||
+               (v->type == JV_LIST && (v->u.l.kind == LK_LIST || v->u.l.kind == LK_RANGE));
     if (IS("callable")) return v->type == JV_FUNC || v->type == JV_MACRO;
     if (IS("lower") || IS("upper")) return v->type == JV_STR && ascii_case_all(v, IS("upper"));
     if (!a0 && !IS("odd") && !IS("even")) {

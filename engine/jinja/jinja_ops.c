@@ -40,7 +40,13 @@ jinja_value *jinja__get_item(rctx *R, int line, jinja_value *obj, jinja_value *k
                            jinja__undef_name(obj));
     if ((obj->type == JV_DICT || obj->type == JV_NS) && key->type == JV_STR)
         return jinja__get_attr(R, line, obj, key->u.s.s, key->u.s.n);
-    if ((key->type == JV_INT || key->type == JV_BOOL) && obj->type == JV_LIST) {
+    if (obj->type == JV_DICT) {
+        long i = jinja__dict_find_v(obj, key);
+        if (i >= 0) return jinja__jv_ref(obj->u.d.v[i]);
+    }
+    /* a generator or dict view has no items by index (Jinja: undefined) */
+    if ((key->type == JV_INT || key->type == JV_BOOL) && obj->type == JV_LIST &&
+        (obj->u.l.kind == LK_LIST || obj->u.l.kind == LK_RANGE)) {
         long long i = py_index(jinja__num_i(key), obj->u.l.n);
         if (i >= 0) return jinja__jv_ref(obj->u.l.v[i]);
     }
@@ -98,11 +104,25 @@ static int slice_bounds(rctx *R, int line, jinja_value *const se[3], size_t len,
 
 jinja_value *jinja__get_slice(rctx *R, int line, jinja_value *obj, jinja_value *const se[3]) {
     long long a, z, st;
+    if (obj->type == JV_LIST && obj->u.l.kind != LK_LIST && obj->u.l.kind != LK_RANGE)
+        return jinja__rerr(R, line, CK_EFORMAT, "line %d: '%s' object is not subscriptable", line,
+                           jinja__type_name(obj)); /* Jinja slices with Python's [], not its getitem */
     if (obj->type == JV_LIST) {
         if (slice_bounds(R, line, se, obj->u.l.n, &a, &z, &st)) return NULL;
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
         if (!out) return NULL;
         out->u.l.tuple = obj->u.l.tuple;
+        if (obj->u.l.kind == LK_RANGE) { /* a slice of a range is a range, as Python computes it */
+            const long long *g = obj->u.l.rg;
+            long long *o = out->u.l.rg, t0, t1;
+            out->u.l.kind = LK_RANGE;
+            if (__builtin_mul_overflow(a, g[2], &t0) || __builtin_add_overflow(g[0], t0, &o[0]) ||
+                __builtin_mul_overflow(z, g[2], &t1) || __builtin_add_overflow(g[0], t1, &o[1]) ||
+                __builtin_mul_overflow(g[2], st, &o[2])) {
+                jinja_release(out);
+                return jinja__rerr(R, line, CK_ERANGE, "line %d: integer overflow slicing a range", line);
+            }
+        }
         for (long long i = a; st > 0 ? i < z : i > z; i += st)
             if (jinja__rpush(R, line, out, jinja__jv_ref(obj->u.l.v[i]))) {
                 jinja_release(out);
@@ -148,9 +168,25 @@ jinja_value *jinja__get_slice(rctx *R, int line, jinja_value *obj, jinja_value *
                        jinja__type_name(obj));
 }
 
+/* A generator about to be consumed: 0, or refused once it was partly
+ * consumed (Python would go on where it stopped, which is not modelled). */
+int jinja__gen_take(rctx *R, int line, jinja_value *g) {
+    if (g->u.l.used != 2) return 0;
+    jinja__rerr(R, line, CK_EUNSUPPORTED,
+                "line %d: a generator (map, select, ...) used again after a partial use is not supported",
+                line);
+    return R->failed;
+}
+
 /* The items a for loop (or a filter) walks: a new list. Lists as they are,
- * dicts' keys, strings' code points; an undefined walks as empty. */
+ * dicts' keys, strings' code points; an undefined walks as empty. A
+ * generator walks once: it is exhausted after, and walks as empty. */
 jinja_value *jinja__iter_list(rctx *R, int line, jinja_value *v) {
+    if (v->type == JV_LIST && v->u.l.kind == LK_GEN) {
+        if (jinja__gen_take(R, line, v)) return NULL;
+        if (v->u.l.used) return jinja__rnew(R, line, JV_LIST);
+        v->u.l.used = 1;
+    }
     if (v->type == JV_LIST) return jinja__jv_ref(v);
     jinja_value *out = jinja__rnew(R, line, JV_LIST);
     if (!out) return NULL;
@@ -184,8 +220,39 @@ jinja_value *jinja__mk_str_copy(rctx *R, int line, const jinja_value *v) {
     return jinja__rsub(R, line, v, 0, v->u.s.n);
 }
 
+/* markupsafe's escape() of string v appended to b: & < > ' " as entities;
+ * an entity is data when any of v is (a byte's provenance is not kept
+ * through its entity). */
+static int html_escape(sbuf *b, const jinja_value *v) {
+    size_t run = 0;
+    int rc = 0, tainted = v->u.s.nsp > 0;
+    for (size_t i = 0; rc == 0 && i <= v->u.s.n; i++) {
+        const char *ent = NULL;
+        if (i < v->u.s.n) switch (v->u.s.s[i]) {
+            case '&': ent = "&amp;"; break;
+            case '<': ent = "&lt;"; break;
+            case '>': ent = "&gt;"; break;
+            case '\'': ent = "&#39;"; break;
+            case '"': ent = "&#34;"; break;
+            default: continue;
+            }
+        rc = jinja__sb_addv(b, v, run, i - run);
+        if (rc == 0 && ent) {
+            size_t at = b->n;
+            rc = jinja__sb_cstr(b, ent);
+            if (rc == 0) rc = jinja__sb_taint_from(b, at, tainted);
+        }
+        run = i + 1;
+    }
+    return rc;
+}
+
 jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value *b) {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
+    if (op != OP_CONCAT &&
+        ((a->type == JV_LIST && a->u.l.kind != LK_LIST) || (b->type == JV_LIST && b->u.l.kind != LK_LIST)))
+        return jinja__rerr(R, line, CK_EUNSUPPORTED, "line %d: '%s' on a %s is not supported", line, sym[op],
+                           jinja__type_name(a->type == JV_LIST && a->u.l.kind != LK_LIST ? a : b));
     if (op == OP_CONCAT) {
         sbuf s = jinja__sb_for(R);
         int rc = jinja__py_str(R, &s, a, 0);
@@ -258,22 +325,19 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
         return jinja__mk_float(R, line, r);
     }
     if (op == OP_ADD && a->type == JV_STR && b->type == JV_STR) {
-        /* Markup + str HTML-escapes the str in Jinja: refuse rather than
-         * render something else than apply_chat_template */
-        if (a->safe != b->safe)
-            return jinja__rerr(
-                R, line, CK_EUNSUPPORTED,
-                "line %d: '+' of a |safe string and a plain one (Jinja escapes HTML there) is not supported",
-                line);
+        /* a |safe string is a markupsafe Markup: Markup + str (and str +
+         * Markup) HTML-escapes the str, and the sum is a Markup */
         sbuf s = jinja__sb_for(R);
-        int rc = jinja__sb_addv(&s, a, 0, a->u.s.n);
-        if (rc == 0) rc = jinja__sb_addv(&s, b, 0, b->u.s.n);
+        int rc = a->safe || !b->safe ? jinja__sb_addv(&s, a, 0, a->u.s.n) : html_escape(&s, a);
+        if (rc == 0) rc = b->safe || !a->safe ? jinja__sb_addv(&s, b, 0, b->u.s.n) : html_escape(&s, b);
         if (rc) {
             jinja__sb_free(&s);
             jinja__sb_fail(R, line, rc);
             return NULL;
         }
-        return jinja__sb_take(R, line, &s);
+        jinja_value *r = jinja__sb_take(R, line, &s);
+        if (r) r->safe = a->safe || b->safe;
+        return r;
     }
     if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->u.l.tuple == b->u.l.tuple) {
         jinja_value *out = jinja__rnew(R, line, JV_LIST);
@@ -306,7 +370,9 @@ jinja_value *jinja__binop(rctx *R, int line, int op, jinja_value *a, jinja_value
                     jinja__sb_fail(R, line, rc);
                     return NULL;
                 }
-                return jinja__sb_take(R, line, &s);
+                jinja_value *r = jinja__sb_take(R, line, &s);
+                if (r) r->safe = seq->safe; /* Markup * n is a Markup */
+                return r;
             }
             jinja_value *out = jinja__rnew(R, line, JV_LIST);
             for (long long i = 0; out && i < k; i++)

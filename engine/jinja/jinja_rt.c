@@ -31,7 +31,8 @@ void *jinja__rerr(rctx *R, int line, int code, const char *fmt, ...) {
     return NULL;
 }
 
-static int charge(rctx *R, int line, size_t n) {
+/* Count n bytes of values made against max_alloc: 0, or R->failed. */
+int jinja__charge(rctx *R, int line, size_t n) {
     if (R->failed) return R->failed;
     if (n > R->lim->max_alloc - R->alloc || R->alloc > R->lim->max_alloc) {
         R->alloc = R->lim->max_alloc;
@@ -40,6 +41,18 @@ static int charge(rctx *R, int line, size_t n) {
         return R->failed;
     }
     R->alloc += n;
+    return 0;
+}
+
+/* One evaluation step against max_steps: 0, or R->failed. */
+int jinja__tick(rctx *R, int line) {
+    if (R->failed) return R->failed;
+    R->line = line;
+    if (++R->steps > R->lim->max_steps) {
+        jinja__rerr(R, line, CK_ERANGE, "line %d: more than %llu evaluation steps", line,
+                    (unsigned long long)R->lim->max_steps);
+        return R->failed;
+    }
     return 0;
 }
 
@@ -67,7 +80,7 @@ jinja_value *jinja__rstr(rctx *R, int line, const char *s, size_t n) {
         jinja__sb_fail(R, line, CK_ETOOLONG);
         return NULL;
     }
-    if (charge(R, line, n + sizeof(jinja_value))) return NULL;
+    if (jinja__charge(R, line, n + sizeof(jinja_value))) return NULL;
     jinja_value *v = jinja__jv_str_plain(s, n);
     return v ? v : jinja__nomem(R, line);
 }
@@ -75,7 +88,7 @@ jinja_value *jinja__rstr(rctx *R, int line, const char *s, size_t n) {
 /* The buffer's bytes and provenance become the string (b is emptied, also
  * on failure). */
 jinja_value *jinja__sb_take(rctx *R, int line, sbuf *b) {
-    if (charge(R, line, b->n + 2 * b->nsp * sizeof(size_t) + sizeof(jinja_value))) {
+    if (jinja__charge(R, line, b->n + 2 * b->nsp * sizeof(size_t) + sizeof(jinja_value))) {
         jinja__sb_free(b);
         return NULL;
     }
@@ -116,8 +129,9 @@ jinja_value *jinja__rsub(rctx *R, int line, const jinja_value *v, size_t off, si
     return jinja__sb_take(R, line, &b);
 }
 
-/* Key i of dict d as a string: data when d's keys are. */
+/* Key i of dict d: an int, or a string that is data when d's keys are. */
 jinja_value *jinja__rkey(rctx *R, int line, const jinja_value *d, size_t i) {
+    if (d->u.d.ki[i]) return jinja__mk_int(R, line, strtoll(d->u.d.k[i], NULL, 10));
     jinja_value *k = jinja__rstr(R, line, d->u.d.k[i], d->u.d.kn[i]);
     if (k && d->dkeys && k->u.s.n) {
         k->u.s.sp = malloc(2 * sizeof *k->u.s.sp);
@@ -153,7 +167,7 @@ int jinja__jv_tainted(const jinja_value *v, int depth) {
 }
 
 jinja_value *jinja__rnew(rctx *R, int line, int type) {
-    if (charge(R, line, sizeof(jinja_value))) return NULL;
+    if (jinja__charge(R, line, sizeof(jinja_value))) return NULL;
     jinja_value *v = jinja__jv_new(type);
     return v ? v : jinja__nomem(R, line);
 }
@@ -190,7 +204,7 @@ jinja_value *jinja__rundef(rctx *R, int line, const char *name, size_t n) {
 /* Takes item (also on failure). */
 int jinja__rpush(rctx *R, int line, jinja_value *list, jinja_value *item) {
     if (!item) return R->failed ? R->failed : CK_ENOMEM;
-    if (charge(R, line, 2 * sizeof(void *))) {
+    if (jinja__charge(R, line, 2 * sizeof(void *))) {
         jinja_release(item);
         return R->failed;
     }
@@ -201,12 +215,16 @@ int jinja__rpush(rctx *R, int line, jinja_value *list, jinja_value *item) {
     return 0;
 }
 int jinja__rset(rctx *R, int line, jinja_value *d, const char *k, size_t kn, jinja_value *v) {
+    return jinja__rset_k(R, line, d, k, kn, 0, v);
+}
+/* d[k] = v for a string key (ki 0) or an int's digits (ki 1). Takes v. */
+int jinja__rset_k(rctx *R, int line, jinja_value *d, const char *k, size_t kn, int ki, jinja_value *v) {
     if (!v) return R->failed ? R->failed : CK_ENOMEM;
-    if (charge(R, line, kn + 4 * sizeof(void *))) {
+    if (jinja__charge(R, line, kn + 5 * sizeof(void *))) {
         jinja_release(v);
         return R->failed;
     }
-    if (jinja_dict_set(d, k, kn, v)) {
+    if (jinja__dict_put(d, k, kn, ki, v)) {
         jinja__nomem(R, line);
         return R->failed;
     }
@@ -216,7 +234,10 @@ int jinja__rset(rctx *R, int line, jinja_value *d, const char *k, size_t kn, jin
 const char *jinja__type_name(const jinja_value *v) {
     static const char *const names[] = {"undefined", "NoneType", "bool",      "int",      "float", "str",
                                         "list",      "dict",     "Namespace", "function", "macro"};
+    static const char *const kinds[] = {"list",        "generator",  "dict_keys",
+                                        "dict_values", "dict_items", "range"};
     if (v->type == JV_LIST && v->u.l.tuple) return "tuple";
+    if (v->type == JV_LIST) return kinds[v->u.l.kind];
     return names[v->type];
 }
 
@@ -230,7 +251,7 @@ int jinja__truthy(const jinja_value *v) {
     case JV_INT: return v->u.i != 0;
     case JV_FLOAT: return v->u.f != 0;
     case JV_STR: return v->u.s.n > 0;
-    case JV_LIST: return v->u.l.n > 0;
+    case JV_LIST: return v->u.l.n > 0 || v->u.l.kind == LK_GEN; /* a generator is always true */
     case JV_DICT: return v->u.d.n > 0;
     default: return 1;
     }
@@ -245,8 +266,6 @@ double jinja__num_f(const jinja_value *v) {
 long long jinja__num_i(const jinja_value *v) { return v->type == JV_INT ? v->u.i : v->u.b; }
 
 /* ---- str() and repr(), Python's */
-
-static int py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth);
 
 static int repr_str(sbuf *b, const char *s, size_t n) {
     int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
@@ -293,11 +312,12 @@ int jinja__py_str(rctx *R, sbuf *b, const jinja_value *v, int depth) {
     case JV_STR: return jinja__sb_addv(b, v, 0, v->u.s.n);
     case JV_FUNC:
     case JV_MACRO: return jinja__sb_cstr(b, "<function>");
-    default: return py_repr(R, b, v, depth);
+    default: return jinja__py_repr(R, b, v, depth);
     }
 }
 
-static int py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth) {
+/* repr(v) appended to b (a string quoted and escaped), as jinja__py_str. */
+int jinja__py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth) {
     if (depth > R->max_depth) {
         jinja__rerr(R, 0, CK_ERANGE, "values nested deeper than %d", R->max_depth);
         return R->failed;
@@ -309,24 +329,47 @@ static int py_repr(rctx *R, sbuf *b, const jinja_value *v, int depth) {
     case JV_STR: /* escapes and quotes: the whole repr of data is data */
         rc = repr_str(b, v->u.s.s, v->u.s.n);
         return rc ? rc : jinja__sb_taint_from(b, at, v->u.s.nsp > 0);
-    case JV_LIST:
-        rc = jinja__sb_ch(b, v->u.l.tuple ? '(' : '[');
+    case JV_LIST: {
+        char tmp[80];
+        if (v->u.l.kind == LK_GEN) { /* Python prints its address */
+            jinja__rerr(R, R->line, CK_EUNSUPPORTED,
+                        "line %d: printing a %s (an iterator) is not supported: add |list", R->line,
+                        jinja__type_name(v));
+            return R->failed;
+        }
+        if (v->u.l.kind == LK_RANGE) {
+            if (v->u.l.rg[2] == 1)
+                snprintf(tmp, sizeof tmp, "range(%lld, %lld)", v->u.l.rg[0], v->u.l.rg[1]);
+            else
+                snprintf(tmp, sizeof tmp, "range(%lld, %lld, %lld)", v->u.l.rg[0], v->u.l.rg[1],
+                         v->u.l.rg[2]);
+            return jinja__sb_cstr(b, tmp);
+        }
+        if (v->u.l.kind != LK_LIST) { /* dict_keys([...]) */
+            rc = jinja__sb_cstr(b, jinja__type_name(v));
+            if (rc == 0) rc = jinja__sb_ch(b, '(');
+        }
+        if (rc == 0) rc = jinja__sb_ch(b, v->u.l.tuple ? '(' : '[');
         for (size_t i = 0; rc == 0 && i < v->u.l.n; i++) {
             if (i) rc = jinja__sb_add(b, ", ", 2);
-            if (rc == 0) rc = py_repr(R, b, v->u.l.v[i], depth + 1);
+            if (rc == 0) rc = jinja__py_repr(R, b, v->u.l.v[i], depth + 1);
         }
         if (rc == 0 && v->u.l.tuple && v->u.l.n == 1) rc = jinja__sb_ch(b, ',');
-        return rc ? rc : jinja__sb_ch(b, v->u.l.tuple ? ')' : ']');
+        if (rc == 0) rc = jinja__sb_ch(b, v->u.l.tuple ? ')' : ']');
+        return rc || v->u.l.kind == LK_LIST ? rc : jinja__sb_ch(b, ')');
+    }
     case JV_DICT:
     case JV_NS:
         rc = v->type == JV_NS ? jinja__sb_cstr(b, "<Namespace {") : jinja__sb_ch(b, '{');
         for (size_t i = 0; rc == 0 && i < v->u.d.n; i++) {
             if (i) rc = jinja__sb_add(b, ", ", 2);
             at = b->n;
-            if (rc == 0) rc = repr_str(b, v->u.d.k[i], v->u.d.kn[i]);
-            if (rc == 0) rc = jinja__sb_taint_from(b, at, v->dkeys);
+            if (rc == 0)
+                rc = v->u.d.ki[i] ? jinja__sb_add(b, v->u.d.k[i], v->u.d.kn[i])
+                                  : repr_str(b, v->u.d.k[i], v->u.d.kn[i]);
+            if (rc == 0 && !v->u.d.ki[i]) rc = jinja__sb_taint_from(b, at, v->dkeys);
             if (rc == 0) rc = jinja__sb_add(b, ": ", 2);
-            if (rc == 0) rc = py_repr(R, b, v->u.d.v[i], depth + 1);
+            if (rc == 0) rc = jinja__py_repr(R, b, v->u.d.v[i], depth + 1);
         }
         return rc ? rc : jinja__sb_cstr(b, v->type == JV_NS ? "}>" : "}");
     default: return jinja__py_str(R, b, v, depth);
@@ -408,6 +451,11 @@ int jinja__json_dump(rctx *R, int line, sbuf *b, const jinja_value *v, const jop
         return rc ? rc : jinja__sb_taint_from(b, at, v->u.s.nsp > 0);
     }
     case JV_LIST:
+        if (v->u.l.kind != LK_LIST) {
+            jinja__rerr(R, line, CK_EFORMAT, "line %d: tojson: object of type %s is not JSON serializable",
+                        line, jinja__type_name(v));
+            return R->failed;
+        }
         if (!v->u.l.n) return jinja__sb_add(b, "[]", 2);
         rc = jinja__sb_ch(b, '[');
         for (size_t i = 0; rc == 0 && i < v->u.l.n; i++) {
@@ -422,23 +470,38 @@ int jinja__json_dump(rctx *R, int line, sbuf *b, const jinja_value *v, const jop
         size_t n = v->u.d.n, *ord = malloc(n * sizeof *ord);
         if (!ord) return CK_ENOMEM;
         for (size_t i = 0; i < n; i++) ord[i] = i;
-        if (o->sort_keys) /* insertion sort on the bytes: UTF-8 order is code point order */
-            for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0; j--) {
-                    size_t a = ord[j - 1], c = ord[j], ka = v->u.d.kn[a], kc = v->u.d.kn[c];
-                    int cmp = memcmp(v->u.d.k[a], v->u.d.k[c], ka < kc ? ka : kc);
-                    if (cmp < 0 || (cmp == 0 && ka <= kc)) break;
-                    ord[j - 1] = c;
-                    ord[j] = a;
+        /* sort_keys: insertion sort, strings on their bytes (UTF-8 order is
+         * code point order), int keys as numbers; Python cannot order the two */
+        for (size_t i = 1; o->sort_keys && i < n; i++)
+            for (size_t j = i; j > 0; j--) {
+                size_t a = ord[j - 1], c = ord[j], ka = v->u.d.kn[a], kc = v->u.d.kn[c];
+                if (v->u.d.ki[a] != v->u.d.ki[c]) {
+                    free(ord);
+                    jinja__rerr(R, line, CK_EFORMAT,
+                                "line %d: tojson: '<' not supported between instances of 'int' and 'str'",
+                                line);
+                    return R->failed;
                 }
+                int cmp;
+                if (v->u.d.ki[a]) {
+                    long long x = strtoll(v->u.d.k[a], NULL, 10), y = strtoll(v->u.d.k[c], NULL, 10);
+                    cmp = x < y ? -1 : x > y;
+                } else {
+                    cmp = memcmp(v->u.d.k[a], v->u.d.k[c], ka < kc ? ka : kc);
+                    if (cmp == 0) cmp = ka < kc ? -1 : ka > kc;
+                }
+                if (cmp <= 0) break;
+                ord[j - 1] = c;
+                ord[j] = a;
+            }
         rc = jinja__sb_ch(b, '{');
         for (size_t i = 0; rc == 0 && i < n; i++) {
             size_t k = ord[i];
             if (i) rc = jinja__sb_add(b, o->item_sep, o->item_sep_n);
             if (rc == 0 && o->indent >= 0) rc = json_nl(b, o, level + 1);
             size_t at = b->n;
-            if (rc == 0) rc = json_str(b, v->u.d.k[k], v->u.d.kn[k], o->ensure_ascii);
-            if (rc == 0) rc = jinja__sb_taint_from(b, at, v->dkeys);
+            if (rc == 0) rc = json_str(b, v->u.d.k[k], v->u.d.kn[k], o->ensure_ascii); /* json.dumps: "512" */
+            if (rc == 0) rc = jinja__sb_taint_from(b, at, v->dkeys && !v->u.d.ki[k]);
             if (rc == 0) rc = jinja__sb_add(b, o->key_sep, o->key_sep_n);
             if (rc == 0) rc = jinja__json_dump(R, line, b, v->u.d.v[k], o, level + 1);
         }
@@ -474,6 +537,13 @@ int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth)
     case JV_NONE: return 1;
     case JV_STR: return a->u.s.n == b->u.s.n && memcmp(a->u.s.s, b->u.s.s, a->u.s.n) == 0;
     case JV_LIST:
+        if (a->u.l.kind == LK_KEYS || a->u.l.kind == LK_ITEMS || b->u.l.kind == LK_KEYS ||
+            b->u.l.kind == LK_ITEMS) {
+            jinja__rerr(R, 0, CK_EUNSUPPORTED, "comparing dict views (sets in Python) is not supported");
+            return -1;
+        }
+        /* generators and values views are equal only to themselves */
+        if (a->u.l.kind != b->u.l.kind || a->u.l.kind == LK_GEN || a->u.l.kind == LK_VALUES) return 0;
         if (a->u.l.n != b->u.l.n || a->u.l.tuple != b->u.l.tuple) return 0;
         for (size_t i = 0; i < a->u.l.n; i++) {
             int e = jinja__py_eq(R, a->u.l.v[i], b->u.l.v[i], depth + 1);
@@ -483,7 +553,7 @@ int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth)
     case JV_DICT:
         if (a->u.d.n != b->u.d.n) return 0;
         for (size_t i = 0; i < a->u.d.n; i++) {
-            long j = jinja__dict_find(b, a->u.d.k[i], a->u.d.kn[i]);
+            long j = jinja__dict_find_k(b, a->u.d.k[i], a->u.d.kn[i], a->u.d.ki[i]);
             if (j < 0) return 0;
             int e = jinja__py_eq(R, a->u.d.v[i], b->u.d.v[j], depth + 1);
             if (e != 1) return e;
@@ -495,10 +565,26 @@ int jinja__py_eq(rctx *R, const jinja_value *a, const jinja_value *b, int depth)
     }
 }
 
-/* Python's <: -1 error, else 0/1 for the op. */
-int jinja__py_order(rctx *R, int line, int op, const jinja_value *a, const jinja_value *b) {
+/* Python's comparison of a and b for the ordering op: numbers across
+ * int, float and bool; strings by code point; lists (and tuples) of the
+ * same kind lexicographically: the first items that differ (by ==) decide,
+ * else the lengths. -1 on error (anything else: Python's TypeError). */
+static int py_order(rctx *R, int line, int op, const jinja_value *a, const jinja_value *b, int depth) {
     int c;
-    if (jinja__is_num(a) && jinja__is_num(b)) {
+    if (depth > R->max_depth) {
+        jinja__rerr(R, line, CK_ERANGE, "line %d: values nested deeper than %d", line, R->max_depth);
+        return -1;
+    }
+    if (a->type == JV_LIST && b->type == JV_LIST && a->u.l.tuple == b->u.l.tuple && a->u.l.kind == LK_LIST &&
+        b->u.l.kind == LK_LIST) {
+        size_t n = a->u.l.n < b->u.l.n ? a->u.l.n : b->u.l.n;
+        for (size_t i = 0; i < n; i++) {
+            int e = jinja__py_eq(R, a->u.l.v[i], b->u.l.v[i], depth + 1);
+            if (e < 0) return -1;
+            if (!e) return py_order(R, line, op, a->u.l.v[i], b->u.l.v[i], depth + 1);
+        }
+        c = a->u.l.n < b->u.l.n ? -1 : a->u.l.n > b->u.l.n;
+    } else if (jinja__is_num(a) && jinja__is_num(b)) {
         if (a->type != JV_FLOAT && b->type != JV_FLOAT) {
             long long x = jinja__num_i(a), y = jinja__num_i(b);
             c = x < y ? -1 : x > y;
@@ -524,8 +610,12 @@ int jinja__py_order(rctx *R, int line, int op, const jinja_value *a, const jinja
     }
 }
 
+int jinja__py_order(rctx *R, int line, int op, const jinja_value *a, const jinja_value *b) {
+    return py_order(R, line, op, a, b, 0);
+}
+
 /* `needle in hay`: -1 error, else 0/1. */
-int jinja__py_in(rctx *R, int line, const jinja_value *needle, const jinja_value *hay) {
+int jinja__py_in(rctx *R, int line, const jinja_value *needle, jinja_value *hay) {
     switch (hay->type) {
     case JV_STR: {
         if (needle->type != JV_STR) {
@@ -539,14 +629,20 @@ int jinja__py_in(rctx *R, int line, const jinja_value *needle, const jinja_value
             if (memcmp(hay->u.s.s + i, needle->u.s.s, n) == 0) return 1;
         return 0;
     }
-    case JV_LIST:
-        for (size_t i = 0; i < hay->u.l.n; i++) {
+    case JV_LIST: {
+        /* a generator is consumed up to what is found */
+        if (hay->u.l.kind == LK_GEN && jinja__gen_take(R, line, hay)) return -1;
+        size_t n = hay->u.l.kind == LK_GEN && hay->u.l.used == 1 ? 0 : hay->u.l.n;
+        for (size_t i = 0; i < n; i++) {
             int e = jinja__py_eq(R, needle, hay->u.l.v[i], 0);
+            if (e && hay->u.l.kind == LK_GEN) hay->u.l.used = i + 1 < n ? 2 : 1;
             if (e) return e;
         }
+        if (hay->u.l.kind == LK_GEN) hay->u.l.used = 1;
         return 0;
+    }
     case JV_DICT:
-    case JV_NS: return needle->type == JV_STR && jinja__dict_find(hay, needle->u.s.s, needle->u.s.n) >= 0;
+    case JV_NS: return jinja__dict_find_v(hay, needle) >= 0;
     case JV_UNDEF: return 0;
     default:
         jinja__rerr(R, line, CK_EFORMAT, "line %d: argument of type '%s' is not iterable", line,

@@ -127,6 +127,9 @@ int main(int argc, char **argv) {
     int rc = jinja_parse(tsrc, tn, NULL, &t, &err);
     if (rc) {
         fprintf(stderr, "jinja_render: %s (%s): %s\n", err.kind, ck_errname(rc), err.msg);
+        jinja_release(vars);
+        free(tsrc);
+        free(vsrc);
         return 1;
     }
     char *out;

@@ -72,6 +72,15 @@ static int render(const char *src, jinja_value *vars, const jinja_limits *lim, c
     return rc;
 }
 
+/* Lists the ordering filters' cases share: each holds keys equal but for
+ * case, or equal outright, so the order of ties shows. */
+#define WORDS "{% set w = ['foo', 'Bar', 'bar', 'FOO', 'baz', 'Foo'] %}"
+#define PEOPLE                                                             \
+    "{% set people = [{'name': 'bob', 'age': 30, 'city': {'n': 'Oslo'}}, " \
+    "{'name': 'Ann', 'age': 25, 'city': {'n': 'bergen'}}, "                \
+    "{'name': 'cy', 'age': 30, 'city': {'n': 'Bergen'}}, "                 \
+    "{'name': 'ann', 'age': 20, 'city': {'n': 'oslo'}}] %}"
+
 static const struct {
     const char *what, *src, *want;
 } CASES[] = {
@@ -174,6 +183,80 @@ static const struct {
      "else %}small{% endif %}",
      "bigmid"},
     {"nested literals", "{{ {'a': [1, {'b': 2}]}.a[1].b }} {{ (1, 2)[0] }} {{ items.0 }}", "2 1 3"},
+    /* dictsort, sort, unique, min, max, indent, filter blocks, str.format,
+     * Markup, lazily refused names, scopes, int keys, Jinja's iterables */
+    {"dictsort: keys case-insensitive, stable",
+     "{% set m = {'b': 1, 'A': 2, 'a': 3, 'C': 0} %}{{ m|dictsort }} {{ m|dictsort(true) }} {{ "
+     "m|dictsort(reverse=true) }}",
+     "[('A', 2), ('a', 3), ('b', 1), ('C', 0)] [('A', 2), ('C', 0), ('a', 3), ('b', 1)] [('C', 0), ('b', 1), "
+     "('A', 2), ('a', 3)]"},
+    {"dictsort by value, int keys",
+     "{% set m = {'x': 'b', 'y': 'A', 'z': 'a'} %}{{ m|dictsort(false, 'value') }} {{ m|dictsort(by='value', "
+     "case_sensitive=true) }} {% for k, v in {512: 1, 0: 2, 64: 3}|dictsort %}{{ k }}={{ v }};{% endfor %}",
+     "[('y', 'A'), ('z', 'a'), ('x', 'b')] [('y', 'A'), ('z', 'a'), ('x', 'b')] 0=2;64=3;512=1;"},
+    {"sort: case, reverse, stability",
+     WORDS "{{ w|sort }} {{ w|sort(case_sensitive=true) }} {{ w|sort(reverse=true) }} {{ [3, 1.5, true, 0, "
+           "-1]|sort }}",
+     "['Bar', 'bar', 'baz', 'foo', 'FOO', 'Foo'] ['Bar', 'FOO', 'Foo', 'bar', 'baz', 'foo'] ['foo', 'FOO', "
+     "'Foo', 'baz', 'Bar', 'bar'] [-1, 0, True, 1.5, 3]"},
+    {"sort by attribute",
+     PEOPLE "{{ people|sort(attribute='age')|map(attribute='name')|join(',') }} {{ "
+            "people|sort(attribute='age', reverse=true)|map(attribute='name')|join(',') }} {{ "
+            "people|sort(attribute='age,name')|map(attribute='name')|join(',') }} {{ "
+            "people|sort(attribute='city.n')|map(attribute='name')|join(',') }} {{ [[2, 'b'], [1, 'z'], [2, "
+            "'a']]|sort(attribute='1') }} {{ [none, none]|sort }}",
+     "ann,Ann,bob,cy bob,cy,Ann,ann ann,Ann,bob,cy Ann,cy,bob,ann [[2, 'a'], [2, 'b'], [1, 'z']] [None, "
+     "None]"},
+    {"unique",
+     WORDS PEOPLE
+     "{{ w|unique|list }} {{ w|unique(case_sensitive=true)|list }} {{ "
+     "people|unique(attribute='age')|map(attribute='name')|list }} {{ [1, 1.0, true, '1']|unique|list }}",
+     "['foo', 'Bar', 'baz'] ['foo', 'Bar', 'bar', 'FOO', 'baz', 'Foo'] ['bob', 'Ann', 'ann'] [1, '1']"},
+    {"min and max",
+     WORDS PEOPLE "{{ w|min }} {{ w|max }} {{ w|min(case_sensitive=true) }} {{ w|max(true) }} {{ ['b', "
+                  "'B']|max }} {{ (people|min(attribute='age')).name }} {{ "
+                  "(people|max(attribute='age')).name }} {{ [] |min is defined }}",
+     "Bar foo Bar foo b ann bob False"},
+    {"indent",
+     "[{{ 'a\\nb\\n\\nc'|indent }}] [{{ 'a\\nb\\n\\nc'|indent(2, true) }}] [{{ 'a\\n\\nb\\n'|indent(2, "
+     "blank=true) }}] [{{ 'a\\r\\nb\\u2028c'|indent(width='> ') }}] [{{ 'a\\n'|indent(first=true) }}]",
+     "[a\n    b\n\n    c] [  a\n  b\n\n  c] [a\n  \n  b\n  ] [a\n> b\n> c] [    a\n]"},
+    {"filter blocks",
+     "{% set x = 1 %}{% filter upper|replace('B', 'b') %}ab{{ name }}{% set x = 2 %}{% endfilter %} {{ x }} "
+     "{%- filter indent(2, true) %}\nl1\nl2{% endfilter %}",
+     "AbWORLD 1  l1\n  l2"},
+    {"str.format",
+     "{{ '<|x{}|>'.format(n) }} {{ '{0}{1}{0}'.format('a', 'b') }} {{ '{k}={v!r}'.format(k='key', v='val') "
+     "}} {{ '{{}}{}'.format(1) }} {{ '[{:>6}|{:<6}|{:^7}|{:*^7}]'.format('ab', 'ab', 'ab', 'ab') }} {{ "
+     "'[{:05}|{:+d}|{: d}|{:x}|{:#X}|{:,}|{:_b}|{:=+6}]'.format(-5, 5, 5, 255, 255, 1234567, 10, -5) }} {{ "
+     "'[{:.2f}|{:.3e}|{:g}|{:.1%}|{:.3}|{}|{:08.2f}]'.format(2.675, 12345.678, 1234567.0, 0.123, 1234.5, "
+     "2.5, -1.5) }} {{ '[{:.2}|{:8.3}|{:{}}|{m.role}|{0[1]}]'.format('abcdef', 'abcdef', 'x', 3, [1, 2], "
+     "m=messages[1]) }}",
+     "<|x5|> aba key='val' {}1 [    ab|ab    |  ab   |**ab***] [-0005|+5| 5|ff|0XFF|1,234,567|1010|-    5] "
+     "[2.67|1.235e+04|1.23457e+06|12.3%|1.23e+03|2.5|-0001.50] [ab|abc     |x  |user|b]"},
+    {"|safe + str escapes the str",
+     "{{ 'a<b'|safe + '<i>&\"x' }} {{ '<' + 'b'|safe }} {{ ('x'|safe + '<') ~ '<' }} {{ ('<'|safe * 2) + '<' "
+     "}}",
+     "a<b&lt;i&gt;&amp;&#34;x &lt;b x&lt;< <<&lt;"},
+    {"unknown filters and tests where they may not run",
+     "{% if t is string %}{{ name|from_json }}{% endif %}{{ name|nofilter if none_v else 'ok' }}{% if none_v "
+     "%}{{ name is prime }}{% endif %}",
+     "ok"},
+    {"set and generation blocks are scopes",
+     "{% set x = 1 %}{% set b %}{% set x = 2 %}{{ x }}{% endset %}{% generation %}{% set x = 3 %}{{ x }}{% "
+     "endgeneration %}{{ b }}{{ x }}",
+     "321"},
+    {"integer dict keys",
+     "{% set m = {0: 'a', 512: 'b'} %}{{ m }} {{ m[512] }} {{ 512 in m }} {{ '512' in m }} {{ m|tojson }} {{ "
+     "m.get(0) }} {% for k in m %}{{ k + 1 }} {% endfor %}",
+     "{0: 'a', 512: 'b'} b True False {\"0\": \"a\", \"512\": \"b\"} a 1 513 "},
+    {"iterables: generators, dict views, ranges",
+     "{% set g = items|map('string') %}{{ g|list }}{{ g|list }} {{ 'yes' if []|select('odd') else 'no' }} {{ "
+     "items|select('odd') is sequence }} {{ range(3) }} {{ range(10)[2:8:2] }} {{ range(3)|last }} {{ "
+     "d.keys() }} {{ d.items() }} {{ d.values()|length }} {{ items|reverse|list }} {{ d|items|list }} {{ "
+     "dict(d.items()) == d }} {{ '3' in items|map('string') }}",
+     "['3', '1', '2'][] yes False range(0, 3) range(2, 8, 2) 2 dict_keys(['a', 'b']) dict_items([('a', 1), "
+     "('b', 'x')]) 2 [2, 1, 3] [('a', 1), ('b', 'x')] True True"},
 };
 
 static void test_constructs(void) {
@@ -229,10 +312,9 @@ static const struct {
     {"ok\n\n{% include 'other.jinja' %}", CK_EUNSUPPORTED, "unsupported_chat_template", "include", 3},
     {"{{ x | wordwrap(5) }}", CK_EUNSUPPORTED, "unsupported_chat_template", "wordwrap", 1},
     {"{{ x is prime }}", CK_EUNSUPPORTED, "unsupported_chat_template", "prime", 1},
-    {"\n{{ 'a {}'.format(1) }}", CK_EUNSUPPORTED, "unsupported_chat_template", "format", 2},
+    {"\n{{ 'a'.zfill(3) }}", CK_EUNSUPPORTED, "unsupported_chat_template", "zfill", 2},
     {"{% break %}", CK_EUNSUPPORTED, "unsupported_chat_template", "break", 1},
     {"{% endif %}", CK_EUNSUPPORTED, "unsupported_chat_template", "endif", 1},
-    {"{{ 'a' | safe + 'b' }}", CK_EUNSUPPORTED, "unsupported_chat_template", "safe", 1},
     {"{% for x in y recursive %}{% endfor %}", CK_EUNSUPPORTED, "unsupported_chat_template", "recursive", 1},
     {"{{ 1 +* 2 }}", CK_EUNSUPPORTED, "unsupported_chat_template", "'*'", 1},
     {"{{ raise_exception('Roles must alternate') }}", CK_EINVAL, "chat_template_exception",
@@ -242,6 +324,31 @@ static const struct {
     {"{{ 1 // 0 }}", CK_EFORMAT, "chat_template_error", "zero", 1},
     {"{% set x = 5 %}{% for i in x %}{% endfor %}", CK_EFORMAT, "chat_template_error", "iterable", 1},
     {"{{ 9223372036854775807 + 1 }}", CK_ERANGE, "chat_template_limit", "overflow", 1},
+    /* a name Jinja refuses only when it runs, reached */
+    {"\n\n{% if true %}{{ 'x'|from_json }}{% endif %}", CK_EUNSUPPORTED, "unsupported_chat_template",
+     "from_json", 3},
+    {"{% for x in [1] %}{% if false %}{% endif %}{{ x is prime }}{% endfor %}", CK_EUNSUPPORTED,
+     "unsupported_chat_template", "prime", 1},
+    {"{% filter upper %}x", CK_EUNSUPPORTED, "unsupported_chat_template", "endfilter", 1},
+    {"{% for x in [1] %}{% filter upper %}{% break %}{% endfilter %}{% endfor %}", CK_EUNSUPPORTED,
+     "unsupported_chat_template", "break", 1},
+    /* generators: no len, no JSON, no address to print, no second walk after a partial one */
+    {"{{ [1, 2]|select('odd')|length }}", CK_EFORMAT, "chat_template_error", "len", 1},
+    {"{{ [1, 2]|map('string')|tojson }}", CK_EFORMAT, "chat_template_error", "JSON", 1},
+    {"{{ [1, 2]|map('string') }}", CK_EUNSUPPORTED, "unsupported_chat_template", "generator", 1},
+    {"{% set g = [1, 2]|map('string') %}{{ g|first }}{{ g|list }}", CK_EUNSUPPORTED,
+     "unsupported_chat_template", "partial", 1},
+    {"{{ [1, 2]|reverse|last }}", CK_EFORMAT, "chat_template_error", "reversible", 1},
+    /* what Python refuses in the new filters, and what is outside the subset */
+    {"{{ [1, 'a']|sort }}", CK_EFORMAT, "chat_template_error", "'<' not supported", 1},
+    {"{{ {'a': 1}|dictsort(by='k') }}", CK_EFORMAT, "chat_template_error", "value", 1},
+    {"{{ [[1], [1]]|unique|list }}", CK_EFORMAT, "chat_template_error", "unhashable", 1},
+    {"{{ 5|indent }}", CK_EFORMAT, "chat_template_error", "indent", 1},
+    {"{{ '{} {1}'.format(1, 2) }}", CK_EFORMAT, "chat_template_error", "numbering", 1},
+    {"{{ '{:d}'.format('a') }}", CK_EFORMAT, "chat_template_error", "format", 1},
+    {"{{ '{'.format(1) }}", CK_EFORMAT, "chat_template_error", "'}'", 1},
+    {"{{ '{:n}'.format(1) }}", CK_EUNSUPPORTED, "unsupported_chat_template", "n type", 1},
+    {"{{ {true: 1} }}", CK_EUNSUPPORTED, "unsupported_chat_template", "dict keys", 1},
 };
 
 static void test_errors(void) {
@@ -323,6 +430,13 @@ static void test_limits(void) {
     small.max_steps = 100000;
     expect_limit("{% for i in range(500) %}{% for j in range(500) %}{{ i }}{% endfor %}{% endfor %}", &small,
                  CK_ERANGE, "steps");
+    /* the new filters' work: comparisons count as steps, widths as output */
+    small = lim;
+    small.max_steps = 100000;
+    expect_limit("{{ range(100000)|sort|length }}", &small, CK_ERANGE, "steps");
+    expect_limit("{{ range(5000)|unique|list|length }}", &small, CK_ERANGE, "steps");
+    expect_limit("{{ '{:99999999999}'.format(1) }}", NULL, CK_ETOOLONG, "longer");
+    expect_limit("{{ 'a\\nb'|indent(100000000000) }}", NULL, CK_ETOOLONG, "longer");
     /* the template's own size */
     small = lim;
     small.max_template = 64;
@@ -349,7 +463,10 @@ static void test_truncated_and_mutated(void) {
         "  {% set role = 'model' if message['role'] == 'assistant' else message['role'] %}\n"
         "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
         "{#- c -#}{% if loop.last and add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
-        "{%- endfor %}{{ [1, 2.5, 'x', {'k': none}] | tojson(indent=1) }}{{ 'ab'[::-1] ~ (3 // 2) }}";
+        "{%- endfor %}{{ [1, 2.5, 'x', {'k': none}] | tojson(indent=1) }}{{ 'ab'[::-1] ~ (3 // 2) }}"
+        "{{ messages|sort(attribute='role', reverse=true)|map(attribute='content')|unique|join('|') }}"
+        "{% filter indent(2, true) %}{{ '{0:>4}|{x:+.2f}'.format(1, x=2.5) }}\nb{% endfilter %}"
+        "{{ {1: 'a', 0: 'b'}|dictsort(by='value')|min ~ range(3)[1:] }}";
     jinja_message m[] = {{"user", "Hello"}, {"assistant", "Hi"}};
     jinja_value *v;
     CK_CHECK(jinja_chat_vars(m, 2, "<bos>", "<eos>", 1, &v) == 0);
@@ -519,6 +636,25 @@ static void test_spans(void) {
                            {"bcba", 1},     {"|", 0},        {"a", 1},    {",", 0},      {"c", 1},
                            {",|7<s>|", 0},  {"abcb", 1},     {"z|x", 0},  {"a", 1},      {"|", 0},
                            {"abcbabcb", 1}, {NULL, 0}});
+    /* the new filters keep each byte's provenance; padding and escapes of
+     * the template's are its own */
+    expect_spans("new filters",
+                 "{{ ['k', c]|sort|join('+') }}|{{ '<{}>'.format(c) }}|{{ '{:>6}'.format(c) }}|"
+                 "{{ ('a\\n' ~ c)|indent(2) }}|{{ 'x<'|safe + c }}|{% filter upper %}{{ c }}!{% endfilter %}",
+                 v,
+                 (const piece[]){{"abcb", 1},
+                                 {"+k|<", 0},
+                                 {"abcb", 1},
+                                 {">|  ", 0},
+                                 {"abcb", 1},
+                                 {"|a\n  ", 0},
+                                 {"abcb", 1},
+                                 {"|x<", 0},
+                                 {"abcb", 1},
+                                 {"|", 0},
+                                 {"ABCB", 1},
+                                 {"!", 0},
+                                 {NULL, 0}});
     /* keys of a caller's dict, macros, set blocks, string iteration */
     expect_spans("scopes",
                  "{% macro m(x) %}[{{ x }}]{% endmacro %}{% set y %}<{{ c }}>{% endset %}{{ m(c) }}{{ y }}"
