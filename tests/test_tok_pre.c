@@ -1,8 +1,9 @@
 /* test_tok_pre.c - the pre-tokenizers' splits (tok_pre.h) on strings whose
  * words were worked out by hand from each regex, one string or more per
  * alternative of it: "lfm2" (Llama 3's regex; no llama.cpp vocab test covers
- * it), "qwen35" against "qwen2" where marks make them differ, and Gemma 4's
- * newline split. The whole-vocabulary checks are tests/oracle/ (ctest -L
+ * it), "qwen35" against "qwen2" where marks make them differ, Gemma 4's
+ * newline split, and gpt-4o, tekken and glm4 where they differ from one
+ * another (their whole-vocabulary checks need llama.cpp: tok_pre_*). The whole-vocabulary checks are tests/oracle/ (ctest -L
  * oracle). */
 #include <stdio.h>
 #include <string.h>
@@ -87,9 +88,33 @@ static void test_gemma4(void) {
     CK_CHECK(SPLIT_IS("gemma4", "\t \r", "\t \r"));
 }
 
+/* gpt-4o as llama.cpp runs it: letters past ASCII count as both cases, so
+ * a word breaks after such a letter in a capital run:
+ *   [^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])*((?=\p{L})[^A-Z])+('s|'t|...)?|
+ *   [^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])+((?=\p{L})[^A-Z])*('s|'t|...)?|
+ *   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * tekken: the same without the contractions and one digit a word; glm4:
+ * Llama 3's regex. */
+static void test_gpt4o_tekken_glm4(void) {
+    /* "PRÉSIDENT": the first alternative ends at the first letter that is
+     * not A-Z (É), the second takes the capitals after it */
+    CK_CHECK(SPLIT_IS("gpt-4o", "PR\xc3\x89SIDENT", "PR\xc3\x89", "SIDENT"));
+    CK_CHECK(SPLIT_IS("gpt-4o", "helloWorld", "hello", "World"));
+    CK_CHECK(SPLIT_IS("gpt-4o", " DON'T go", " DON'T", " go"));
+    CK_CHECK(SPLIT_IS("gpt-4o", "12345", "123", "45"));
+    CK_CHECK(SPLIT_IS("gpt-4o", "a/b//\nc", "a", "/b", "//\n", "c"));
+    CK_CHECK(SPLIT_IS("tekken", " DON'T", " DON", "'T"));
+    CK_CHECK(SPLIT_IS("tekken", "12345", "1", "2", "3", "4", "5"));
+    CK_CHECK(SPLIT_IS("tekken", "helloWorld", "hello", "World"));
+    CK_CHECK(SPLIT_IS("glm4", "12345", "123", "45"));
+    CK_CHECK(SPLIT_IS("glm4", "I'M here", "I", "'M", " here"));
+    CK_CHECK(SPLIT_IS("glm4", "helloWorld", "helloWorld"));
+}
+
 int main(void) {
     CK_RUN(test_lfm2);
     CK_RUN(test_qwen35);
     CK_RUN(test_gemma4);
+    CK_RUN(test_gpt4o_tekken_glm4);
     return ck_test_summary();
 }

@@ -94,13 +94,15 @@ int tok_from_gguf(const gguf_file *f, tokenizer **out, char *err, size_t errlen)
                 return tok__set_err(err, errlen, CK_EUNSUPPORTED,
                                     "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported "
                                     "(gpt-2, llama-bpe, lfm2, qwen2, qwen35, smollm, starcoder, refact, "
-                                    "gemma4, default)",
+                                    "gemma4, gpt-4o, tekken, glm4, default)",
                                     fn, (int)(sl < 64 ? sl : 64), s);
         }
-        if (c.pre == TOK_PRE_LLAMA3) {
+        /* llama.cpp's per-pre-tokenizer defaults, before the file's keys */
+        if (c.pre == TOK_PRE_LLAMA3 || c.pre == TOK_PRE_TEKKEN) {
             c.ignore_merges = 1;
             c.add_bos = 1;
         }
+        if (c.pre == TOK_PRE_GLM4) c.bos = -1; /* no BOS unless bos_token_id names one */
         c.utf8_bpe = c.pre == TOK_PRE_GEMMA4;
         if (gguf_get_arr(f, "tokenizer.ggml.merges", &et, &c.n_merges, NULL) || et != GGUF_TYPE_STRING)
             return tok__set_err(err, errlen, CK_EFORMAT,

@@ -165,6 +165,66 @@ static size_t m_qwen35(const ptext *x, size_t pos, size_t end) {
     return llama3_at(x, pos, end, 1, F_L | F_M);
 }
 
+/* llama.cpp runs the gpt-4o and tekken regexes through std::regex over a
+ * "collapsed" text: every codepoint past ASCII becomes one byte for its class
+ * (letter, number, white space, other), and \p{L} becomes [<letter>A-Za-z].
+ * So a letter past ASCII is both upper and lower case to them, and the
+ * tokenizer.json classes [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+ * [\p{Ll}\p{Lm}\p{Lo}\p{M}] become llama.cpp's lookahead forms
+ * ((?=[\p{L}])([^a-z])) and ((?=[\p{L}])([^A-Z])): "U", a letter other than
+ * a-z, and "W", a letter other than A-Z; a combining mark is neither. */
+static int is_az(uint32_t c) { return c >= 'a' && c <= 'z'; }
+static int is_AZ(uint32_t c) { return c >= 'A' && c <= 'Z'; }
+
+static size_t run_not(const ptext *x, size_t i, size_t end, int (*excl)(uint32_t)) {
+    size_t k = i;
+    while (k < end && IS(x, k, F_L) && !excl(x->cp[k])) k++;
+    return k - i;
+}
+
+/* [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,maxd}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with C the contractions (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
+ * when contr, else nothing. The alternatives are tried in order, the first
+ * that matches wins (ECMAScript), quantifiers greedy with backtracking. */
+static size_t gpt4o_at(const ptext *x, size_t pos, size_t end, size_t maxd, int contr) {
+    uint32_t c = x->cp[pos];
+    /* the optional leading character: taken first whenever it can be */
+    size_t k = c != '\r' && c != '\n' && !IS(x, pos, F_L | F_N) ? pos + 1 : pos;
+    if (k < end && IS(x, k, F_L)) {
+        size_t u = run_not(x, k, end, is_az), e = k + u;
+        if (e >= end || !is_az(x->cp[e])) {
+            /* U* backs off to the last letter past ASCII in its run (in W
+             * too); with none, U*W+ fails and U+W* takes the whole run */
+            size_t j = u;
+            while (j > 0 && x->cp[k + j - 1] < 0x80) j--;
+            if (j > 0) e = k + j - 1;
+        }
+        e += run_not(x, e, end, is_AZ);
+        if (contr) e += m_contraction(x, e, end, 1);
+        return e - pos;
+    }
+    if (IS(x, pos, F_N)) {
+        size_t r = run_of(x, pos, end, F_N);
+        return r < maxd ? r : maxd;
+    }
+    k = c == ' ' && pos + 1 < end ? pos + 1 : pos;
+    if (IS_OTHER(x, k)) {
+        size_t e = k + run_other(x, k, end, F_L);
+        while (e < end && (x->cp[e] == '\r' || x->cp[e] == '\n' || x->cp[e] == '/')) e++;
+        return e - pos;
+    }
+    /* \s*[\r\n]+ : the space run up to and with its last CR or LF */
+    size_t w = run_of(x, pos, end, F_WS), last = 0;
+    for (size_t i = 0; i < w; i++)
+        if (x->cp[pos + i] == '\r' || x->cp[pos + i] == '\n') last = i + 1;
+    if (last) return last;
+    return m_spaces(x, pos, end, 1);
+}
+
+static size_t m_gpt4o(const ptext *x, size_t pos, size_t end) { return gpt4o_at(x, pos, end, 3, 1); }
+static size_t m_tekken(const ptext *x, size_t pos, size_t end) { return gpt4o_at(x, pos, end, 1, 0); }
+
 /* [^\n]+|[\n]+ : the run of newlines, or of anything else, at pos */
 static size_t m_newlines(const ptext *x, size_t pos, size_t end) {
     int nl = x->cp[pos] == '\n';
@@ -207,7 +267,10 @@ static size_t m_punct(const ptext *x, size_t pos, size_t end) {
 static int stages_of(int pre, pmatch_fn *st) {
     switch (pre) {
     case TOK_PRE_GPT2: st[0] = m_gpt2; return 1;
-    case TOK_PRE_LLAMA3: st[0] = m_llama3; return 1;
+    case TOK_PRE_LLAMA3:
+    case TOK_PRE_GLM4: st[0] = m_llama3; return 1;
+    case TOK_PRE_GPT4O: st[0] = m_gpt4o; return 1;
+    case TOK_PRE_TEKKEN: st[0] = m_tekken; return 1;
     case TOK_PRE_QWEN2: st[0] = m_qwen2; return 1;
     case TOK_PRE_QWEN35: st[0] = m_qwen35; return 1;
     case TOK_PRE_GEMMA4: st[0] = m_newlines; return 1;
@@ -234,7 +297,9 @@ int tok_pre_lookup(const char *name, size_t n) {
         {"llama3", TOK_PRE_LLAMA3},   {"llama-v3", TOK_PRE_LLAMA3},  {"qwen2", TOK_PRE_QWEN2},
         {"smollm", TOK_PRE_SMOLLM},   {"starcoder", TOK_PRE_SMOLLM}, {"refact", TOK_PRE_SMOLLM},
         {"default", TOK_PRE_DEFAULT}, {"lfm2", TOK_PRE_LLAMA3},      {"qwen35", TOK_PRE_QWEN35},
-        {"gemma4", TOK_PRE_GEMMA4},
+        {"gemma4", TOK_PRE_GEMMA4},   {"gpt-4o", TOK_PRE_GPT4O},     {"llama4", TOK_PRE_GPT4O},
+        {"kanana2", TOK_PRE_GPT4O},   {"talkie", TOK_PRE_GPT4O},     {"tekken", TOK_PRE_TEKKEN},
+        {"glm4", TOK_PRE_GLM4},       {"chatglm-bpe", TOK_PRE_GLM4},
     };
     if (!name) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

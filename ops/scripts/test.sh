@@ -40,17 +40,18 @@ if [ "$asan" = 1 ]; then
   cmake -S . -B "$ba" -DCMAKE_BUILD_TYPE=Debug -DCONFKV_SANITIZE=ON -DCONFKV_CUDA=OFF >/dev/null
   cmake --build "$ba" -j"$jobs"
   # -LE slow: nothing is labelled slow today (svc_restart runs here too).
-  # Not here: the comparisons with llama.cpp's logits and with jinja2's
-  # renderings (byte-for-byte output checks, three quarters of their time in
-  # llama.cpp and Python under this build's slow start-up); the code they
-  # drive runs under ASan through test_arch, test_jinja, test_chat,
-  # cli_generate, the vocab suites and the fuzz replays. Nor the operator
+  # Not here: the comparisons with llama.cpp's logits and tokens (tok_pre_*)
+  # and with jinja2's renderings (byte-for-byte output checks, three quarters
+  # of their time in llama.cpp and Python under this build's slow start-up);
+  # the code they drive runs under ASan through test_arch, test_jinja,
+  # test_chat, test_tok_pre, cli_generate, the vocab suites and the fuzz
+  # replays. Nor the operator
   # scripts that time phases of load (svc_tune, svc_tuning, svc_alerts_live:
   # their readers and the tuner run here through test_tuner, test_svc_route,
   # fuzz_prom and svc_reload).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$ba" --output-on-failure -j"$jobs" -LE slow \
-    -E '^(llamacpp_.*|jinja_oracle|jinja_render_only|svc_tune|svc_tuning|svc_alerts_live)$'
+    -E '^(llamacpp_.*|tok_pre_.*|jinja_oracle|jinja_render_only|svc_tune|svc_tuning|svc_alerts_live)$'
   took asan
 fi
 
