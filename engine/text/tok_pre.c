@@ -96,7 +96,7 @@ static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 :
 /* 's|'t|'re|'ve|'m|'ll|'d, case-insensitive (ASCII only: llama.cpp's adapted
  * regexes spell the cases out as [sS] and so on) or not */
 static size_t m_contraction(const ptext *x, size_t pos, size_t end, int fold) {
-    if (x->cp[pos] != '\'' || pos + 1 >= end) return 0;
+    if (pos + 1 >= end || x->cp[pos] != '\'') return 0; /* pos may be end: a word at the text's end */
     uint32_t a = fold ? ascii_lower(x->cp[pos + 1]) : x->cp[pos + 1];
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
     if (pos + 2 >= end) return 0;

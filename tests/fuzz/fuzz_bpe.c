@@ -27,8 +27,9 @@
 #include "tokenizer.h"
 
 /* byte-level vocabularies by `pre`; the last entry is Gemma 4's */
-#define N_VOCABS 6
-static const char *const pres[N_VOCABS] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "qwen35", "gemma4"};
+#define N_VOCABS 9
+static const char *const pres[N_VOCABS] = {"gpt-2",  "llama-bpe", "qwen2", "smollm", "qwen35",
+                                           "gpt-4o", "tekken",    "glm4",  "gemma4"};
 static tokenizer *toks[N_VOCABS];
 
 /* GPT-2's printable stand-in for byte b, as UTF-8 into out (3 bytes at most). */
