@@ -128,6 +128,7 @@ static void start_work(svc_et *t, svc_work *w) {
     r.client_form = 1;
     r.messages = j->msgs;
     r.n_messages = j->n_msgs;
+    r.tools = j->tools; /* rendered within eng_submit_why, on this thread */
     r.prompt = j->prompt;
     r.prompt_len = j->prompt_len;
     r.parse_special = j->parse_special;
@@ -233,6 +234,7 @@ static void finished(svc_et *t, svc_work *w, const eng_result *r) {
     w->demotions = r->demotions;
     w->spills = r->spills;
     w->preemptions = r->preemptions;
+    w->warnings = r->warnings;
     if (r->trace && r->n_tokens > 0 && r->tokens) {
         w->trace = malloc((size_t)r->n_tokens * sizeof *w->trace);
         w->trace_ids = malloc((size_t)r->n_tokens * sizeof *w->trace_ids);

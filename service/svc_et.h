@@ -59,6 +59,7 @@ typedef struct svc_work {
     double mean_entropy, mean_gap, mean_pmax;
     double queue_ms, ttft_ms, total_ms;
     char policy[64]; /* the KV policy it ran under (canonical) */
+    int warnings;    /* ENG_WARN_* bits: what the engine changed in the request (the result's `warnings`) */
     double kv_retained_mean;
     size_t hot_peak_bytes;
     uint64_t recalls, demotions, spills, preemptions;

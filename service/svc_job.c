@@ -11,6 +11,7 @@
 
 #include "ck_err.h"
 #include "kvpol.h"
+#include "svc_jv.h"
 #include "tpl.h"
 
 #define MAX_DEPTH 64
@@ -575,6 +576,54 @@ static int get_tokens(cJSON *toks, const svc_job_limits *lim, svc_job *job, svc_
     return 0;
 }
 
+/* The size of a tools tree: its values, and its keys' and strings' bytes;
+ * *depth the deepest nesting of containers (t itself is 1). Stops counting
+ * past the limits (the answer is then only "over"). */
+typedef struct tools_size {
+    size_t values, bytes;
+    int depth;
+} tools_size;
+
+static void measure(const cJSON *t, int depth, tools_size *z) {
+    z->values++;
+    if (t->string) z->bytes += strlen(t->string);
+    if (cJSON_IsString(t)) z->bytes += strlen(t->valuestring);
+    if (!cJSON_IsArray(t) && !cJSON_IsObject(t)) return;
+    if (depth > z->depth) z->depth = depth;
+    if (depth > SVC_JOB_TOOLS_DEPTH || z->values > SVC_JOB_TOOLS_VALUES) return;
+    for (const cJSON *c = t->child; c; c = c->next) measure(c, depth + 1, z);
+}
+
+int svc_job_tools(const cJSON *tools, size_t max_bytes, jinja_value **out, svc_job_error *e) {
+    *out = NULL;
+    if (!cJSON_IsArray(tools))
+        return fail(
+            e, SVC_JERR_INVALID_FIELD,
+            "'tools' must be an array of tool objects ({\"type\": \"function\", \"function\": {...}})");
+    size_t n = array_len(tools, SVC_JOB_TOOLS_MAX + 1);
+    if (n > SVC_JOB_TOOLS_MAX)
+        return fail(e, SVC_JERR_TOOLS_TOO_LARGE, "'tools' holds more than %d tools", SVC_JOB_TOOLS_MAX);
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++)
+        if (!cJSON_IsObject(t))
+            return fail(e, SVC_JERR_INVALID_FIELD,
+                        "tools[%d] must be an object ({\"type\": \"function\", \"function\": {...}})", i);
+    tools_size z = {0, 0, 0};
+    measure(tools, 1, &z);
+    if (z.depth > SVC_JOB_TOOLS_DEPTH)
+        return fail(e, SVC_JERR_TOOLS_TOO_LARGE, "'tools' nests deeper than %d levels", SVC_JOB_TOOLS_DEPTH);
+    if (z.values > SVC_JOB_TOOLS_VALUES)
+        return fail(e, SVC_JERR_TOOLS_TOO_LARGE, "'tools' holds more than %d values", SVC_JOB_TOOLS_VALUES);
+    if (z.bytes > max_bytes)
+        return fail(e, SVC_JERR_TOOLS_TOO_LARGE, "'tools' holds %zu bytes of text; the limit is %zu", z.bytes,
+                    max_bytes);
+    char why[160];
+    int rc = svc_jv_from_json(tools, SVC_JOB_TOOLS_DEPTH, out, why, sizeof why);
+    if (rc == CK_ENOMEM) return fail(e, SVC_JERR_ENGINE_ERROR, "out of memory");
+    if (rc) return fail(e, SVC_JERR_INVALID_FIELD, "'tools': %s", why);
+    return 0;
+}
+
 static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_error *e) {
     int rc = 0;
     double x;
@@ -617,6 +666,16 @@ static int parse_job(cJSON *o, const svc_job_limits *lim, svc_job *job, svc_job_
         if ((rc = render_messages(msgs, job, e))) return rc;
     } else {
         if ((rc = get_tokens(toks, lim, job, e))) return rc;
+    }
+    /* `tools`: only with messages, whose template shows them (a prompt or
+     * token ids have none) */
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        if (!msgs)
+            return fail(
+                e, SVC_JERR_INVALID_FIELD,
+                "'tools' goes with 'messages' (the chat template shows them), not with 'prompt' or 'tokens'");
+        if ((rc = svc_job_tools(tools, lim->max_message_bytes, &job->tools, e))) return rc;
     }
     if (get_num(o, "max_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e) ||
         get_num(o, "max_completion_tokens", 1, lim->max_tokens_cap, 1, &x, &rc, e))
@@ -760,6 +819,7 @@ void svc_job_free(svc_job *job) {
         free((char *)job->msgs[i].content);
     }
     free(job->msgs);
+    jinja_release(job->tools);
     free(job->tokens);
     for (int i = 0; i < job->n_stop; i++) free(job->stop[i]);
     free(job->policy);

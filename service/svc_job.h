@@ -19,7 +19,7 @@
  *    job's id, encoding and metadata are filled as far as they were read.
  *
  * Fields (OpenAI names where they exist): id, model, prompt | messages |
- * tokens, max_tokens (alias max_completion_tokens), temperature, top_p,
+ * tokens, tools (with messages), max_tokens (alias max_completion_tokens), temperature, top_p,
  * top_k, min_p, repetition_penalty, stop, seed, priority, deadline_ms,
  * ignore_eos, session_id, template, save, policy, return_confidence, metadata.
  * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
@@ -62,7 +62,8 @@
       "the model's chat template uses Jinja outside the supported subset")                            \
     X(CHAT_TEMPLATE_EXCEPTION, "chat_template_exception", "the chat template refused these messages") \
     X(CHAT_TEMPLATE_ERROR, "chat_template_error", "the chat template failed on these messages")       \
-    X(CHAT_TEMPLATE_LIMIT, "chat_template_limit", "rendering the chat template hit a limit")
+    X(CHAT_TEMPLATE_LIMIT, "chat_template_limit", "rendering the chat template hit a limit")          \
+    X(TOOLS_TOO_LARGE, "tools_too_large", "the job's tools are over their limits")
 
 enum {
     SVC_JERR_NONE = 0,
@@ -78,6 +79,15 @@ enum { SVC_ENC_JSON = 0, SVC_ENC_MSGPACK = 1 };
 #define SVC_JOB_ID_MAX 256
 #define SVC_JOB_STR_MAX 256          /* session_id, template, policy, each stop string */
 #define SVC_JOB_TOKENS_MAX (1 << 24) /* ids in `tokens` (svc_config's max_prompt_tokens cap) */
+/* `tools`: at most this many tools (OpenAI's own limit), containers nested
+ * at most this deep from the array down (a tool's JSON schema nests
+ * properties in items in properties...), and this many values in all; the
+ * keys' and strings' bytes at most max_message_bytes (the job's own size
+ * limit, which a compact msgpack job could otherwise pass). Over any:
+ * tools_too_large. */
+#define SVC_JOB_TOOLS_MAX 128
+#define SVC_JOB_TOOLS_DEPTH 32
+#define SVC_JOB_TOOLS_VALUES 65536
 
 typedef struct svc_job_error {
     int code; /* SVC_JERR_* */
@@ -105,6 +115,11 @@ typedef struct svc_job {
     size_t prompt_len;
     eng_message *msgs; /* `messages` (n_msgs), role and content strings owned, or NULL */
     int n_msgs;
+    /* `tools` (only with messages): what the chat template sees as `tools`,
+     * a list of the job's tool dicts (svc_jv.h), or NULL (None). Owned: made
+     * on the loop thread, read by the engine thread while the job is there
+     * (one thread at a time: jinja values are not thread-safe). */
+    jinja_value *tools;
     int parse_special; /* `parse_special`: special-token strings in `prompt` are tokens */
     int32_t *tokens;   /* or prompt ids as given */
     int n_tokens;
@@ -128,6 +143,14 @@ typedef struct svc_job {
 int svc_job_decode(const void *data, size_t len, const char *content_type, const char *fallback_id,
                    const svc_job_limits *lim, svc_job *job, svc_job_error *err);
 void svc_job_free(svc_job *job);
+
+/* A job's `tools` (tools, not NULL) as the chat template sees them: an
+ * array of tool objects, each passed as it is (apply_chat_template's rule:
+ * OpenAI's {"type": "function", "function": {...}} or another template's
+ * shape), within SVC_JOB_TOOLS_* and max_bytes of keys and strings. 0 with
+ * *out the caller's (jinja_release); else SVC_JOB_INVALID, *out NULL, e says
+ * why (invalid_field, tools_too_large). */
+int svc_job_tools(const cJSON *tools, size_t max_bytes, jinja_value **out, svc_job_error *e);
 
 /* Parse bytes as JSON or msgpack into a cJSON tree (the caller frees);
  * NULL with err filled when undecodable. *enc gets the encoding chosen. */

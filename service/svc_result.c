@@ -87,6 +87,14 @@ cJSON *svc_result_build(const svc_job *job, const svc_work *w, int err_code, con
         cJSON_AddNullToObject(r, "confidence");
         cJSON_AddNullToObject(r, "timings");
     }
+    /* what the engine changed in the job (a system message merged into the
+     * next turn...), one sentence each; absent when nothing */
+    if (w && status != SVC_WORK_ERROR && w->warnings) {
+        cJSON *wa = cJSON_AddArrayToObject(r, "warnings");
+        for (int bit = 1; wa && bit > 0 && bit <= w->warnings; bit <<= 1)
+            if ((w->warnings & bit) && eng_warning_text(bit))
+                cJSON_AddItemToArray(wa, cJSON_CreateString(eng_warning_text(bit)));
+    }
     if (status == SVC_WORK_ERROR || status == SVC_WORK_EXPIRED) {
         cJSON *e = cJSON_AddObjectToObject(r, "error");
         int code = status == SVC_WORK_EXPIRED ? SVC_JERR_DEADLINE_EXCEEDED : err_code;

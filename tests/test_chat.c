@@ -1,7 +1,10 @@
 /* test_chat.c - chat messages to prompt ids (engine/core/chat.c): the template's
  * markers become their special ids, the same strings in a user's content or
  * role stay plain text, an honest chat gets the ids that tokenizing the whole
- * rendering with special parsing gives, and there is one BOS.
+ * rendering with special parsing gives, and there is one BOS. A template
+ * without a system role gets llama.cpp's merge (the system content, "\n",
+ * the next message's content) and says so; `tools` reaches the template as
+ * given, None without.
  *
  * Oracles: the tokenizer's own special-token parsing (tok_encode_opts with
  * TOK_ENC_PARSE_SPECIAL) of the whole rendering, the plain encoding of the
@@ -98,7 +101,8 @@ static int32_t *chat_ids(const tokenizer *t, const char *src, const chat_message
     size_t len, ns;
     jinja_span *sp;
     int32_t *ids = NULL;
-    if (chat_render(c, m, n, 1, NULL, text, &len, &sp, &ns, &err) == 0) {
+    chat_input in = {m, n, NULL, 1, NULL};
+    if (chat_render(c, &in, text, &len, &sp, &ns, NULL, &err) == 0) {
         ids = malloc(4096 * sizeof *ids);
         if (ids && chat_tokenize(c, *text, len, sp, ns, ids, 4096, n_ids)) {
             free(ids);
@@ -234,7 +238,8 @@ static void test_no_template(void) {
     jinja_span *sp = NULL;
     int32_t ids[64] = {0}, want[64] = {0};
     int n = 0, nw = 0;
-    if (rc == 0) rc = chat_render(c, m, 2, 1, NULL, &text, &len, &sp, &ns, &err);
+    chat_input in = {m, 2, NULL, 1, NULL};
+    if (rc == 0) rc = chat_render(c, &in, &text, &len, &sp, &ns, NULL, &err);
     if (rc == 0) rc = chat_tokenize(c, text, len, sp, ns, ids, 64, &n);
     int src = chat_source(c);
     int rc2 = tok_encode(v.t, "a <|im_start|>\nb", 16, 1, want, 64, &nw);
@@ -274,7 +279,8 @@ static void test_parse_special_text_and_limits(void) {
         chat_new(v.t, S("{{ raise_exception('System role not supported') }}"), CHAT_SRC_MODEL, &raise, &err);
     char *text = NULL;
     chat_message m[] = {{"user", "x"}};
-    if (r5 == 0) r5 = chat_render(raise, m, 1, 1, NULL, &text, NULL, NULL, NULL, &err);
+    chat_input in = {m, 1, NULL, 1, NULL};
+    if (r5 == 0) r5 = chat_render(raise, &in, &text, NULL, NULL, NULL, NULL, &err);
     const char *hash = chat_template_hash(c);
     int hash_ok = strlen(hash) == 16;
     chat_free(raise);
@@ -289,6 +295,117 @@ static void test_parse_special_text_and_limits(void) {
     CK_CHECK(hash_ok);
 }
 
+/* Render msgs with template src into *text; returns chat_render's code. */
+static int render_with(const tokenizer *t, const char *src, const chat_message *m, size_t n,
+                       jinja_value *tools, char **text, jinja_span **sp, size_t *ns, int *warnings,
+                       int *system_role) {
+    chat_template *c;
+    jinja_error err;
+    *text = NULL;
+    int rc = chat_new(t, src, src ? strlen(src) : 0, CHAT_SRC_OVERRIDE, &c, &err);
+    if (rc) return rc;
+    *system_role = chat_has_system_role(c);
+    chat_input in = {m, n, tools, 0, NULL};
+    size_t len;
+    rc = chat_render(c, &in, text, &len, sp, ns, warnings, &err);
+    chat_free(c);
+    return rc;
+}
+
+/* Gemma 2's rule (raise on a system role), and a template that silently
+ * skips system messages: both lack a system role, so a leading system
+ * message joins the next one ("S\nU", all of it data), or goes when alone. */
+static void test_system_merged(void) {
+    vocab v;
+    if (open_vocab("qwen2", &v)) return;
+    static const char GEMMA_LIKE[] =
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif "
+        "%}"
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}";
+    static const char SKIPS[] =
+        "{% for m in messages %}{% if m.role != 'system' %}[{{ m.content }}]{% endif %}"
+        "{% endfor %}";
+    static const char HAS[] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+    /* Hermes' tool_use templates walk `tools` unguarded: the probe gives an
+     * empty list, so they keep their system role */
+    static const char WALKS_TOOLS[] = "{% for t in tools %}{{ t }}{% endfor %}"
+                                      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+    chat_message sys_user[] = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}};
+    chat_message sys_only[] = {{"system", "S"}};
+    chat_message user_only[] = {{"user", "U"}};
+    char *t1, *t2, *t3, *t4, *t5, *t6;
+    jinja_span *sp1 = NULL;
+    size_t ns1 = 0;
+    int w1, w2, w3, w4, w5, w6, s1, s2, s3, s4, s5, s6;
+    int r1 = render_with(v.t, GEMMA_LIKE, sys_user, 3, NULL, &t1, &sp1, &ns1, &w1, &s1);
+    int r2 = render_with(v.t, SKIPS, sys_only, 1, NULL, &t2, NULL, NULL, &w2, &s2);
+    int r3 = render_with(v.t, GEMMA_LIKE, user_only, 1, NULL, &t3, NULL, NULL, &w3, &s3);
+    int r4 = render_with(v.t, SKIPS, sys_user, 2, NULL, &t4, NULL, NULL, &w4, &s4);
+    int r5 = render_with(v.t, HAS, sys_user, 2, NULL, &t5, NULL, NULL, &w5, &s5);
+    int r6 = render_with(v.t, WALKS_TOOLS, sys_user, 2, NULL, &t6, NULL, NULL, &w6, &s6);
+    close_vocab(&v);
+    CK_CHECK_MSG(r1 == 0 && s1 == 0 && w1 == CHAT_WARN_SYSTEM_MERGED, "rc %d role %d warn %d", r1, s1, w1);
+    CK_CHECK_MSG(t1 && strcmp(t1, "<user>S\nU</user><assistant>A</assistant>") == 0, "%s", t1 ? t1 : "");
+    /* the role and the merged content are data, the markers the template's */
+    CK_CHECK(ns1 >= 1 && sp1 && sp1[0].start == 1 && sp1[0].len == 4); /* "user" */
+    CK_CHECK(ns1 >= 2 && sp1[1].start == 6 && sp1[1].len == 3);        /* "S\nU" */
+    CK_CHECK_MSG(r2 == 0 && s2 == 0 && w2 == CHAT_WARN_SYSTEM_DROPPED && t2 && !*t2, "rc %d warn %d", r2, w2);
+    CK_CHECK(r3 == 0 && w3 == 0 && t3 && strcmp(t3, "<user>U</user>") == 0);
+    CK_CHECK_MSG(r4 == 0 && s4 == 0 && w4 == CHAT_WARN_SYSTEM_MERGED && t4 && strcmp(t4, "[S\nU]") == 0,
+                 "rc %d warn %d %s", r4, w4, t4 ? t4 : "");
+    CK_CHECK(r5 == 0 && s5 == 1 && w5 == 0 && t5 && strcmp(t5, "<system>S<user>U") == 0);
+    CK_CHECK(r6 == CK_EFORMAT && s6 == 1); /* tools None: not iterable, as in transformers */
+    CK_CHECK(chat_warning_text(CHAT_WARN_SYSTEM_MERGED) &&
+             strstr(chat_warning_text(CHAT_WARN_SYSTEM_MERGED), "system message merged"));
+    CK_CHECK(chat_warning_text(4) == NULL);
+    free(t1);
+    free(sp1);
+    free(t2);
+    free(t3);
+    free(t4);
+    free(t5);
+    free(t6);
+}
+
+/* `tools` reaches the template as the caller built it (key order kept,
+ * tojson as HF's), None without; a model without a template refuses it. */
+static void test_tools(void) {
+    vocab v;
+    if (open_vocab("qwen2", &v)) return;
+    static const char T[] =
+        "{% if tools is none %}none{% else %}{{ tools | tojson }}|{{ tools[0].function.name }}"
+        "{% endif %}";
+    jinja_value *tools = jinja_list(), *tool = jinja_dict(), *fn = jinja_dict();
+    int rc = tools && tool && fn ? 0 : CK_ENOMEM;
+    if (!rc) rc = jinja_dict_set(fn, "name", 4, jinja_str("get_weather", 11));
+    if (!rc) rc = jinja_dict_set(fn, "n", 1, jinja_int(2));
+    if (!rc) rc = jinja_dict_set(tool, "type", 4, jinja_str("function", 8));
+    if (!rc) rc = jinja_dict_set(tool, "function", 8, jinja_ref(fn));
+    if (!rc) rc = jinja_list_append(tools, jinja_ref(tool));
+    chat_message m[] = {{"user", "U"}};
+    char *t1 = NULL, *t2 = NULL, *t3 = NULL;
+    int w, s, r1 = rc, r2 = rc, r3 = rc;
+    if (!rc) r1 = render_with(v.t, T, m, 1, tools, &t1, NULL, NULL, &w, &s);
+    if (!rc) r2 = render_with(v.t, T, m, 1, NULL, &t2, NULL, NULL, &w, &s);
+    if (!rc) r3 = render_with(v.t, NULL, m, 1, tools, &t3, NULL, NULL, &w, &s);
+    /* the caller's value is left as it was: render it again */
+    char *t4 = NULL;
+    int r4 = rc ? rc : render_with(v.t, T, m, 1, tools, &t4, NULL, NULL, &w, &s);
+    jinja_release(fn);
+    jinja_release(tool);
+    jinja_release(tools);
+    close_vocab(&v);
+    const char *want =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"n\": 2}}]|get_weather";
+    CK_CHECK_MSG(r1 == 0 && t1 && strcmp(t1, want) == 0, "rc %d %s", r1, t1 ? t1 : "");
+    CK_CHECK(r2 == 0 && t2 && strcmp(t2, "none") == 0);
+    CK_CHECK(r3 == CK_EINVAL && t3 == NULL);
+    CK_CHECK(r4 == 0 && t4 && strcmp(t4, want) == 0);
+    free(t1);
+    free(t2);
+    free(t4);
+}
+
 int main(void) {
     CK_RUN(test_forged_turn_is_plain_text);
     CK_RUN(test_forged_role);
@@ -296,5 +413,7 @@ int main(void) {
     CK_RUN(test_bos_added_once);
     CK_RUN(test_no_template);
     CK_RUN(test_parse_special_text_and_limits);
+    CK_RUN(test_system_merged);
+    CK_RUN(test_tools);
     return ck_test_summary();
 }

@@ -5,7 +5,9 @@
  * must give the same completion), the context (512) and the limits given,
  * and chat.h's rule for a model without a template (the contents joined
  * with "\n"); a Jinja override that raises, that loops past the renderer's
- * limit, or that does not parse. */
+ * limit, or that does not parse; one without a system role, whose chat
+ * gets a leading system message merged and says so (eng_result.warnings);
+ * `tools` reaching the template, refused without messages or a template. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "ck_err.h"
 #include "ck_test.h"
 #include "engine.h"
+#include "jinja.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -22,6 +25,7 @@ typedef struct out {
     int32_t ids[600];
     char text[4096];
     int prompt_tokens;
+    int warnings; /* eng_result.warnings */
 } out;
 
 static void config(eng_config *c) {
@@ -67,6 +71,7 @@ static int run1(eng *e, const eng_request *r, int *reason, char *err, size_t err
                 memcpy(o->ids, res->tokens, (size_t)o->n * sizeof *o->ids);
                 snprintf(o->text, sizeof o->text, "%.*s", (int)res->text_len, res->text);
                 o->prompt_tokens = res->prompt_tokens;
+                o->warnings = res->warnings;
             } else if (ev[i].type == ENG_EV_ERROR) {
                 o->error = ev[i].error;
                 o->reason = ev[i].reason;
@@ -131,6 +136,14 @@ static void test_prompt_is_its_tokens(void) {
     r.prompt_len = strlen(r.prompt);
     CK_CHECK(run1(e, &r, &reason, err, sizeof err, &b) == 0);
     CK_CHECK(same(&a, &b));
+    /* tools need a template to show them: refused, not dropped */
+    jinja_value *tools = jinja_list();
+    r.tools = tools;
+    CK_CHECK(tools && run1(e, &r, &reason, err, sizeof err, &b) == CK_EINVAL &&
+             reason == ENG_REJECT_PROMPT_INVALID);
+    CK_CHECK_MSG(strstr(err, "tools need a chat template"), "%s", err);
+    jinja_release(tools);
+    r.tools = NULL;
     const eng_prompt_format *pf = eng_get_prompt_format(e);
     CK_CHECK(!strcmp(pf->template_source, "none") && !pf->template_error_kind &&
              !strcmp(pf->tok_model, "llama2c"));
@@ -266,10 +279,13 @@ static void test_chat_override(void) {
     CK_CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/t.jinja", dir);
     CK_CHECK(
-        write_file(path,
-                   "{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
-                   "{% if messages[0].role == 'loop' %}{% for i in range(100000000) %}xxxxxxxx{% endfor %}"
-                   "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}") == 0);
+        write_file(
+            path,
+            "{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+            "{% if messages[0].role == 'loop' %}{% for i in range(100000000) %}xxxxxxxx{% endfor %}"
+            "{% endif %}{% if messages[0].role == 'bad' %}{{ raise_exception('bad role') }}{% endif %}"
+            "{% if tools %}{{ tools[0] }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}") ==
+        0);
     eng_config c;
     config(&c);
     c.chat_template = path;
@@ -278,7 +294,7 @@ static void test_chat_override(void) {
     if (e) {
         const eng_prompt_format *pf = eng_get_prompt_format(e);
         CK_CHECK(!strcmp(pf->template_source, "override") && strlen(pf->template_hash) == 16);
-        eng_message m = {"system", "x"};
+        eng_message m = {"bad", "x"};
         eng_request r;
         out o;
         int reason;
@@ -288,7 +304,38 @@ static void test_chat_override(void) {
         r.n_messages = 1;
         CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == CK_EINVAL &&
                  reason == ENG_REJECT_CHAT_TEMPLATE_EXCEPTION);
-        CK_CHECK_MSG(!strncmp(err, "chat template: ", 15) && strstr(err, "no system role"), "%s", err);
+        CK_CHECK_MSG(!strncmp(err, "chat template: ", 15) && strstr(err, "bad role"), "%s", err);
+        /* the template raises on a system role: the system message joins the
+         * user's ("Once\nupon a time": the same ids as that prompt text) */
+        eng_message sys[2] = {{"system", "Once"}, {"user", "upon a time"}};
+        r.messages = sys;
+        r.n_messages = 2;
+        CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == 0 && o.done);
+        CK_CHECK_MSG(o.warnings == ENG_WARN_SYSTEM_MERGED, "warnings %d", o.warnings);
+        CK_CHECK(eng_warning_text(ENG_WARN_SYSTEM_MERGED) &&
+                 strstr(eng_warning_text(ENG_WARN_SYSTEM_MERGED), "system message merged"));
+        out o2;
+        eng_request p;
+        greedy(&p, 5);
+        p.client_form = 1;
+        p.prompt = "Once\nupon a time";
+        p.prompt_len = strlen(p.prompt);
+        CK_CHECK(run1(e, &p, &reason, err, sizeof err, &o2) == 0 && same(&o, &o2) && o2.warnings == 0);
+        /* tools: the template sees them (a different prompt), not with a prompt */
+        jinja_value *tools = jinja_list();
+        CK_CHECK(tools && jinja_list_append(tools, jinja_str("T ", 2)) == 0);
+        r.messages = sys + 1;
+        r.n_messages = 1;
+        r.tools = tools;
+        CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) == 0 && o.done && o.warnings == 0);
+        p.prompt = "T upon a time";
+        p.prompt_len = strlen(p.prompt);
+        CK_CHECK(run1(e, &p, &reason, err, sizeof err, &o2) == 0 && same(&o, &o2));
+        p.tools = tools;
+        CK_CHECK(run1(e, &p, &reason, err, sizeof err, &o2) == CK_EINVAL && reason == ENG_REJECT_INVALID);
+        jinja_release(tools);
+        r.tools = NULL;
+        r.messages = &m;
         m.role = "loop";
         CK_CHECK(run1(e, &r, &reason, err, sizeof err, &o) != 0 && reason == ENG_REJECT_CHAT_TEMPLATE_LIMIT);
         CK_CHECK_MSG(!strncmp(err, "chat template: ", 15), "%s", err);

@@ -4,6 +4,7 @@
 
 #include "ck_err.h"
 #include "ck_test.h"
+#include "jinja.h"
 #include "svc_config.h"
 #include "svc_job.h"
 #include "svc_result.h"
@@ -534,6 +535,130 @@ static void test_huge_tokens(void) {
     svc_job_free(&j);
 }
 
+/* What a template sees of a decoded job's tools: `tools|tojson`. */
+static char *tools_json(jinja_value *tools) {
+    static const char T[] = "{% if tools is none %}None{% else %}{{ tools | tojson }}{% endif %}";
+    jinja_template *t = NULL;
+    jinja_error err;
+    jinja_value *vars = jinja_dict();
+    char *out = NULL;
+    if (vars && !jinja_parse(T, strlen(T), NULL, &t, &err) &&
+        !jinja_dict_set(vars, "tools", 5, tools ? jinja_ref(tools) : jinja_none()))
+        jinja_render(t, vars, NULL, &out, NULL, &err);
+    jinja_release(vars);
+    jinja_template_free(t);
+    return out;
+}
+
+/* A job's `tools`: passed to the template as sent (key order, numbers,
+ * booleans, null), only with messages, within its limits. */
+static void test_tools(void) {
+    const char *s =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"description\":\"d\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"z\":{\"type\":\"integer\",\"enum\":[1,2]},\"a\":{\"default\":0.5,"
+        "\"x\":null,\"b\":true}},\"required\":[\"z\"]}}}]}";
+    svc_job j;
+    svc_job_error e;
+    int rc = decode(s, strlen(s), NULL, &j, &e);
+    CK_CHECK_MSG(rc == SVC_JOB_OK && j.tools, "rc %d %s", rc, e.message);
+    char *got = tools_json(j.tools);
+    const char *want =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"z\": {\"type\": \"integer\", "
+        "\"enum\": [1, 2]}, \"a\": {\"default\": 0.5, \"x\": null, \"b\": true}}, \"required\": "
+        "[\"z\"]}}}]";
+    CK_CHECK_MSG(got && !strcmp(got, want), "%s", got ? got : "(null)");
+    free(got);
+    svc_job_free(&j);
+    /* none, null and an empty list: None, None, [] (as transformers passes them) */
+    const char *n1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":null}";
+    CK_CHECK(decode(n1, strlen(n1), NULL, &j, &e) == SVC_JOB_OK && j.tools == NULL);
+    svc_job_free(&j);
+    const char *n2 = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[]}";
+    CK_CHECK(decode(n2, strlen(n2), NULL, &j, &e) == SVC_JOB_OK && j.tools);
+    got = tools_json(j.tools);
+    CK_CHECK(got && !strcmp(got, "[]"));
+    free(got);
+    svc_job_free(&j);
+    /* refusals */
+    expect_invalid("{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "invalid_field");
+    expect_invalid("{\"tokens\":[1],\"tools\":[{\"type\":\"function\"}]}", "invalid_field");
+    expect_invalid("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{\"type\":\"function\"}}",
+                   "invalid_field");
+    expect_invalid("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":\"f\"}", "invalid_field");
+    expect_invalid("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{},1]}",
+                   "invalid_field");
+    expect_invalid("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"n\":1e300}]}",
+                   "invalid_field");
+    /* the tools array is level 1, a tool 2: 30 arrays inside reach the limit, 31 pass it */
+    char deep[512];
+    for (int extra = 0; extra < 2; extra++) {
+        int k = snprintf(deep, sizeof deep,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"a\":");
+        for (int i = 0; i < SVC_JOB_TOOLS_DEPTH - 2 + extra; i++) deep[k++] = '[';
+        for (int i = 0; i < SVC_JOB_TOOLS_DEPTH - 2 + extra; i++) deep[k++] = ']';
+        snprintf(deep + k, sizeof deep - (size_t)k, "}]}");
+        if (extra) {
+            expect_invalid(deep, "tools_too_large");
+        } else {
+            CK_CHECK_MSG(decode(deep, strlen(deep), NULL, &j, &e) == SVC_JOB_OK, "%s", e.message);
+            svc_job_free(&j);
+        }
+    }
+    /* more tools than SVC_JOB_TOOLS_MAX, more values than SVC_JOB_TOOLS_VALUES */
+    size_t cap = 400000;
+    char *big = malloc(cap);
+    CK_CHECK(big != NULL);
+    if (!big) return;
+    svc_job_limits l = lim();
+    l.max_message_bytes = cap;
+    int k = snprintf(big, cap, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[");
+    for (int i = 0; i <= SVC_JOB_TOOLS_MAX; i++)
+        k += snprintf(big + k, cap - (size_t)k, "%s{}", i ? "," : "");
+    snprintf(big + k, cap - (size_t)k, "]}");
+    rc = svc_job_decode(big, strlen(big), NULL, "f", &l, &j, &e);
+    CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_TOOLS_TOO_LARGE, "rc %d %s", rc, e.message);
+    svc_job_free(&j);
+    k = snprintf(big, cap, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"a\":[");
+    for (int i = 0; i < SVC_JOB_TOOLS_VALUES; i++)
+        k += snprintf(big + k, cap - (size_t)k, "%s0", i ? "," : "");
+    snprintf(big + k, cap - (size_t)k, "]}]}");
+    rc = svc_job_decode(big, strlen(big), NULL, "f", &l, &j, &e);
+    CK_CHECK_MSG(rc == SVC_JOB_INVALID && e.code == SVC_JERR_TOOLS_TOO_LARGE, "rc %d %s", rc, e.message);
+    svc_job_free(&j);
+    free(big);
+    /* text over the byte limit (the CLI's and a msgpack job's bound) */
+    cJSON *t = cJSON_Parse("[{\"description\":\"0123456789\"}]");
+    jinja_value *jv = NULL;
+    CK_CHECK(t && svc_job_tools(t, 8, &jv, &e) == SVC_JOB_INVALID && e.code == SVC_JERR_TOOLS_TOO_LARGE &&
+             !jv);
+    CK_CHECK(t && svc_job_tools(t, 64, &jv, &e) == 0 && jv);
+    jinja_release(jv);
+    cJSON_Delete(t);
+}
+
+/* The result says what the engine changed (eng_result.warnings). */
+static void test_result_warnings(void) {
+    const char *s = "{\"id\":\"w\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    svc_job j;
+    svc_job_error e;
+    CK_CHECK(decode(s, strlen(s), NULL, &j, &e) == SVC_JOB_OK);
+    svc_work w;
+    memset(&w, 0, sizeof w);
+    w.status = SVC_WORK_OK;
+    cJSON *r0 = svc_result_build(&j, &w, 0, NULL, NULL, "model", "inst");
+    CK_CHECK(r0 && !cJSON_GetObjectItem(r0, "warnings"));
+    w.warnings = ENG_WARN_SYSTEM_MERGED;
+    cJSON *r1 = svc_result_build(&j, &w, 0, NULL, NULL, "model", "inst");
+    cJSON *wa = cJSON_GetObjectItem(r1, "warnings");
+    CK_CHECK(cJSON_IsArray(wa) && cJSON_GetArraySize(wa) == 1 && cJSON_IsString(wa->child) &&
+             strstr(wa->child->valuestring, "system message merged"));
+    cJSON_Delete(r0);
+    cJSON_Delete(r1);
+    svc_job_free(&j);
+}
+
 int main(void) {
     CK_RUN(test_json_ok);
     CK_RUN(test_messages_and_fallback_id);
@@ -549,5 +674,7 @@ int main(void) {
     CK_RUN(test_msgpack_empty_strings);
     CK_RUN(test_nonfinite);
     CK_RUN(test_huge_tokens);
+    CK_RUN(test_tools);
+    CK_RUN(test_result_warnings);
     return ck_test_summary();
 }

@@ -23,6 +23,7 @@ struct chat_template {
     int source;           /* CHAT_SRC_* */
     char hash[17];
     char *bos, *eos; /* the texts of BOS / EOS ("" when none) */
+    int system_role; /* chat_has_system_role: the probe's answer */
     /* special tokens by first byte: first[b] .. first[b + 1] in sp, each
      * range longest first (leftmost-longest matching) */
     chat_special *sp;
@@ -69,6 +70,44 @@ static void set_err(jinja_error *err, int code, const char *kind, const char *ms
     snprintf(err->msg, sizeof err->msg, "%s", msg);
 }
 
+/* The variables of one render: jinja_chat_vars's, and `tools` when given
+ * (a reference taken, dropped with *vars). */
+static int make_vars(const chat_template *c, const chat_message *msgs, size_t n, jinja_value *tools,
+                     int add_generation_prompt, jinja_value **vars) {
+    /* engine.h's eng_message, chat.h's chat_message and jinja.h's jinja_message are one shape */
+    int rc = jinja_chat_vars((const jinja_message *)msgs, n, c->bos, c->eos, add_generation_prompt, vars);
+    if (rc == 0 && tools && (rc = jinja_dict_set(*vars, "tools", 5, jinja_ref(tools)))) {
+        jinja_release(*vars);
+        *vars = NULL;
+    }
+    return rc;
+}
+
+/* Does the template render a system role? A probe render of a system and a
+ * user message (tools an empty list, so that templates which walk `tools`
+ * unguarded still render) answers: yes when the system content is in the
+ * text. A template that fails on the probe has none. Only running out of
+ * memory is an error. */
+static int probe_system_role(const chat_template *c, int *yes) {
+    static const char needle[] = "System message";
+    const chat_message probe[2] = {{"system", needle}, {"user", "User message"}};
+    jinja_value *tools = jinja_list(), *vars = NULL;
+    *yes = 0;
+    if (!tools) return CK_ENOMEM;
+    int rc = make_vars(c, probe, 2, tools, 1, &vars);
+    jinja_release(tools);
+    if (rc) return rc;
+    struct tm now = {.tm_year = 124, .tm_mon = 0, .tm_mday = 1, .tm_hour = 12}; /* fixed: no clock read */
+    char *text = NULL;
+    jinja_error je;
+    rc = jinja_render(c->jt, vars, &now, &text, NULL, &je);
+    jinja_release(vars);
+    if (rc == CK_ENOMEM) return rc;
+    *yes = rc == 0 && strstr(text, needle) != NULL;
+    free(text);
+    return 0;
+}
+
 int chat_new(const tokenizer *tok, const char *src, size_t len, int source, chat_template **out,
              jinja_error *err) {
     *out = NULL;
@@ -93,6 +132,9 @@ int chat_new(const tokenizer *tok, const char *src, size_t len, int source, chat
             h *= 1099511628211ull;
         }
         snprintf(c->hash, sizeof c->hash, "%016llx", (unsigned long long)h);
+        if (probe_system_role(c, &c->system_role)) goto nomem;
+    } else {
+        c->system_role = 1; /* the joined text has no roles to refuse */
     }
     /* the pieces TOK_ENC_PARSE_SPECIAL would cut out: CONTROL and UNKNOWN */
     int nv = tok_vocab_size(tok);
@@ -141,24 +183,76 @@ const char *chat_source_name(int s) {
 const char *chat_template_hash(const chat_template *c) { return c ? c->hash : ""; }
 const char *chat_bos_text(const chat_template *c) { return c ? c->bos : ""; }
 const char *chat_eos_text(const chat_template *c) { return c ? c->eos : ""; }
+int chat_has_system_role(const chat_template *c) { return c ? c->system_role : 1; }
 
-int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int add_generation_prompt,
-                const struct tm *now, char **text, size_t *len, jinja_span **spans, size_t *n_spans,
-                jinja_error *err) {
+const char *chat_warning_text(int bit) {
+    switch (bit) {
+    case CHAT_WARN_SYSTEM_MERGED:
+        return "system message merged into the next turn: the chat template has no system role";
+    case CHAT_WARN_SYSTEM_DROPPED:
+        return "system message dropped: the chat template has no system role and the chat has no other "
+               "message";
+    }
+    return NULL;
+}
+
+/* The merge of a leading system message into the next message (llama.cpp's
+ * rule for a template without a system role): *out (malloc'd, the caller
+ * frees it with *merged, the joined content) holds the chat to render. */
+static int merge_system(const chat_message *msgs, size_t n, chat_message **out, size_t *n_out, char **merged,
+                        int *warnings) {
+    *out = NULL;
+    *merged = NULL;
+    *n_out = n - 1;
+    if (n == 1) {
+        *warnings |= CHAT_WARN_SYSTEM_DROPPED;
+        return 0;
+    }
+    size_t a = strlen(msgs[0].content), b = strlen(msgs[1].content);
+    if (a > SIZE_MAX - 2 - b) return CK_ETOOLONG;
+    chat_message *m = malloc((n - 1) * sizeof *m);
+    char *s = malloc(a + b + 2);
+    if (!m || !s) {
+        free(m);
+        free(s);
+        return CK_ENOMEM;
+    }
+    memcpy(s, msgs[0].content, a);
+    s[a] = '\n';
+    memcpy(s + a + 1, msgs[1].content, b + 1);
+    m[0] = (chat_message){msgs[1].role, s};
+    if (n > 2) memcpy(m + 1, msgs + 2, (n - 2) * sizeof *m);
+    *out = m;
+    *merged = s;
+    *warnings |= CHAT_WARN_SYSTEM_MERGED;
+    return 0;
+}
+
+int chat_render(const chat_template *c, const chat_input *in, char **text, size_t *len, jinja_span **spans,
+                size_t *n_spans, int *warnings, jinja_error *err) {
+    int warn = 0;
     *text = NULL;
     if (len) *len = 0;
     if (spans) *spans = NULL;
     if (n_spans) *n_spans = 0;
-    if (!c || !msgs || n == 0) {
+    if (warnings) *warnings = 0;
+    if (!c || !in || !in->msgs || in->n == 0) {
         set_err(err, CK_EINVAL, "chat_template_error", "chat_render: no messages");
         return CK_EINVAL;
     }
+    const chat_message *msgs = in->msgs;
+    size_t n = in->n;
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content) {
             set_err(err, CK_EINVAL, "chat_template_error", "chat_render: a message without role or content");
             return CK_EINVAL;
         }
     if (!c->jt) { /* no template: the contents, one per line, all data */
+        if (in->tools) {
+            set_err(err, CK_EINVAL, "chat_template_error",
+                    "tools need a chat template; this model has none (its messages are joined as text)");
+            return CK_EINVAL;
+        }
         size_t total = 0;
         for (size_t i = 0; i < n; i++) {
             size_t k = strlen(msgs[i].content) + (i > 0);
@@ -196,15 +290,29 @@ int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int 
         }
         return 0;
     }
+    chat_message *merged_msgs = NULL;
+    char *merged = NULL;
+    int rc = 0;
+    if (!c->system_role && strcmp(msgs[0].role, "system") == 0) {
+        if ((rc = merge_system(msgs, n, &merged_msgs, &n, &merged, &warn))) {
+            set_err(err, rc, rc == CK_ENOMEM ? "out_of_memory" : "chat_template_limit",
+                    "chat_render: cannot merge the system message");
+            return rc;
+        }
+        msgs = merged_msgs;
+    }
     jinja_value *vars;
-    int rc = jinja_chat_vars((const jinja_message *)msgs, n, c->bos, c->eos, add_generation_prompt, &vars);
+    rc = make_vars(c, msgs, n, in->tools, in->add_generation_prompt, &vars);
+    free(merged_msgs); /* jinja_chat_vars copied the strings */
+    free(merged);
     if (rc) {
         set_err(err, rc, rc == CK_ENOMEM ? "out_of_memory" : "chat_template_error",
                 "chat_render: cannot build the variables");
         return rc;
     }
-    rc = jinja_render_spans(c->jt, vars, now, text, len, spans, n_spans, err);
+    rc = jinja_render_spans(c->jt, vars, in->now, text, len, spans, n_spans, err);
     jinja_release(vars);
+    if (rc == 0 && warnings) *warnings = warn;
     return rc;
 }
 

@@ -3,8 +3,11 @@
  *
  * The template (a GGUF's `tokenizer.chat_template`, or an override text) is
  * rendered by jinja.h as Hugging Face's apply_chat_template renders it, with
- * messages, add_generation_prompt, and bos_token / eos_token set to the
- * vocabulary's own BOS / EOS piece texts. The rendered text mixes the
+ * messages, tools (None when a request has none), documents (None),
+ * add_generation_prompt, and bos_token / eos_token set to the vocabulary's
+ * own BOS / EOS piece texts. A template without a system role gets a
+ * leading system message merged into the next one, as llama.cpp does
+ * (chat_render). The rendered text mixes the
  * template's literals (turn markers such as <|im_start|>) with the caller's
  * data (roles and contents); jinja_render_spans says which byte is which.
  *
@@ -76,13 +79,50 @@ const char *chat_template_hash(const chat_template *c);
 const char *chat_bos_text(const chat_template *c);
 const char *chat_eos_text(const chat_template *c);
 
-/* Render msgs[0..n) (n >= 1). now: what strftime_now formats (Llama 3's
- * date); NULL = the current local time. *text: malloc'd, NUL-terminated,
- * *len bytes; *spans / *n_spans (may both be NULL when not wanted): the data
- * byte ranges, as jinja_render_spans (malloc'd or NULL). Returns 0 / CK_E*. */
-int chat_render(const chat_template *c, const chat_message *msgs, size_t n, int add_generation_prompt,
-                const struct tm *now, char **text, size_t *len, jinja_span **spans, size_t *n_spans,
-                jinja_error *err);
+/* What one render takes. */
+typedef struct chat_input {
+    const chat_message *msgs; /* (n >= 1) borrowed for the call */
+    size_t n;
+    /* The template's `tools`: a list of tool dicts as the client sent them
+     * (apply_chat_template passes them as they are, key order kept), or
+     * NULL for none (the template sees None, as transformers passes it).
+     * Borrowed for the call and left as it was found; no other thread may
+     * use it meanwhile (jinja values are not thread-safe). A model without
+     * a template cannot show tools: CK_EINVAL (chat_template_error). */
+    jinja_value *tools;
+    int add_generation_prompt;
+    const struct tm *now; /* what strftime_now formats (Llama 3's date); NULL = the current local time */
+} chat_input;
+
+/* What a render changed in the chat (chat_render's *warnings, bits). */
+enum {
+    /* The template has no system role (chat_has_system_role): the leading
+     * system message's content, "\n" and the next message's content became
+     * that next message, and the system message was dropped. */
+    CHAT_WARN_SYSTEM_MERGED = 1,
+    /* The same, but the system message was the only one: dropped. */
+    CHAT_WARN_SYSTEM_DROPPED = 2,
+};
+/* One sentence for one CHAT_WARN_* bit (static); NULL for anything else. */
+const char *chat_warning_text(int bit);
+
+/* Whether the template renders a system role, decided once by chat_new
+ * with a probe render of a system and a user message (tools an empty list,
+ * as llama.cpp probes): it does when the rendering holds the system
+ * message's content; a template that fails on the probe, or that never
+ * prints that content, does not. 1 without a template. */
+int chat_has_system_role(const chat_template *c);
+
+/* Render in->msgs with the template. When the template has no system role
+ * and the first message's role is "system", the chat is rendered as
+ * llama.cpp renders it: the system content is prepended with "\n" to the
+ * next message's content (all data), or dropped when it is the only
+ * message; *warnings (may be NULL) gets the CHAT_WARN_* bits of what was
+ * changed, 0 when nothing. *text: malloc'd, NUL-terminated, *len bytes;
+ * *spans / *n_spans (may both be NULL when not wanted): the data byte
+ * ranges, as jinja_render_spans (malloc'd or NULL). Returns 0 / CK_E*. */
+int chat_render(const chat_template *c, const chat_input *in, char **text, size_t *len, jinja_span **spans,
+                size_t *n_spans, int *warnings, jinja_error *err);
 
 /* Token ids of a rendering under the anti-forgery rule above. Writes at most
  * max ids into out and sets *n_out. Returns 0; CK_ETOOLONG when more than

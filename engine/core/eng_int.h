@@ -89,6 +89,7 @@ struct req {
     uint64_t preemptions;
     double t_arrival, t_admit, t_first, t_finish; /* ms, engine clock */
     eng_result res;
+    int warnings; /* ENG_WARN_* bits of the client form (the chat's rendering), for res */
 };
 
 typedef struct pend {

@@ -263,6 +263,7 @@ void eng__finish(eng *e, req *r, int reason) {
     o->demotions = r->pst.demotions;
     o->spills = r->pst.spills;
     o->preemptions = r->preemptions;
+    o->warnings = r->warnings;
     kvpol_name(&r->pc, o->policy, sizeof o->policy);
     pend *p = push_pend(e, ENG_EV_FINISHED, r);
     p->off = r->emitted; /* what was held back */

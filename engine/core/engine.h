@@ -65,6 +65,7 @@
  * its jobs' text in the client form of eng_request). */
 typedef struct model model;
 typedef struct cold_store cold_store;
+typedef struct jinja_value jinja_value; /* jinja.h: the values a chat template sees */
 
 #define ENG_MAX_STOPS 8 /* stop strings of a request, at most (= gen.h's GEN_MAX_STOPS) */
 /* eng_result.finish: the run ended by length or a stop (the values of gen.h's
@@ -182,6 +183,14 @@ typedef struct eng_request {
     int client_form;
     const eng_message *messages; /* (n_messages) or NULL; borrowed for the call */
     int n_messages;
+    /* The chat template's `tools` (jinja.h values: a list of the client's
+     * tool dicts, as apply_chat_template passes them), or NULL: the
+     * template sees None. Only with messages (else ENG_REJECT_INVALID); a
+     * model without a template cannot show them (ENG_REJECT_PROMPT_INVALID).
+     * Borrowed for the call: eng_submit renders the chat before it returns
+     * and keeps no reference. No other thread may use the value meanwhile
+     * (jinja values are not thread-safe). */
+    jinja_value *tools;
     int parse_special;
     int max_prompt_tokens;
     int default_max_tokens;
@@ -238,7 +247,15 @@ typedef struct eng_result {
     size_t hot_peak_bytes;
     uint64_t recalls, demotions, spills, preemptions;
     char policy[64]; /* the policy it ran under, canonical (kvpol_name) */
+    int warnings;    /* ENG_WARN_* bits: what the client form changed in the request */
 } eng_result;
+
+/* eng_result.warnings (chat.h's CHAT_WARN_*): the chat template has no system
+ * role, so the leading system message was merged into the next message
+ * (content, "\n", content), or dropped when it was the only one. */
+enum { ENG_WARN_SYSTEM_MERGED = 1, ENG_WARN_SYSTEM_DROPPED = 2 };
+/* One sentence for one ENG_WARN_* bit (static), NULL for anything else. */
+const char *eng_warning_text(int bit);
 
 typedef struct eng_event {
     int type; /* ENG_EV_* */

@@ -348,8 +348,9 @@ static int chat_reject(const jinja_error *je, int *reason, char *err, size_t err
 }
 
 /* `messages`: rendered with the chat template and tokenized under chat.h's
- * anti-forgery rule into e->client_ids (limit ids at most). */
-static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *reason, char *err,
+ * anti-forgery rule into e->client_ids (limit ids at most); *warnings gets
+ * what the rendering changed (CHAT_WARN_*, which are ENG_WARN_*). */
+static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *warnings, int *reason, char *err,
                        size_t errlen) {
     if (!e->chat) return chat_reject(&e->chat_err, reason, err, errlen);
     if (q->n_messages < 0) {
@@ -362,6 +363,11 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
             return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
         }
     }
+    if (q->tools && chat_source(e->chat) == CHAT_SRC_NONE) {
+        snprintf(err, errlen,
+                 "tools need a chat template; this model has none (its messages are joined as text)");
+        return reject(reason, ENG_REJECT_PROMPT_INVALID, CK_EINVAL);
+    }
     /* engine.h's eng_message is chat.h's chat_message, field for field */
     chat_message *msgs = malloc((size_t)(q->n_messages ? q->n_messages : 1) * sizeof *msgs);
     if (!msgs) return reject(reason, ENG_REJECT_ENGINE, CK_ENOMEM);
@@ -371,7 +377,8 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
     size_t len = 0, ns = 0;
     jinja_span *sp = NULL;
     jinja_error je;
-    int rc = chat_render(e->chat, msgs, (size_t)q->n_messages, 1, NULL, &text, &len, &sp, &ns, &je);
+    chat_input in = {msgs, (size_t)q->n_messages, q->tools, 1, NULL};
+    int rc = chat_render(e->chat, &in, &text, &len, &sp, &ns, warnings, &je);
     free(msgs);
     if (rc) return chat_reject(&je, reason, err, errlen);
     /* a token stands for tok_max_piece_len bytes at most: see client_ids */
@@ -400,13 +407,13 @@ static int client_chat(eng *e, const eng_request *q, int limit, int *n, int *rea
  * order, each with its own sentence: the prompt's bytes, its tokens, the
  * context. */
 static int client_ids(eng *e, const eng_request *q, const int32_t **ids, int *n_out, int *max_tokens,
-                      int *reason, char *err, size_t errlen) {
+                      int *warnings, int *reason, char *err, size_t errlen) {
     int limit =
         q->max_prompt_tokens > 0 && q->max_prompt_tokens < e->max_ctx ? q->max_prompt_tokens : e->max_ctx;
     int n = 0, rc;
     *ids = e->client_ids;
     if (q->messages && !q->save_template) {
-        if ((rc = client_chat(e, q, limit, &n, reason, err, errlen))) return rc;
+        if ((rc = client_chat(e, q, limit, &n, warnings, reason, err, errlen))) return rc;
     } else if (q->prompt) {
         const tokenizer *tok = e->m->tok;
         /* A token stands for tok_max_piece_len bytes at most, so a longer
@@ -533,14 +540,20 @@ int rq_build(eng *e, const eng_request *q, req **out, int *reason, char *err, si
     kvpol_config pc;
     *out = NULL;
     eng_request cq;
+    int warnings = 0;
+    if (q->tools && (!q->client_form || !q->messages || q->save_template)) {
+        snprintf(err, errlen, "tools go with messages (in the client form)");
+        return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
+    }
     if (q->client_form) { /* its ids, then on as a request of tokens */
         const int32_t *ids;
         int nc, mt;
-        if ((rc = client_ids(e, q, &ids, &nc, &mt, reason, err, errlen))) return rc;
+        if ((rc = client_ids(e, q, &ids, &nc, &mt, &warnings, reason, err, errlen))) return rc;
         cq = *q;
         cq.client_form = 0;
         cq.messages = NULL;
         cq.n_messages = 0;
+        cq.tools = NULL;
         cq.max_tokens = mt;
         if (q->save_template) { /* the template is the text itself */
             cq.tokens = NULL;
@@ -558,6 +571,7 @@ int rq_build(eng *e, const eng_request *q, req **out, int *reason, char *err, si
     if (!r) return reject(reason, ENG_REJECT_ENGINE, CK_ENOMEM);
     r->se.index = -1;
     r->pc = pc;
+    r->warnings = warnings;
     *out = r; /* on failure too: the caller frees it */
     return fill(e, r, q, n, limit, reason, err, errlen);
 }
@@ -606,8 +620,13 @@ const char *eng_reject_name(int reason) {
 
 /* engine.h restates these so that it needs no internal header. */
 _Static_assert(ENG_MAX_STOPS == GEN_MAX_STOPS, "engine.h's ENG_MAX_STOPS is gen.h's GEN_MAX_STOPS");
+_Static_assert((int)ENG_WARN_SYSTEM_MERGED == (int)CHAT_WARN_SYSTEM_MERGED &&
+                   (int)ENG_WARN_SYSTEM_DROPPED == (int)CHAT_WARN_SYSTEM_DROPPED,
+               "engine.h's warnings are chat.h's");
 _Static_assert((int)ENG_FINISH_LENGTH == (int)GEN_FINISH_LENGTH &&
                    (int)ENG_FINISH_STOP == (int)GEN_FINISH_STOP,
                "engine.h's finish reasons are gen.h's");
 
 int eng_template_name_ok(const char *name) { return tpl_name_ok(name); }
+
+const char *eng_warning_text(int bit) { return chat_warning_text(bit); }

@@ -48,6 +48,8 @@ jinja_value *jinja__jv_ref(jinja_value *v) {
     return v;
 }
 
+jinja_value *jinja_ref(jinja_value *v) { return jinja__jv_ref(v); }
+
 static void jv_free_contents(jinja_value *v) {
     size_t i;
     switch (v->type) {

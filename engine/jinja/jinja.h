@@ -86,6 +86,9 @@ int jinja_dict_set(jinja_value *dict, const char *key, size_t key_len, jinja_val
 /* jinja_dict's keys are data too (a template that prints the keys of a
  * caller's dict prints data); keys of dicts the template builds from its
  * own literals are the template's. */
+/* Take one more reference to v (returned; NULL is fine), e.g. to put a
+ * value the caller keeps into a dict with jinja_dict_set. */
+jinja_value *jinja_ref(jinja_value *v);
 /* Drop one reference; frees the value when it was the last. NULL is fine. */
 void jinja_release(jinja_value *v);
 

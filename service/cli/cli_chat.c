@@ -9,6 +9,7 @@
 #include "ck_err.h"
 #include "gguf.h"
 #include "model.h"
+#include "svc_job.h" /* svc_job_tools: a job's rules for tools */
 #include "tokenizer.h"
 
 /* The whole file, NUL-terminated, at most `max` bytes; NULL on failure. */
@@ -109,6 +110,12 @@ int cli_chat_load(const cli_args *a, const char *messages_path, const char *temp
             goto fail;
         }
         if (g) c->add_generation_prompt = cJSON_IsTrue(g);
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        svc_job_error je;
+        if (tools && !cJSON_IsNull(tools) && svc_job_tools(tools, len, &c->tools, &je)) { /* a job's rules */
+            cli_error(a, "%s: %s", messages_path, je.message);
+            goto fail;
+        }
     }
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
     if (n <= 0) {
@@ -155,6 +162,7 @@ void cli_chat_free(cli_chat *c) {
         free((char *)c->msgs[i].content);
     }
     free(c->msgs);
+    jinja_release(c->tools);
     free(c->tmpl);
     memset(c, 0, sizeof *c);
 }
@@ -186,6 +194,12 @@ static int render_err(const cli_args *a, const jinja_error *err) {
     return 1;
 }
 
+static int render(const chat_template *ct, const cli_chat *c, char **text, size_t *len, jinja_span **sp,
+                  size_t *ns, int *warnings, jinja_error *je) {
+    chat_input in = {c->msgs, (size_t)c->n, c->tools, c->add_generation_prompt, &c->now};
+    return chat_render(ct, &in, text, len, sp, ns, warnings, je);
+}
+
 int cli_chat_render_only(const cli_args *a, const char *model_path, const char *tok_path, const cli_chat *c) {
     cli_vocab v;
     chat_template *ct = NULL;
@@ -196,11 +210,13 @@ int cli_chat_render_only(const cli_args *a, const char *model_path, const char *
     exit_code = 1;
     if (open_template(a, v.tok, v.gf, v.m, c, &ct)) goto out;
     jinja_error je;
-    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, NULL, NULL,
-                    &je)) {
+    int warnings = 0;
+    if (render(ct, c, &text, &len, NULL, NULL, &warnings, &je)) {
         render_err(a, &je);
         goto out;
     }
+    for (int bit = 1; bit > 0 && bit <= warnings; bit <<= 1)
+        if (warnings & bit) fprintf(stderr, "confkv %s: warning: %s\n", a->cmd, chat_warning_text(bit));
     exit_code = fwrite(text, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : 1;
 out:
     free(text);
@@ -209,7 +225,8 @@ out:
     return exit_code;
 }
 
-int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *ids, int max, int *n) {
+int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *ids, int max, int *n,
+                 int *warnings) {
     chat_template *ct = NULL;
     char *text = NULL;
     size_t len = 0, ns = 0;
@@ -217,8 +234,7 @@ int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *
     int bad = 1;
     if (open_template(a, m->tok, NULL, m, c, &ct)) return 1;
     jinja_error je;
-    if (chat_render(ct, c->msgs, (size_t)c->n, c->add_generation_prompt, &c->now, &text, &len, &sp, &ns,
-                    &je)) {
+    if (render(ct, c, &text, &len, &sp, &ns, warnings, &je)) {
         render_err(a, &je);
         goto out;
     }

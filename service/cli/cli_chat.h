@@ -9,11 +9,14 @@
 #include "cli.h"
 
 /* Messages read from a JSON file: an array of {"role", "content"}, or an
- * object {"messages": [...], "add_generation_prompt": bool (default true)}.
- * content is a string or OpenAI's [{"type": "text", "text": ...}] parts. */
+ * object {"messages": [...], "add_generation_prompt": bool (default true),
+ * "tools": [...] (a job's `tools`: an array of tool objects, passed to the
+ * template as they are; absent or null: None)}. content is a string or
+ * OpenAI's [{"type": "text", "text": ...}] parts. */
 typedef struct cli_chat {
     chat_message *msgs; /* (n), strings owned here */
     int n;
+    jinja_value *tools; /* owned (svc_jv.h), or NULL */
     int add_generation_prompt;
     char *tmpl; /* --chat-template text, or NULL */
     size_t tmpl_len;
@@ -27,12 +30,15 @@ int cli_chat_load(const cli_args *a, const char *messages_path, const char *temp
 void cli_chat_free(cli_chat *c);
 
 /* --render-only: print the rendering of c with the template of model_path
- * (the override when given), loading only its vocabulary. Exit code. */
+ * (the override when given), loading only its vocabulary; what the render
+ * changed (chat.h's warnings) goes to stderr. Exit code. */
 int cli_chat_render_only(const cli_args *a, const char *model_path, const char *tok_path, const cli_chat *c);
 
 /* The prompt ids of c for a loaded model m: rendered and tokenized under
- * chat.h's anti-forgery rule. 0, or 1 with a message printed. */
-int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *ids, int max, int *n);
+ * chat.h's anti-forgery rule; *warnings: chat_render's CHAT_WARN_* bits.
+ * 0, or 1 with a message printed. */
+int cli_chat_ids(const cli_args *a, const model *m, const cli_chat *c, int32_t *ids, int max, int *n,
+                 int *warnings);
 
 /* What a GGUF file's prompt format is (vocabulary only: vocab-only files
  * work), with template_path overriding its template: `confkv version

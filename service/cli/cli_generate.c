@@ -71,7 +71,7 @@ static int host_little_endian(void) {
 
 static void print_json(const cli_engine *e, const char *prompt, const int32_t *prompt_ids, int n_prompt,
                        const gen_result *r, int trace, const char *policy, const kvpol_stats *ks,
-                       const tier_stats *ts, size_t token_bytes) {
+                       const tier_stats *ts, size_t token_bytes, int warnings) {
     jw w;
     jw_init(&w, stdout);
     jw_obj(&w);
@@ -91,6 +91,13 @@ static void print_json(const cli_engine *e, const char *prompt, const int32_t *p
     jw_arr_end(&w);
     jw_key(&w, "finish_reason");
     jw_str(&w, gen_finish_name(r->finish));
+    if (warnings) { /* what the chat's rendering changed, as the service's result says it */
+        jw_key(&w, "warnings");
+        jw_arr(&w);
+        for (int bit = 1; bit > 0 && bit <= warnings; bit <<= 1)
+            if (warnings & bit) jw_str(&w, chat_warning_text(bit));
+        jw_arr_end(&w);
+    }
     jw_key(&w, "usage");
     jw_obj(&w);
     jw_key(&w, "prompt_tokens");
@@ -248,11 +255,14 @@ int cli_generate(int argc, char **argv) {
     kvpol *pol = NULL;
     gen_result r = {0};
     logit_dump dump = {NULL, dump_steps, 0};
-    int n = 0, exit_code = 1;
+    int n = 0, exit_code = 1, warnings = 0;
     if (!ids) goto out;
     if (messages) {
-        if (cli_chat_ids(&a, e.m, &chat, ids, max, &n)) goto out;
+        if (cli_chat_ids(&a, e.m, &chat, ids, max, &n, &warnings)) goto out;
         rc = 0;
+        if (!json)
+            for (int bit = 1; bit > 0 && bit <= warnings; bit <<= 1)
+                if (warnings & bit) fprintf(stderr, "confkv generate: warning: %s\n", chat_warning_text(bit));
     } else {
         rc = tok_encode(e.m->tok, prompt, strlen(prompt), 1, ids, max, &n);
     }
@@ -312,7 +322,7 @@ int cli_generate(int argc, char **argv) {
         if (policy) kvpol_name(&pc, pname, sizeof pname);
         size_t token_bytes = e.b->kv_block_floats * sizeof(float) / (size_t)e.b->opt.block_size;
         print_json(&e, prompt, ids, n, &r, trace, policy ? pname : NULL, pol ? kvpol_get_stats(pol) : NULL,
-                   warm ? tier_get_stats(warm) : NULL, token_bytes);
+                   warm ? tier_get_stats(warm) : NULL, token_bytes, warnings);
     } else {
         fputs(prompt, stdout);
         fwrite(r.text, 1, r.text_len, stdout);

@@ -4,7 +4,8 @@
  * Input: byte 0 picks the content type, the rest is the Kafka message.
  * Checked: svc_job_decode returns one of its three outcomes; a decoded job
  * keeps its limits (id and strings within their maxima, ids below the
- * vocabulary, a NUL-terminated prompt of prompt_len bytes). And the tree
+ * vocabulary, a NUL-terminated prompt of prompt_len bytes, tools only with
+ * messages). And the tree
  * svc_decode_tree builds survives msgpack and JSON round trips unchanged
  * (svc_msgpack_encode, cJSON's printer): the two decoders agree. */
 #include <cjson/cJSON.h>
@@ -90,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == SVC_JOB_OK) {
         FUZZ_CHECK(job.encoding == SVC_ENC_JSON || job.encoding == SVC_ENC_MSGPACK);
         FUZZ_CHECK(job.prompt || job.n_tokens > 0);
+        FUZZ_CHECK(!job.tools || job.msgs); /* tools only with messages */
         if (job.prompt) FUZZ_CHECK(strlen(job.prompt) == job.prompt_len);
         for (int i = 0; i < job.n_tokens; i++)
             FUZZ_CHECK(job.tokens[i] >= 0 && job.tokens[i] < lim.vocab_size);

@@ -15,8 +15,9 @@
  * exits 0 (the oracle prints the same), so a refusal is compared too. Any
  * other failure: a message on stderr, exit 1.
  *
- * JSON numbers: cJSON keeps no text, so an integral number becomes an int
- * (Python's json gives a float for "5.0"; the cases avoid such numbers). */
+ * JSON becomes jinja values as the service turns a job's tools into them
+ * (service/svc_jv.h): an integral number is an int (Python's json gives a
+ * float for "5.0"; the cases avoid such numbers). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 #include "ck_err.h"
 #include "jinja.h"
+#include "svc_jv.h" /* the service's JSON to jinja values: one conversion for both */
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -50,36 +52,6 @@ static char *slurp(const char *path, size_t *n) {
     return buf;
 }
 
-static jinja_value *from_json(const cJSON *j) {
-    if (cJSON_IsNull(j)) return jinja_none();
-    if (cJSON_IsBool(j)) return jinja_bool(cJSON_IsTrue(j));
-    if (cJSON_IsString(j)) return jinja_str(j->valuestring, strlen(j->valuestring));
-    if (cJSON_IsNumber(j)) {
-        double d = j->valuedouble;
-        if (d == (double)(long long)d && d > -9e15 && d < 9e15) return jinja_int((long long)d);
-        return jinja_float(d);
-    }
-    if (cJSON_IsArray(j)) {
-        jinja_value *l = jinja_list();
-        for (const cJSON *c = j->child; l && c; c = c->next)
-            if (jinja_list_append(l, from_json(c))) {
-                jinja_release(l);
-                return NULL;
-            }
-        return l;
-    }
-    if (cJSON_IsObject(j)) {
-        jinja_value *d = jinja_dict();
-        for (const cJSON *c = j->child; d && c; c = c->next)
-            if (jinja_dict_set(d, c->string, strlen(c->string), from_json(c))) {
-                jinja_release(d);
-                return NULL;
-            }
-        return d;
-    }
-    return NULL;
-}
-
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s TEMPLATE VARS.json [YYYY-MM-DD]\n", argv[0]);
@@ -96,7 +68,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "jinja_render: %s is not a JSON object\n", argv[2]);
         return 1;
     }
-    jinja_value *vars = from_json(j);
+    jinja_value *vars = NULL;
+    char jerr[200];
+    if (svc_jv_from_json(j, 1000, &vars, jerr, sizeof jerr)) {
+        fprintf(stderr, "jinja_render: %s: %s\n", argv[2], *jerr ? jerr : "out of memory");
+        return 1;
+    }
     /* apply_chat_template always passes these two */
     int has_tools = cJSON_GetObjectItemCaseSensitive(j, "tools") != NULL;
     int has_docs = cJSON_GetObjectItemCaseSensitive(j, "documents") != NULL;

@@ -7,8 +7,12 @@
 # bos_token/eos_token, which vocab_specials.py reads from that vocabulary
 # with a GGUF reader of its own. The bytes must be equal.
 #   render_only.sh CONFKV TESTS_JINJA_DIR
-# Cases keep only what `--messages` carries: role, content and
-# add_generation_prompt (tools are not a --messages field).
+# Cases keep what `--messages` carries (a job's fields): role, content,
+# add_generation_prompt and tools. A template without a system role (a probe
+# render with jinja2 decides, as llama.cpp's rule says) gets the chat merged
+# as llama.cpp merges it before the oracle renders it, and the CLI must say
+# so on stderr. Where jinja2 itself fails (Hermes' tool_use templates
+# without tools), the CLI must fail with chat_template_error.
 # Exit 77 (skip) without the llama.cpp checkout or python3's jinja2.
 set -u
 confkv=$1
@@ -30,6 +34,8 @@ pairs=(
   meta-llama-Llama-3.3-70B-Instruct:llama-bpe Qwen-Qwen2.5-7B-Instruct:qwen2 Qwen-Qwen3-0.6B:qwen2
   HuggingFaceTB-SmolLM3-3B:gpt-2 mistralai-Mistral-Nemo-Instruct-2407:llama-spm
   microsoft-Phi-3.5-mini-instruct:phi-3 google-gemma-2-2b-it:llama-spm
+  NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use:llama-bpe NousResearch-Hermes-3-Llama-3.1-8B-tool_use:llama-bpe
+  Qwen-QwQ-32B:qwen2 Qwen3-Coder:qwen2 ibm-granite-granite-3.3-2B-Instruct:gpt-2
 )
 date=2024-07-26
 tmp=$(mktemp -d)
@@ -44,16 +50,54 @@ for p in "${pairs[@]}"; do
   fi
   for c in "$here"/cases/*.json; do
     name="$t ($v) $(basename "$c" .json)"
-    python3 - "$c" "$tmp/specials.json" "$tmp/msgs.json" "$tmp/vars.json" <<'PY'
+    python3 - "$c" "$tmp/specials.json" "$tmp/msgs.json" "$tmp/vars.json" "$f" "$here" "$tmp/merged" <<'PY' ||
 import json, sys
 case, specials = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+sys.path.insert(0, sys.argv[6])
+import oracle
 msgs = [{"role": m["role"], "content": m["content"]} for m in case["messages"]]
 agp = case.get("add_generation_prompt", True)
-json.dump({"messages": msgs, "add_generation_prompt": agp}, open(sys.argv[3], "w"))
-json.dump({"messages": msgs, "add_generation_prompt": agp, **specials}, open(sys.argv[4], "w"))
+cli = {"messages": msgs, "add_generation_prompt": agp}
+if "tools" in case:
+    cli["tools"] = case["tools"]
+json.dump(cli, open(sys.argv[3], "w"))
+# llama.cpp's rule for a template without a system role, decided here with
+# jinja2: a probe render of a system and a user message (tools an empty
+# list) that fails or lacks the system content means none; then a leading
+# system message's content and "\n" go before the next message's, and the
+# system message is dropped
+env = oracle.make_env(oracle.parse_date("2024-01-01"))
+source = open(sys.argv[5], encoding="utf-8").read()
+probe = [{"role": "system", "content": "System message"}, {"role": "user", "content": "User message"}]
+try:
+    out = oracle.render(env, source, {"messages": probe, "tools": [], "add_generation_prompt": True, **specials})
+    system_role = not out.startswith("ERROR chat_template_exception: ") and "System message" in out
+except Exception:
+    system_role = False
+merged = ""
+if not system_role and msgs and msgs[0]["role"] == "system":
+    if len(msgs) > 1:
+        msgs = [{"role": msgs[1]["role"], "content": msgs[0]["content"] + "\n" + msgs[1]["content"]}] + msgs[2:]
+        merged = "system message merged into the next turn"
+    else:
+        msgs, merged = [], "system message dropped"
+open(sys.argv[7], "w").write(merged)
+json.dump({**cli, "messages": msgs, **specials}, open(sys.argv[4], "w"))
 PY
-    python3 "$here/oracle.py" "$f" "$tmp/vars.json" "$date" >"$tmp/want" 2>"$tmp/want.err" ||
-      { echo "FAIL $name: the oracle failed: $(head -c 300 "$tmp/want.err")"; fail=$((fail + 1)); continue; }
+      { echo "FAIL $name: cannot prepare the case"; fail=$((fail + 1)); continue; }
+    if ! python3 "$here/oracle.py" "$f" "$tmp/vars.json" "$date" >"$tmp/want" 2>"$tmp/want.err"; then
+      # jinja2 itself fails (Hermes' tool_use templates without tools walk
+      # None): the CLI must fail too, with the template's error
+      if "$confkv" generate --model "$vocab" --messages "$tmp/msgs.json" --chat-template "$f" --date "$date" \
+          --render-only >"$tmp/got" 2>"$tmp/got.err"; then
+        echo "FAIL $name: the oracle failed, the CLI rendered: $(tail -c 200 "$tmp/want.err")"; fail=$((fail + 1))
+      elif grep -q 'chat_template_error' "$tmp/got.err"; then
+        pass=$((pass + 1)); echo "ok   $name (fails in both: $(tail -n 1 "$tmp/want.err" | head -c 80))"
+      else
+        echo "FAIL $name: the oracle failed, the CLI's error differs: $(head -c 300 "$tmp/got.err")"; fail=$((fail + 1))
+      fi
+      continue
+    fi
     if grep -q '^ERROR chat_template_exception: ' "$tmp/want"; then
       # the template refuses these messages: the CLI must refuse them too, with that kind
       if "$confkv" generate --model "$vocab" --messages "$tmp/msgs.json" --chat-template "$f" --date "$date" \
@@ -70,8 +114,12 @@ PY
         --render-only >"$tmp/got" 2>"$tmp/got.err"; then
       echo "FAIL $name: $(head -c 300 "$tmp/got.err")"; fail=$((fail + 1)); continue
     fi
-    if cmp -s "$tmp/want" "$tmp/got"; then
-      pass=$((pass + 1)); echo "ok   $name ($(wc -c <"$tmp/got") bytes)"
+    if [ -s "$tmp/merged" ] && ! grep -q "warning: $(cat "$tmp/merged")" "$tmp/got.err"; then
+      fail=$((fail + 1)); echo "FAIL $name: no warning '$(cat "$tmp/merged")' on stderr: $(head -c 300 "$tmp/got.err")"
+    elif [ ! -s "$tmp/merged" ] && [ -s "$tmp/got.err" ]; then
+      fail=$((fail + 1)); echo "FAIL $name: unexpected stderr: $(head -c 300 "$tmp/got.err")"
+    elif cmp -s "$tmp/want" "$tmp/got"; then
+      pass=$((pass + 1)); echo "ok   $name ($(wc -c <"$tmp/got") bytes$([ -s "$tmp/merged" ] && echo ', system merged'))"
     else
       fail=$((fail + 1)); echo "FAIL $name: renderings differ"
       diff <(od -c "$tmp/want") <(od -c "$tmp/got") | head -20

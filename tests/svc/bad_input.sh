@@ -7,7 +7,9 @@
 # separators and no text, which the joined prompt's buffer must grow for),
 # an empty msgpack key, non-finite numbers
 # (1e999, -1e999, msgpack inf/nan): each gets one error result with a stable
-# code, confkvd goes on serving; `confkv batch --local` likewise.
+# code, confkvd goes on serving; `confkv batch --local` likewise. Jobs
+# with bad `tools` (with a prompt, not objects, too deep, for a model without
+# a chat template) get their codes.
 # Usage: bad_input.sh CONFKV CONFKVD MODELS
 CONFKV=$1 CONFKVD=$2 MODELS=$3
 source "$(dirname "$0")/lib.sh"
@@ -62,10 +64,14 @@ cat > "$TMP/bad.jsonl" <<'J'
 [1, 2, 3]
 {"id": "inf_meta", "prompt": "x", "metadata": {"a": [1, 1e999]}}
 {"id": "neg_inf", "prompt": "x", "top_p": -1e999}
+{"id": "tools_prompt", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}
+{"id": "tools_notobj", "messages": [{"role": "user", "content": "x"}], "tools": [1]}
+{"id": "tools_deep", "messages": [{"role": "user", "content": "x"}], "tools": [{"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}]}
+{"id": "tools_notmpl", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}
 {"id": "good", "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0}
 J
 kcat -P "${B[@]}" < "$TMP/bad.jsonl" || fail "kcat bad lines"
-wait_count confkv.results 19 60 || fail "results missing"
+wait_count confkv.results 23 60 || fail "results missing"
 wait_count confkv.dlq 5 30 || fail "dead letters missing"
 consume confkv.results "$TMP/results.bin"
 consume confkv.dlq "$TMP/dlq.bin"
@@ -83,7 +89,11 @@ want = {"wrongtype": "invalid_field", "wrongtype2": "invalid_field", "noprompt":
         "ctx": "context_exceeded", "model": "unknown_model", "tokens": "out_of_range",
         "policy": "invalid_policy", "bigprompt": "prompt_too_long",
         "emptycontent": "prompt_too_long", "emptykey": "missing_prompt", "inf_mp": "invalid_field",
-        "nan_mp": "invalid_field", "inf_meta": "invalid_field", "neg_inf": "invalid_field"}
+        "nan_mp": "invalid_field", "inf_meta": "invalid_field", "neg_inf": "invalid_field",
+        # tools: only with messages, an array of objects, within its limits, and a
+        # model with a chat template to show them (stories has none: the engine says so)
+        "tools_prompt": "invalid_field", "tools_notobj": "invalid_field", "tools_deep": "tools_too_large",
+        "tools_notmpl": "invalid_field"}
 for i, code in want.items():
     assert i in res, "no result for " + i
     r = res[i]
@@ -94,6 +104,7 @@ assert res["good"]["status"] == "ok", res["good"]
 anon = [r for i, r in res.items() if i not in want and i != "good"]
 assert len(anon) == 1 and anon[0]["error"]["code"] == "missing_prompt", anon
 assert res["emptycontent"]["error"]["message"].startswith("the prompt is 29999 bytes"), res["emptycontent"]["error"]
+assert "chat template" in res["tools_notmpl"]["error"]["message"], res["tools_notmpl"]["error"]
 assert "metadata" not in res["inf_meta"] or res["inf_meta"]["metadata"] is None, res["inf_meta"]
 dl = [json.loads(p) for k, p in read_records(tmp + "/dlq.bin")]
 # random bytes, the 900 KB blob, deep nesting, truncated msgpack, a top-level array
