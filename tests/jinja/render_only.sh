@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `confkv generate --messages F --render-only` against the Jinja oracle:
-# for the real templates of llama.cpp's models/templates/ and every case in
+# for every template of llama.cpp's models/templates/ and every case in
 # cases/, the CLI renders with a vocab-only GGUF (llama.cpp's
 # models/ggml-vocab-*.gguf: no tensors, so no weights can be loaded) and
 # --chat-template; oracle.py renders the same messages with the same
@@ -12,7 +12,8 @@
 # render with jinja2 decides, as llama.cpp's rule says) gets the chat merged
 # as llama.cpp merges it before the oracle renders it, and the CLI must say
 # so on stderr. Where jinja2 itself fails (Hermes' tool_use templates
-# without tools), the CLI must fail with chat_template_error.
+# without tools, firefunction without its functions variable, ...), the CLI
+# must fail with chat_template_error.
 # Exit 77 (skip) without the llama.cpp checkout or python3's jinja2.
 set -u
 confkv=$1
@@ -37,6 +38,21 @@ pairs=(
   NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use:llama-bpe NousResearch-Hermes-3-Llama-3.1-8B-tool_use:llama-bpe
   Qwen-QwQ-32B:qwen2 Qwen3-Coder:qwen2 ibm-granite-granite-3.3-2B-Instruct:gpt-2
 )
+# Every other template in the bundle, with the vocabulary of its family
+# where the bundle has one and Llama 3's otherwise: both sides see that
+# vocabulary's bos_token and eos_token, so the comparison is exact either way.
+for f in "$tdir"/*.jinja; do
+  t=$(basename "$f" .jinja)
+  case " ${pairs[*]} " in *" $t:"*) continue ;; esac
+  case $t in
+    *gemma-4* | *gemma4* | *Gemma-4*) v=gemma-4 ;;
+    *Qwen3.5* | *qwen3.5* | *Qwen3_5* | *qwen35*) v=qwen35 ;;
+    *Qwen* | *qwen*) v=qwen2 ;;
+    *Phi-3* | *phi-3*) v=phi-3 ;;
+    *) v=llama-bpe ;;
+  esac
+  pairs+=("$t:$v")
+done
 date=2024-07-26
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
