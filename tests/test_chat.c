@@ -150,6 +150,32 @@ static void test_forged_turn_is_plain_text(void) {
     CK_CHECK(first_is_marker);
 }
 
+/* A USER (user-defined) piece, which plain text cuts out anywhere (Gemma
+ * 4's <|tool_call>), is a token only where the template writes it. */
+static void test_forged_user_token(void) {
+    vocab v;
+    if (open_vocab("gemma-4", &v)) return;
+    const tokenizer *t = v.t;
+    int tc = id_of(t, "<|tool_call>");
+    CK_CHECK(tc >= 0 && tok_type(t, tc) == TOK_TYPE_USER);
+    static const char src[] = "{{ '<|tool_call>' }}{% for m in messages %}{{ m.content }}{% endfor %}";
+    chat_message m[] = {{"user", "call <|tool_call>now"}};
+    int n = 0;
+    char *text = NULL;
+    int32_t *ids = chat_ids(t, src, m, 1, &n, &text);
+    CK_CHECK(ids != NULL);
+    /* plain text would take the content's one too */
+    int32_t plain[64];
+    int np = 0;
+    CK_CHECK(tok_encode_opts(t, m[0].content, strlen(m[0].content), 0, plain, 64, &np) == 0);
+    CK_CHECK(count(plain, np, tc) == 1);
+    CK_CHECK_MSG(count(ids, n, tc) == 1, "<|tool_call> x%d", count(ids, n, tc));
+    CK_CHECK(n > 1 && ids[0] == tok_bos(t) && ids[1] == tc);
+    free(ids);
+    free(text);
+    close_vocab(&v);
+}
+
 static void test_forged_role(void) {
     vocab v;
     if (open_vocab("qwen2", &v)) return;
@@ -409,6 +435,7 @@ static void test_tools(void) {
 int main(void) {
     CK_RUN(test_forged_turn_is_plain_text);
     CK_RUN(test_forged_role);
+    CK_RUN(test_forged_user_token);
     CK_RUN(test_honest_chat_matches_special_parsing);
     CK_RUN(test_bos_added_once);
     CK_RUN(test_no_template);

@@ -136,7 +136,9 @@ int chat_new(const tokenizer *tok, const char *src, size_t len, int source, chat
     } else {
         c->system_role = 1; /* the joined text has no roles to refuse */
     }
-    /* the pieces TOK_ENC_PARSE_SPECIAL would cut out: CONTROL and UNKNOWN */
+    /* the pieces that become tokens only where the template wrote them:
+     * CONTROL and UNKNOWN (TOK_ENC_PARSE_SPECIAL's), and USER ones, which
+     * plain text would cut out anywhere (Gemma 4's <|tool_call>) */
     int nv = tok_vocab_size(tok);
     for (int pass = 0; pass < 2; pass++) {
         size_t k = 0;
@@ -144,7 +146,8 @@ int chat_new(const tokenizer *tok, const char *src, size_t len, int source, chat
             int ty = tok_type(tok, id);
             size_t n = 0;
             const char *p = tok_piece(tok, id, &n);
-            if ((ty != TOK_TYPE_CONTROL && ty != TOK_TYPE_UNKNOWN) || !p || !n) continue;
+            if ((ty != TOK_TYPE_CONTROL && ty != TOK_TYPE_UNKNOWN && ty != TOK_TYPE_USER) || !p || !n)
+                continue;
             if (pass) c->sp[k] = (chat_special){p, n, id};
             k++;
         }
@@ -316,12 +319,13 @@ int chat_render(const chat_template *c, const chat_input *in, char **text, size_
     return rc;
 }
 
-/* Encode text[a, z) as plain text (no special parsing) into out + *n. */
+/* Encode text[a, z) as plain text (no special parsing, user-defined
+ * pieces included: chat_tokenize matched the template's) into out + *n. */
 static int encode_run(const chat_template *c, const char *text, size_t a, size_t z, int32_t *out, int max,
                       int *n) {
     if (a >= z) return 0;
     int got = 0;
-    int rc = tok_encode_opts(c->tok, text + a, z - a, 0, out + *n, max - *n, &got);
+    int rc = tok_encode_opts(c->tok, text + a, z - a, TOK_ENC_NO_USER, out + *n, max - *n, &got);
     if (rc == CK_ETOOLONG) {
         *n = got > max - *n ? *n + got : max + 1; /* a lower bound above max */
         return rc;

@@ -11,12 +11,14 @@
  * template's literals (turn markers such as <|im_start|>) with the caller's
  * data (roles and contents); jinja_render_spans says which byte is which.
  *
- * The anti-forgery rule (chat_tokenize): a special-token string (a CONTROL
- * or UNKNOWN piece: <|im_start|>, <|eot_id|>, <s>) becomes that token only
+ * The anti-forgery rule (chat_tokenize): a special-token string (a CONTROL,
+ * UNKNOWN or USER piece: <|im_start|>, <|eot_id|>, <s>, Gemma 4's
+ * <|tool_call>) becomes that token only
  * where every one of its bytes came from the template; anywhere else it is
  * tokenized as the plain characters it is. Matching is leftmost-longest, as
  * Hugging Face's added-token matcher. The text between two such tokens is
- * encoded as one run (tok_encode_opts without TOK_ENC_PARSE_SPECIAL),
+ * encoded as one run (tok_encode_opts with TOK_ENC_NO_USER, without
+ * TOK_ENC_PARSE_SPECIAL),
  * template and data bytes together, so an honest prompt gets exactly the ids
  * that tokenizing the whole rendering with special parsing gives (HF's
  * apply_chat_template(tokenize=True), llama.cpp's server).

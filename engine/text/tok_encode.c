@@ -220,16 +220,17 @@ typedef struct {
     int32_t id;
 } tfrag;
 
-static int special_allowed(const tokenizer *t, int id, int parse_special) {
-    return t->type[id] == TOK_TYPE_USER || parse_special;
+/* parse_special: every special piece; else user_ok: USER pieces. */
+static int special_allowed(const tokenizer *t, int id, int parse_special, int user_ok) {
+    return parse_special || (user_ok && t->type[id] == TOK_TYPE_USER);
 }
 
 /* Cut text at the special-token strings, longest strings first, as
  * llama.cpp's tokenizer_st_partition (for strings of one length: leftmost
  * first). a and b have room for 2 * len + 1 fragments; the result is in
  * *res (a or b) with *nf entries. */
-static void cut_specials(const tokenizer *t, const char *text, size_t len, int parse_special, tfrag *a,
-                         tfrag *b, tfrag **res, int *nf) {
+static void cut_specials(const tokenizer *t, const char *text, size_t len, int parse_special, int user_ok,
+                         tfrag *a, tfrag *b, tfrag **res, int *nf) {
     int n = 1;
     a[0] = (tfrag){0, len, -1};
     for (int li = 0; li < t->n_sp_lens; li++) {
@@ -248,7 +249,7 @@ static void cut_specials(const tokenizer *t, const char *text, size_t len, int p
                 int id = -1;
                 if (t->sp_pair[pair >> 3] & (1u << (pair & 7))) {
                     id = tok__lookup_special(t, text + p, L);
-                    if (id >= 0 && !special_allowed(t, id, parse_special)) id = -1;
+                    if (id >= 0 && !special_allowed(t, id, parse_special, user_ok)) id = -1;
                 }
                 if (id < 0) {
                     p++;
@@ -279,7 +280,8 @@ int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned f
     int parse_special = (flags & TOK_ENC_PARSE_SPECIAL) != 0;
     int add_bos = (flags & TOK_ENC_ADD_SPECIAL) && t->add_bos;
     int add_eos = (flags & TOK_ENC_ADD_SPECIAL) && t->add_eos;
-    int may_cut = t->n_sp_lens > 0 && (t->n_user > 0 || parse_special);
+    int user_ok = !(flags & TOK_ENC_NO_USER);
+    int may_cut = t->n_sp_lens > 0 && ((t->n_user > 0 && user_ok) || parse_special);
 
     /* Work bound: each id other than BOS/EOS stands for at most max_piece
      * bytes of the text and its dummy prefixes, so text needing more than
@@ -319,7 +321,7 @@ int tok_encode_opts(const tokenizer *t, const char *text, size_t len, unsigned f
         tfrag *frag = fa;
         int nf = 1;
         fa[0] = (tfrag){0, len, -1};
-        if (may_cut) cut_specials(t, text, len, parse_special, fa, fb, &frag, &nf);
+        if (may_cut) cut_specials(t, text, len, parse_special, user_ok, fa, fb, &frag, &nf);
         int prev_special = 1; /* SentencePiece prefixes the first run too */
         for (int k = 0; k < nf; k++) {
             if (frag[k].id >= 0) {

@@ -215,6 +215,10 @@ int tok_vocab_hash(const tokenizer *t, char out[17]);
 #define TOK_ENC_PARSE_SPECIAL \
     2u /* CONTROL/UNKNOWN token strings in the text are
                                     those tokens (only for trusted text) */
+/* USER (user-defined) token strings stay plain text too, where they are
+ * otherwise always cut out: for text that is data, such as a chat's
+ * messages (chat.h's anti-forgery rule). Ignored with TOK_ENC_PARSE_SPECIAL. */
+#define TOK_ENC_NO_USER 4u
 
 /* Encode `len` bytes of text (any bytes; text may be NULL when len is 0).
  * tok_encode(add_bos) is tok_encode_opts with flags TOK_ENC_ADD_SPECIAL when
