@@ -93,7 +93,7 @@ static jinja_value *sorted(rctx *R, int line, jinja_value *items, jinja_value **
         goto done;
     }
     for (size_t i = 0; i < n; i++) ord[i] = i;
-    if (merge_sort(R, line, keys, ord, ord + n, n, rev)) goto done;
+    if (n && merge_sort(R, line, keys, ord, ord + n, n, rev)) goto done; /* n == 0: ord is NULL */
     out = jinja__rnew(R, line, JV_LIST);
     for (size_t i = 0; out && i < n; i++)
         if (jinja__rpush(R, line, out, jinja__jv_ref(items->u.l.v[ord[i]]))) {
