@@ -18,16 +18,7 @@
 set -u
 confkv=$1
 here=$2
-llama=${CONFKV_LLAMACPP_DIR:-${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}/llama.cpp}
-tdir=$llama/models/templates
-if [ ! -d "$tdir" ]; then
-  echo "SKIP: no llama.cpp templates in $tdir (run ops/scripts/install-llamacpp.sh)"
-  exit 77
-fi
-if ! python3 -c 'import jinja2' 2>/dev/null; then
-  echo "SKIP: python3 has no jinja2 (apt-get install python3-jinja2)"
-  exit 77
-fi
+. "$here/lib.sh" # llama, tdir; exit 77 without them or jinja2
 # template : the vocabulary it is rendered with (Gemma 2 with the SentencePiece
 # one: llama.cpp ships no Gemma vocabulary of a tokenizer model confkv reads)
 pairs=(
