@@ -52,8 +52,10 @@ static long long digits(const char *s, size_t *i, size_t n) {
     long long v = -1;
     size_t k = 0;
     while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
-        v = (v < 0 ? 0 : v) * 10 + (s[(*i)++] - '0');
+        int d = s[(*i)++] - '0';
+        /* the 19th digit would overflow; the rest are consumed, not summed */
         if (++k > 18) v = -2;
+        else v = (v < 0 ? 0 : v) * 10 + d;
     }
     return v;
 }
