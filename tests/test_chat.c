@@ -380,7 +380,9 @@ static void test_system_merged(void) {
     CK_CHECK_MSG(r4 == 0 && s4 == 0 && w4 == CHAT_WARN_SYSTEM_MERGED && t4 && strcmp(t4, "[S\nU]") == 0,
                  "rc %d warn %d %s", r4, w4, t4 ? t4 : "");
     CK_CHECK(r5 == 0 && s5 == 1 && w5 == 0 && t5 && strcmp(t5, "<system>S<user>U") == 0);
-    CK_CHECK(r6 == CK_EFORMAT && s6 == 1); /* tools None: not iterable, as in transformers */
+    /* tools undefined (llama.cpp's server): walked as empty, where None would raise */
+    CK_CHECK_MSG(r6 == 0 && s6 == 1 && w6 == 0 && t6 && strcmp(t6, "<system>S<user>U") == 0, "rc %d %s", r6,
+                 t6 ? t6 : "");
     CK_CHECK(chat_warning_text(CHAT_WARN_SYSTEM_MERGED) &&
              strstr(chat_warning_text(CHAT_WARN_SYSTEM_MERGED), "system message merged"));
     CK_CHECK(chat_warning_text(4) == NULL);
@@ -394,12 +396,12 @@ static void test_system_merged(void) {
 }
 
 /* `tools` reaches the template as the caller built it (key order kept,
- * tojson as HF's), None without; a model without a template refuses it. */
+ * tojson as HF's), undefined without; a model without a template refuses it. */
 static void test_tools(void) {
     vocab v;
     if (open_vocab("qwen2", &v)) return;
     static const char T[] =
-        "{% if tools is none %}none{% else %}{{ tools | tojson }}|{{ tools[0].function.name }}"
+        "{% if tools is not defined %}undefined{% else %}{{ tools | tojson }}|{{ tools[0].function.name }}"
         "{% endif %}";
     jinja_value *tools = jinja_list(), *tool = jinja_dict(), *fn = jinja_dict();
     int rc = tools && tool && fn ? 0 : CK_ENOMEM;
@@ -424,7 +426,7 @@ static void test_tools(void) {
     const char *want =
         "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"n\": 2}}]|get_weather";
     CK_CHECK_MSG(r1 == 0 && t1 && strcmp(t1, want) == 0, "rc %d %s", r1, t1 ? t1 : "");
-    CK_CHECK(r2 == 0 && t2 && strcmp(t2, "none") == 0);
+    CK_CHECK(r2 == 0 && t2 && strcmp(t2, "undefined") == 0);
     CK_CHECK(r3 == CK_EINVAL && t3 == NULL);
     CK_CHECK(r4 == 0 && t4 && strcmp(t4, want) == 0);
     free(t1);

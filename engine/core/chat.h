@@ -3,7 +3,8 @@
  *
  * The template (a GGUF's `tokenizer.chat_template`, or an override text) is
  * rendered by jinja.h as Hugging Face's apply_chat_template renders it, with
- * messages, tools (None when a request has none), documents (None),
+ * messages, tools (undefined when a request has none, as llama.cpp's
+ * server leaves it; documents likewise),
  * add_generation_prompt, and bos_token / eos_token set to the vocabulary's
  * own BOS / EOS piece texts. A template without a system role gets a
  * leading system message merged into the next one, as llama.cpp does

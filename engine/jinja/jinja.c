@@ -275,8 +275,6 @@ int jinja_chat_vars(const jinja_message *msgs, size_t n, const char *bos, const 
         rc = jinja__dict_set_cstr(vars, "messages", list);
         list = NULL;
     }
-    if (rc == 0) rc = jinja__dict_set_cstr(vars, "tools", jinja_none());
-    if (rc == 0) rc = jinja__dict_set_cstr(vars, "documents", jinja_none());
     /* the vocabulary's own marker texts: trusted, as template text */
     if (rc == 0)
         rc =

@@ -98,9 +98,11 @@ typedef struct jinja_message {
     const char *content;
 } jinja_message;
 
-/* The variables apply_chat_template passes: messages (a list of
- * {role, content} dicts), tools = none, documents = none, bos_token,
- * eos_token (NULL = ""), add_generation_prompt. Roles and contents are data
+/* The variables of a chat without tools: messages (a list of {role,
+ * content} dicts), bos_token, eos_token (NULL = ""), add_generation_prompt.
+ * tools and documents are left undefined, as llama.cpp's server leaves
+ * them (transformers would pass None): a template that walks `tools`
+ * unguarded walks nothing. Roles and contents are data
  * (jinja_str: a user may send the role "<|im_start|>"); bos_token and
  * eos_token are trusted (jinja_str_trusted). The caller owns *out and may
  * add further variables to it with jinja_dict_set (enable_thinking, tools...). */

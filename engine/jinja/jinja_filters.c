@@ -272,6 +272,7 @@ jinja_value *jinja__apply_filter(rctx *R, int line, const char *name, size_t n, 
         return m;
     }
     if (IS("tojson")) return filter_tojson(R, line, v, A);
+    if (IS("from_json")) return jinja__from_json(R, line, v, A);
     if (IS("length") || IS("count")) return len_of(R, line, v);
     if (IS("default") || IS("d")) {
         jinja_value *def = jinja__arg(A, 0, "default_value"), *boolean = jinja__arg(A, 1, "boolean");

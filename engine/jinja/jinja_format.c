@@ -54,8 +54,10 @@ static long long digits(const char *s, size_t *i, size_t n) {
     while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
         int d = s[(*i)++] - '0';
         /* the 19th digit would overflow; the rest are consumed, not summed */
-        if (++k > 18) v = -2;
-        else v = (v < 0 ? 0 : v) * 10 + d;
+        if (++k > 18)
+            v = -2;
+        else
+            v = (v < 0 ? 0 : v) * 10 + d;
     }
     return v;
 }

@@ -396,6 +396,10 @@ jinja_value *jinja__filter_sort(rctx *R, int line, const char *name, size_t n, j
 
 jinja_value *jinja__str_format(rctx *R, int line, const jinja_value *s, const cargs *A);
 
+/* ---- jinja_json.c: the from_json filter (Python's json.loads) */
+
+jinja_value *jinja__from_json(rctx *R, int line, jinja_value *v, const cargs *A);
+
 /* ---- jinja_eval.c: calls and arguments */
 
 jinja_value *jinja__arg(const cargs *A, int i, const char *name);

@@ -125,10 +125,10 @@ int jinja__enter(parser *P) {
 /* The filters, tests and methods the renderer has: a name outside these
  * tables is refused when parsing (as Jinja refuses an unknown filter). */
 const char *const jinja__filters[] = {
-    "abs",    "capitalize", "count",      "d",       "default", "dictsort", "first",  "float",      "indent",
-    "int",    "items",      "join",       "last",    "length",  "list",     "lower",  "map",        "max",
-    "min",    "reject",     "rejectattr", "replace", "reverse", "safe",     "select", "selectattr", "sort",
-    "string", "title",      "tojson",     "trim",    "unique",  "upper",    NULL};
+    "abs",    "capitalize", "count",  "d",          "default", "dictsort", "first", "float",  "from_json",
+    "indent", "int",        "items",  "join",       "last",    "length",   "list",  "lower",  "map",
+    "max",    "min",        "reject", "rejectattr", "replace", "reverse",  "safe",  "select", "selectattr",
+    "sort",   "string",     "title",  "tojson",     "trim",    "unique",   "upper", NULL};
 const char *const jinja__tests[] = {
     "boolean", "callable", "defined", "divisibleby", "eq",       "equalto",  "even",   "false", "float",
     "ge",      "gt",       "in",      "integer",     "iterable", "le",       "lower",  "lt",    "mapping",

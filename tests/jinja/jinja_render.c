@@ -7,7 +7,7 @@
  *
  * VARS.json: an object whose members become the template's variables
  * (messages, add_generation_prompt, bos_token, ...); tools and documents
- * default to none, as apply_chat_template passes them. The date (default
+ * stay undefined when it has none, as jinja_chat_vars leaves them. The date (default
  * 2024-07-26) is what strftime_now() formats.
  *
  * Prints the rendering on stdout and exits 0. When the template calls
@@ -74,16 +74,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "jinja_render: %s: %s\n", argv[2], *jerr ? jerr : "out of memory");
         return 1;
     }
-    /* apply_chat_template always passes these two */
-    int has_tools = cJSON_GetObjectItemCaseSensitive(j, "tools") != NULL;
-    int has_docs = cJSON_GetObjectItemCaseSensitive(j, "documents") != NULL;
     cJSON_Delete(j);
-    if (vars && !has_tools && jinja_dict_set(vars, "tools", 5, jinja_none())) vars = NULL;
-    if (vars && !has_docs && jinja_dict_set(vars, "documents", 9, jinja_none())) vars = NULL;
-    if (!vars) {
-        fprintf(stderr, "jinja_render: out of memory\n");
-        return 1;
-    }
 
     struct tm now = {0};
     int y = 2024, mo = 7, d = 26;

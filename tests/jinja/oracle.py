@@ -16,9 +16,11 @@ survey.sh): OUTDIR/<template stem>/<case stem>.out holds the rendering, or
 The environment is transformers' (chat_template_utils.py): an
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, the
 loopcontrols extension and the `generation` tag, its own tojson filter,
-raise_exception and strftime_now, nothing else. It has no from_json (a llama.cpp extension).
-apply_chat_template passes tools=None and documents=None when the caller
-gives none; a VARS.json without them gets the same."""
+raise_exception and strftime_now; and from_json, which DeepSeek's
+templates call and transformers lacks, as Python's json.loads (the
+semantics our filter follows). A VARS.json without tools or documents
+leaves them undefined, as llama.cpp's server does (transformers would pass
+None)."""
 import datetime
 import json
 import os
@@ -66,6 +68,7 @@ def make_env(now):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
     env.filters["tojson"] = tojson
+    env.filters["from_json"] = json.loads
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
@@ -74,8 +77,6 @@ def make_env(now):
 def render(env, source, variables):
     """The rendering, or the refusal line of a raise_exception."""
     variables = dict(variables)
-    variables.setdefault("tools", None)
-    variables.setdefault("documents", None)
     try:
         return env.from_string(source).render(**variables)
     except Raised as e:

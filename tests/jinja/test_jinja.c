@@ -239,7 +239,7 @@ static const struct {
      "}}",
      "a<b&lt;i&gt;&amp;&#34;x &lt;b x&lt;< <<&lt;"},
     {"unknown filters and tests where they may not run",
-     "{% if t is string %}{{ name|from_json }}{% endif %}{{ name|nofilter if none_v else 'ok' }}{% if none_v "
+     "{% if t is string %}{{ name|from_yaml }}{% endif %}{{ name|nofilter if none_v else 'ok' }}{% if none_v "
      "%}{{ name is prime }}{% endif %}",
      "ok"},
     {"set and generation blocks are scopes",
@@ -257,6 +257,14 @@ static const struct {
      "dict(d.items()) == d }} {{ '3' in items|map('string') }}",
      "['3', '1', '2'][] yes False range(0, 3) range(2, 8, 2) 2 dict_keys(['a', 'b']) dict_items([('a', 1), "
      "('b', 'x')]) 2 [2, 1, 3] [('a', 1), ('b', 'x')] True True"},
+    {"from_json: Python's json.loads",
+     "{% set j = (name ~ '{\"b\": [1, 2.5, -0.0, 1E2, true, null], \"a\": "
+     "\"\\\\u00e9\\\\ud83d\\\\ude00\\\\\"\\\\/\", \"b\": {\"x\": NaN}, \"c\": -Infinity, \"d\": "
+     "12345678901234567}')[5:]|from_json %}{{ j }} {{ j.b.x }} {{ j|tojson }} {{ ' [ 1 , \"x\\\\t\" , {} , "
+     "[] ] '|from_json }} {{ '\"s\"'|from_json }}{{ '0'|from_json + 1 }}",
+     "{'b': {'x': nan}, 'a': '\303\251\360\237\230\200\"/', 'c': -inf, 'd': 12345678901234567} nan {\"b\": "
+     "{\"x\": NaN}, \"a\": \"\303\251\360\237\230\200\\\"/\", \"c\": -Infinity, \"d\": 12345678901234567} "
+     "[1, 'x\\t', {}, []] s1"},
 };
 
 static void test_constructs(void) {
@@ -285,12 +293,13 @@ static void test_chat_vars(void) {
     CK_CHECK(jinja_chat_vars(m, 2, "<s>", NULL, 1, &v) == 0);
     char *out;
     jinja_error err;
-    int rc = render("{{ bos_token }}{% for x in messages %}[{{ x.role }}:{{ x.content }}]{% endfor %}"
-                    "{{ tools is none }}{{ add_generation_prompt }}|{{ eos_token }}|",
-                    v, NULL, &out, &err);
+    int rc =
+        render("{{ bos_token }}{% for x in messages %}[{{ x.role }}:{{ x.content }}]{% endfor %}"
+               "{{ tools is defined }}{{ documents is defined }}{{ add_generation_prompt }}|{{ eos_token }}|",
+               v, NULL, &out, &err);
     jinja_release(v);
     CK_CHECK_MSG(rc == 0, "%s", err.msg);
-    CK_CHECK_MSG(strcmp(out, "<s>[system:Be brief.][user:Hi]TrueTrue||") == 0, "%s", out);
+    CK_CHECK_MSG(strcmp(out, "<s>[system:Be brief.][user:Hi]FalseFalseTrue||") == 0, "%s", out);
     free(out);
     jinja_message bad[] = {{NULL, "x"}};
     CK_CHECK(jinja_chat_vars(bad, 1, NULL, NULL, 0, &v) == CK_EINVAL && v == NULL);
@@ -325,8 +334,8 @@ static const struct {
     {"{% set x = 5 %}{% for i in x %}{% endfor %}", CK_EFORMAT, "chat_template_error", "iterable", 1},
     {"{{ 9223372036854775807 + 1 }}", CK_ERANGE, "chat_template_limit", "overflow", 1},
     /* a name Jinja refuses only when it runs, reached */
-    {"\n\n{% if true %}{{ 'x'|from_json }}{% endif %}", CK_EUNSUPPORTED, "unsupported_chat_template",
-     "from_json", 3},
+    {"\n\n{% if true %}{{ 'x'|from_yaml }}{% endif %}", CK_EUNSUPPORTED, "unsupported_chat_template",
+     "from_yaml", 3},
     {"{% for x in [1] %}{% if false %}{% endif %}{{ x is prime }}{% endfor %}", CK_EUNSUPPORTED,
      "unsupported_chat_template", "prime", 1},
     {"{% filter upper %}x", CK_EUNSUPPORTED, "unsupported_chat_template", "endfilter", 1},
@@ -349,6 +358,21 @@ static const struct {
     {"{{ '{'.format(1) }}", CK_EFORMAT, "chat_template_error", "'}'", 1},
     {"{{ '{:n}'.format(1) }}", CK_EUNSUPPORTED, "unsupported_chat_template", "n type", 1},
     {"{{ {true: 1} }}", CK_EUNSUPPORTED, "unsupported_chat_template", "dict keys", 1},
+    /* from_json: where json.loads raises, and what a template value cannot hold */
+    {"{{ '{\"a\": 1,}'|from_json }}", CK_EFORMAT, "chat_template_error", "property name", 1},
+    {"{{ '[1] x'|from_json }}", CK_EFORMAT, "chat_template_error", "extra data", 1},
+    {"{{ '{\"a\" 1}'|from_json }}", CK_EFORMAT, "chat_template_error", "':'", 1},
+    {"{{ '01'|from_json }}", CK_EFORMAT, "chat_template_error", "extra data", 1},
+    {"{{ '\"a\tb\"'|from_json }}", CK_EFORMAT, "chat_template_error", "control character", 1},
+    {"{{ '[1, 2'|from_json }}", CK_EFORMAT, "chat_template_error", "','", 1},
+    {"{{ ''|from_json }}", CK_EFORMAT, "chat_template_error", "expecting value", 1},
+    {"{{ 5|from_json }}", CK_EFORMAT, "chat_template_error", "must be str", 1},
+    {"{{ '\"\\\\ud800\"'|from_json }}", CK_EFORMAT, "chat_template_error", "surrogate", 1},
+    {"{{ '99999999999999999999'|from_json }}", CK_EFORMAT, "chat_template_error", "64 bits", 1},
+    {"{{ "
+     "'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+     "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]'|from_json }}",
+     CK_ERANGE, "chat_template_limit", "nesting", 1},
 };
 
 static void test_errors(void) {
