@@ -1,6 +1,7 @@
 /* test_quant.c - tensor type table, f32 <-> f16/bf16/q8_0 conversions and
  * the block dequantisers' layouts. (Bit-exactness against ggml's own
  * dequantisation, rounding included, is tests/llamacpp/llamacpp_dequant.c.) */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -66,7 +67,7 @@ static void test_type_table(void) {
         {8, "q8_0", 32, 34, 1},      {9, "q8_1", 32, 36, 0},    {10, "q2_K", 256, 84, 1},
         {11, "q3_K", 256, 110, 1},   {12, "q4_K", 256, 144, 1}, {13, "q5_K", 256, 176, 1},
         {14, "q6_K", 256, 210, 1},   {15, "q8_K", 256, 292, 0}, {20, "iq4_nl", 32, 18, 1},
-        {23, "iq4_xs", 256, 136, 1}, {30, "bf16", 1, 2, 1},
+        {23, "iq4_xs", 256, 136, 1}, {30, "bf16", 1, 2, 1},     {39, "mxfp4", 32, 17, 1},
     };
     int known = 0;
     for (int id = -2; id < 100; id++) known += quant_type_name(id) != NULL;
@@ -79,14 +80,14 @@ static void test_type_table(void) {
         CK_CHECK_MSG(quant_block_size(t[i].id) == t[i].block, "%s", t[i].name);
         CK_CHECK_MSG(quant_block_bytes(t[i].id) == t[i].bytes, "%s", t[i].name);
         CK_CHECK_MSG(quant_is_weight_type(t[i].id) == t[i].weight, "%s", t[i].name);
-        int enc = t[i].id == 0 || t[i].id == 1 || t[i].id == 8 || t[i].id == 30;
+        int enc = t[i].id == 0 || t[i].id == 1 || t[i].id == 8 || t[i].id == 30 || t[i].id == 39;
         CK_CHECK_MSG(quant_can_encode(t[i].id) == enc, "%s", t[i].name);
     }
     /* names of the ggml types confkv refuses, for messages */
     CK_CHECK(strcmp(quant_ggml_type_name(16), "iq2_xxs") == 0);
     CK_CHECK(strcmp(quant_ggml_type_name(19), "iq1_s") == 0);
     CK_CHECK(strcmp(quant_ggml_type_name(29), "iq1_m") == 0);
-    CK_CHECK(strcmp(quant_ggml_type_name(39), "mxfp4") == 0);
+    CK_CHECK(strcmp(quant_ggml_type_name(40), "nvfp4") == 0);
     CK_CHECK(strcmp(quant_ggml_type_name(42), "q2_0") == 0);
     CK_CHECK(quant_ggml_type_name(43) == NULL && quant_ggml_type_name(-1) == NULL);
     CK_CHECK(!quant_is_weight_type(16) && !quant_is_weight_type(-1) && !quant_can_encode(2));
@@ -106,6 +107,8 @@ static void test_row_bytes(void) {
     CK_CHECK(quant_row_bytes(QUANT_Q5_0, 4096, &b) == 0 && b == 128 * 22);
     CK_CHECK(quant_row_bytes(QUANT_Q5_1, 4096, &b) == 0 && b == 128 * 24);
     CK_CHECK(quant_row_bytes(QUANT_IQ4_NL, 4096, &b) == 0 && b == 128 * 18);
+    CK_CHECK(quant_row_bytes(QUANT_MXFP4, 4096, &b) == 0 && b == 128 * 17);
+    CK_CHECK(quant_row_bytes(QUANT_MXFP4, 48, &b) == CK_EFORMAT);
     CK_CHECK(quant_row_bytes(QUANT_Q2_K, 4096, &b) == 0 && b == 16 * 84);
     CK_CHECK(quant_row_bytes(QUANT_Q3_K, 4096, &b) == 0 && b == 16 * 110);
     CK_CHECK(quant_row_bytes(QUANT_Q4_K, 4096, &b) == 0 && b == 16 * 144);
@@ -386,6 +389,101 @@ static void test_q8_0(void) {
     CK_CHECK(quant_from_f32(QUANT_Q8_0, z, zq, 32) == 0);
 }
 
+/* MXFP4's code q: sign bit 3, then E2M1 (2 exponent bits, 1 mantissa bit,
+ * bias 1): the value, from the OCP MX spec's definition rather than a
+ * table, so qblock.h's doubled table is checked too. */
+static double e2m1_value(int q) {
+    const int sign = q >> 3 & 1, ex = q >> 1 & 3, m = q & 1;
+    const double v = ex == 0 ? 0.5 * m : ldexp(1.0 + 0.5 * m, ex - 1);
+    return sign ? -v : v;
+}
+
+/* mxfp4: the exponent from the block's max, every element the nearest
+ * level (the first of equals), exact for values on the grid, the edge
+ * cases of ggml's reference. Bytes against libggml: llamacpp_dequant. */
+static void test_mxfp4(void) {
+    enum { NB = 48, N = NB * 32 };
+    static float x[N], y[N];
+    static uint8_t q[NB * 17 + 1];
+    uint64_t s = 11;
+    for (int b = 0; b < NB; b++) {
+        const float scale = ldexpf(1.0f, (b % 40) - 20); /* 2^-20 .. 2^19 */
+        for (int j = 0; j < 32; j++) x[b * 32 + j] = rng_uniform(&s) * scale;
+    }
+    for (int j = 0; j < 32; j++) x[7 * 32 + j] = 0.0f; /* an all-zero block */
+    uint8_t *dst = q + 1;                              /* unaligned */
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, x, dst, N) == 0);
+    CK_CHECK(quant_to_f32(QUANT_MXFP4, dst, y, N) == 0);
+    for (int b = 0; b < NB; b++) {
+        const uint8_t *blk = dst + b * 17;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        if (amax == 0) {
+            CK_CHECK(blk[0] == 0);
+            for (int j = 0; j < 32; j++) CK_CHECK(y[b * 32 + j] == 0.0f && !signbit(y[b * 32 + j]));
+            continue;
+        }
+        /* 2^(e - 125) covers amax: e - 125 = floor(log2 amax), or one more
+         * where log2f rounds up to a power of two */
+        const double d = ldexp(1.0, blk[0] - 127); /* the E2M1 values' scale */
+        CK_CHECK_MSG(amax >= d * 4 * 0.999999 && amax < d * 8 * 1.000001, "block %d: e %d, max %g", b, blk[0],
+                     (double)amax);
+        for (int j = 0; j < 32; j++) {
+            const int code = j < 16 ? blk[1 + j] & 0xf : blk[1 + j - 16] >> 4;
+            const double xv = x[b * 32 + j], got = y[b * 32 + j];
+            CK_CHECK(got == d * e2m1_value(code));
+            /* nearest of the 16 levels; on a tie the lower code */
+            double best = INFINITY;
+            int bi = 0;
+            for (int i = 0; i < 16; i++)
+                if (fabs(d * e2m1_value(i) - xv) < best) best = fabs(d * e2m1_value(i) - xv), bi = i;
+            CK_CHECK_MSG(fabs(got - xv) == best && code == bi,
+                         "block %d elem %d: %g -> code %d (%g), want %d", b, j, xv, code, got, bi);
+        }
+    }
+    /* the E2M1 grid itself, max 6: e = 127 (the values' own scale), exact;
+     * -0 and 0 both code 0 */
+    float z[32];
+    uint8_t zq[17];
+    static const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    for (int j = 0; j < 32; j++) z[j] = (j & 8 ? -1.0f : 1.0f) * grid[j % 8];
+    z[8] = -0.0f;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == 0 && zq[0] == 127);
+    CK_CHECK(quant_to_f32(QUANT_MXFP4, zq, y, 32) == 0);
+    for (int j = 0; j < 32; j++)
+        CK_CHECK_MSG(y[j] == z[j], "grid %d: %g vs %g", j, (double)y[j], (double)z[j]);
+    CK_CHECK((zq[1 + 8] & 0xf) == 0);
+    /* ties go to the first level: 0.25 between 0 and 0.5, 5 between 4 and 6 */
+    for (int j = 0; j < 32; j++) z[j] = 0.0f;
+    z[0] = 6.0f, z[1] = 0.25f, z[2] = -0.25f, z[3] = 5.0f, z[4] = -5.0f, z[5] = 2.5f;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == 0 && zq[0] == 127);
+    CK_CHECK((zq[2] & 0xf) == 0 && (zq[3] & 0xf) == 0 && (zq[4] & 0xf) == 6 && (zq[5] & 0xf) == 14 &&
+             (zq[6] & 0xf) == 4);
+    /* a max below 2^-125 has no exponent: ggml's cast keeps the low byte
+     * of the negative integer (1e-40: floor(log2) = -133, e = -8 -> 248),
+     * every code 0, read as zeros */
+    for (int j = 0; j < 32; j++) z[j] = 0.0f;
+    z[0] = 1e-40f, z[1] = -3e-41f;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == 0 && zq[0] == 248);
+    for (int j = 1; j < 17; j++) CK_CHECK(zq[j] == 0);
+    /* the largest exponents: FLT_MAX's log2f rounds to 128, e = 253 */
+    z[0] = FLT_MAX;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == 0 && zq[0] == 253);
+    CK_CHECK(quant_to_f32(QUANT_MXFP4, zq, y, 32) == 0 && isfinite(y[0]) && y[0] > 1e38f);
+    /* e = 255 (the format's NaN) reads as 2^127, as ggml reads it; 12 * 2^127 overflows */
+    memset(zq, 0, sizeof zq);
+    zq[0] = 255, zq[1] = 0x71; /* elements 0 and 16: codes 1 and 7 */
+    CK_CHECK(quant_to_f32(QUANT_MXFP4, zq, y, 32) == 0 && y[0] == 0x1p127f && isinf(y[16]));
+    zq[0] = 0, zq[1] = 0xf1; /* 2^-128 subnormal: code 1 -> 2^-128, code 15 -> -12 * 2^-128 */
+    CK_CHECK(quant_to_f32(QUANT_MXFP4, zq, y, 32) == 0 && y[0] == 0x1p-128f && y[16] == -12 * 0x1p-128f);
+    /* non-finite inputs are refused */
+    z[0] = 1.0f, z[7] = INFINITY;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == CK_ERANGE);
+    z[7] = NAN;
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 32) == CK_ERANGE);
+    CK_CHECK(quant_from_f32(QUANT_MXFP4, z, zq, 16) == CK_EFORMAT);
+}
+
 /* ------------------------------------------------------------------------
  * block layouts: blocks packed from chosen codes the way ggml's reference
  * quantizers pack them (quantize_row_<type>_ref's loops in ggml-quants.c,
@@ -427,6 +525,14 @@ static void pack_block(int type, const blockspec *sp, uint8_t *blk, double *want
             want[j] = type == QUANT_Q4_0   ? d * (L[j] - 8)
                       : type == QUANT_Q4_1 ? d * L[j] + m
                                            : d * iq4nl_levels[L[j]];
+        break;
+    }
+    case QUANT_MXFP4: { /* e qs[16]; the scale is d = 2^(e - 127) on the E2M1 values */
+        int ex = 0;
+        frexp(sp->d, &ex); /* d = 2^(ex - 1) */
+        blk[0] = (uint8_t)(ex - 1 + 127);
+        for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
+        for (int j = 0; j < 32; j++) want[j] = d * e2m1_value(L[j]);
         break;
     }
     case QUANT_Q5_0:
@@ -584,10 +690,10 @@ static void test_block_layouts(void) {
     static const struct {
         int type, lbits, sbits, mbits;
     } t[] = {
-        {QUANT_Q4_0, 4, 0, 0},   {QUANT_Q4_1, 4, 0, 0},   {QUANT_Q5_0, 5, 0, 0}, {QUANT_Q5_1, 5, 0, 0},
-        {QUANT_Q8_0, 8, 0, 0},   {QUANT_Q8_1, 8, 0, 0},   {QUANT_Q2_K, 2, 4, 4}, {QUANT_Q3_K, 3, 6, 0},
-        {QUANT_Q4_K, 4, 6, 6},   {QUANT_Q5_K, 5, 6, 6},   {QUANT_Q6_K, 6, 8, 0}, {QUANT_Q8_K, 8, 0, 0},
-        {QUANT_IQ4_NL, 4, 0, 0}, {QUANT_IQ4_XS, 4, 6, 0},
+        {QUANT_Q4_0, 4, 0, 0},   {QUANT_Q4_1, 4, 0, 0},   {QUANT_Q5_0, 5, 0, 0},  {QUANT_Q5_1, 5, 0, 0},
+        {QUANT_Q8_0, 8, 0, 0},   {QUANT_Q8_1, 8, 0, 0},   {QUANT_Q2_K, 2, 4, 4},  {QUANT_Q3_K, 3, 6, 0},
+        {QUANT_Q4_K, 4, 6, 6},   {QUANT_Q5_K, 5, 6, 6},   {QUANT_Q6_K, 6, 8, 0},  {QUANT_Q8_K, 8, 0, 0},
+        {QUANT_IQ4_NL, 4, 0, 0}, {QUANT_IQ4_XS, 4, 6, 0}, {QUANT_MXFP4, 4, 0, 0},
     };
     enum { NB = 3 }; /* blocks a row: each block with its own codes */
     static uint8_t row[1 + NB * 292];
@@ -635,6 +741,7 @@ int main(void) {
     CK_RUN(test_bf16);
     CK_RUN(test_rows);
     CK_RUN(test_q8_0);
+    CK_RUN(test_mxfp4);
     CK_RUN(test_block_layouts);
     return ck_test_summary();
 }

@@ -3,14 +3,15 @@
  * dequantizers (quant.c), the CPU dot products (cpu_q*.c) and the CUDA
  * kernels all read these structs.
  *
- * Two block sizes: 32 elements for the "legacy" types and IQ4_NL, 256 (a
+ * Two block sizes: 32 elements for the "legacy" types, IQ4_NL and MXFP4, 256 (a
  * "super-block", QBLOCK_K) for the K-quants and IQ4_XS, whose sub-blocks of
  * 16 or 32 elements carry 4- to 8-bit scales quantized against the
  * super-block's f16 scale(s). Scales named d/dmin/m are IEEE binary16,
- * stored as uint16_t (quant_f16_to_f32 reads them).
+ * stored as uint16_t (quant_f16_to_f32 reads them); MXFP4's scale is one
+ * E8M0 byte, a bare power of two (qblock_e8m0_half_bits).
  *
  * Activations: a weight type is multiplied with activations quantized to the
- * type's partner (qblock_q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, qblock_q8_1 for
+ * type's partner (qblock_q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, qblock_q8_1 for
  * Q4_1/Q5_1, qblock_q8_K for the K-quants and IQ4_XS), as llama.cpp does, so
  * the rounding of the products is the same as the oracle's.
  *
@@ -19,7 +20,7 @@
 #define CK_QBLOCK_H
 #include <stdint.h>
 
-#define QBLOCK_32 32       /* elements of a legacy / IQ4_NL block */
+#define QBLOCK_32 32       /* elements of a legacy / IQ4_NL / MXFP4 block */
 #define QBLOCK_K 256       /* elements of a K-quant / IQ4_XS super-block */
 #define QBLOCK_K_SCALES 12 /* bytes of the packed 6-bit scales of Q3_K/Q4_K/Q5_K */
 
@@ -42,6 +43,7 @@ enum qblock_type {
     QB_IQ4_NL = 20,
     QB_IQ4_XS = 23,
     QB_BF16 = 30,
+    QB_MXFP4 = 39,
 };
 
 /* C11 and C++ (the CUDA kernels include this file) spell it differently. */
@@ -139,6 +141,14 @@ typedef struct qblock_iq4_xs {
     uint8_t scales_l[QBLOCK_K / 64];
     uint8_t qs[QBLOCK_K / 2];
 } qblock_iq4_xs;
+/* OCP microscaling FP4 (gpt-oss's expert weights): x = 2^(e - 128) *
+ * qblock_mxfp4_values[nibble], the nibbles laid out as Q4_0's (low: elements
+ * 0..15, high: 16..31). The table holds the E2M1 values doubled (integers),
+ * so the scale is halved: 2^(e - 127) / 2. */
+typedef struct qblock_mxfp4 {
+    uint8_t e; /* E8M0: a biased exponent, no sign, no mantissa */
+    uint8_t qs[QBLOCK_32 / 2];
+} qblock_mxfp4;
 /* Not a file format: 8 rows' Q4_0 blocks of the same 32 columns,
  * interleaved at load by cpu_qdot_repack8 so that a product has one row a
  * 32-bit lane (cpu_qdot.h). d[r] is row r's scale; qs[32 h + 4 r + b] is
@@ -202,9 +212,23 @@ QBLOCK_ASSERT(sizeof(qblock_q6_K) == 210, "q6_K");
 QBLOCK_ASSERT(sizeof(qblock_q8_K) == 292, "q8_K");
 QBLOCK_ASSERT(sizeof(qblock_iq4_nl) == 18, "iq4_nl");
 QBLOCK_ASSERT(sizeof(qblock_iq4_xs) == 136, "iq4_xs");
+QBLOCK_ASSERT(sizeof(qblock_mxfp4) == 17, "mxfp4");
 
 /* IQ4_NL / IQ4_XS's 16 levels (the GGUF format's table). */
 static const int8_t qblock_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
+
+/* MXFP4's 16 levels: the E2M1 codes' values {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+ * (sign bit 3: the same negated, -0 as 0) doubled, as ggml's kvalues_mxfp4. */
+static const int8_t qblock_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* The bits of the f32 2^(e - 128): an E8M0 scale halved, to go with the
+ * doubled levels above (ggml's ggml_e8m0_to_fp32_half). e = 0 and 1 are the
+ * subnormals 2^-128 and 2^-127; 255, the format's NaN, is read as 2^127, as
+ * ggml reads it. Bits, not a float, so C and C++ (the CUDA kernels) share
+ * it; memcpy them into a float. */
+static inline uint32_t qblock_e8m0_half_bits(uint8_t e) {
+    return e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+}
 
 #endif

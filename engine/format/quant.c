@@ -28,7 +28,7 @@
 _Static_assert(SAME_ID(F32) && SAME_ID(F16) && SAME_ID(Q4_0) && SAME_ID(Q4_1) && SAME_ID(Q5_0) &&
                    SAME_ID(Q5_1) && SAME_ID(Q8_0) && SAME_ID(Q8_1) && SAME_ID(Q2_K) && SAME_ID(Q3_K) &&
                    SAME_ID(Q4_K) && SAME_ID(Q5_K) && SAME_ID(Q6_K) && SAME_ID(Q8_K) && SAME_ID(IQ4_NL) &&
-                   SAME_ID(IQ4_XS) && SAME_ID(BF16),
+                   SAME_ID(IQ4_XS) && SAME_ID(BF16) && SAME_ID(MXFP4),
                "quant.h and qblock.h disagree on a ggml type id");
 #undef SAME_ID
 _Static_assert(QUANT_Q8_0_BYTES == sizeof(qblock_q8_0) && QUANT_Q8_0_BLOCK == QBLOCK_32, "q8_0");
@@ -58,6 +58,7 @@ static const struct quant_info {
     {QUANT_IQ4_NL, "iq4_nl", QBLOCK_32, sizeof(qblock_iq4_nl), 1, 0},
     {QUANT_IQ4_XS, "iq4_xs", QBLOCK_K, sizeof(qblock_iq4_xs), 1, 0},
     {QUANT_BF16, "bf16", 1, 2, 1, 1},
+    {QUANT_MXFP4, "mxfp4", QBLOCK_32, sizeof(qblock_mxfp4), 1, 1},
 };
 
 static const struct quant_info *info_of(int type) {
@@ -243,6 +244,7 @@ static int check_args(int type, const void *src, const void *dst, uint64_t n) {
  *                     nibble for k < 2, high for k >= 2), 2 bits
  *                     (qh[32 h + l] >> 2 k) & 3 above them; scale e / 16
  *   iq4_xs            sub-blocks of 32 as iq4_nl blocks, qs 16 bytes each
+ *   mxfp4             as iq4_nl, its levels qblock_mxfp4_values
  * ------------------------------------------------------------------------ */
 
 /* a row of blocks: b is the i-th block of `type` at s */
@@ -479,6 +481,20 @@ static void deq_iq4_xs(const uint8_t *s, float *y, uint64_t nb) {
     }
 }
 
+/* mxfp4: x = F[q] * 2^(e - 128), one product (exact unless it leaves
+ * f32's range: e >= 253 with the largest levels overflows to inf, as in
+ * ggml). */
+static void deq_mxfp4(const uint8_t *s, float *y, uint64_t nb) {
+    for (uint64_t i = 0; i < nb; i++, y += QBLOCK_32) {
+        const qblock_mxfp4 *b = BLOCK(qblock_mxfp4, s, i);
+        const float d = f32_from_bits(qblock_e8m0_half_bits(b->e));
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            y[j] = (float)qblock_mxfp4_values[b->qs[j] & 0xf] * d;
+            y[j + 16] = (float)qblock_mxfp4_values[b->qs[j] >> 4] * d;
+        }
+    }
+}
+
 #undef BLOCK
 
 int quant_to_f32(int type, const void *src, float *dst, uint64_t n) {
@@ -516,6 +532,7 @@ int quant_to_f32(int type, const void *src, float *dst, uint64_t n) {
     case QUANT_Q8_K: deq_q8_K(s, dst, nb); break;
     case QUANT_IQ4_NL: deq_iq4_nl(s, dst, nb); break;
     case QUANT_IQ4_XS: deq_iq4_xs(s, dst, nb); break;
+    case QUANT_MXFP4: deq_mxfp4(s, dst, nb); break;
     }
     return 0;
 }
@@ -547,6 +564,49 @@ static int quantize_block_q8_0(const float *x, uint8_t *blk) {
     return 0;
 }
 
+/* One mxfp4 block, as ggml's quantize_row_mxfp4_ref: the exponent from
+ * floorf(log2f(max|x|)) (libm's log2f, as ggml's: for a max just below a
+ * power of two it may round up to it, and the bytes follow it), each
+ * element the first level of least |F[i] * d - x| (so 0 is +0, index 0). */
+static int quantize_block_mxfp4(const float *x, uint8_t *blk) {
+    float amax = 0.0f;
+    uint32_t nonfinite = 0;
+    for (int j = 0; j < QBLOCK_32; j++) {
+        amax = amax < fabsf(x[j]) ? fabsf(x[j]) : amax;
+        nonfinite |= (f32_bits(x[j]) & 0x7f800000u) == 0x7f800000u;
+    }
+    if (nonfinite) return CK_ERANGE;
+    uint8_t e = 0;
+    if (amax > 0.0f) {
+        /* an integer in [-24, 253] (log2f of the least subnormal is -149,
+         * of FLT_MAX rounds to 128); ggml casts it to uint8_t directly,
+         * which C leaves undefined below 0 and x86 does as int, then its
+         * low byte: the same here, defined */
+        const float l = floorf(log2f(amax)) - 2.0f + 127.0f;
+        e = (uint8_t)(unsigned)(int)l;
+    }
+    const float d = f32_from_bits(qblock_e8m0_half_bits(e));
+    blk[0] = e;
+    for (int j = 0; j < QBLOCK_32 / 2; j++) {
+        int q[2];
+        for (int h = 0; h < 2; h++) {
+            const float v = x[j + 16 * h];
+            int best = 0;
+            float best_err = fabsf((float)qblock_mxfp4_values[0] * d - v);
+            for (int i = 1; i < 16; i++) {
+                const float err = fabsf((float)qblock_mxfp4_values[i] * d - v);
+                if (err < best_err) {
+                    best = i;
+                    best_err = err;
+                }
+            }
+            q[h] = best;
+        }
+        blk[1 + j] = (uint8_t)(q[0] | q[1] << 4);
+    }
+    return 0;
+}
+
 int quant_from_f32(int type, const float *src, void *dst, uint64_t n) {
     int rc = check_args(type, src, dst, n);
     if (rc < 0) return rc;
@@ -570,6 +630,12 @@ int quant_from_f32(int type, const float *src, void *dst, uint64_t n) {
     case QUANT_Q8_0:
         for (uint64_t b = 0; b < n / QUANT_Q8_0_BLOCK; b++) {
             rc = quantize_block_q8_0(src + b * QUANT_Q8_0_BLOCK, d + b * QUANT_Q8_0_BYTES);
+            if (rc < 0) return rc;
+        }
+        break;
+    case QUANT_MXFP4:
+        for (uint64_t b = 0; b < n / QBLOCK_32; b++) {
+            rc = quantize_block_mxfp4(src + b * QBLOCK_32, d + b * sizeof(qblock_mxfp4));
             if (rc < 0) return rc;
         }
         break;

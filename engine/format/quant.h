@@ -22,18 +22,21 @@
  *   20  iq4_nl      32     18  d * T[q], T the 16-level table of qblock.h
  *   23  iq4_xs     256    136  d * (sc - 32) * T[q], 6-bit sc per 32
  *   30  bf16         1      2  bfloat16: the upper 16 bits of a binary32
+ *   39  mxfp4       32     17  2^(e - 128) * F[q], e an 8-bit exponent (E8M0),
+ *                              F the doubled E2M1 levels of qblock.h
  *
  * Every one of them can be read (quant_to_f32); a model file may hold all but
  * the two activation types q8_1 and q8_K (quant_is_weight_type), which
- * llama.cpp never writes to a file. f32, f16, bf16 and q8_0 can also be
- * written (quant_from_f32); files of the other types come from llama.cpp's
- * quantizer. Any other id is "unknown" and functions taking a type return
+ * llama.cpp never writes to a file. f32, f16, bf16, q8_0 and mxfp4 can
+ * also be written (quant_from_f32); files of the other types come from
+ * llama.cpp's quantizer. Any other id is "unknown" and functions taking a type return
  * CK_EUNSUPPORTED for it; quant_ggml_type_name still names the ids ggml has
  * defined, for error messages ("unsupported ggml type iq2_xxs (16)").
  *
  * The layouts are exactly ggml's, so files written by llama.cpp's tools and
- * by ours are interchangeable; q8_0 quantisation gives the same bytes as
- * ggml's reference quantize_row_q8_0, and every dequantisation gives the same
+ * by ours are interchangeable; q8_0 and mxfp4 quantisation give the same
+ * bytes as ggml's reference quantize_row_q8_0 / quantize_row_mxfp4 (the
+ * latter also checked against libggml-base), and every dequantisation gives the same
  * floats, bit for bit, as ggml's to_float (tests/llamacpp/llamacpp_dequant.c
  * checks it against libggml-base).
  *
@@ -69,6 +72,7 @@ enum quant_type {
     QUANT_IQ4_NL = 20,
     QUANT_IQ4_XS = 23,
     QUANT_BF16 = 30,
+    QUANT_MXFP4 = 39,
 };
 
 #define QUANT_Q8_0_BLOCK 32 /* elements per q8_0 block */
@@ -87,7 +91,8 @@ const char *quant_ggml_type_name(int type);
  * the activation types q8_1 and q8_K), else 0. */
 int quant_is_weight_type(int type);
 
-/* 1 if quant_from_f32 can write `type` (f32, f16, bf16, q8_0), else 0. */
+/* 1 if quant_from_f32 can write `type` (f32, f16, bf16, q8_0, mxfp4),
+ * else 0. */
 int quant_can_encode(int type);
 
 /* Type id for a name as returned by quant_type_name (case-sensitive);
@@ -124,10 +129,17 @@ int quant_to_f32(int type, const void *src, float *dst, uint64_t n);
  * quant_can_encode (CK_EUNSUPPORTED for the others). For q8_0 each block
  * of 32 gets d = max|x| / 127 (stored as f16) and q = round(x / d), as ggml
  * does; every element then satisfies |x - d16 * q| <= d16 / 2 + 128 * |d - d16|.
- * Returns 0; the errors of quant_to_f32; and for q8_0 CK_ERANGE if an input
- * is inf or NaN or a block's scale does not fit in f16 (max|x| > ~8.3e6),
- * in which case dst holds garbage. f16 and bf16 never fail on values: they
- * overflow to inf as IEEE does. */
+ * For mxfp4 each block of 32 gets e = floor(log2f(max|x|)) + 125 (0 for an
+ * all-zero block) and each element the nearest level F[q] * 2^(e - 128)
+ * (the first of equals: +0, never -0), as ggml's quantize_row_mxfp4_ref,
+ * log2f included, so the bytes are ggml's. A block whose max|x| is below
+ * 2^-125 has no exponent ggml can write; ggml's float-to-uint8_t cast then
+ * keeps the low byte of the (negative) integer on x86, and so does this:
+ * e in 232..255, every q 0, the block reads as zeros.
+ * Returns 0; the errors of quant_to_f32; and for q8_0 and mxfp4 CK_ERANGE if
+ * an input is inf or NaN, for q8_0 also if a block's scale does not fit in
+ * f16 (max|x| > ~8.3e6); dst then holds garbage. f16 and bf16 never fail on
+ * values: they overflow to inf as IEEE does. */
 int quant_from_f32(int type, const float *src, void *dst, uint64_t n);
 
 /* Scalar half <-> float. Exact for f16 -> f32; round to nearest even for

@@ -15,6 +15,13 @@
  * each dequantised by both, the floats compared with memcmp. f16 and bf16
  * are checked on all 65536 values, NaNs included.
  *
+ * For the types confkv also writes (quant_can_encode: q8_0, mxfp4) the
+ * quantized bytes are compared too: quant_from_f32 against
+ * ggml_quantize_chunk on the rows above, and for mxfp4 on edge blocks (a max just
+ * below and at each power of two, where log2f may round up; maxima below
+ * 2^-125, subnormals, near FLT_MAX; values on the midpoints between
+ * levels, where the first of equals wins).
+ *
  * Prints one line a type (blocks compared, mismatches) and PASS or FAIL.
  * Exit 0 pass, 1 fail. Built and registered by tests/llamacpp/CMakeLists.txt
  * only when llama.cpp is installed (else the test SKIPs there). */
@@ -55,6 +62,7 @@ static const int *f16_fields(int type) {
     case QUANT_Q8_0:
     case QUANT_IQ4_NL:
     case QUANT_IQ4_XS: return at0;
+    case QUANT_MXFP4: return none; /* its scale is an E8M0 byte: every value is one */
     case QUANT_Q4_1:
     case QUANT_Q5_1:
     case QUANT_Q4_K:
@@ -126,10 +134,60 @@ static long compare(int type, const uint8_t *p, int64_t n, float *a, float *b) {
     return bad;
 }
 
+/* Edge rows for the encoders (rows of 32-blocks; n a multiple of 32). */
+static int edge_rows(float *x, int n, uint64_t *s) {
+    static const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    int nb = n / 32, b = 0;
+    for (int k = -130; k <= 127 && b < nb; k++, b++) { /* max at / just below 2^k */
+        for (int j = 0; j < 32; j++) x[b * 32 + j] = rng_normal(s) * ldexpf(1.0f, k - 3);
+        float p = ldexpf(1.0f, k);
+        x[b * 32 + (k & 31)] = (k & 1) ? nextafterf(p, 0.0f) : -p;
+    }
+    for (; b < nb; b++) {
+        const float scale = ldexpf(1.0f, (int)(rng_next(s) % 60) - 30);
+        for (int j = 0; j < 32; j++) {
+            float v = rng_normal(s) * scale;
+            switch (b % 6) {
+            case 0:
+                v = (j % 2 ? -0.5f : 0.5f) * (grid[j % 8] + grid[(j + 1) % 8]) * scale;
+                break;                                                 /* midpoints */
+            case 1: v = rng_normal(s) * 1e-40f; break;                 /* subnormal */
+            case 2: v = rng_normal(s) * 1e37f; break;                  /* huge */
+            case 3: v = j == 5 ? 3.4e38f : v; break;                   /* near FLT_MAX */
+            case 4: v = grid[j % 8] * (j & 8 ? -scale : scale); break; /* on the grid */
+            default: break;
+            }
+            x[b * 32 + j] = v;
+        }
+    }
+    return nb;
+}
+
+/* quant_from_f32 against ggml_quantize_chunk, byte for byte, over rows x
+ * rows of n; the number of blocks that differ. */
+static long compare_encode(int type, const float *x, int rows, int n, uint8_t *ours, uint8_t *theirs) {
+    const int bb = quant_block_bytes(type), bs = quant_block_size(type);
+    const size_t nbytes = (size_t)rows * (size_t)n / (size_t)bs * (size_t)bb;
+    if (quant_from_f32(type, x, ours, (uint64_t)rows * (uint64_t)n) != 0) return -1;
+    if (ggml_quantize_chunk((enum ggml_type)type, x, theirs, 0, rows, n, NULL) != nbytes) return -1;
+    long bad = 0;
+    for (size_t b = 0; b < nbytes / (size_t)bb; b++)
+        if (memcmp(ours + b * bb, theirs + b * bb, (size_t)bb) != 0) {
+            if (bad < 3) {
+                fprintf(stderr, "  %s block %zu:", quant_type_name(type), b);
+                for (int i = 0; i < bb && i < 18; i++)
+                    fprintf(stderr, " %02x/%02x", ours[b * bb + i], theirs[b * bb + i]);
+                fputc('\n', stderr);
+            }
+            bad++;
+        }
+    return bad;
+}
+
 int main(void) {
-    static const int types[] = {QUANT_Q4_0, QUANT_Q4_1,   QUANT_Q5_0,  QUANT_Q5_1, QUANT_Q8_0,
-                                QUANT_Q2_K, QUANT_Q3_K,   QUANT_Q4_K,  QUANT_Q5_K, QUANT_Q6_K,
-                                QUANT_Q8_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
+    static const int types[] = {QUANT_Q4_0, QUANT_Q4_1,   QUANT_Q5_0,   QUANT_Q5_1, QUANT_Q8_0,
+                                QUANT_Q2_K, QUANT_Q3_K,   QUANT_Q4_K,   QUANT_Q5_K, QUANT_Q6_K,
+                                QUANT_Q8_K, QUANT_IQ4_NL, QUANT_IQ4_XS, QUANT_MXFP4};
     enum { NB = 4096, ROWS = 64, N_PER_ROW = 1024 };
     int fails = 0;
     uint64_t s = 0x5eed;
@@ -190,6 +248,34 @@ int main(void) {
                quant_type_name(type), NB, bad_r, nq, bad_q);
         fails += bad_r != 0 || bad_q != 0;
     }
+
+    /* the encoders: bytes against ggml's */
+    static const int enc[] = {QUANT_Q8_0, QUANT_MXFP4};
+    uint8_t *theirs = malloc((size_t)ROWS * N_PER_ROW * 2);
+    if (!theirs) {
+        fprintf(stderr, "llamacpp_dequant: out of memory\n");
+        return 1;
+    }
+    for (size_t ei = 0; ei < sizeof enc / sizeof enc[0]; ei++) {
+        const int type = enc[ei];
+        long total = 0, bad = 0, nb;
+        source_rows(src, ROWS, N_PER_ROW, &s);
+        nb = compare_encode(type, src, ROWS, N_PER_ROW, blocks, theirs);
+        bad += nb < 0 ? 1 : nb;
+        total += (long)ROWS * N_PER_ROW / 32;
+        /* the edge blocks: mxfp4 only (q8_0 refuses scales over f16, and
+         * these go up to FLT_MAX) */
+        if (type == QUANT_MXFP4) {
+            const int erows = edge_rows(src, ROWS * N_PER_ROW, &s) / (N_PER_ROW / 32);
+            nb = compare_encode(type, src, erows, N_PER_ROW, blocks, theirs);
+            bad += nb < 0 ? 1 : nb;
+            total += (long)erows * N_PER_ROW / 32;
+        }
+        printf("%-7s %5ld blocks quantized by both: %ld differ in bytes\n", quant_type_name(type), total,
+               bad);
+        fails += bad != 0;
+    }
+    free(theirs);
 
     /* f16 and bf16: every value */
     uint16_t *h = (uint16_t *)blocks;
