@@ -221,7 +221,7 @@ static void test_qact_q8_K(void) {
 /* ------------------------------------------------------ weights */
 
 /* The types with kernels of this module, and their random blocks. */
-static const int types[] = {QB_Q8_0, QB_Q4_0, QB_Q4_K, QB_Q6_K};
+static const int types[] = {QB_Q8_0, QB_Q4_0, QB_Q4_K, QB_Q6_K, QB_MXFP4};
 
 static void random_row(rng *r, int type, void *w, int n) {
     const int nb = type == QB_Q4_K || type == QB_Q6_K ? n / QBLOCK_K : n / QBLOCK_32;
@@ -236,6 +236,12 @@ static void random_row(rng *r, int type, void *w, int n) {
             qblock_q4_0 *b = (qblock_q4_0 *)w + i;
             fill_bytes(r, b->qs, sizeof b->qs);
             b->d = small_f16(r, 1e-3f, 2e-2f);
+            break;
+        }
+        case QB_MXFP4: { /* scales 2^-9 .. 2^-2 (levels up to 12 of them) */
+            qblock_mxfp4 *b = (qblock_mxfp4 *)w + i;
+            fill_bytes(r, b->qs, sizeof b->qs);
+            b->e = (uint8_t)(119 + rng_next(r) % 8);
             break;
         }
         case QB_Q4_K: {
@@ -400,7 +406,8 @@ static void test_kernels_every_isa(void) {
                     t && t->dot2 ? " (+ two-row)" : "", t && t->x8_impl ? t->x8_impl : "none");
             static const int ns[] = {256, 768, 2048, 256 * 11};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_type(&qd, &qc, types[i], ns[k], &r);
-            if (types[i] == QB_Q8_0 || types[i] == QB_Q4_0) check_type(&qd, &qc, types[i], 32 * 3, &r);
+            if (types[i] == QB_Q8_0 || types[i] == QB_Q4_0 || types[i] == QB_MXFP4)
+                check_type(&qd, &qc, types[i], 32 * 3, &r);
         }
     }
 }
@@ -686,6 +693,7 @@ static void test_table(void) {
         {QB_Q5_0, QB_Q8_0, 32, 22},   {QB_Q5_1, QB_Q8_1, 32, 24},    {QB_IQ4_NL, QB_Q8_0, 32, 18},
         {QB_Q2_K, QB_Q8_K, 256, 84},  {QB_Q3_K, QB_Q8_K, 256, 110},  {QB_Q4_K, QB_Q8_K, 256, 144},
         {QB_Q5_K, QB_Q8_K, 256, 176}, {QB_Q6_K, QB_Q8_K, 256, 210},  {QB_IQ4_XS, QB_Q8_K, 256, 136},
+        {QB_MXFP4, QB_Q8_0, 32, 17},
     };
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         cpu_qdot qd;
@@ -706,6 +714,14 @@ static void test_table(void) {
         /* at C, our four types run their C kernels, not the generic code */
         if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
         if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));
+        /* MXFP4 has a kernel of its own at C, AVX2 and AVX-512 (VNNI runs
+         * the AVX-512 one), never the generic code; no x8 layout */
+        const cpu_qtype *mx = cpu_qdot_type(&qd, QB_MXFP4);
+        const char *mx_want = isa == CPU_ISA_C      ? "c"
+                              : isa == CPU_ISA_AVX2 ? "avx2"
+                                                    : cpu_isa_name(CPU_ISA_AVX512);
+        CK_CHECK_MSG(mx && !strcmp(mx->impl, mx_want) && !mx->dot8 && !mx->x8_impl, "isa %d mxfp4 %s", isa,
+                     mx ? mx->impl : "none");
         /* the x8 kernels exist at every level: each level runs its own */
         for (int ty = 0; ty < 4; ty++) {
             static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};

@@ -1,8 +1,9 @@
 /* test_cpu_qdot_more.c - the dot kernels of engine/cpu/qdot/cpu_qdot_more.h (Q4_1,
- * Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS; C, AVX2, AVX-512).
+ * Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS, MXFP4; C, AVX2, AVX-512).
  *
  * Data: random weight blocks (every byte random, then the f16 scales
- * overwritten with finite values of either sign), and also all-0x00 and
+ * overwritten with finite values of either sign, MXFP4's E8M0 exponent
+ * with one of 2^-12 .. 2^-1), and also all-0x00 and
  * all-0xff quant bytes (the extremes of every field: maddubs saturation
  * would show there); random activations, also +-1 everywhere (every q8 at
  * +-127), quantized with engine/cpu/qdot/cpu_qact.c's reference quantizers. Row
@@ -54,20 +55,22 @@ typedef struct qtype {
     int type, act, block, bytes;
     /* byte offsets of the f16 scales in a block; -1: none */
     int f16_off[2];
+    int e8m0_off; /* byte offset of an E8M0 exponent (MXFP4); -1: none */
     vdot_fn fn[N_ISA];
 } qtype;
 
 #define FNS(t) \
     { cpu_vdot_##t##_c, cpu_vdot_##t##_avx2, cpu_vdot_##t##_avx512 }
 static const qtype types[] = {
-    {"q4_1", QB_Q4_1, QB_Q8_1, 32, sizeof(qblock_q4_1), {0, 2}, FNS(q4_1)},
-    {"q5_0", QB_Q5_0, QB_Q8_0, 32, sizeof(qblock_q5_0), {0, -1}, FNS(q5_0)},
-    {"q5_1", QB_Q5_1, QB_Q8_1, 32, sizeof(qblock_q5_1), {0, 2}, FNS(q5_1)},
-    {"iq4_nl", QB_IQ4_NL, QB_Q8_0, 32, sizeof(qblock_iq4_nl), {0, -1}, FNS(iq4_nl)},
-    {"q2_K", QB_Q2_K, QB_Q8_K, 256, sizeof(qblock_q2_K), {80, 82}, FNS(q2_K)},
-    {"q3_K", QB_Q3_K, QB_Q8_K, 256, sizeof(qblock_q3_K), {108, -1}, FNS(q3_K)},
-    {"q5_K", QB_Q5_K, QB_Q8_K, 256, sizeof(qblock_q5_K), {0, 2}, FNS(q5_K)},
-    {"iq4_xs", QB_IQ4_XS, QB_Q8_K, 256, sizeof(qblock_iq4_xs), {0, -1}, FNS(iq4_xs)},
+    {"q4_1", QB_Q4_1, QB_Q8_1, 32, sizeof(qblock_q4_1), {0, 2}, -1, FNS(q4_1)},
+    {"q5_0", QB_Q5_0, QB_Q8_0, 32, sizeof(qblock_q5_0), {0, -1}, -1, FNS(q5_0)},
+    {"q5_1", QB_Q5_1, QB_Q8_1, 32, sizeof(qblock_q5_1), {0, 2}, -1, FNS(q5_1)},
+    {"iq4_nl", QB_IQ4_NL, QB_Q8_0, 32, sizeof(qblock_iq4_nl), {0, -1}, -1, FNS(iq4_nl)},
+    {"q2_K", QB_Q2_K, QB_Q8_K, 256, sizeof(qblock_q2_K), {80, 82}, -1, FNS(q2_K)},
+    {"q3_K", QB_Q3_K, QB_Q8_K, 256, sizeof(qblock_q3_K), {108, -1}, -1, FNS(q3_K)},
+    {"q5_K", QB_Q5_K, QB_Q8_K, 256, sizeof(qblock_q5_K), {0, 2}, -1, FNS(q5_K)},
+    {"iq4_xs", QB_IQ4_XS, QB_Q8_K, 256, sizeof(qblock_iq4_xs), {0, -1}, -1, FNS(iq4_xs)},
+    {"mxfp4", QB_MXFP4, QB_Q8_0, 32, sizeof(qblock_mxfp4), {-1, -1}, 0, FNS(mxfp4)},
 };
 #define N_TYPES ((int)(sizeof types / sizeof types[0]))
 
@@ -75,6 +78,7 @@ _Static_assert(offsetof(qblock_q2_K, d) == 80 && offsetof(qblock_q2_K, dmin) == 
 _Static_assert(offsetof(qblock_q3_K, d) == 108, "q3_K d");
 _Static_assert(offsetof(qblock_q4_1, m) == 2 && offsetof(qblock_q5_1, m) == 2, "m");
 _Static_assert(offsetof(qblock_q5_K, dmin) == 2, "q5_K dmin");
+_Static_assert(offsetof(qblock_mxfp4, e) == 0, "mxfp4 e");
 
 static int isa_ok[N_ISA];
 
@@ -99,12 +103,14 @@ static float g_x[MAXN], g_wf[MAXN];
 
 /* Fill n elements of weights of t; pattern 0 random, 1 all quant bytes 0,
  * 2 all 0xff; scales random finite f16 in +-[2^-12, 2^-4) (the min or dmin
- * field included, either sign). */
+ * field included, either sign); an E8M0 exponent 2^-12 .. 2^-1 (117..128:
+ * the levels, up to 12, are doubled, so the scale is 2^(e - 128)). */
 static void make_weights(const qtype *t, int n, int pattern) {
     const int nb = n / t->block;
     for (int i = 0; i < nb * t->bytes; i++)
         g_w[i] = pattern == 0 ? (unsigned char)rnd() : pattern == 1 ? 0x00 : 0xff;
-    for (int b = 0; b < nb; b++)
+    for (int b = 0; b < nb; b++) {
+        if (t->e8m0_off >= 0) g_w[(size_t)b * t->bytes + t->e8m0_off] = (unsigned char)(117 + rnd() % 12);
         for (int k = 0; k < 2; k++) {
             if (t->f16_off[k] < 0) continue;
             float v = (0.1f + 0.9f * (float)(rnd() % 1000) / 1000.0f) * 0.0625f;
@@ -113,6 +119,7 @@ static void make_weights(const qtype *t, int n, int pattern) {
             const uint16_t h = quant_f32_to_f16(v);
             memcpy(g_w + (size_t)b * t->bytes + t->f16_off[k], &h, 2);
         }
+    }
 }
 
 /* Activations: pattern 0 random in [-1, 1) with a few spikes, 1 all +1,
@@ -278,6 +285,7 @@ TYPE_TEST(4)
 TYPE_TEST(5)
 TYPE_TEST(6)
 TYPE_TEST(7)
+TYPE_TEST(8)
 
 /* Thread CPU time, not wall time: the build machines are shared and a
  * wall clock would time the other processes too. */
@@ -348,6 +356,7 @@ int main(void) {
     CK_RUN(test_5);
     CK_RUN(test_6);
     CK_RUN(test_7);
+    CK_RUN(test_8);
     report_speed();
     return ck_test_summary();
 }

@@ -159,9 +159,9 @@ static void test_quant_tensor_types(void) {
         uint32_t type;
         uint64_t block, bytes;
     } q[] = {
-        {2, 32, 18},   {3, 32, 20},    {6, 32, 22},    {7, 32, 24},    {8, 32, 34},
-        {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176}, {14, 256, 210},
-        {20, 32, 18},  {23, 256, 136}, {30, 1, 2},     {1, 1, 2},      {0, 1, 4},
+        {2, 32, 18},    {3, 32, 20},    {6, 32, 22},    {7, 32, 24},    {8, 32, 34},  {10, 256, 84},
+        {11, 256, 110}, {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {20, 32, 18}, {23, 256, 136},
+        {30, 1, 2},     {1, 1, 2},      {0, 1, 4},      {39, 32, 17},
     };
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         craft c = craft_base();
@@ -200,7 +200,7 @@ static void test_quant_tensor_types(void) {
     } no[] = {
         {16, "unsupported ggml type iq2_xxs (16)"}, {19, "unsupported ggml type iq1_s (19)"},
         {9, "unsupported ggml type q8_1 (9)"},      {15, "unsupported ggml type q8_K (15)"},
-        {4, "unsupported ggml type q4_2 (4)"},      {39, "unsupported ggml type mxfp4 (39)"},
+        {4, "unsupported ggml type q4_2 (4)"},      {40, "unsupported ggml type nvfp4 (40)"},
         {50, "unsupported ggml type 50"},           {64, "unknown ggml type 64"},
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {

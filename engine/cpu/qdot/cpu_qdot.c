@@ -58,6 +58,7 @@ GENERIC(Q5_K, QB_Q8_K)
 GENERIC(Q6_K, QB_Q8_K)
 GENERIC(IQ4_NL, QB_Q8_0)
 GENERIC(IQ4_XS, QB_Q8_K)
+GENERIC(MXFP4, QB_Q8_0)
 
 /* ---------------------------------------------------------- the table */
 
@@ -165,7 +166,9 @@ static const qdot_row rows[] = {
     ROW_MORE(Q3_K, q3_K, QB_Q8_K, QBLOCK_K, qblock_q3_K),
     ROW_MORE(Q5_K, q5_K, QB_Q8_K, QBLOCK_K, qblock_q5_K),
     ROW_MORE(IQ4_XS, iq4_xs, QB_Q8_K, QBLOCK_K, qblock_iq4_xs),
+    ROW_MORE(MXFP4, mxfp4, QB_Q8_0, QBLOCK_32, qblock_mxfp4),
 };
+_Static_assert(sizeof rows / sizeof rows[0] <= CPU_QDOT_MAX_TYPES, "CPU_QDOT_MAX_TYPES");
 
 void cpu_qdot_init(cpu_qdot *q, int isa) {
     memset(q, 0, sizeof *q);

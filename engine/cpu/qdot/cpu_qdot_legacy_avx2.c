@@ -1,5 +1,6 @@
 /* cpu_qdot_legacy_avx2.c - AVX2 (+FMA, F16C) dot products for Q4_1, Q5_0,
- * Q5_1 and IQ4_NL (cpu_qdot_more.h; the arithmetic is cpu_qdot_legacy_c.c's).
+ * Q5_1, IQ4_NL and MXFP4 (cpu_qdot_more.h; the arithmetic is
+ * cpu_qdot_legacy_c.c's).
  *
  * One 32-element block is one 256-bit register of 32 bytes: the 16 packed
  * bytes are spread so the low nibbles (elements 0..15) fill the low 128-bit
@@ -8,7 +9,8 @@
  * bytes by signed activation bytes and adds pairs into int16 (no overflow:
  * 2 * 31 * 127 or 2 * 127 * 127 < 32767), vpmaddwd with ones adds pairs into
  * 8 int32: an exact integer partial sum of the block. Signed weights (Q5_0's
- * q - 16, IQ4_NL's levels) take the usual sign trick: |w| * (a * sign(w)).
+ * q - 16, IQ4_NL's and MXFP4's levels) take the usual sign trick:
+ * |w| * (a * sign(w)).
  * The block's 8 int32 become floats and are multiplied-added by the block's
  * scale into 8 float accumulators, reduced once at the end: the same
  * products as the C kernel, added in another order.
@@ -18,6 +20,7 @@
  * the CPU has AVX2, FMA and F16C. */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_qdot_more.h"
 #include "qblock.h"
@@ -32,6 +35,14 @@ static inline CK_AVX2 float hsum8(__m256 v) {
 }
 
 static inline CK_AVX2 float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* An MXFP4 block's scale, 2^(e - 128) (qblock.h). */
+static inline CK_AVX2 float e8m0_half(uint8_t e) {
+    const uint32_t b = qblock_e8m0_half_bits(e);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
 
 /* 16 packed bytes -> 32 nibbles: low nibbles in bytes 0..15, high in 16..31. */
 static inline CK_AVX2 __m256i nibbles32(const uint8_t *qs) {
@@ -121,6 +132,22 @@ CK_AVX2 void cpu_vdot_iq4_nl_avx2(int n, float *s, const void *w, const void *a)
         const __m256i q = _mm256_shuffle_epi8(table, nibbles32(x[b].qs));
         const __m256i a8 = _mm256_loadu_si256((const __m256i *)y[b].qs);
         const __m256 dd = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
+        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot_ss(q, a8)), acc);
+    }
+    *s = hsum8(acc);
+}
+
+CK_AVX2 void cpu_vdot_mxfp4_avx2(int n, float *s, const void *w, const void *a) {
+    const qblock_mxfp4 *x = w;
+    const qblock_q8_0 *y = a;
+    const __m128i t = _mm_loadu_si128((const __m128i *)qblock_mxfp4_values);
+    const __m256i table = _mm256_set_m128i(t, t);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        /* as IQ4_NL: the nibbles looked up in the 16 (doubled E2M1) levels */
+        const __m256i q = _mm256_shuffle_epi8(table, nibbles32(x[b].qs));
+        const __m256i a8 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256 dd = _mm256_set1_ps(f16(y[b].d) * e8m0_half(x[b].e));
         acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot_ss(q, a8)), acc);
     }
     *s = hsum8(acc);

@@ -1,5 +1,5 @@
 /* cpu_qdot_legacy_avx512.c - AVX-512 (F, BW, VL, DQ) dot products for Q4_1,
- * Q5_0, Q5_1 and IQ4_NL (cpu_qdot_more.h; arithmetic of
+ * Q5_0, Q5_1, IQ4_NL and MXFP4 (cpu_qdot_more.h; arithmetic of
  * cpu_qdot_legacy_c.c, layout of cpu_qdot_legacy_avx2.c).
  *
  * Two 32-element blocks per 512-bit register: block b's 32 bytes in the low
@@ -17,6 +17,7 @@
  * kernel only on such a CPU; elsewhere it is compiled, not run.) */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_qdot_more.h"
 #include "qblock.h"
@@ -24,6 +25,14 @@
 #define CK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 static inline CK_AVX512 float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* An MXFP4 block's scale, 2^(e - 128) (qblock.h). */
+static inline CK_AVX512 float e8m0_half(uint8_t e) {
+    const uint32_t b = qblock_e8m0_half_bits(e);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
 
 static inline CK_AVX512 uint32_t qh_word(const uint8_t qh[4]) {
     return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
@@ -165,6 +174,29 @@ CK_AVX512 void cpu_vdot_iq4_nl_avx512(int n, float *s, const void *w, const void
         const __m256i q = _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nib32(x[b].qs));
         const __m256i p = dot_ss256(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
         tail = hsum256(_mm256_mul_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p)));
+    }
+    *s = _mm512_reduce_add_ps(acc) + tail;
+}
+
+CK_AVX512 void cpu_vdot_mxfp4_avx512(int n, float *s, const void *w, const void *a) {
+    const qblock_mxfp4 *x = w;
+    const qblock_q8_0 *y = a;
+    const int nb = n / QBLOCK_32;
+    const __m128i t = _mm_loadu_si128((const __m128i *)qblock_mxfp4_values);
+    const __m512i table = _mm512_broadcast_i32x4(t);
+    __m512 acc = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const __m512i q = _mm512_shuffle_epi8(table, nib64(x[b].qs, x[b + 1].qs));
+        const __m512i p = dot_ss512(q, act64(y[b].qs, y[b + 1].qs));
+        const __m512 dd = scales2(f16(y[b].d) * e8m0_half(x[b].e), f16(y[b + 1].d) * e8m0_half(x[b + 1].e));
+        acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(p), acc);
+    }
+    float tail = 0.0f;
+    if (b < nb) {
+        const __m256i q = _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nib32(x[b].qs));
+        const __m256i p = dot_ss256(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        tail = hsum256(_mm256_mul_ps(_mm256_set1_ps(f16(y[b].d) * e8m0_half(x[b].e)), _mm256_cvtepi32_ps(p)));
     }
     *s = _mm512_reduce_add_ps(acc) + tail;
 }

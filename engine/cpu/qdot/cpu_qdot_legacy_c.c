@@ -1,5 +1,5 @@
 /* cpu_qdot_legacy_c.c - portable C dot products for the 32-element types
- * Q4_1, Q5_0, Q5_1 and IQ4_NL (cpu_qdot_more.h). These are the reference
+ * Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 (cpu_qdot_more.h). These are the reference
  * that the SIMD variants are tested against.
  *
  * The derivation, per block of 32 (w block x, activation block y):
@@ -10,10 +10,15 @@
  *   Q5_1 . Q8_1:  the same, with 5-bit q_j.
  *   Q5_0 . Q8_0:  x_j = dx (q_j - 16): dx dy sum_j (q_j - 16) a_j.
  *   IQ4_NL . Q8_0: x_j = dx v[q_j] (the 16-level table): dx dy sum_j v[q_j] a_j.
+ *   MXFP4 . Q8_0: x_j = 2^(e - 128) F[q_j] (F the doubled E2M1 levels):
+ *                 (dy 2^(e - 128)) sum_j F[q_j] a_j, the scale product
+ *                 in that order (ggml_vec_dot_mxfp4_q8_0; a product of two
+ *                 floats either way).
  * The integer sums are exact (|isum| <= 32 * 127 * 127 fits an int); the
  * float work is one multiply-add per block, in block order, as llama.cpp's
  * reference does it. */
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_qdot_more.h"
 #include "qblock.h"
@@ -88,6 +93,24 @@ void cpu_vdot_iq4_nl_c(int n, float *s, const void *w, const void *a) {
             isum += qblock_iq4nl_values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
         }
         sum += quant_f16_to_f32(x[b].d) * quant_f16_to_f32(y[b].d) * (float)isum;
+    }
+    *s = sum;
+}
+
+void cpu_vdot_mxfp4_c(int n, float *s, const void *w, const void *a) {
+    const qblock_mxfp4 *x = w;
+    const qblock_q8_0 *y = a;
+    float sum = 0.0f;
+    for (int b = 0; b < n / QBLOCK_32; b++) {
+        int isum = 0;
+        for (int j = 0; j < QBLOCK_32 / 2; j++) {
+            isum += qblock_mxfp4_values[x[b].qs[j] & 0x0f] * y[b].qs[j];
+            isum += qblock_mxfp4_values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+        }
+        const uint32_t eb = qblock_e8m0_half_bits(x[b].e);
+        float de;
+        memcpy(&de, &eb, 4);
+        sum += quant_f16_to_f32(y[b].d) * de * (float)isum;
     }
     *s = sum;
 }

@@ -1,6 +1,6 @@
 /* cpu_qdot_more.h - dot products of one quantized weight row with one
  * quantized activation row, for the weight types Q4_1, Q5_0, Q5_1, Q2_K,
- * Q3_K, Q5_K, IQ4_NL and IQ4_XS (cpu_qdot.c's table holds these
+ * Q3_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4 (cpu_qdot.c's table holds these
  * next to the Q8_0/Q4_0/Q4_K/Q6_K kernels).
  *
  *   void cpu_vdot_<type>_<isa>(int n, float *s, const void *w, const void *a);
@@ -9,7 +9,8 @@
  * (engine/format/qblock.h), a the same row's activations quantized to the type's
  * partner format:
  *   q4_1, q5_1        -> qblock_q8_1  (blocks of 32)
- *   q5_0, iq4_nl      -> qblock_q8_0  (blocks of 32)
+ *   q5_0, iq4_nl,
+ *   mxfp4             -> qblock_q8_0  (blocks of 32)
  *   q2_K, q3_K, q5_K,
  *   iq4_xs            -> qblock_q8_K  (super-blocks of 256)
  * n must be a positive multiple of the block (32 or QBLOCK_K); the caller
@@ -49,6 +50,9 @@ void cpu_vdot_q5_1_avx512(int n, float *s, const void *w, const void *a);
 void cpu_vdot_iq4_nl_c(int n, float *s, const void *w, const void *a);
 void cpu_vdot_iq4_nl_avx2(int n, float *s, const void *w, const void *a);
 void cpu_vdot_iq4_nl_avx512(int n, float *s, const void *w, const void *a);
+void cpu_vdot_mxfp4_c(int n, float *s, const void *w, const void *a);
+void cpu_vdot_mxfp4_avx2(int n, float *s, const void *w, const void *a);
+void cpu_vdot_mxfp4_avx512(int n, float *s, const void *w, const void *a);
 /* the 256-element types */
 void cpu_vdot_q2_K_c(int n, float *s, const void *w, const void *a);
 void cpu_vdot_q2_K_avx2(int n, float *s, const void *w, const void *a);
