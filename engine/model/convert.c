@@ -39,7 +39,7 @@ static void bufs_free(bufs *b) {
 /* Add an f32 tensor (rows x cols, cols innermost) converted to `type`. */
 static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src, uint64_t cols, uint64_t rows,
                    int type) {
-    if (type == QUANT_Q8_0 && cols % 32) type = QUANT_F16;
+    if (quant_block_size(type) > 1 && cols % (uint64_t)quant_block_size(type)) type = QUANT_F16;
     uint64_t nb;
     int rc = quant_row_bytes(type, cols * rows, &nb);
     if (rc) return rc;
@@ -62,11 +62,13 @@ static int add_tensor(gguf_writer *w, bufs *bb, const char *name, const model_te
 }
 
 static int file_type_of(int type) {
-    /* llama.cpp's general.file_type: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
+    /* llama.cpp's general.file_type: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32,
+     * MOSTLY_MXFP4_MOE 38 (llama.cpp's only MXFP4 one; informational) */
     switch (type) {
     case QUANT_F16: return 1;
     case QUANT_Q8_0: return 7;
     case QUANT_BF16: return 32;
+    case QUANT_MXFP4: return 38;
     default: return 0;
     }
 }
@@ -162,7 +164,7 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
      * confkv reads them but does not write them. */
     if (!quant_can_encode(type)) {
         const char *name = quant_type_name(type);
-        snprintf(err, errlen, "convert: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)",
+        snprintf(err, errlen, "convert: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0, mxfp4)",
                  name ? name : "type ", name ? " (" : "", type, name ? ")" : "");
         return CK_EUNSUPPORTED;
     }
@@ -461,8 +463,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     }
     if (!quant_can_encode(p->type)) {
         const char *tn = quant_type_name(p->type);
-        snprintf(err, errlen, "synth: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0)", tn ? tn : "type ",
-                 tn ? " (" : "", p->type, tn ? ")" : "");
+        snprintf(err, errlen, "synth: cannot write %s%s%d%s (writes f32, f16, bf16, q8_0, mxfp4)",
+                 tn ? tn : "type ", tn ? " (" : "", p->type, tn ? ")" : "");
         rc = CK_EUNSUPPORTED;
         goto done;
     }

@@ -16,8 +16,9 @@
 #include "model.h"
 
 /* Write m as GGUF with weight matrices in `type` (QUANT_F32, QUANT_F16,
- * QUANT_BF16 or QUANT_Q8_0). A matrix whose rows are not a multiple of the
- * type's block (q8_0: 32) is written in f16 instead, as llama.cpp does.
+ * QUANT_BF16, QUANT_Q8_0 or QUANT_MXFP4). A matrix whose rows are not a
+ * multiple of the type's block (q8_0, mxfp4: 32) is written in f16 instead,
+ * as llama.cpp does.
  * Returns 0 or CK_E* with err filled. */
 int convert_write_gguf(const model *m, int type, const char *path, char *err, size_t errlen);
 

@@ -13,7 +13,7 @@ int cli_convert(int argc, char **argv) {
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv convert --from llama2c CHECKPOINT --tokenizer TOK -o OUT.gguf "
-                   "[--type f32|f16|bf16|q8_0]\n"
+                   "[--type f32|f16|bf16|q8_0|mxfp4]\n"
                    "       confkv convert --from gguf IN.gguf -o OUT.gguf --type T   (re-type)\n");
             return 0;
         }
@@ -37,7 +37,7 @@ int cli_convert(int argc, char **argv) {
     }
     int t = quant_type_from_name(type);
     if (t < 0) {
-        cli_error(&a, "--type must be f32, f16, bf16 or q8_0");
+        cli_error(&a, "--type must be f32, f16, bf16, q8_0 or mxfp4");
         return 2;
     }
     char err[512];
@@ -75,7 +75,7 @@ int cli_synth(int argc, char **argv) {
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
-                   "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0] [--seed S]\n"
+                   "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
                    "       [--arch llama|qwen2|qwen3] [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--rope-theta X] [--rope-freqs] [--rope-scaling linear|yarn]\n"
                    "       [--rope-scaling-factor F] [--rope-orig-ctx N] [--rope-attn-factor A]\n"
@@ -123,7 +123,7 @@ int cli_synth(int argc, char **argv) {
         return 2;
     }
     if ((p.type = quant_type_from_name(type)) < 0) {
-        cli_error(&a, "--type must be f32, f16, bf16 or q8_0");
+        cli_error(&a, "--type must be f32, f16, bf16, q8_0 or mxfp4");
         return 2;
     }
     const arch_info *ai = arch_find(arch, strlen(arch));

@@ -81,6 +81,10 @@ case "$case_name" in
     need_synth --arch --vocab-from --head-dim
     synth --arch qwen3 --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --ffn 768 \
       --ctx 256 --vocab-from "$(vocab qwen2)" --rope-theta 1000000 ;;
+  synth_llama_mxfp4) # synth_llama_gqa's shape, every matrix MXFP4 (token_embd and output too);
+    # both engines use q8_0 activations with it; measured 1.9e-2 at worst (q8_0 weights: 9e-3)
+    synth --dim 256 --layers 3 --heads 8 --kv-heads 2 --ffn 768 --vocab 2048 --ctx 256 --type mxfp4
+    tol=3e-2 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
@@ -98,6 +102,13 @@ case "$case_name" in
   stories260K_f16)  stories f16;  steps=200 agree=200 min_steps=200 tol=1e-3 ;;
   stories260K_bf16) stories bf16; steps=200 agree=200 min_steps=200 tol=1e-2 ;;
   stories260K_q8_0) stories q8_0; steps=200 agree=200 min_steps=200 tol=3e-2 ;;
+  # MXFP4 weights (the matrices whose rows are whole 32-blocks; ffn_down's
+  # 172 columns stay f16, as llama.cpp's quantizer would leave them): both
+  # engines multiply them with q8_0 activations, the rest differs as q8_0's
+  # case does (measured 1.6e-2 at worst). This 4-bit model meets a real tie
+  # (top-2 gap 3.5e-4 of the logits' range) at step 15, where either id is
+  # right and the comparison stops: 8 steps must agree before it.
+  stories260K_mxfp4) stories mxfp4; steps=64 agree=8 min_steps=8 tol=3e-2 ;;
   *) echo "oracle.sh: unknown case $case_name" >&2; exit 2 ;;
 esac
 
