@@ -9,8 +9,8 @@
  * quantized types stay as they are). The environment variable
  * CONFKV_CUDA_WEIGHTS=f32|f16 overrides that choice (read at creation only).
  *
- * Quantized weights (every quantized GGUF type confkv reads: Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) stay in their file
+ * Quantized weights (every quantized GGUF type confkv reads but MXFP4: Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) stay in their file
  * bytes in device memory and are multiplied by a dequantizing GEMV for
  * batches of up to 8 tokens, by slices expanded to f16 and cuBLAS above;
  * only a quantized token embedding is expanded (to f16) at upload.
@@ -66,7 +66,9 @@ CK_CUDA_API int be_cuda_available(void);
  * calling thread chose another). Needs compute capability 9.0 or later (the
  * kernels are built for sm_90 with PTX) and head_dim <= 256. Returns 0 and
  * sets *out; CK_EINVAL for bad options, CK_EUNSUPPORTED for a model or
- * device it cannot run, CK_EBACKEND for a CUDA/cuBLAS failure (out of
+ * device it cannot run (a weight of a type with no CUDA kernel, such as
+ * mxfp4, is refused by tensor and type name before the device is touched),
+ * CK_EBACKEND for a CUDA/cuBLAS failure (out of
  * device memory included), each with a sentence in err. The model must
  * outlive the backend. */
 CK_CUDA_API int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen);

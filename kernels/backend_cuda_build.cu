@@ -122,6 +122,57 @@ static int cu_upload(cuda_backend *cb, void *staging, void *dst, int dst_f16, co
     return CK_OK;
 }
 
+/* 1 if the backend can hold a tensor of `type`: f32, f16, bf16, or a
+ * quantized type with CUDA kernels (ck_cuda_qtype_shape). */
+static int cu_type_ok(int type) {
+    return type == QUANT_F32 || type == QUANT_F16 || type == QUANT_BF16 ||
+           ck_cuda_qtype_shape(type, NULL, NULL);
+}
+
+/* Every tensor the backend would upload has a type it computes on; else
+ * CK_EUNSUPPORTED naming the tensor and the type ("tensor blk.0.attn_q:
+ * weight type mxfp4 has no CUDA kernel"). Checked before the device is
+ * touched, so a model the CPU reads but CUDA does not (MXFP4's experts) is
+ * refused up front, on any machine, never computed wrong. */
+static int cu_check_types(const model *m, char *err, size_t errlen) {
+    static const char *const lnames[MODEL_LAYER_TENSORS] = {"attn_norm", "attn_q",      "attn_k",
+                                                            "attn_v",    "attn_output", "ffn_norm",
+                                                            "ffn_gate",  "ffn_down",    "ffn_up"};
+    static const char *const xnames[MODEL_LAYER_EXTRAS] = {"attn_q.bias", "attn_k.bias", "attn_v.bias",
+                                                           "attn_q_norm", "attn_k_norm"};
+    char what[96], why[96];
+    const model_tensor *bad = NULL;
+    if (!cu_type_ok(m->tok_emb.type)) {
+        bad = &m->tok_emb;
+        snprintf(what, sizeof what, "tensor token_embd");
+    } else if (!cu_type_ok(m->wcls.type)) {
+        bad = &m->wcls;
+        snprintf(what, sizeof what, "tensor output");
+    }
+    for (int l = 0; !bad && l < m->cfg.n_layers; l++) {
+        const model_tensor *t[MODEL_LAYER_TENSORS], *x[MODEL_LAYER_EXTRAS];
+        model_layer_list(&m->layers[l], t);
+        model_layer_extras(&m->layers[l], x);
+        for (int k = 0; !bad && k < MODEL_LAYER_TENSORS; k++)
+            if (!cu_type_ok(t[k]->type)) {
+                bad = t[k];
+                snprintf(what, sizeof what, "tensor blk.%d.%s", l, lnames[k]);
+            }
+        for (int k = 0; !bad && k < MODEL_LAYER_EXTRAS; k++)
+            if (x[k]->n && !cu_type_ok(x[k]->type)) {
+                bad = x[k];
+                snprintf(what, sizeof what, "tensor blk.%d.%s", l, xnames[k]);
+            }
+    }
+    if (!bad) return CK_OK;
+    const char *tn = quant_ggml_type_name(bad->type);
+    if (tn)
+        snprintf(why, sizeof why, "weight type %s has no CUDA kernel", tn);
+    else
+        snprintf(why, sizeof why, "weight type %d has no CUDA kernel", bad->type);
+    return cu_seterr(err, errlen, CK_EUNSUPPORTED, what, why);
+}
+
 /* The device type of a tensor of `type`: kept as it is when quantized
  * (unless CONFKV_CUDA_QUANT=expand), else the backend's float type. */
 static int cu_dev_type(const cuda_backend *cb, int type) {
@@ -429,6 +480,8 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
     /* The int32 batch arrays and offsets must stay inside int. */
     if ((long long)o->max_batch_tokens * (tbl_cap + 5) > 0x3fffffffLL)
         return cu_seterr(err, errlen, CK_EINVAL, "options", "max_batch_tokens x context blocks too large");
+    int rc = cu_check_types(m, err, errlen);
+    if (rc) return rc;
     if (!be_cuda_available())
         return cu_seterr(err, errlen, CK_EBACKEND, "device", "no CUDA device or driver");
 
@@ -454,7 +507,6 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
     const char *qenv = getenv("CONFKV_CUDA_QUANT");
     cb->qexpand = qenv && !strcmp(qenv, "expand");
 
-    int rc;
     if ((rc = cu_init_device(cb, err, errlen)) || (rc = cu_init_weights(cb, err, errlen)) ||
         (rc = cu_init_buffers(cb, err, errlen))) {
         cu_destroy(b);

@@ -97,8 +97,8 @@ static void gguf_seeds(void) {
     /* a tensor of each quantized weight type (one or two blocks of
      * patterned bytes; any bytes are valid blocks): their row sizes */
     if (gguf_writer_new(&w)) exit(1);
-    static const int qt[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1,   QUANT_Q2_K,  QUANT_Q3_K,
-                             QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
+    static const int qt[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1,   QUANT_Q2_K,   QUANT_Q3_K,
+                             QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS, QUANT_MXFP4};
     static unsigned char qbytes[2 * 210];
     for (size_t i = 0; i < sizeof qbytes; i++) qbytes[i] = (unsigned char)(i * 37 + 11);
     for (size_t i = 0; i < sizeof qt / sizeof qt[0]; i++) {
@@ -143,9 +143,18 @@ static void gguf_seeds(void) {
          .ctx = 4,
          .type = QUANT_F16,
          .seed = 3},
+        {.dim = 32, /* MXFP4 matrices; hidden 48: ffn_down's rows are not whole blocks (f16) */
+         .n_layers = 1,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 48,
+         .vocab_size = 354,
+         .ctx = 8,
+         .type = QUANT_MXFP4,
+         .seed = 4},
     };
-    const char *names[] = {"synth-f32.gguf", "synth-q8_0.gguf", "synth-f16.gguf"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"synth-f32.gguf", "synth-q8_0.gguf", "synth-f16.gguf", "synth-mxfp4.gguf"};
+    for (int i = 0; i < (int)(sizeof ps / sizeof ps[0]); i++) {
         if (convert_synth(&ps[i], tmp, err, sizeof err)) {
             fprintf(stderr, "make_seeds: %s\n", err);
             exit(1);

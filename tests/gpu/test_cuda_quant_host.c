@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_cuda.h"
 #include "ck_err.h"
 #include "ck_test.h"
+#include "convert.h"
+#include "model.h"
 #include "qblock.h"
 #include "quant.h"
 
@@ -104,13 +107,46 @@ static void test_decoders(void) {
 static void test_refusals(void) {
     float y[64];
     unsigned char w[256] = {0};
+    CK_CHECK(be_cuda_qdequant_host(QB_MXFP4, w, 1, 32, y) == CK_EUNSUPPORTED); /* no CUDA kernel */
     CK_CHECK(be_cuda_qdequant_host(QB_F32, w, 1, 32, y) == CK_EUNSUPPORTED);
     CK_CHECK(be_cuda_qdequant_host(QB_Q4_K, w, 1, 32, y) == CK_EUNSUPPORTED); /* K % 256 */
     CK_CHECK(be_cuda_qdequant_host(QB_Q4_0, NULL, 1, 32, y) == CK_EINVAL);
 }
 
+/* A model the CPU computes but CUDA has no kernel for (MXFP4 matrices) is
+ * refused by name when the backend is made, before any device is touched:
+ * so on every machine, GPU or not. */
+static void test_mxfp4_model_refused(void) {
+    char path[] = "/tmp/confkv-cuda-mxfp4-XXXXXX", err[512] = "";
+    const int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    synth_params p;
+    memset(&p, 0, sizeof p);
+    p.dim = 64, p.n_layers = 1, p.n_heads = 2, p.n_kv_heads = 1, p.hidden_dim = 128;
+    p.vocab_size = 512, p.ctx = 64, p.type = QUANT_MXFP4, p.seed = 3;
+    model *m = NULL;
+    CK_CHECK_MSG(convert_synth(&p, path, err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(model_load(path, NULL, &m, err, sizeof err) == 0, "%s", err);
+    if (m) {
+        be_options o;
+        memset(&o, 0, sizeof o);
+        o.max_batch_tokens = 16, o.n_kv_blocks = 8, o.block_size = 16, o.n_threads = 1;
+        backend *b = NULL;
+        const int rc = be_cuda_new(m, &o, &b, err, sizeof err);
+        CK_CHECK_MSG(rc == CK_EUNSUPPORTED && !b, "%s: %s", ck_errname(rc), err);
+        CK_CHECK_MSG(strstr(err, "tensor token_embd: weight type mxfp4 has no CUDA kernel") != NULL, "'%s'",
+                     err);
+        fprintf(stderr, "refused: %s\n", err);
+        model_free(m);
+    }
+    unlink(path);
+}
+
 int main(void) {
     CK_RUN(test_decoders);
     CK_RUN(test_refusals);
+    CK_RUN(test_mxfp4_model_refused);
     return ck_test_summary();
 }
