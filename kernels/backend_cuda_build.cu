@@ -468,6 +468,18 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         }
         if (want == ARCH_BLOCK_END) break;
     }
+    /* RoPE on every layer, queries unscaled: the CUDA pass has neither
+     * smollm3's RoPE-less layers nor mistral3's query temperature, and no
+     * GPU has checked them, so a model that asks for either is refused by
+     * name. (mistral3's yarn_log_multiplier is in rope_mscale, from
+     * model_rope_freqs as on the CPU; a mistral3 without a temperature is
+     * the llama compute.) */
+    if (c->no_rope_step || c->attn_temp_scale != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cuda backend: architecture %s has no verified CUDA kernel (%s)", ai->name,
+                     c->no_rope_step ? "layers without RoPE" : "query scale by position");
+        return CK_EUNSUPPORTED;
+    }
     if (c->head_dim > CK_CUDA_MAX_HEAD_DIM || c->head_dim % 2 || c->n_kv_heads <= 0 ||
         c->n_heads % c->n_kv_heads || c->n_heads > 65535) {
         char why[96];

@@ -86,6 +86,7 @@ typedef struct cpu_attn_w {
     float *q_norm;  /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
     float *k_norm;  /* (head_dim) the same for each k head */
     cpu_mat wo;     /* (dim, q_dim) */
+    int rope;       /* 1: RoPE on q and k; 0: none (smollm3's every fourth layer, arch.h) */
 } cpu_attn_w;
 
 /* The dense feed-forward layer kind's weights (cpu_layer_ffn.c). */
@@ -134,6 +135,8 @@ typedef struct cpu_backend {
                          rope_freqs factors and linear/YaRN scaling folded in) */
     float rope_mscale;    /* cos and sin are scaled by it (YaRN; 1 otherwise) */
     int rope_neox;        /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
+    float *q_scale;       /* (T) each token's query scale after RoPE (mistral3's temperature,
+                             arch_attn_temp); NULL when the model has none */
     /* KV storage */
     float *kv;          /* (n_kv_blocks, kv_block_floats) */
     unsigned char *kv8; /* (n_kv8_blocks, kv8_block_bytes) int8 blocks, kvq.h layout */

@@ -72,6 +72,7 @@ void cpu_destroy(backend *b) {
     free(cb->h13);
     free(cb->h);
     free(cb->rope);
+    free(cb->q_scale);
     free(cb->scores);
     free(cb->hot_list);
     free(cb->n_list);
@@ -395,13 +396,14 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     p->kv = pfloats(&a, (size_t)o->n_kv_blocks, kv_block_floats);
     kvq_shape shape = {c->n_layers, o->block_size, kv_dim};
     p->kv8 = o->n_kv8_blocks > 0 ? pmul(&a, (size_t)o->n_kv8_blocks, kvq_block_bytes(&shape)) : 0;
-    /* batch buffers: x, xb, xo; qkv; att_out; h13; h; rope; hot_list, n_list, seq_last */
+    /* batch buffers: x, xb, xo; qkv; att_out; h13; h; rope; q_scale; hot_list, n_list, seq_last */
     size_t act = 3 * pfloats(&a, T, D);
     act = padd(&a, act, pfloats(&a, T, (size_t)qkv_dim));
     act = padd(&a, act, pfloats(&a, T, (size_t)q_dim));
     act = padd(&a, act, pfloats(&a, T, 2 * F));
     act = padd(&a, act, pfloats(&a, T, F));
     act = padd(&a, act, pfloats(&a, T, hd));
+    if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
     /* the products' quantized input rows, and the classifier's */
@@ -536,6 +538,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
         if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(f->norm, &ml->ffn_norm))) goto fail;
+        w->rope = arch_layer_has_rope(c->no_rope_step, l);
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
@@ -573,6 +576,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
+        (c->attn_temp_scale != 0 && !(cb->q_scale = alloc_floats(cb, T))) ||
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
         goto fail;
     cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;

@@ -1,8 +1,10 @@
 /* cpu_layer_attn.c - the attention layer kind (cpu_layer.h): norm, the Q,
  * K and V projections (with qwen2's biases and qwen3's q/k head norms where
- * the file has them), RoPE, the K and V rows written into the sequence's
- * hot block, grouped-query attention over the sequence's resident blocks
- * (f32 or int8, kv/kvq.h), and the output projection added into x.
+ * the file has them), RoPE (on the layers that have it: not smollm3's every
+ * fourth), the queries' position scale (mistral3's temperature, where the
+ * file sets one), the K and V rows written into the sequence's hot block,
+ * grouped-query attention over the sequence's resident blocks (f32 or
+ * int8, kv/kvq.h), and the output projection added into x.
  *
  * Attention walks each sequence's block table: cpu_attn.h's kernels when
  * every block it reads is f32, the general code here otherwise. A lone
@@ -286,10 +288,14 @@ static void attend_batch_token(cpu_backend *cb, const be_batch *bt, int l, int i
                  att + (size_t)c->n_heads * cb->max_ctx, mass_scale, slot);
 }
 
-/* Once per batch: each token's RoPE cos and sin, and each sequence's
- * resident blocks, listed once for every layer and head. */
+/* Once per batch: each token's RoPE cos and sin and query scale, and each
+ * sequence's resident blocks, listed once for every layer and head. */
 static void attn_prepare(cpu_backend *cb, const be_batch *bt) {
-    const int hd = cb->base.m->cfg.head_dim;
+    const model_config *c = &cb->base.m->cfg;
+    const int hd = c->head_dim;
+    if (cb->q_scale)
+        for (int i = 0; i < bt->n_tokens; i++)
+            cb->q_scale[i] = arch_attn_temp(c->attn_temp_scale, c->attn_temp_floor, bt->pos[i]);
     for (int i = 0; i < bt->n_tokens; i++) {
         float *cs = cb->rope + (size_t)i * hd;
         const float ms = cb->rope_mscale; /* exactly 1 unless YaRN or attn_factor: x * 1 is x */
@@ -333,13 +339,15 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
         if (w->k_norm)
             for (int h = 0; h < c->n_kv_heads; h++)
                 cpu_rmsnorm(q + QD + (size_t)h * hd, q + QD + (size_t)h * hd, w->k_norm, hd, c->norm_eps);
-        if (cb->rope_neox) {
+        if (w->rope && cb->rope_neox) {
             rope_rotate_neox(q, cs, hd, c->n_heads);
             rope_rotate_neox(q + QD, cs, hd, c->n_kv_heads);
-        } else {
+        } else if (w->rope) {
             rope_rotate(q, cs, hd, c->n_heads);
             rope_rotate(q + QD, cs, hd, c->n_kv_heads);
         }
+        if (cb->q_scale) /* after RoPE, the queries only, where llama.cpp's graph scales them */
+            for (int j = 0; j < QD; j++) q[j] *= cb->q_scale[i];
         const be_seq_view *v = &bt->seqs[bt->seq[i]];
         int p = bt->pos[i];
         float *dst = cb->kv + (size_t)v->blocks[p / bs] * cb->base.kv_block_floats +

@@ -22,7 +22,7 @@ static const struct {
     [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},       [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
 };
 
-/* What every one of the three has: the plain Llama block. */
+/* What every architecture of the table has: the plain Llama block. */
 #define R ARCH_REQUIRED
 #define O ARCH_OPTIONAL
 #define LLAMA_CORE                                                                                  \
@@ -30,14 +30,14 @@ static const struct {
     [ARCH_T_ATTN_Q] = R, [ARCH_T_ATTN_K] = R, [ARCH_T_ATTN_V] = R, [ARCH_T_ATTN_OUT] = R,           \
     [ARCH_T_FFN_NORM] = R, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
 
-/* Every layer of the three: attention, then the SwiGLU feed-forward. */
+/* Every layer of each: attention, then the SwiGLU feed-forward. */
 #define LLAMA_BLOCKS \
     { ARCH_BLOCK_ATTN, ARCH_BLOCK_FFN }
 
-/* The q/k/v biases are optional in all three, as llama.cpp's
- * create_tensor_qkv takes them (Qwen2 files have them; a Llama with them
- * computes them too). rope_freqs only in llama (llama.cpp reads it for its
- * llama graph only). */
+/* The q/k/v biases are optional in all, as llama.cpp's create_tensor_qkv
+ * takes them (Qwen2 files have them; a Llama with them computes them too).
+ * rope_freqs only in llama and mistral3 (llama.cpp reads it for those
+ * graphs only). */
 static const arch_info table[] = {
     {"llama",
      ARCH_LLAMA,
@@ -46,20 +46,49 @@ static const arch_info table[] = {
       [ARCH_T_ATTN_V_B] = O},
      "Llama 2/3.x, Mistral, TinyLlama, SmolLM2: adjacent-pair RoPE, optional rope_freqs "
      "(Llama 3.1 factors), rope scaling none/linear/yarn",
-     LLAMA_BLOCKS},
+     LLAMA_BLOCKS,
+     0,
+     0},
     {"qwen2",
      ARCH_QWEN2,
      ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O},
      "Qwen2/2.5: q/k/v biases, NEOX RoPE",
-     LLAMA_BLOCKS},
+     LLAMA_BLOCKS,
+     0,
+     0},
     {"qwen3",
      ARCH_QWEN3,
      ARCH_ROPE_NEOX,
      {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O,
       [ARCH_T_ATTN_Q_NORM] = R, [ARCH_T_ATTN_K_NORM] = R},
      "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length",
-     LLAMA_BLOCKS},
+     LLAMA_BLOCKS,
+     0,
+     0},
+    /* llama.cpp's smollm3: Llama's tensors (no rope_freqs), every fourth
+     * layer without RoPE; the step is the graph's constant, not a key. */
+    {"smollm3",
+     ARCH_SMOLLM3,
+     ARCH_ROPE_NORMAL,
+     {LLAMA_CORE, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O},
+     "SmolLM3: no RoPE on every fourth layer (layer l with (l + 1) % 4 == 0)",
+     LLAMA_BLOCKS,
+     4,
+     0},
+    /* llama.cpp's mistral3 (Mistral Small 3.x, Ministral 3): Llama's
+     * tensors and rope_freqs; its optional attn_output and FFN biases and
+     * its MoE form are not in the table, so a file with them is refused. */
+    {"mistral3",
+     ARCH_MISTRAL3,
+     ARCH_ROPE_NORMAL,
+     {LLAMA_CORE, [ARCH_T_ROPE_FREQS] = O, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O,
+      [ARCH_T_ATTN_V_B] = O},
+     "Mistral Small 3.x, Ministral 3: queries scaled by 1 + temperature_scale "
+     "ln(floor(pos / original context) + 1), YaRN's yarn_log_multiplier",
+     LLAMA_BLOCKS,
+     0,
+     ARCH_READS_YARN_LOG_MUL | ARCH_READS_ATTN_TEMP},
 };
 #undef R
 #undef O
@@ -84,7 +113,9 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3"; }
+
+int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
 
 char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix) {
     snprintf(buf, cap, "%s.%s", a->name, suffix);
@@ -178,8 +209,16 @@ void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float
         freq[i] = f;
     }
     float m = p->attn_factor > 0 ? p->attn_factor : 1.0f;
-    if (ext != 0.0f && scaled && p->factor > 1.0f) m *= 1.0f + 0.1f * logf(p->factor);
+    if (ext != 0.0f && scaled && p->factor > 1.0f) {
+        m *= 1.0f + 0.1f * logf(p->factor);
+        if (p->log_mul != 0.0f) m /= 1.0f + 0.1f * p->log_mul * logf(p->factor);
+    }
     *mscale = m;
+}
+
+float arch_attn_temp(float scale, int floor_ctx, int pos) {
+    const float q = (float)pos / (float)floor_ctx; /* llama.cpp: float position over uint32 */
+    return (float)(log(floor(q) + 1.0) * scale + 1.0);
 }
 
 void arch_llama3_freq_factors(int n_dims, float freq_base, float factor, float low_freq_factor,

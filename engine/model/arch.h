@@ -21,7 +21,7 @@
 #define CK_ARCH_H
 #include <stddef.h>
 
-enum arch_id { ARCH_LLAMA = 1, ARCH_QWEN2 = 2, ARCH_QWEN3 = 3 };
+enum arch_id { ARCH_LLAMA = 1, ARCH_QWEN2 = 2, ARCH_QWEN3 = 3, ARCH_SMOLLM3 = 4, ARCH_MISTRAL3 = 5 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
  * adjacent pair (2i, 2i + 1), GGUF's permuted llama weights; NEOX (qwen2,
@@ -67,6 +67,12 @@ enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
 enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2 };
 #define ARCH_MAX_BLOCKS 4
 
+/* Keys only some architectures read (arch_info.keys), as llama.cpp reads
+ * them for those alone. Elsewhere a yarn_log_multiplier other than 0 is
+ * refused and temperature_scale is not read (llama.cpp ignores it there). */
+#define ARCH_READS_YARN_LOG_MUL 1u /* rope.scaling.yarn_log_multiplier: computed (model.c) */
+#define ARCH_READS_ATTN_TEMP 2u    /* attention.temperature_scale: the query's position scale */
+
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */
     int id;                                /* ARCH_* */
@@ -75,6 +81,9 @@ typedef struct arch_info {
     const char *adds;                      /* one line: what it adds to the plain Llama compute */
     unsigned char blocks[ARCH_MAX_BLOCKS]; /* ARCH_BLOCK_* of every layer, in order; END-terminated
                                               when fewer */
+    int no_rope_step;                      /* layer l has no RoPE when (l + 1) % no_rope_step == 0
+                                              (SmolLM3: 4, fixed by llama.cpp, not a key); 0: all have it */
+    unsigned keys;                         /* ARCH_READS_* */
 } arch_info;
 
 /* Key suffixes, read as "<arch>.<suffix>" (gguf-py constants.py). */
@@ -97,7 +106,8 @@ typedef struct arch_info {
 #define ARCH_KEY_YARN_EXT_FACTOR "rope.scaling.yarn_ext_factor"               /* default 1 for yarn, else 0 */
 #define ARCH_KEY_YARN_BETA_FAST "rope.scaling.yarn_beta_fast"                 /* default 32 */
 #define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"                 /* default 1 */
-#define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* DeepSeek's: refused if != 0 */
+#define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* default 0; ARCH_READS_YARN_LOG_MUL */
+#define ARCH_KEY_ATTN_TEMP_SCALE "attention.temperature_scale"   /* default 0 (none); ARCH_READS_ATTN_TEMP */
 
 /* llama.cpp's defaults for what the file leaves out. */
 #define ARCH_DEFAULT_RMS_EPS 1e-5f
@@ -115,6 +125,9 @@ int arch_count(void);
 const arch_info *arch_at(int i);
 /* Names of the architectures, comma-separated, for messages ("llama, qwen2, qwen3"). */
 const char *arch_names(void);
+/* Whether layer `layer` of an architecture with no_rope_step `step` applies
+ * RoPE: llama.cpp's smollm3 rule, (layer + 1) % step != 0; always for step 0. */
+int arch_layer_has_rope(int step, int layer);
 
 /* The name of an ARCH_BLOCK_* ("attention", "ffn"), or "?". */
 const char *arch_block_name(int block);
@@ -149,6 +162,7 @@ typedef struct arch_rope_params {
     float attn_factor;          /* rope.scaling.attn_factor */
     float ext_factor;           /* YaRN's extrapolation mix (1 for yarn, 0 otherwise by default) */
     float beta_fast, beta_slow; /* YaRN's correction range, in rotations */
+    float log_mul;              /* rope.scaling.yarn_log_multiplier (mistral3); 0: none */
 } arch_rope_params;
 
 /* The per-pair frequencies and the magnitude scale of RoPE, computed once at
@@ -162,10 +176,21 @@ typedef struct arch_rope_params {
  *                lo/hi = floor/ceil of n_dims ln(orig_ctx / (beta 2 pi)) / (2 ln base)
  *                for beta_fast/beta_slow, clamped to [0, n_dims - 1];
  *   mscale = attn_factor, times 1 + 0.1 ln(factor) under yarn when
- *            ext_factor != 0 and factor > 1 (llama.cpp's context scaling).
+ *            ext_factor != 0 and factor > 1 (llama.cpp's context scaling),
+ *            divided there by 1 + 0.1 log_mul ln(factor) when log_mul != 0
+ *            (llama_context's yarn_attn_factor with mscale 1 and
+ *            mscale_all_dim log_mul: 1 for Ministral 3, whose mscale is then
+ *            attn_factor alone).
  * With no scaling and no factors freq_i is exactly 1 / powf(base, 2i / n_dims)
  * and mscale exactly 1: the plain Llama path of before, bit for bit. */
 void arch_rope_freqs(const arch_rope_params *p, const float *freq_factors, float *freq, float *mscale);
+
+/* Mistral 3's query scale at position pos (llama.cpp's "llama 4" attention
+ * temperature, llm_graph_input_attn_temp): 1 + scale ln(floor(pos / floor_ctx)
+ * + 1), in llama.cpp's precision (the division in float, the rest in double,
+ * rounded to float once). floor_ctx > 0: the original context length.
+ * Piecewise constant: it changes every floor_ctx positions. */
+float arch_attn_temp(float scale, int floor_ctx, int pos);
 
 /* The Llama 3.1 frequency divisors ("llama3" rope scaling) that a converter
  * writes as rope_freqs.weight: for n_dims / 2 pairs of base freq_base, with

@@ -113,6 +113,11 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
         if (c->yarn_beta_slow != 0 && c->yarn_beta_slow != ARCH_DEFAULT_BETA_SLOW)
             rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_BETA_SLOW), c->yarn_beta_slow);
     }
+    /* mistral3's keys, where the architecture reads them (arch.h) and they are set */
+    if ((a->keys & ARCH_READS_YARN_LOG_MUL) && c->yarn_log_mul != 0)
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_LOG_MUL), c->yarn_log_mul);
+    if ((a->keys & ARCH_READS_ATTN_TEMP) && c->attn_temp_scale != 0)
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ATTN_TEMP_SCALE), c->attn_temp_scale);
     rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     rc |= gguf_writer_set_bool(w, "confkv.stop_on_bos", stop_on_bos);
 #undef KEY
@@ -422,7 +427,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                       .rope_attn_factor = p->rope_attn_factor,
                       .yarn_ext_factor = p->yarn_ext_factor,
                       .yarn_beta_fast = p->yarn_beta_fast,
-                      .yarn_beta_slow = p->yarn_beta_slow};
+                      .yarn_beta_slow = p->yarn_beta_slow,
+                      .yarn_log_mul = p->yarn_log_mul,
+                      .attn_temp_scale = p->attn_temp_scale,
+                      .attn_temp_floor = p->rope_orig_ctx ? p->rope_orig_ctx : p->ctx};
     const arch_info *a = arch_by_id(c.arch);
     if (!a) {
         snprintf(err, errlen, "synth: unknown architecture id %d (%s)", p->arch, arch_names());
@@ -431,6 +439,12 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (c.rope_scaling < ARCH_SCALING_NONE || c.rope_scaling > ARCH_SCALING_YARN ||
         (c.rope_scaling != ARCH_SCALING_NONE && !(c.rope_factor > 0))) {
         snprintf(err, errlen, "synth: rope scaling %s needs a factor > 0", arch_scaling_name(c.rope_scaling));
+        return CK_EINVAL;
+    }
+    if ((p->yarn_log_mul != 0 && !(a->keys & ARCH_READS_YARN_LOG_MUL)) ||
+        (p->attn_temp_scale != 0 && !(a->keys & ARCH_READS_ATTN_TEMP))) {
+        snprintf(err, errlen, "synth: architecture %s reads no %s", a->name,
+                 p->yarn_log_mul != 0 ? ARCH_KEY_YARN_LOG_MUL : ARCH_KEY_ATTN_TEMP_SCALE);
         return CK_EINVAL;
     }
     if (p->rope_freqs && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO) {

@@ -2,10 +2,12 @@
  * synthetic random-weight models of any shape.
  *
  * The GGUF written is what llama.cpp-style readers expect for the
- * architecture of the model (arch.h: llama, qwen2, qwen3): the <arch>.*
- * hyperparameters (RoPE scaling keys when scaled, key_length/value_length
- * when head_dim is not dim / n_heads), token_embd / blk.N.* / output_norm /
- * output tensors with ne[0] = input features, norms in f32, and the
+ * architecture of the model (arch.h: llama, qwen2, qwen3, smollm3,
+ * mistral3): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
+ * key_length/value_length when head_dim is not dim / n_heads, mistral3's
+ * yarn_log_multiplier and temperature_scale when set), token_embd /
+ * blk.N.* / output_norm / output tensors with ne[0] = input features, norms
+ * in f32, and the
  * tokenizer inside (tokenizer.ggml.model "llama", pieces with U+2581 for the
  * space, scores, token types, BOS/EOS/UNK ids). */
 #ifndef CK_CONVERT_H
@@ -39,6 +41,10 @@ typedef struct synth_params {
     /* rope.scaling.attn_factor and YaRN's keys; 0: not written (the reader's
      * default: 1, yarn 1 / 32 / 1) */
     float rope_attn_factor, yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
+    /* mistral3's rope.scaling.yarn_log_multiplier and attention.temperature_scale
+     * (its query scale changes every original-context positions: rope_orig_ctx,
+     * else ctx); 0: not written */
+    float yarn_log_mul, attn_temp_scale;
     int rope_freqs;         /* write rope_freqs.weight: Llama 3.1's factors from the llama3
                            formula (factor 8, low 1, high 4, original context 8192) */
     const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied, and whose token

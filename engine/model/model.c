@@ -73,6 +73,11 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
         seterr(err, errlen, "vocab_size %d is too small", c->vocab_size);
         return CK_EFORMAT;
     }
+    if (c->no_rope_step < 0 || (c->attn_temp_scale != 0 && c->attn_temp_floor <= 0)) {
+        seterr(err, errlen, "no_rope_step %d or attention temperature floor %d out of range", c->no_rope_step,
+               c->attn_temp_floor);
+        return CK_EFORMAT;
+    }
     if (!(c->norm_eps > 0 && c->norm_eps < 1) || !(c->rope_theta > 1 && c->rope_theta < 1e12)) {
         seterr(err, errlen, "norm_eps %g or rope_theta %g out of range", c->norm_eps, c->rope_theta);
         return CK_EFORMAT;
@@ -353,11 +358,19 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
                c->rope_attn_factor);
         return CK_EFORMAT;
     }
-    if (lm != 0) {
+    /* llama.cpp reads it for mistral3 (and the DeepSeek family, not in the
+     * table); for the others it does not, and a value other than 0 is
+     * refused here rather than ignored. */
+    if (lm != 0 && !(a->keys & ARCH_READS_YARN_LOG_MUL)) {
         seterr(err, errlen, "%s: %s.%s = %g is not computed by the engine", path, a->name,
                ARCH_KEY_YARN_LOG_MUL, lm);
         return CK_EUNSUPPORTED;
     }
+    if (!(lm >= 0 && lm <= 1e3)) {
+        seterr(err, errlen, "%s: %s.%s = %g is outside 0..1000", path, a->name, ARCH_KEY_YARN_LOG_MUL, lm);
+        return CK_EFORMAT;
+    }
+    c->yarn_log_mul = lm;
     if (type == ARCH_SCALING_LINEAR && factor == 1) type = ARCH_SCALING_NONE;
     c->rope_scaling = type;
     c->rope_factor = factor;
@@ -376,6 +389,25 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
                c->yarn_beta_slow);
         return CK_EFORMAT;
     }
+    return CK_OK;
+}
+
+/* Mistral 3's query scale (llama.cpp's mistral3 hparams): temperature_scale,
+ * default 0 (none); when set, its positions per step are YaRN's original
+ * context (rope.scaling.original_context_length, else context_length). */
+static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                          size_t errlen) {
+    c->attn_temp_scale = 0;
+    c->attn_temp_floor = 0;
+    if (!(a->keys & ARCH_READS_ATTN_TEMP)) return CK_OK;
+    int rc = arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
+    if (rc) return rc;
+    if (!(c->attn_temp_scale > -1e3f && c->attn_temp_scale < 1e3f)) {
+        seterr(err, errlen, "%s: %s.%s = %g is outside -1000..1000", path, a->name, ARCH_KEY_ATTN_TEMP_SCALE,
+               c->attn_temp_scale);
+        return CK_EFORMAT;
+    }
+    if (c->attn_temp_scale != 0) c->attn_temp_floor = c->rope_orig_ctx;
     return CK_OK;
 }
 
@@ -454,8 +486,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     if ((rc = arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err, errlen)) ||
         (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path, err,
                          errlen)) ||
-        (rc = gguf_rope(f, a, c, path, err, errlen)))
+        (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
         return rc;
+    c->no_rope_step = a->no_rope_step;
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > MODEL_MAX_VOCAB) {
         seterr(err, errlen, "%s: token_embd.weight missing or not a 2-D tensor of at most %d rows", path,
@@ -670,6 +703,7 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
         .ext_factor = c->yarn_ext_factor,
         .beta_fast = c->yarn_beta_fast,
         .beta_slow = c->yarn_beta_slow,
+        .log_mul = c->yarn_log_mul,
     };
     arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
     return CK_OK;

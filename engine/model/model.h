@@ -1,9 +1,10 @@
 /* model.h - a Llama-family model: hyperparameters, typed weight views, tokenizer.
  *
  * Two file formats load into the same struct:
- *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3;
- *    gguf.h describes the container), read through that table: what a file
- *    asks for that the engine does not compute is refused at load;
+ *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3,
+ *    smollm3, mistral3; gguf.h describes the container), read through that
+ *    table: what a file asks for that the engine does not compute is
+ *    refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
  *    with its separate tokenizer file.
  * The format is detected from the first four bytes ("GGUF").
@@ -46,6 +47,14 @@ typedef struct model_config {
     float rope_attn_factor; /* rope.scaling.attn_factor (0: 1) */
     int rope_orig_ctx;      /* YaRN's original context length */
     float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's mix and range */
+    float yarn_log_mul;    /* rope.scaling.yarn_log_multiplier (mistral3; 0 elsewhere): divides
+                           YaRN's magnitude scale (arch_rope_freqs) */
+    int no_rope_step;      /* the row's: layer l has no RoPE when (l + 1) % no_rope_step == 0
+                           (smollm3: 4); 0: every layer has it */
+    float attn_temp_scale; /* mistral3's attention.temperature_scale: each query is scaled by
+                              arch_attn_temp(attn_temp_scale, attn_temp_floor, pos) after RoPE;
+                              0: not scaled */
+    int attn_temp_floor;   /* positions per step of that scale: the original context length */
 } model_config;
 
 /* A typed view of one weight tensor: n elements of `type` (quant.h) at data. */

@@ -1,4 +1,5 @@
 /* cli_model.c - `confkv convert` and `confkv synth`: write GGUF models. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,18 +72,25 @@ int cli_synth(int argc, char **argv) {
                       .vocab_size = 32000,
                       .ctx = 1024,
                       .seed = 1};
-    const char *out = NULL, *type = "f32", *arch = "llama", *scaling = "none";
+    const char *out = NULL, *type = "f32", *arch = "llama", *scaling = NULL;
+    /* NAN: not given (mistral3 then takes Ministral 3's values) */
+    float temp = NAN, log_mul = NAN;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3] [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
-                   "       [--rope-theta X] [--rope-freqs] [--rope-scaling linear|yarn]\n"
-                   "       [--rope-scaling-factor F] [--rope-orig-ctx N] [--rope-attn-factor A]\n"
-                   "       [--yarn-ext-factor E] [--yarn-beta-fast B] [--yarn-beta-slow B]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3] [--head-dim N] [--tied]\n"
+                   "       [--vocab-from VOCAB.gguf] [--rope-theta X] [--rope-freqs]\n"
+                   "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
+                   "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
+                   "       [--yarn-beta-slow B] [--yarn-log-mul M] [--attn-temp-scale S]\n"
                    "defaults: the stories15M shape (288, 6, 6, 6, 768, 32000), ctx 1024, f32, seed 1,\n"
                    "llama, head_dim dim / heads, an output.weight, a synthetic vocabulary, no scaling.\n"
-                   "--arch qwen2 adds q/k/v biases, qwen3 q/k head norms; --head-dim writes\n"
+                   "--arch qwen2 adds q/k/v biases, qwen3 q/k head norms; smollm3 has no RoPE on\n"
+                   "every fourth layer (llama.cpp's fixed step: use 4 or more layers). mistral3 writes\n"
+                   "Ministral 3's keys unless given: yarn, factor 16, original context ctx / 16,\n"
+                   "--yarn-log-mul 1 (mscale_all_dim), --attn-temp-scale 0.1 (its query scale,\n"
+                   "changing every original-context positions); 0 writes none. --head-dim writes\n"
                    "attention.key_length/value_length; --tied writes no output.weight; --rope-freqs\n"
                    "writes Llama 3.1's rope_freqs.weight (llama3 formula: factor 8, low 1, high 4,\n"
                    "original context 8192); --vocab-from copies the tokenizer.* keys of a GGUF and\n"
@@ -113,7 +121,9 @@ int cli_synth(int argc, char **argv) {
             cli_float(&a, "--rope-attn-factor", 1e-3, 1e3, &p.rope_attn_factor) ||
             cli_float(&a, "--yarn-ext-factor", 0, 1e3, &p.yarn_ext_factor) ||
             cli_float(&a, "--yarn-beta-fast", 1e-3, 1e4, &p.yarn_beta_fast) ||
-            cli_float(&a, "--yarn-beta-slow", 1e-3, 1e4, &p.yarn_beta_slow))
+            cli_float(&a, "--yarn-beta-slow", 1e-3, 1e4, &p.yarn_beta_slow) ||
+            cli_float(&a, "--yarn-log-mul", 0, 1e3, &log_mul) ||
+            cli_float(&a, "--attn-temp-scale", -1e3, 1e3, &temp))
             continue;
         return cli_unknown(&a);
     }
@@ -132,6 +142,28 @@ int cli_synth(int argc, char **argv) {
         return 2;
     }
     p.arch = ai->id;
+    if (ai->keys & ARCH_READS_ATTN_TEMP) {
+        /* Ministral 3's shape of these (its config: yarn factor 16 over a
+         * sixteenth of the context, mscale_all_dim 1, llama_4_scaling_beta 0.1) */
+        if (!scaling) {
+            scaling = "yarn";
+            if (!p.rope_factor) p.rope_factor = 16;
+            if (!p.rope_orig_ctx) p.rope_orig_ctx = p.ctx / 16 > 0 ? p.ctx / 16 : 1;
+        }
+        if (isnan(temp)) temp = 0.1f;
+        if (isnan(log_mul) && !strcmp(scaling, "yarn")) log_mul = 1;
+    }
+    if (!isnan(temp) && temp != 0 && !(ai->keys & ARCH_READS_ATTN_TEMP)) {
+        cli_error(&a, "--attn-temp-scale: architecture %s has no attention temperature", ai->name);
+        return 2;
+    }
+    if (!isnan(log_mul) && log_mul != 0 && !(ai->keys & ARCH_READS_YARN_LOG_MUL)) {
+        cli_error(&a, "--yarn-log-mul: architecture %s reads no yarn_log_multiplier", ai->name);
+        return 2;
+    }
+    p.attn_temp_scale = isnan(temp) ? 0 : temp;
+    p.yarn_log_mul = isnan(log_mul) ? 0 : log_mul;
+    if (!scaling) scaling = "none";
     if ((p.rope_scaling = arch_scaling_from_name(scaling, strlen(scaling))) < 0) {
         cli_error(&a, "--rope-scaling must be none, linear or yarn");
         return 2;
@@ -144,7 +176,8 @@ int cli_synth(int argc, char **argv) {
         cli_error(&a, "--rope-scaling-factor and --rope-orig-ctx need --rope-scaling linear|yarn");
         return 2;
     }
-    if (p.rope_scaling != ARCH_SCALING_YARN && (p.yarn_ext_factor || p.yarn_beta_fast || p.yarn_beta_slow)) {
+    if (p.rope_scaling != ARCH_SCALING_YARN &&
+        (p.yarn_ext_factor || p.yarn_beta_fast || p.yarn_beta_slow || p.yarn_log_mul)) {
         cli_error(&a, "--yarn-* flags need --rope-scaling yarn");
         return 2;
     }

@@ -85,6 +85,18 @@ case "$case_name" in
     # both engines use q8_0 activations with it; measured 1.9e-2 at worst (q8_0 weights: 9e-3)
     synth --dim 256 --layers 3 --heads 8 --kv-heads 2 --ffn 768 --vocab 2048 --ctx 256 --type mxfp4
     tol=3e-2 ;;
+  synth_smollm3) # no RoPE on layers 3 and 7 (llama.cpp's fixed step 4); llama-bpe, tied, as SmolLM3
+    need_synth --arch --vocab-from --tied
+    synth --arch smollm3 --dim 256 --layers 8 --heads 8 --kv-heads 2 --ffn 768 --ctx 256 \
+      --vocab-from "$(vocab llama-bpe)" --tied --rope-theta 5000000
+    steps=16 min_steps=16 ;;
+  synth_mistral3) # Ministral 3's YaRN (factor 16, yarn_log_multiplier 1) and query temperature
+    # 0.1, over an original context of 8: the prompt and 16 steps cross several of its steps
+    need_synth --arch --attn-temp-scale --yarn-log-mul
+    synth --arch mistral3 --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --ffn 768 \
+      --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-scaling yarn --rope-scaling-factor 16 \
+      --rope-orig-ctx 8 --yarn-log-mul 1 --attn-temp-scale 0.1
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
