@@ -1,7 +1,9 @@
 /* test_arch.c - the architecture table (arch.h) end to end: synthetic
- * llama, qwen2 and qwen3 models with each feature the table adds (NEOX
- * RoPE, q/k/v biases, q/k head norms, head_dim from key_length, tied
- * embeddings, rope_freqs, linear and YaRN scaling) through the CPU backend,
+ * llama, qwen2, qwen3, smollm3 and mistral3 models with each feature the
+ * table adds (NEOX RoPE, q/k/v biases, q/k head norms, head_dim from
+ * key_length, tied embeddings, rope_freqs, linear and YaRN scaling, layers
+ * without RoPE, the query's position scale, yarn_log_multiplier) through
+ * the CPU backend,
  * against a scalar reference written here in double precision from the
  * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
  * Qwen's block), driven by the parameters the test asked synth for, not by
@@ -47,6 +49,9 @@ typedef struct ref_opts {
     double factor;     /* scaling factor */
     int orig_ctx;      /* YaRN */
     double theta;
+    int no_rope_step;  /* layer l has no RoPE when (l + 1) % no_rope_step == 0 (smollm3) */
+    double temp_scale; /* queries scaled by 1 + temp_scale ln(floor(pos / orig_ctx) + 1) (mistral3) */
+    double log_mul;    /* YaRN's magnitude divided by 1 + 0.1 log_mul ln(factor) (mistral3) */
 } ref_opts;
 
 static float *f32_of(const model_tensor *t) {
@@ -98,7 +103,7 @@ static double ref_angle(const ref_opts *o, int hd, int i, int pos, double *mscal
         double cd_slow = hd * log(o->orig_ctx / (1 * 2 * M_PI)) / (2 * log(o->theta));
         double lo = fmax(0, floor(cd_fast)), hi = fmin(hd - 1, ceil(cd_slow));
         double y = (i - lo) / fmax(0.001, hi - lo), ramp = 1 - fmin(1, fmax(0, y));
-        *mscale = 1 + 0.1 * log(o->factor);
+        *mscale = (1 + 0.1 * log(o->factor)) / (1 + 0.1 * o->log_mul * log(o->factor));
         return pos * base * (1 - ramp) / o->factor + pos * base * ramp;
     }
     return pos * base;
@@ -156,8 +161,13 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     for (int h = 0; h < H; h++) rmsnorm_d(q + h * hd, q + h * hd, qn, hd, c->norm_eps);
                     for (int h = 0; h < KH; h++) rmsnorm_d(k + h * hd, k + h * hd, kn, hd, c->norm_eps);
                 }
-                ref_rope(o, q, H, hd, p);
-                ref_rope(o, k, KH, hd, p);
+                if (!o->no_rope_step || (l + 1) % o->no_rope_step) {
+                    ref_rope(o, q, H, hd, p);
+                    ref_rope(o, k, KH, hd, p);
+                }
+                if (o->temp_scale != 0)
+                    for (int i = 0; i < QD; i++)
+                        q[i] *= 1 + o->temp_scale * log(floor((double)p / o->orig_ctx) + 1);
                 double *kl = kc + (size_t)l * n_tok * KVD, *vl = vc + (size_t)l * n_tok * KVD;
                 memcpy(kl + (size_t)p * KVD, k, KVD * sizeof *k);
                 memcpy(vl + (size_t)p * KVD, v, KVD * sizeof *v);
@@ -389,6 +399,85 @@ static void test_qwen3_norm_head_dim(void) {
     CK_CHECK(feature_case("qwen3 q/k norm, hd 32", sp, on, off) == 0);
 }
 
+static void test_smollm3_no_rope(void) {
+    /* 5 layers: layer 3 has no RoPE (llama.cpp's fixed step 4), layer 4 has it again */
+    synth_params sp = base_params(ARCH_SMOLLM3);
+    sp.n_layers = 5;
+    sp.tied = 1;
+    ref_opts on = {.theta = 10000, .no_rope_step = 4}, off = on;
+    off.no_rope_step = 0;
+    CK_CHECK(feature_case("smollm3 no RoPE on layer 3", sp, on, off) == 0);
+}
+
+static void test_mistral3_temp(void) {
+    /* Ministral 3's YaRN (factor 16, yarn_log_multiplier 1) over an original
+     * context of 8: the query scale steps at 8, 16, 24, 32 of the 40 positions */
+    synth_params sp = base_params(ARCH_MISTRAL3);
+    sp.dim = 128;
+    sp.n_heads = 4;
+    sp.n_kv_heads = 1; /* head_dim 32, GQA 4 */
+    sp.rope_theta = 1000000;
+    sp.rope_scaling = ARCH_SCALING_YARN;
+    sp.rope_factor = 16;
+    sp.rope_orig_ctx = 8;
+    sp.yarn_log_mul = 1;
+    sp.attn_temp_scale = 0.1f;
+    ref_opts on = {.theta = 1000000,
+                   .scaling = ARCH_SCALING_YARN,
+                   .factor = 16,
+                   .orig_ctx = 8,
+                   .log_mul = 1,
+                   .temp_scale = 0.1},
+             off = on;
+    off.temp_scale = 0;
+    CK_CHECK(feature_case("mistral3 query temperature", sp, on, off) == 0);
+    off = on;
+    off.log_mul = 0;
+    CK_CHECK(feature_case("mistral3 yarn_log_multiplier", sp, on, off) == 0);
+}
+
+/* A mistral3 model written back by convert_write_gguf keeps its keys. */
+static void test_mistral3_roundtrip(void) {
+    synth_params sp = base_params(ARCH_MISTRAL3);
+    sp.rope_scaling = ARCH_SCALING_YARN;
+    sp.rope_factor = 16;
+    sp.rope_orig_ctx = 16;
+    sp.yarn_log_mul = 1;
+    sp.attn_temp_scale = 0.1f;
+    char err[512];
+    model *a = NULL, *b = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, tmp("m3.gguf"), err, sizeof err) &&
+                     !model_load(tmp("m3.gguf"), NULL, &a, err, sizeof err),
+                 "%s", err);
+    if (!a) return;
+    CK_CHECK(a->cfg.arch == ARCH_MISTRAL3 && a->cfg.attn_temp_scale == 0.1f && a->cfg.attn_temp_floor == 16 &&
+             a->cfg.yarn_log_mul == 1.0f && a->cfg.no_rope_step == 0);
+    CK_CHECK_MSG(!convert_write_gguf(a, QUANT_F32, tmp("m3b.gguf"), err, sizeof err) &&
+                     !model_load(tmp("m3b.gguf"), NULL, &b, err, sizeof err),
+                 "%s", err);
+    CK_CHECK(b && b->cfg.attn_temp_scale == a->cfg.attn_temp_scale &&
+             b->cfg.attn_temp_floor == a->cfg.attn_temp_floor && b->cfg.yarn_log_mul == a->cfg.yarn_log_mul);
+    model_free(a);
+    model_free(b);
+    /* mscale: (1 + 0.1 ln 16) / (1 + 0.1 ln 16) = 1, where llama alone has 1.277 */
+    float f[16], ms;
+    arch_rope_params p = {.n_dims = 32,
+                          .freq_base = 1e6f,
+                          .scaling = ARCH_SCALING_YARN,
+                          .factor = 16,
+                          .orig_ctx = 16,
+                          .attn_factor = 1,
+                          .ext_factor = 1,
+                          .beta_fast = 32,
+                          .beta_slow = 1,
+                          .log_mul = 1};
+    arch_rope_freqs(&p, NULL, f, &ms);
+    CK_CHECK_MSG(fabsf(ms - 1.0f) < 1e-6f, "mscale %g", ms);
+    p.log_mul = 0;
+    arch_rope_freqs(&p, NULL, f, &ms);
+    CK_CHECK_MSG(fabsf(ms - (1.0f + 0.1f * logf(16))) < 1e-6f, "mscale %g", ms);
+}
+
 /* The table's own facts: names, parsing, defaults. */
 static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
@@ -402,6 +491,28 @@ static void test_table(void) {
     CK_CHECK(arch_parse_tensor("blk.01.attn_k.bias", 13, &t, &l) == -1); /* two names for one */
     CK_CHECK(arch_parse_tensor("rope_freqs.weight", 1, &t, &l) == 0 && t == ARCH_T_ROPE_FREQS && l == -1);
     CK_CHECK(arch_parse_tensor("blk.0.attn_output.bias", 1, &t, &l) == -1);
+    /* smollm3: Llama's tensors without rope_freqs, RoPE off on every fourth layer */
+    const arch_info *s3 = arch_find("smollm3", 7), *m3 = arch_find("mistral3", 8);
+    CK_CHECK(s3 && s3->id == ARCH_SMOLLM3 && s3->rope == ARCH_ROPE_NORMAL && s3->no_rope_step == 4 &&
+             s3->keys == 0 && s3->need[ARCH_T_ROPE_FREQS] == ARCH_NO &&
+             s3->need[ARCH_T_OUTPUT] == ARCH_OPTIONAL && s3->need[ARCH_T_ATTN_Q_B] == ARCH_OPTIONAL &&
+             s3->need[ARCH_T_ATTN_Q_NORM] == ARCH_NO);
+    for (int i = 0; i < 12; i++) CK_CHECK(arch_layer_has_rope(4, i) == ((i + 1) % 4 != 0));
+    CK_CHECK(arch_layer_has_rope(0, 3) && arch_layer_has_rope(0, 0));
+    /* mistral3: Llama's tensors with rope_freqs, the two keys it alone reads */
+    CK_CHECK(m3 && m3->id == ARCH_MISTRAL3 && m3->rope == ARCH_ROPE_NORMAL && m3->no_rope_step == 0 &&
+             m3->keys == (ARCH_READS_YARN_LOG_MUL | ARCH_READS_ATTN_TEMP) &&
+             m3->need[ARCH_T_ROPE_FREQS] == ARCH_OPTIONAL && m3->need[ARCH_T_ATTN_Q_NORM] == ARCH_NO);
+    for (int i = 0; i < arch_count(); i++) {
+        const arch_info *r = arch_at(i);
+        CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
+        if (r != m3) CK_CHECK(r->keys == 0);
+    }
+    /* the query scale: 1 through the first original context, then 1 + s ln(k + 1) */
+    CK_CHECK(arch_attn_temp(0.1f, 8, 0) == 1.0f && arch_attn_temp(0.1f, 8, 7) == 1.0f);
+    CK_CHECK(arch_attn_temp(0.1f, 8, 8) == (float)(1 + 0.1f * log(2.0)) &&
+             arch_attn_temp(0.1f, 8, 15) == arch_attn_temp(0.1f, 8, 8));
+    CK_CHECK(arch_attn_temp(0.1f, 16384, 40000) == (float)(1 + 0.1f * log(3.0)));
     CK_CHECK(arch_scaling_from_name("yarn", 4) == ARCH_SCALING_YARN &&
              arch_scaling_from_name("longrope", 8) < 0);
     /* no scaling, no factors: exactly the expression the plain path used */
@@ -564,6 +675,31 @@ static void test_refusals(void) {
     /* a bias of the wrong length */
     CK_CHECK(rewrite(q3, bad, NULL, NULL, NULL, "blk.0.attn_q.bias", 7) == 0);
     CK_CHECK(refused(bad, "blk.0.attn_q.bias", "shape"));
+    /* smollm3 has no rope_freqs; mistral3 none of its optional output and FFN
+     * biases or experts (llama.cpp's, not computed here) */
+    synth_params s3 = base_params(ARCH_SMOLLM3);
+    s3.n_layers = 4;
+    const char *sm = tmp("s3.gguf");
+    CK_CHECK_MSG(!convert_synth(&s3, sm, err, sizeof err), "%s", err);
+    CK_CHECK(rewrite(sm, bad, NULL, NULL, NULL, "rope_freqs.weight", 8) == 0);
+    CK_CHECK(refused(bad, "rope_freqs.weight", "smollm3"));
+    synth_params m3 = base_params(ARCH_MISTRAL3);
+    m3.attn_temp_scale = 0.1f;
+    const char *mi = tmp("m3r.gguf");
+    CK_CHECK_MSG(!convert_synth(&m3, mi, err, sizeof err), "%s", err);
+    CK_CHECK(rewrite(mi, bad, NULL, NULL, NULL, "blk.0.attn_output.bias", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.attn_output.bias", "mistral3"));
+    CK_CHECK(rewrite(mi, bad, NULL, NULL, NULL, "blk.1.ffn_gate_inp.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.1.ffn_gate_inp.weight", "mistral3"));
+    /* its temperature must be a number */
+    CK_CHECK(rewrite(mi, bad, "mistral3.attention.temperature_scale", "0.1", NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "mistral3.attention.temperature_scale", NULL));
+    /* synth writes the keys only for the architecture that reads them */
+    synth_params l3 = base_params(ARCH_LLAMA);
+    l3.attn_temp_scale = 0.1f;
+    CK_CHECK(convert_synth(&l3, bad, err, sizeof err) == CK_EINVAL && strstr(err, "temperature_scale"));
+    unlink(sm);
+    unlink(mi);
     unlink(q3);
     unlink(bad);
 }
@@ -581,6 +717,9 @@ int main(void) {
     CK_RUN(test_llama_yarn);
     CK_RUN(test_qwen2_bias_neox);
     CK_RUN(test_qwen3_norm_head_dim);
+    CK_RUN(test_smollm3_no_rope);
+    CK_RUN(test_mistral3_temp);
+    CK_RUN(test_mistral3_roundtrip);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}
