@@ -3,14 +3,15 @@
  * Llama as llama2.c's run.c computes it (RMSNorm, RoPE on adjacent pairs,
  * grouped-query attention, SwiGLU), plus what arch.h's other rows add (q/k/v
  * biases, qwen3's q/k head norms, NEOX RoPE, RoPE frequencies with
- * rope_freqs and linear/YaRN scaling folded in at creation), but over a
+ * rope_freqs and linear/YaRN scaling folded in at creation, qwen3moe's
+ * mixture of experts), but over a
  * batch of many tokens from many sequences, so every projection is one
  * matrix-matrix product, and over the paged KV cache, so attention walks
  * each sequence's block table.
  *
  * This file is the step: the embedding, then for each layer the layer kinds
  * the architecture table lists (cpu_layer.h: attention, the dense
- * feed-forward), then the final norm and the classifier; and the KV block
+ * feed-forward or the mixture of experts), then the final norm and the classifier; and the KV block
  * copies. The kinds, the products and the construction are files of their
  * own (cpu_backend.h says which).
  *
@@ -34,6 +35,7 @@ const cpu_layer_kind *cpu_layer_for(int block) {
     switch (block) {
     case ARCH_BLOCK_ATTN: return &cpu_layer_attn;
     case ARCH_BLOCK_FFN: return &cpu_layer_ffn;
+    case ARCH_BLOCK_MOE: return &cpu_layer_moe;
     default: return NULL;
     }
 }

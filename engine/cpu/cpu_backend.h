@@ -7,8 +7,8 @@
  *                     token split or on the team), then the classifier; the
  *                     KV block copies; the ops table.
  *  - cpu_layer_*.c    the layer kinds (cpu_layer.h): attention, the dense
- *                     feed-forward, and the norms, embedding and classifier
- *                     around them.
+ *                     feed-forward, the mixture of experts, and the norms,
+ *                     embedding and classifier around them.
  *  - cpu_mm.c         the products: where almost all the time goes.
  *  - cpu_build.c      construction and destruction (every buffer sized from
  *                     the options, once), the memory plan, reporting.
@@ -96,9 +96,22 @@ typedef struct cpu_ffn_w {
     cpu_mat w2;     /* (dim, hidden_dim) */
 } cpu_ffn_w;
 
+/* The mixture-of-experts layer kind's weights (cpu_layer_moe.c). Each
+ * expert's matrices are cpu_mats of their own over its slice of the file's
+ * 3-D tensors (model_expert), in the dense ones' forms. */
+typedef struct cpu_moe_w {
+    float *norm;    /* (dim) ffn_norm */
+    cpu_mat router; /* (n_expert, dim) ffn_gate_inp */
+    cpu_mat *exps;  /* (3 * n_expert) expert e's gate at 3e, up at 3e + 1 ((expert_ffn, dim),
+                       both f32 or both quantized), down at 3e + 2 ((dim, expert_ffn)) */
+} cpu_moe_w;
+
+/* A layer's weights: attn, and ffn or moe (the other zero) as its
+ * architecture's blocks say. */
 typedef struct cpu_layer {
     cpu_attn_w attn;
     cpu_ffn_w ffn;
+    cpu_moe_w moe;
 } cpu_layer;
 
 struct cpu_layer_kind;
@@ -146,10 +159,19 @@ typedef struct cpu_backend {
     float *xb;      /* (T, dim) normed input of a projection */
     float *qkv;     /* (T, qkv_dim) */
     float *att_out; /* (T, q_dim) */
-    float *h13;     /* (T, 2 * hidden_dim) */
-    float *h;       /* (T, hidden_dim) */
-    float *rope;    /* (T, head_dim) cos, sin interleaved per pair */
-    float *scores;  /* (n_threads, scores_per_thread) per thread: attention scores
+    float *h13;     /* (T, 2 * F), F the feed-forward's width: hidden_dim, or a MoE
+                       model's expert_ffn */
+    float *h;       /* (T, F) */
+    /* the mixture of experts' (cpu_layer_moe.c); NULL in a dense model */
+    float *moe_p;     /* (T, n_expert) router logits, then probabilities */
+    int32_t *moe_sel; /* (T, n_expert_used) each token's experts, most probable first */
+    float *moe_wt;    /* (T, n_expert_used) their weights */
+    int32_t *moe_tok; /* (T) one expert's tokens (batch rows), from the span's first row */
+    float *moe_gw;    /* (T) their weights for that expert */
+    float *moe_xg;    /* (T, dim) their normed inputs, gathered */
+    float *moe_y;     /* (T, dim) the expert's outputs */
+    float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
+    float *scores;    /* (n_threads, scores_per_thread) per thread: attention scores
                          (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
     size_t scores_per_thread;
     int32_t *hot_list; /* (T, max_blocks) per sequence of the batch: its resident logical

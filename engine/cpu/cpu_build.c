@@ -58,6 +58,13 @@ void cpu_destroy(backend *b) {
             free(w->ffn.w3.qown);
             free(w->ffn.w2.f.p);
             free(w->ffn.w2.qown);
+            free(w->moe.norm);
+            free(w->moe.router.f.p);
+            free(w->moe.router.qown);
+            if (w->moe.exps)
+                for (int i = 0; i < 3 * b->m->cfg.n_expert; i++)
+                    free(w->moe.exps[i].f.p), free(w->moe.exps[i].qown);
+            free(w->moe.exps);
         }
     }
     free(cb->layers);
@@ -71,6 +78,13 @@ void cpu_destroy(backend *b) {
     free(cb->att_out);
     free(cb->h13);
     free(cb->h);
+    free(cb->moe_p);
+    free(cb->moe_sel);
+    free(cb->moe_wt);
+    free(cb->moe_tok);
+    free(cb->moe_gw);
+    free(cb->moe_xg);
+    free(cb->moe_y);
     free(cb->rope);
     free(cb->q_scale);
     free(cb->scores);
@@ -196,13 +210,14 @@ static const cpu_qtype *mat_qtype(const cpu_qdot *qd, const model_tensor *t, int
  * tensor(s), shape and kind. f32 ones are packed (fused Q, K, V when all
  * three are); a quantized one is used in place. */
 typedef struct mat_spec {
-    const model_tensor *t; /* the tensor (for fused QKV: wq; wk and wv follow) */
+    model_tensor t; /* the tensor (for fused QKV: wq; wk and wv follow); an expert's slice */
     int n, k;
     const cpu_qtype *q; /* NULL: f32 packed */
 } mat_spec;
 
-/* The layer's matrices in order qkv[0..n_qkv), wo, w1, w3, w2; returns how
- * many (n_qkv + 4) and sets *n_qkv. */
+/* The layer's attention and dense feed-forward matrices in order
+ * qkv[0..n_qkv), wo, then (a dense layer) w1, w3, w2; returns how many
+ * (n_qkv + 4, or n_qkv + 1 in a MoE layer) and sets *n_qkv. */
 static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
@@ -211,21 +226,66 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
                     *qv = mat_qtype(qd, &ml->wv, D);
     int n = 0;
     if (!qq && !qk && !qv) {
-        sp[n++] = (mat_spec){&ml->wq, QD + 2 * KVD, D, NULL};
+        sp[n++] = (mat_spec){ml->wq, QD + 2 * KVD, D, NULL};
     } else {
-        sp[n++] = (mat_spec){&ml->wq, QD, D, qq};
-        sp[n++] = (mat_spec){&ml->wk, KVD, D, qk};
-        sp[n++] = (mat_spec){&ml->wv, KVD, D, qv};
+        sp[n++] = (mat_spec){ml->wq, QD, D, qq};
+        sp[n++] = (mat_spec){ml->wk, KVD, D, qk};
+        sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
     }
     *n_qkv = n;
-    sp[n++] = (mat_spec){&ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
-    /* gate and up share their units (ffn_up): both quantized or both f32 */
+    sp[n++] = (mat_spec){ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
+    if (!ml->w1.n) return n; /* a MoE layer: its experts are moe_spec's */
+    /* gate and up share their units (cpu_ffn_swiglu): both quantized or both f32 */
     const cpu_qtype *q1 = mat_qtype(qd, &ml->w1, D), *q3 = mat_qtype(qd, &ml->w3, D);
     if (!q1 || !q3) q1 = q3 = NULL;
-    sp[n++] = (mat_spec){&ml->w1, F, D, q1};
-    sp[n++] = (mat_spec){&ml->w3, F, D, q3};
-    sp[n++] = (mat_spec){&ml->w2, D, F, mat_qtype(qd, &ml->w2, F)};
+    sp[n++] = (mat_spec){ml->w1, F, D, q1};
+    sp[n++] = (mat_spec){ml->w3, F, D, q3};
+    sp[n++] = (mat_spec){ml->w2, D, F, mat_qtype(qd, &ml->w2, F)};
     return n;
+}
+
+/* Matrices of layer l's mixture of experts: the router, then each
+ * expert's gate, up and down (cpu_moe_w's order); 0 in a dense layer. */
+static int moe_n_specs(const model *m, int l) { return m->layers[l].router.n ? 1 + 3 * m->cfg.n_expert : 0; }
+
+/* Matrix i of moe_n_specs's: an expert's is a view of its slice of the
+ * 3-D tensor (model_expert), computed in the file's bytes as a dense
+ * matrix of that type would be. */
+static mat_spec moe_spec(const cpu_qdot *qd, const model *m, int l, int i) {
+    const model_config *c = &m->cfg;
+    const model_layer *ml = &m->layers[l];
+    const int D = c->dim, FE = c->expert_ffn, E = c->n_expert;
+    if (i == 0) return (mat_spec){ml->router, E, D, mat_qtype(qd, &ml->router, D)};
+    const int e = (i - 1) / 3, r = (i - 1) % 3;
+    if (r == 2) {
+        const model_tensor t = model_expert(&ml->down_exps, E, e);
+        return (mat_spec){t, D, FE, mat_qtype(qd, &t, FE)};
+    }
+    /* gate and up share their units (cpu_ffn_swiglu): both quantized or both f32 */
+    const model_tensor g = model_expert(&ml->gate_exps, E, e), u = model_expert(&ml->up_exps, E, e);
+    const cpu_qtype *qg = mat_qtype(qd, &g, D), *qu = mat_qtype(qd, &u, D);
+    if (!qg || !qu) qg = qu = NULL;
+    return r == 0 ? (mat_spec){g, FE, D, qg} : (mat_spec){u, FE, D, qu};
+}
+
+/* Every matrix of layer l, in the order be_cpu_new builds them: n_specs
+ * of them, spec i by layer_spec. */
+static int layer_n_specs(const cpu_qdot *qd, const model *m, int l) {
+    mat_spec sp[7];
+    int nq;
+    return layer_specs(qd, m, l, sp, &nq) + moe_n_specs(m, l);
+}
+
+static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
+    mat_spec sp[7];
+    int nq, n = layer_specs(qd, m, l, sp, &nq);
+    return i < n ? sp[i] : moe_spec(qd, m, l, i - n);
+}
+
+/* The width of the feed-forward buffers (h13, h): the dense one's, or a
+ * MoE model's experts'. */
+static size_t ffn_width(const model_config *c) {
+    return (size_t)(c->n_expert ? c->expert_ffn : c->hidden_dim);
 }
 
 /* Bytes a matrix takes as the backend holds it: its packed f32 buffer, or
@@ -247,12 +307,11 @@ static size_t held_bytes(const mat_spec *sp) {
 static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]) {
     for (int a = 0; a < ACT_N; a++) stride[a] = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        mat_spec sp[7];
-        int nq, n = layer_specs(qd, m, l, sp, &nq);
-        for (int i = 0; i < n; i++) {
-            if (!sp[i].q) continue;
-            const int a = cpu_act_index(sp[i].q->act);
-            size_t rb = qact_row_bytes(sp[i].q->act, sp[i].k);
+        for (int i = 0, n = layer_n_specs(qd, m, l); i < n; i++) {
+            const mat_spec sp = layer_spec(qd, m, l, i);
+            if (!sp.q) continue;
+            const int a = cpu_act_index(sp.q->act);
+            size_t rb = qact_row_bytes(sp.q->act, sp.k);
             if (rb > stride[a]) stride[a] = rb;
         }
     }
@@ -281,7 +340,7 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
     memset(w, 0, sizeof *w);
     if (sp->q) {
         w->q = (cpu_qmat){
-            sp->t->data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes, 0};
+            sp->t.data, sp->q, sp->n, sp->k, (size_t)(sp->k / sp->q->block) * sp->q->block_bytes, 0};
         if (!sp->q->dot8) {
             cb->bytes += spec_bytes(sp);
             return CK_OK;
@@ -289,14 +348,14 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
         const size_t bytes = spec_bytes(sp);
         void *p = alloc_x8(cb, cpu_qdot_x8_bytes(sp->q, sp->n, sp->k), &w->qown);
         if (!p) return CK_ENOMEM;
-        int rc = cpu_qdot_repack8(sp->q, p, sp->t->data, sp->n, sp->k);
+        int rc = cpu_qdot_repack8(sp->q, p, sp->t.data, sp->n, sp->k);
         if (rc) return rc; /* qown, if any, freed with the backend */
         w->q.data = p;
         w->q.x8 = 1;
-        drop_mapped(cb->base.m, sp->t->data, bytes);
+        drop_mapped(cb->base.m, sp->t.data, bytes);
         return CK_OK;
     }
-    int rc = to_f32(tmp, sp->t);
+    int rc = to_f32(tmp, &sp->t);
     if (!rc && fused_k) {
         const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
         if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)))
@@ -311,12 +370,11 @@ static size_t tmp_floats(const cpu_qdot *qd, const model *m) {
     size_t t = 0;
     const model_config *c = &m->cfg;
     if (!mat_qtype(qd, &m->wcls, c->dim)) t = (size_t)c->vocab_size * c->dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        mat_spec sp[7];
-        int nq, n = layer_specs(qd, m, l, sp, &nq);
-        for (int i = 0; i < n; i++)
-            if (!sp[i].q && (size_t)sp[i].n * sp[i].k > t) t = (size_t)sp[i].n * sp[i].k;
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0, n = layer_n_specs(qd, m, l); i < n; i++) {
+            const mat_spec sp = layer_spec(qd, m, l, i);
+            if (!sp.q && (size_t)sp.n * sp.k > t) t = (size_t)sp.n * sp.k;
+        }
     return t;
 }
 
@@ -359,8 +417,9 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     plan_acc a = {0};
     const int nt = o->n_threads > 0 ? o->n_threads : be_cpu_default_threads();
     const int ctx = o->max_ctx ? o->max_ctx : be_default_ctx(m);
-    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t D = (size_t)c->dim, F = ffn_width(c), V = (size_t)c->vocab_size;
     const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;
+    const size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
     const int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     const int qkv_dim = q_dim + 2 * kv_dim;
     const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
@@ -375,16 +434,17 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     const cpu_qtype *qemb = mat_qtype(&qd, &m->tok_emb, c->dim);
     if (!m->tied)
         w = padd(&a, w,
-                 qemb ? spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb})
-                      : pfloats(&a, V, D));
-    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+                 qemb ? spec_bytes(&(mat_spec){m->tok_emb, c->vocab_size, c->dim, qemb}) : pfloats(&a, V, D));
+    const mat_spec cls = {m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
     w = padd(&a, w, held_bytes(&cls));
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
-        mat_spec sp[7];
-        int nq, n = layer_specs(&qd, m, l, sp, &nq);
-        w = padd(&a, w, 2 * floats_bytes(D));
-        for (int i = 0; i < n; i++) w = padd(&a, w, held_bytes(&sp[i]));
+        w = padd(&a, w, 2 * floats_bytes(D)); /* attn_norm, ffn_norm */
+        for (int i = 0, n = layer_n_specs(&qd, m, l); i < n; i++) {
+            const mat_spec sp = layer_spec(&qd, m, l, i);
+            w = padd(&a, w, held_bytes(&sp));
+        }
+        if (moe_n_specs(m, l)) w = padd(&a, w, pmul(&a, 3 * E, sizeof(cpu_mat)));
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
@@ -406,6 +466,14 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
+    /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_y; moe_sel, moe_tok */
+    if (E) {
+        act = padd(&a, act, pfloats(&a, T, E));
+        act = padd(&a, act, pfloats(&a, T, K));
+        act = padd(&a, act, pfloats(&a, T, 1));
+        act = padd(&a, act, 2 * pfloats(&a, T, D));
+        act = padd(&a, act, pmul(&a, pmul(&a, T, K + 1), sizeof(int32_t)));
+    }
     /* the products' quantized input rows, and the classifier's */
     size_t xs[ACT_N];
     act_strides(&qd, m, xs);
@@ -474,8 +542,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     b->kv_block_floats = (size_t)c->n_layers * 2 * (size_t)o->block_size * (size_t)cb->kv_dim;
     cb->shape = (kvq_shape){c->n_layers, o->block_size, cb->kv_dim};
     b->kv8_block_bytes = kvq_block_bytes(&cb->shape);
-    const size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
-    const size_t T = (size_t)o->max_batch_tokens;
+    const size_t D = (size_t)c->dim, F = ffn_width(c), V = (size_t)c->vocab_size;
+    const size_t T = (size_t)o->max_batch_tokens, E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
     int rc = CK_ENOMEM;
 
     /* Kernels for this CPU, or the level CONFKV_CPU_KERNELS forces. */
@@ -505,17 +573,16 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         if (!(cb->emb = alloc_floats(cb, V * D))) goto fail;
         if ((rc = to_f32(cb->emb, &m->tok_emb))) goto fail;
     } else if (!m->tied) { /* rows read from the mapping at lookup */
-        cb->bytes += spec_bytes(&(mat_spec){&m->tok_emb, c->vocab_size, c->dim, qemb});
+        cb->bytes += spec_bytes(&(mat_spec){m->tok_emb, c->vocab_size, c->dim, qemb});
     }
-    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&cb->qd, &m->wcls, c->dim)};
+    const mat_spec cls = {m->wcls, c->vocab_size, c->dim, mat_qtype(&cb->qd, &m->wcls, c->dim)};
     /* the x8 arena, sized for every matrix that make_mat repacks */
     size_t x8_cap = cls.q && cls.q->dot8 ? held_bytes(&cls) : 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        mat_spec sp[7];
-        int nq, n = layer_specs(&cb->qd, m, l, sp, &nq);
-        for (int i = 0; i < n; i++)
-            if (sp[i].q && sp[i].q->dot8) x8_cap += held_bytes(&sp[i]);
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0, n = layer_n_specs(&cb->qd, m, l); i < n; i++) {
+            const mat_spec sp = layer_spec(&cb->qd, m, l, i);
+            if (sp.q && sp.q->dot8) x8_cap += held_bytes(&sp);
+        }
     if ((rc = x8_arena_new(cb, x8_cap))) goto fail;
     if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
     rc = CK_ENOMEM;
@@ -524,8 +591,15 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         const model_layer *ml = &m->layers[l];
         cpu_attn_w *w = &cb->layers[l].attn;
         cpu_ffn_w *f = &cb->layers[l].ffn;
+        cpu_moe_w *mo = &cb->layers[l].moe;
+        const int n_moe = moe_n_specs(m, l);
+        float **ffn_norm = n_moe ? &mo->norm : &f->norm; /* the norm before either feed-forward */
         rc = CK_ENOMEM;
-        if (!(w->norm = alloc_floats(cb, D)) || !(f->norm = alloc_floats(cb, D))) goto fail;
+        if (!(w->norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
+        if (n_moe) {
+            if (!(mo->exps = alloc_bytes(cb, 3 * E * sizeof *mo->exps))) goto fail;
+            memset(mo->exps, 0, 3 * E * sizeof *mo->exps);
+        }
         if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim)))
             goto fail;
         if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
@@ -537,7 +611,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
-        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(f->norm, &ml->ffn_norm))) goto fail;
+        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(*ffn_norm, &ml->ffn_norm))) goto fail;
         w->rope = arch_layer_has_rope(c->no_rope_step, l);
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
@@ -550,6 +624,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
                                cb->kv_dim)))
                 goto fail;
             cb->layer_bytes += spec_bytes(&sp[i]);
+        }
+        for (int i = 0; i < n_moe; i++) {
+            const mat_spec ms = moe_spec(&cb->qd, m, l, i);
+            if ((rc = make_mat(cb, i ? &mo->exps[i - 1] : &mo->router, &ms, tmp, NULL, NULL, 0))) goto fail;
+            cb->layer_bytes += spec_bytes(&ms);
         }
     }
     free(tmp);
@@ -575,6 +654,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->xo = alloc_floats(cb, T * D)) || !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
         !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
+        (E && (!(cb->moe_p = alloc_floats(cb, T * E)) || !(cb->moe_wt = alloc_floats(cb, T * K)) ||
+               !(cb->moe_gw = alloc_floats(cb, T)) || !(cb->moe_xg = alloc_floats(cb, T * D)) ||
+               !(cb->moe_y = alloc_floats(cb, T * D)) ||
+               !(cb->moe_sel = alloc_bytes(cb, T * K * sizeof *cb->moe_sel)) ||
+               !(cb->moe_tok = alloc_bytes(cb, T * sizeof *cb->moe_tok)))) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
         (c->attn_temp_scale != 0 && !(cb->q_scale = alloc_floats(cb, T))) ||
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
@@ -624,13 +708,24 @@ uint64_t be_cpu_step_bytes(const model *m) {
     uint64_t b = 0, t = 0;
     /* the classifier and the layers' matrices as the products read them;
      * the vectors (norms, biases) in f32 */
-    const mat_spec cls = {&m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
+    const mat_spec cls = {m->wcls, c->vocab_size, c->dim, mat_qtype(&qd, &m->wcls, c->dim)};
     b += cls.q ? spec_bytes(&cls) : 4 * (uint64_t)c->vocab_size * (uint64_t)c->dim;
     for (int l = 0; l < c->n_layers; l++) {
         mat_spec sp[7];
         int nq, n = layer_specs(&qd, m, l, sp, &nq);
         for (int i = 0; i < n; i++)
             b += sp[i].q ? spec_bytes(&sp[i]) : 4 * (uint64_t)sp[i].n * (uint64_t)sp[i].k;
+        /* the router, and the n_expert_used / n_expert of the experts a token reads */
+        uint64_t ex = 0;
+        for (int i = 0, ne = moe_n_specs(m, l); i < ne; i++) {
+            const mat_spec ms = moe_spec(&qd, m, l, i);
+            const uint64_t mb = ms.q ? spec_bytes(&ms) : 4 * (uint64_t)ms.n * (uint64_t)ms.k;
+            if (i)
+                ex += mb;
+            else
+                b += mb;
+        }
+        if (c->n_expert) b += ex / (uint64_t)c->n_expert * (uint64_t)c->n_expert_used;
         const model_tensor *x[MODEL_LAYER_EXTRAS];
         model_layer_extras(&m->layers[l], x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) t += x[i]->n;
@@ -647,15 +742,19 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
     int seen[CPU_QDOT_MAX_TYPES] = {0};
     const cpu_mat *all[2] = {&cb->wcls, NULL};
     for (int l = -1; l < b->m->cfg.n_layers; l++) {
-        const cpu_mat *mats[8];
+        const cpu_mat *mats[11];
         int k = 0;
         if (l < 0)
             mats[k++] = all[0];
         else {
             const cpu_attn_w *w = &cb->layers[l].attn;
             const cpu_ffn_w *f = &cb->layers[l].ffn;
+            const cpu_moe_w *mo = &cb->layers[l].moe;
             for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];
             mats[k++] = &w->wo, mats[k++] = &f->w1, mats[k++] = &f->w3, mats[k++] = &f->w2;
+            if (mo->exps) /* every expert has its tensor's type: the first one's say it */
+                mats[k++] = &mo->router, mats[k++] = &mo->exps[0], mats[k++] = &mo->exps[1],
+                mats[k++] = &mo->exps[2];
         }
         for (int i = 0; i < k; i++) {
             const cpu_qtype *t = mats[i]->q.t;

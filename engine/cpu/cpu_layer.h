@@ -2,8 +2,8 @@
  * each (private to engine/cpu/).
  *
  * A layer of the model is a sequence of blocks that the architecture table
- * names (arch.h, arch_info.blocks: attention, then the dense feed-forward,
- * for every architecture computed today). Each block kind is a
+ * names (arch.h, arch_info.blocks: attention, then the dense feed-forward
+ * or the mixture of experts). Each block kind is a
  * cpu_layer_kind: its own file computes it, reading the residual stream
  * cb->x of the span's tokens and adding its output back into it. The step
  * (backend_cpu.c) calls, for each layer, each kind's forward in the table's
@@ -43,9 +43,18 @@ typedef struct cpu_layer_kind {
 
 extern const cpu_layer_kind cpu_layer_attn; /* cpu_layer_attn.c */
 extern const cpu_layer_kind cpu_layer_ffn;  /* cpu_layer_ffn.c */
+extern const cpu_layer_kind cpu_layer_moe;  /* cpu_layer_moe.c */
 
 /* The kind that computes an ARCH_BLOCK_*, or NULL: none (backend_cpu.c). */
 const cpu_layer_kind *cpu_layer_for(int block);
+
+/* -------------------------------------------------------- cpu_layer_ffn.c */
+
+/* h (M, F) = SwiGLU(x . w1^T, x . w3^T) for M rows of x (K = w1's k), F =
+ * w1's n; h13 (M, 2F) scratch; row0 the batch row of x's first row (its
+ * quantized copy's). The dense feed-forward's, and each expert's. */
+void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
+                    const cpu_mat *w3, int M, int threads);
 
 /* ------------------------------------------------------- cpu_layer_norm.c */
 

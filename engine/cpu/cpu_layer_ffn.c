@@ -2,7 +2,7 @@
  * x += W2 . SwiGLU(W1 . norm(x), W3 . norm(x)), llama2.c's FFN. */
 #include "cpu_layer.h"
 
-/* Units [u0, u1) of h = SwiGLU (see ffn_up). */
+/* Units [u0, u1) of h = SwiGLU (see cpu_ffn_swiglu). */
 static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float *x, int row0,
                         const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1) {
     if (u0 >= u1) return;
@@ -26,8 +26,8 @@ static void swiglu_units(const cpu_mm_job *j, int u0, int u1) {
  * its own units and applies the SwiGLU to them at once, so the SwiGLU pass
  * (a few percent of a batch-32 step on one thread) is split too, with no
  * barrier in between. */
-static void ffn_up(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
-                   const cpu_mat *w3, int M, int threads) {
+void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
+                    const cpu_mat *w3, int M, int threads) {
     const int nu = cpu_mat_units(w1), K = cpu_mat_k(w1);
     const cpu_mat *mats[2] = {w1, w3};
     cpu_quantize_in(cb, x, M, K, row0, mats, 2);
@@ -52,7 +52,8 @@ static void ffn_forward(cpu_backend *cb, const cpu_span *s) {
     const int D = c->dim, F = c->hidden_dim, i0 = s->i0, M = s->i1 - s->i0;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);
-    ffn_up(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M, s->threads);
+    cpu_ffn_swiglu(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M,
+                   s->threads);
     const cpu_mat *w2 = &w->w2;
     cpu_matmul(cb, x, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 1, s->threads);
 }

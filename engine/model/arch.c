@@ -11,26 +11,42 @@ static const struct {
     const char *name;
     int per_layer;
 } tensors[ARCH_T_COUNT] = {
-    [ARCH_T_TOKEN_EMBD] = {"token_embd.weight", 0},   [ARCH_T_OUTPUT_NORM] = {"output_norm.weight", 0},
-    [ARCH_T_OUTPUT] = {"output.weight", 0},           [ARCH_T_ROPE_FREQS] = {"rope_freqs.weight", 0},
-    [ARCH_T_ATTN_NORM] = {"attn_norm.weight", 1},     [ARCH_T_ATTN_Q] = {"attn_q.weight", 1},
-    [ARCH_T_ATTN_K] = {"attn_k.weight", 1},           [ARCH_T_ATTN_V] = {"attn_v.weight", 1},
-    [ARCH_T_ATTN_OUT] = {"attn_output.weight", 1},    [ARCH_T_ATTN_Q_B] = {"attn_q.bias", 1},
-    [ARCH_T_ATTN_K_B] = {"attn_k.bias", 1},           [ARCH_T_ATTN_V_B] = {"attn_v.bias", 1},
-    [ARCH_T_ATTN_Q_NORM] = {"attn_q_norm.weight", 1}, [ARCH_T_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
-    [ARCH_T_FFN_NORM] = {"ffn_norm.weight", 1},       [ARCH_T_FFN_GATE] = {"ffn_gate.weight", 1},
-    [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},       [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
+    [ARCH_T_TOKEN_EMBD] = {"token_embd.weight", 0},
+    [ARCH_T_OUTPUT_NORM] = {"output_norm.weight", 0},
+    [ARCH_T_OUTPUT] = {"output.weight", 0},
+    [ARCH_T_ROPE_FREQS] = {"rope_freqs.weight", 0},
+    [ARCH_T_ATTN_NORM] = {"attn_norm.weight", 1},
+    [ARCH_T_ATTN_Q] = {"attn_q.weight", 1},
+    [ARCH_T_ATTN_K] = {"attn_k.weight", 1},
+    [ARCH_T_ATTN_V] = {"attn_v.weight", 1},
+    [ARCH_T_ATTN_OUT] = {"attn_output.weight", 1},
+    [ARCH_T_ATTN_Q_B] = {"attn_q.bias", 1},
+    [ARCH_T_ATTN_K_B] = {"attn_k.bias", 1},
+    [ARCH_T_ATTN_V_B] = {"attn_v.bias", 1},
+    [ARCH_T_ATTN_Q_NORM] = {"attn_q_norm.weight", 1},
+    [ARCH_T_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
+    [ARCH_T_FFN_NORM] = {"ffn_norm.weight", 1},
+    [ARCH_T_FFN_GATE] = {"ffn_gate.weight", 1},
+    [ARCH_T_FFN_DOWN] = {"ffn_down.weight", 1},
+    [ARCH_T_FFN_UP] = {"ffn_up.weight", 1},
+    [ARCH_T_FFN_GATE_INP] = {"ffn_gate_inp.weight", 1},
+    [ARCH_T_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", 1},
+    [ARCH_T_FFN_UP_EXPS] = {"ffn_up_exps.weight", 1},
+    [ARCH_T_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", 1},
 };
 
-/* What every architecture of the table has: the plain Llama block. */
+/* What every one of them has: the plain Llama attention block, and the
+ * norm before the feed-forward (dense or experts). */
 #define R ARCH_REQUIRED
 #define O ARCH_OPTIONAL
-#define LLAMA_CORE                                                                                  \
+#define LLAMA_ATTN                                                                                  \
     [ARCH_T_TOKEN_EMBD] = R, [ARCH_T_OUTPUT_NORM] = R, [ARCH_T_OUTPUT] = O, [ARCH_T_ATTN_NORM] = R, \
     [ARCH_T_ATTN_Q] = R, [ARCH_T_ATTN_K] = R, [ARCH_T_ATTN_V] = R, [ARCH_T_ATTN_OUT] = R,           \
-    [ARCH_T_FFN_NORM] = R, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
+    [ARCH_T_FFN_NORM] = R
+/* The plain Llama block: attention and the dense SwiGLU feed-forward. */
+#define LLAMA_CORE LLAMA_ATTN, [ARCH_T_FFN_GATE] = R, [ARCH_T_FFN_DOWN] = R, [ARCH_T_FFN_UP] = R
 
-/* Every layer of each: attention, then the SwiGLU feed-forward. */
+/* Every layer of the dense ones: attention, then the SwiGLU feed-forward. */
 #define LLAMA_BLOCKS \
     { ARCH_BLOCK_ATTN, ARCH_BLOCK_FFN }
 
@@ -89,9 +105,23 @@ static const arch_info table[] = {
      LLAMA_BLOCKS,
      0,
      ARCH_READS_YARN_LOG_MUL | ARCH_READS_ATTN_TEMP},
+    /* no dense feed-forward, no shared expert: a file with either is refused
+     * as having a tensor qwen3moe has not */
+    {"qwen3moe",
+     ARCH_QWEN3MOE,
+     ARCH_ROPE_NEOX,
+     {LLAMA_ATTN, [ARCH_T_ATTN_Q_B] = O, [ARCH_T_ATTN_K_B] = O, [ARCH_T_ATTN_V_B] = O,
+      [ARCH_T_ATTN_Q_NORM] = R, [ARCH_T_ATTN_K_NORM] = R, [ARCH_T_FFN_GATE_INP] = R,
+      [ARCH_T_FFN_GATE_EXPS] = R, [ARCH_T_FFN_UP_EXPS] = R, [ARCH_T_FFN_DOWN_EXPS] = R},
+     "Qwen3 MoE (Qwen3-30B-A3B): qwen3's attention, then a mixture of SwiGLU experts, the top "
+     "expert_used_count of a softmax router, their weights renormalised",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_MOE},
+     0,
+     0},
 };
 #undef R
 #undef O
+#undef LLAMA_ATTN
 #undef LLAMA_CORE
 #undef LLAMA_BLOCKS
 
@@ -113,7 +143,7 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe"; }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
 
@@ -123,7 +153,18 @@ char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix) {
 }
 
 const char *arch_block_name(int block) {
-    return block == ARCH_BLOCK_ATTN ? "attention" : block == ARCH_BLOCK_FFN ? "ffn" : "?";
+    switch (block) {
+    case ARCH_BLOCK_ATTN: return "attention";
+    case ARCH_BLOCK_FFN: return "ffn";
+    case ARCH_BLOCK_MOE: return "moe";
+    default: return "?";
+    }
+}
+
+int arch_has_block(const arch_info *a, int block) {
+    for (int k = 0; a && k < ARCH_MAX_BLOCKS && a->blocks[k] != ARCH_BLOCK_END; k++)
+        if (a->blocks[k] == block) return 1;
+    return 0;
 }
 
 const char *arch_tensor_name(int t) { return t >= 0 && t < ARCH_T_COUNT ? tensors[t].name : "?"; }

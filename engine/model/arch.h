@@ -21,11 +21,18 @@
 #define CK_ARCH_H
 #include <stddef.h>
 
-enum arch_id { ARCH_LLAMA = 1, ARCH_QWEN2 = 2, ARCH_QWEN3 = 3, ARCH_SMOLLM3 = 4, ARCH_MISTRAL3 = 5 };
+enum arch_id {
+    ARCH_LLAMA = 1,
+    ARCH_QWEN2 = 2,
+    ARCH_QWEN3 = 3,
+    ARCH_SMOLLM3 = 4,
+    ARCH_MISTRAL3 = 5,
+    ARCH_QWEN3MOE = 6
+};
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
  * adjacent pair (2i, 2i + 1), GGUF's permuted llama weights; NEOX (qwen2,
- * qwen3): the halves (i, i + hd / 2). Pair i turns by pos * freq[i] either
+ * qwen3, qwen3moe): the halves (i, i + hd / 2). Pair i turns by pos * freq[i] either
  * way. */
 enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 };
 
@@ -53,6 +60,12 @@ enum arch_tensor {
     ARCH_T_FFN_GATE,    /* blk.N.ffn_gate.weight    (hidden_dim, dim) */
     ARCH_T_FFN_DOWN,    /* blk.N.ffn_down.weight    (dim, hidden_dim) */
     ARCH_T_FFN_UP,      /* blk.N.ffn_up.weight      (hidden_dim, dim) */
+    /* Mixture of experts (E = expert_count, FE = expert_feed_forward_length);
+     * a 3-D tensor is E matrices one after another, expert e's the e-th. */
+    ARCH_T_FFN_GATE_INP,  /* blk.N.ffn_gate_inp.weight  (E, dim): the router */
+    ARCH_T_FFN_GATE_EXPS, /* blk.N.ffn_gate_exps.weight (E, FE, dim) */
+    ARCH_T_FFN_UP_EXPS,   /* blk.N.ffn_up_exps.weight   (E, FE, dim) */
+    ARCH_T_FFN_DOWN_EXPS, /* blk.N.ffn_down_exps.weight (E, dim, FE) */
     ARCH_T_COUNT
 };
 
@@ -62,9 +75,13 @@ enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
 /* The blocks a layer runs, in order, each adding its output into the
  * residual stream: the layer kinds a backend computes (engine/cpu/
  * cpu_layer.h). ATTN: norm, Q/K/V, RoPE, attention over the KV cache,
- * output projection; FFN: norm, the SwiGLU feed-forward. A backend refuses
- * a model with a block it has no kind for, naming it. */
-enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2 };
+ * output projection; FFN: norm, the SwiGLU feed-forward; MOE: norm, the
+ * router's softmax over the experts, the expert_used_count most probable
+ * (their weights renormalised to sum 1), each one's SwiGLU feed-forward
+ * weighted and summed (llama.cpp's build_moe_ffn with norm_w, as qwen3moe
+ * runs it). A backend refuses a model with a block it has no kind for,
+ * naming it. */
+enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2, ARCH_BLOCK_MOE = 3 };
 #define ARCH_MAX_BLOCKS 4
 
 /* Keys only some architectures read (arch_info.keys), as llama.cpp reads
@@ -108,6 +125,12 @@ typedef struct arch_info {
 #define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"                 /* default 1 */
 #define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* default 0; ARCH_READS_YARN_LOG_MUL */
 #define ARCH_KEY_ATTN_TEMP_SCALE "attention.temperature_scale"   /* default 0 (none); ARCH_READS_ATTN_TEMP */
+/* Mixture of experts: read for architectures with an ARCH_BLOCK_MOE only. */
+#define ARCH_KEY_EXPERT_COUNT "expert_count"           /* required */
+#define ARCH_KEY_EXPERT_USED_COUNT "expert_used_count" /* required, 1..expert_count */
+#define ARCH_KEY_EXPERT_FFN \
+    "expert_feed_forward_length" /* default feed_forward_length /
+                                                            expert_used_count (llama.cpp) */
 
 /* llama.cpp's defaults for what the file leaves out. */
 #define ARCH_DEFAULT_RMS_EPS 1e-5f
@@ -123,14 +146,16 @@ const arch_info *arch_by_id(int id);
 /* Rows in table order: i in [0, arch_count()). */
 int arch_count(void);
 const arch_info *arch_at(int i);
-/* Names of the architectures, comma-separated, for messages ("llama, qwen2, qwen3"). */
+/* Names of the architectures, comma-separated, for messages ("llama, qwen2, ..."). */
 const char *arch_names(void);
 /* Whether layer `layer` of an architecture with no_rope_step `step` applies
  * RoPE: llama.cpp's smollm3 rule, (layer + 1) % step != 0; always for step 0. */
 int arch_layer_has_rope(int step, int layer);
 
-/* The name of an ARCH_BLOCK_* ("attention", "ffn"), or "?". */
+/* The name of an ARCH_BLOCK_* ("attention", "ffn", "moe"), or "?". */
 const char *arch_block_name(int block);
+/* Whether a's layers have block (an ARCH_BLOCK_*). */
+int arch_has_block(const arch_info *a, int block);
 
 /* "<arch>.<suffix>" into buf (cap bytes). Returns buf. */
 char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix);

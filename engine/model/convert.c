@@ -11,6 +11,8 @@
 #include "gguf.h"
 #include "quant.h"
 
+static void fill_uniform(float *x, uint64_t n, float a, uint64_t *s);
+
 /* Tensor buffers must live until gguf_writer_write: they are kept in a list
  * and freed together. */
 typedef struct bufs {
@@ -48,6 +50,33 @@ static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src,
     if ((rc = quant_from_f32(type, src, dst, cols * rows))) return rc;
     uint64_t ne[2] = {cols, rows};
     return gguf_writer_add_tensor(w, name, type, rows > 1 ? 2 : 1, ne, dst);
+}
+
+/* An expert tensor of E (rows x cols) matrices converted to `type`, one
+ * expert at a time through tmp (rows * cols floats): each from src's expert
+ * slice (model_expert) when src is given, else uniform in [-a, a] from *s.
+ * Written 3-D, or 2-D when E is 1 (ggml drops trailing dimensions of 1,
+ * and llama.cpp's reader takes it so). */
+static int add_experts(gguf_writer *w, bufs *bb, const char *name, uint64_t cols, uint64_t rows, uint64_t E,
+                       int type, const model_tensor *src, float a, uint64_t *s, float *tmp) {
+    if (type == QUANT_Q8_0 && cols % 32) type = QUANT_F16;
+    uint64_t nb, per;
+    int rc = quant_row_bytes(type, cols * rows * E, &nb);
+    if (rc || (rc = quant_row_bytes(type, cols * rows, &per))) return rc;
+    unsigned char *dst = bufs_alloc(bb, (size_t)nb);
+    if (!dst) return CK_ENOMEM;
+    for (uint64_t e = 0; e < E; e++) {
+        if (src) {
+            model_tensor v = model_expert(src, (int)E, (int)e);
+            if (!v.data || v.n != cols * rows) return CK_EINVAL;
+            if ((rc = quant_to_f32(v.type, v.data, tmp, v.n))) return rc;
+        } else {
+            fill_uniform(tmp, cols * rows, a, s);
+        }
+        if ((rc = quant_from_f32(type, tmp, dst + (size_t)(e * per), cols * rows))) return rc;
+    }
+    uint64_t ne[3] = {cols, rows, E};
+    return gguf_writer_add_tensor(w, name, type, E > 1 ? 3 : 2, ne, dst);
 }
 
 /* Same, from a model tensor of any type. */
@@ -118,6 +147,11 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
         rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_YARN_LOG_MUL), c->yarn_log_mul);
     if ((a->keys & ARCH_READS_ATTN_TEMP) && c->attn_temp_scale != 0)
         rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ATTN_TEMP_SCALE), c->attn_temp_scale);
+    if (c->n_expert) {
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_COUNT), (uint32_t)c->n_expert);
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_USED_COUNT), (uint32_t)c->n_expert_used);
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_FFN), (uint32_t)c->expert_ffn);
+    }
     rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     rc |= gguf_writer_set_bool(w, "confkv.stop_on_bos", stop_on_bos);
 #undef KEY
@@ -208,9 +242,32 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
             {"ffn_up", &ly->w3, D, F, type},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            if (!t[i].t->n) continue; /* a MoE layer's dense feed-forward */
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, t[i].n);
             if ((rc = add_tensor(w, &bb, name, t[i].t, t[i].cols, t[i].rows, t[i].ty))) goto out;
+        }
+        if (ly->router.n) { /* the router stays f32, as llama.cpp's quantizer leaves it */
+            uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
+            char name[96];
+            arch_tensor_file_name(name, sizeof name, ARCH_T_FFN_GATE_INP, l);
+            if ((rc = add_tensor(w, &bb, name, &ly->router, D, E, QUANT_F32))) goto out;
+            struct {
+                int at;
+                const model_tensor *t;
+                uint64_t cols, rows;
+            } e[] = {{ARCH_T_FFN_GATE_EXPS, &ly->gate_exps, D, FE},
+                     {ARCH_T_FFN_UP_EXPS, &ly->up_exps, D, FE},
+                     {ARCH_T_FFN_DOWN_EXPS, &ly->down_exps, FE, D}};
+            rc = CK_ENOMEM;
+            float *tmp = malloc((size_t)(D * FE) * sizeof *tmp);
+            for (size_t i = 0; tmp && i < sizeof e / sizeof e[0]; i++) {
+                arch_tensor_file_name(name, sizeof name, e[i].at, l);
+                if ((rc = add_experts(w, &bb, name, e[i].cols, e[i].rows, E, type, e[i].t, 0, NULL, tmp)))
+                    break;
+            }
+            free(tmp);
+            if (rc) goto out;
         }
         /* the optional ones, in f32 as llama.cpp's converters write them */
         struct {
@@ -447,6 +504,18 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  p->yarn_log_mul != 0 ? ARCH_KEY_YARN_LOG_MUL : ARCH_KEY_ATTN_TEMP_SCALE);
         return CK_EINVAL;
     }
+    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
+    if (moe != (p->n_expert > 0) || (!moe && (p->n_expert_used || p->expert_ffn))) {
+        snprintf(err, errlen, "synth: architecture %s %s", a->name,
+                 moe ? "needs experts (n_expert, n_expert_used)" : "has no experts");
+        return CK_EINVAL;
+    }
+    if (moe) {
+        c.n_expert = p->n_expert;
+        c.n_expert_used = p->n_expert_used;
+        c.expert_ffn =
+            p->expert_ffn ? p->expert_ffn : (p->n_expert_used ? p->hidden_dim / p->n_expert_used : 0);
+    }
     if (p->rope_freqs && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO) {
         snprintf(err, errlen, "synth: architecture %s has no rope_freqs.weight", a->name);
         return CK_EINVAL;
@@ -485,7 +554,11 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (!c.head_dim) c.head_dim = c.dim / c.n_heads;
     char name[96];
     snprintf(name, sizeof name, "synth-%s-d%d-l%d-h%d-kv%d-hd%d-f%d-v%d", a->name, c.dim, c.n_layers,
-             c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim, c.vocab_size);
+             c.n_heads, c.n_kv_heads, c.head_dim, moe ? c.expert_ffn : c.hidden_dim, c.vocab_size);
+    if (moe) {
+        size_t len = strlen(name);
+        snprintf(name + len, sizeof name - len, "-e%d-k%d", c.n_expert, c.n_expert_used);
+    }
     if ((rc = write_hparams(w, &c, name, p->type, 0)) ||
         (!p->vocab_from && (rc = synth_vocab(w, c.vocab_size))))
         goto out;
@@ -493,8 +566,11 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     uint64_t HD = (uint64_t)c.head_dim;
     uint64_t Q = (uint64_t)c.n_heads * HD;
     uint64_t KV = (uint64_t)c.n_kv_heads * HD;
+    uint64_t E = (uint64_t)c.n_expert, FE = (uint64_t)c.expert_ffn;
     uint64_t biggest = V * D > F * D ? V * D : F * D;
-    if (Q * D > biggest) biggest = Q * D; /* attn_q, attn_output: more than V * D for a small vocab */
+    if (Q * D > biggest) biggest = Q * D;   /* attn_q, attn_output: more than V * D for a small vocab */
+    if (E * D > biggest) biggest = E * D;   /* the router */
+    if (FE * D > biggest) biggest = FE * D; /* one expert's matrix */
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
@@ -514,6 +590,7 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             {"ffn_gate", D, F},  {"ffn_down", F, D},    {"ffn_up", D, F},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            if (moe && !strncmp(t[i].n, "ffn_", 4) && strcmp(t[i].n, "ffn_norm")) continue; /* experts */
             char tn[96];
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, t[i].n);
             int norm = t[i].rows == 1;
@@ -522,6 +599,25 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             else
                 fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), &s);
             if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : p->type))) goto out;
+        }
+        /* the router (logits of variance about 1: a spread softmax), then each
+         * expert's gate, up and down as a dense layer's */
+        if (moe) {
+            char tn[96];
+            arch_tensor_file_name(tn, sizeof tn, ARCH_T_FFN_GATE_INP, l);
+            fill_uniform(tmp, E * D, sqrtf(3.0f / (float)D), &s);
+            if ((rc = add_f32(w, &bb, tn, tmp, D, E, QUANT_F32))) goto out;
+            struct {
+                int at;
+                uint64_t cols, rows;
+            } e[] = {
+                {ARCH_T_FFN_GATE_EXPS, D, FE}, {ARCH_T_FFN_UP_EXPS, D, FE}, {ARCH_T_FFN_DOWN_EXPS, FE, D}};
+            for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+                arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+                if ((rc = add_experts(w, &bb, tn, e[i].cols, e[i].rows, E, p->type, NULL,
+                                      sqrtf(3.0f / (float)e[i].cols), &s, tmp)))
+                    goto out;
+            }
         }
         /* qwen2's biases (as big as the projections' outputs: Qwen2.5's are
          * large); qwen3's head norms around 1, unequal so a mix-up shows */

@@ -3,7 +3,7 @@
  *
  * The GGUF written is what llama.cpp-style readers expect for the
  * architecture of the model (arch.h: llama, qwen2, qwen3, smollm3,
- * mistral3): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
+ * mistral3, qwen3moe): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
  * key_length/value_length when head_dim is not dim / n_heads, mistral3's
  * yarn_log_multiplier and temperature_scale when set), token_embd /
  * blk.N.* / output_norm / output tensors with ne[0] = input features, norms
@@ -20,7 +20,8 @@
 /* Write m as GGUF with weight matrices in `type` (QUANT_F32, QUANT_F16,
  * QUANT_BF16, QUANT_Q8_0 or QUANT_MXFP4). A matrix whose rows are not a
  * multiple of the type's block (q8_0, mxfp4: 32) is written in f16 instead,
- * as llama.cpp does.
+ * as llama.cpp does; a
+ * MoE router in f32.
  * Returns 0 or CK_E* with err filled. */
 int convert_write_gguf(const model *m, int type, const char *path, char *err, size_t errlen);
 
@@ -49,6 +50,12 @@ typedef struct synth_params {
                            formula (factor 8, low 1, high 4, original context 8192) */
     const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied, and whose token
                                count is the vocabulary (vocab_size ignored); NULL: synthetic */
+    /* Mixture of experts: required (n_expert, n_expert_used) by an
+     * architecture with experts (qwen3moe), refused by the others. The
+     * router is written f32 (as llama.cpp's quantizer leaves it), the
+     * experts in `type`. */
+    int n_expert, n_expert_used;
+    int expert_ffn; /* 0: hidden_dim / n_expert_used (llama.cpp's default) */
 } synth_params;
 
 /* A random-weight model of the given shape and architecture, its vocabulary

@@ -82,6 +82,14 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
         seterr(err, errlen, "norm_eps %g or rope_theta %g out of range", c->norm_eps, c->rope_theta);
         return CK_EFORMAT;
     }
+    /* experts: all zero (dense), or every one of the three in range */
+    if ((c->n_expert || c->n_expert_used || c->expert_ffn) &&
+        (c->n_expert < 1 || c->n_expert > MODEL_MAX_EXPERTS || c->n_expert_used < 1 ||
+         c->n_expert_used > c->n_expert || c->expert_ffn < 1 || c->expert_ffn > MODEL_MAX_HIDDEN)) {
+        seterr(err, errlen, "experts %d (1..%d), used %d (1..experts), expert ffn %d (1..%d): out of range",
+               c->n_expert, MODEL_MAX_EXPERTS, c->n_expert_used, c->expert_ffn, MODEL_MAX_HIDDEN);
+        return CK_EFORMAT;
+    }
     return CK_OK;
 }
 
@@ -250,9 +258,10 @@ static int gguf_int_key(gguf_file *f, const char *key, int required, int dflt, i
     return CK_OK;
 }
 
-/* Find tensor `name`, check its shape (ne0 = in, ne1 = out; ne1 = 0 for a
- * vector) and a type we can compute with, and fill a view. */
-static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, int optional,
+/* Find tensor `name`, check its shape (ne0 = in, ne1 = out, ne2 = the
+ * experts of a 3-D expert tensor; ne1 = 0 for a vector, ne2 = 0 for a 2-D
+ * one) and a type we can compute with, and fill a view. */
+static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional,
                        model_tensor *t, const char *path, char *err, size_t errlen) {
     const gguf_tensor *g = gguf_find_tensor(f, name);
     if (!g) {
@@ -260,12 +269,18 @@ static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne
         seterr(err, errlen, "%s: tensor '%s' is missing", path, name);
         return CK_EFORMAT;
     }
-    uint32_t want_dims = ne1 ? 2 : 1;
-    int ok = g->n_dims == want_dims && g->ne[0] == ne0 && (ne1 == 0 || g->ne[1] == ne1);
+    /* ggml writes no trailing dimension of 1 (an expert tensor of one
+     * expert is 2-D), and llama.cpp's reader takes that: so do we */
+    const uint64_t want[3] = {ne0, ne1 ? ne1 : 1, ne2 ? ne2 : 1};
+    const uint32_t max_dims = ne2 ? 3 : ne1 ? 2 : 1;
+    int ok = g->n_dims >= 1 && g->n_dims <= max_dims;
+    for (uint32_t i = 0; ok && i < 3; i++) ok = (i < g->n_dims ? g->ne[i] : 1) == want[i];
     if (!ok) {
-        seterr(err, errlen, "%s: tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]", path,
-               name, (unsigned long long)g->ne[0], (unsigned long long)g->ne[1], g->n_dims,
-               (unsigned long long)ne0, (unsigned long long)(ne1 ? ne1 : 1));
+        seterr(err, errlen,
+               "%s: tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected [%llu, %llu, %llu]", path,
+               name, (unsigned long long)g->ne[0], (unsigned long long)(g->n_dims > 1 ? g->ne[1] : 1),
+               (unsigned long long)(g->n_dims > 2 ? g->ne[2] : 1), g->n_dims, (unsigned long long)ne0,
+               (unsigned long long)(ne1 ? ne1 : 1), (unsigned long long)(ne2 ? ne2 : 1));
         return CK_EFORMAT;
     }
     if (!quant_type_name(g->type)) {
@@ -273,7 +288,7 @@ static int gguf_weight(gguf_file *f, const char *name, uint64_t ne0, uint64_t ne
         return CK_EUNSUPPORTED;
     }
     t->type = g->type;
-    t->n = ne0 * (ne1 ? ne1 : 1);
+    t->n = ne0 * (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     t->data = g->data;
     return CK_OK;
 }
@@ -411,6 +426,33 @@ static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, con
     return CK_OK;
 }
 
+/* The mixture-of-experts keys, bounded before anything is sized from them.
+ * Without expert_feed_forward_length an expert is feed_forward_length /
+ * expert_used_count wide (llama.cpp's qwen3moe default); without
+ * feed_forward_length (which llama.cpp does not require either, and the
+ * experts do not use) hidden_dim is the experts' width. */
+static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                        size_t errlen) {
+    int rc;
+    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
+        return rc;
+    if (c->n_expert > MODEL_MAX_EXPERTS) {
+        seterr(err, errlen, "%s: %s.%s = %d is above the %d experts the engine allows", path, a->name,
+               ARCH_KEY_EXPERT_COUNT, c->n_expert, MODEL_MAX_EXPERTS);
+        return CK_EFORMAT;
+    }
+    if (c->n_expert_used > c->n_expert) {
+        seterr(err, errlen, "%s: %s.%s = %d is more than the %d experts (%s)", path, a->name,
+               ARCH_KEY_EXPERT_USED_COUNT, c->n_expert_used, c->n_expert, ARCH_KEY_EXPERT_COUNT);
+        return CK_EFORMAT;
+    }
+    const int dflt = c->hidden_dim / c->n_expert_used;
+    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen))) return rc;
+    if (!c->hidden_dim) c->hidden_dim = c->expert_ffn;
+    return CK_OK;
+}
+
 /* Every tensor of the file must be one the table knows and the
  * architecture has: a tensor the engine would not compute is refused, not
  * skipped. */
@@ -428,15 +470,15 @@ static int gguf_known_tensors(gguf_file *f, const arch_info *a, int n_layers, co
     return CK_OK;
 }
 
-/* Table tensor t (of layer l) into *dst with shape (ne0, ne1): required
- * ones must be there; optional ones absent leave *dst empty. */
+/* Table tensor t (of layer l) into *dst with shape (ne0, ne1, ne2):
+ * required ones must be there; optional ones absent leave *dst empty. */
 static int arch_weight(gguf_file *f, const arch_info *a, int t, int l, uint64_t ne0, uint64_t ne1,
-                       model_tensor *dst, const char *path, char *err, size_t errlen) {
+                       uint64_t ne2, model_tensor *dst, const char *path, char *err, size_t errlen) {
     memset(dst, 0, sizeof *dst);
     if (a->need[t] == ARCH_NO) return CK_OK;
     char name[96];
     arch_tensor_file_name(name, sizeof name, t, l);
-    int rc = gguf_weight(f, name, ne0, ne1, a->need[t] == ARCH_OPTIONAL, dst, path, err, errlen);
+    int rc = gguf_weight(f, name, ne0, ne1, ne2, a->need[t] == ARCH_OPTIONAL, dst, path, err, errlen);
     if (rc == CK_ENOTFOUND) {
         memset(dst, 0, sizeof *dst);
         return CK_OK;
@@ -464,12 +506,14 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     model_config *c = &m->cfg;
     c->arch = a->id;
     c->rope_style = a->rope;
+    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
     if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, 1, 0, &c->hidden_dim, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe, 0, &c->hidden_dim, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)))
+        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)) ||
+        (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
     int kl = 0, vl = 0, rd = 0;
@@ -511,10 +555,11 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     uint64_t HD = (uint64_t)c->head_dim;
     uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
-    if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, &m->tok_emb, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_OUTPUT_NORM, -1, D, 0, &m->out_norm, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, &m->wcls, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, &m->rope_freqs, path, err, errlen)))
+    uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
+    if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, 0, &m->tok_emb, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_OUTPUT_NORM, -1, D, 0, 0, &m->out_norm, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, 0, &m->wcls, path, err, errlen)) ||
+        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
         return rc;
     if (!m->wcls.data) { /* no output.weight: the classifier is the embedding */
         m->tied = 1;
@@ -533,19 +578,31 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         model_layer *ly = &m->layers[l];
         struct {
             int t;
-            uint64_t ne0, ne1;
+            uint64_t ne0, ne1, ne2;
             model_tensor *dst;
         } w[] = {
-            {ARCH_T_ATTN_NORM, D, 0, &ly->attn_norm}, {ARCH_T_ATTN_Q, D, Q, &ly->wq},
-            {ARCH_T_ATTN_K, D, KV, &ly->wk},          {ARCH_T_ATTN_V, D, KV, &ly->wv},
-            {ARCH_T_ATTN_OUT, Q, D, &ly->wo},         {ARCH_T_FFN_NORM, D, 0, &ly->ffn_norm},
-            {ARCH_T_FFN_GATE, D, F, &ly->w1},         {ARCH_T_FFN_DOWN, F, D, &ly->w2},
-            {ARCH_T_FFN_UP, D, F, &ly->w3},           {ARCH_T_ATTN_Q_B, Q, 0, &ly->bq},
-            {ARCH_T_ATTN_K_B, KV, 0, &ly->bk},        {ARCH_T_ATTN_V_B, KV, 0, &ly->bv},
-            {ARCH_T_ATTN_Q_NORM, HD, 0, &ly->q_norm}, {ARCH_T_ATTN_K_NORM, HD, 0, &ly->k_norm},
+            {ARCH_T_ATTN_NORM, D, 0, 0, &ly->attn_norm},
+            {ARCH_T_ATTN_Q, D, Q, 0, &ly->wq},
+            {ARCH_T_ATTN_K, D, KV, 0, &ly->wk},
+            {ARCH_T_ATTN_V, D, KV, 0, &ly->wv},
+            {ARCH_T_ATTN_OUT, Q, D, 0, &ly->wo},
+            {ARCH_T_FFN_NORM, D, 0, 0, &ly->ffn_norm},
+            {ARCH_T_FFN_GATE, D, F, 0, &ly->w1},
+            {ARCH_T_FFN_DOWN, F, D, 0, &ly->w2},
+            {ARCH_T_FFN_UP, D, F, 0, &ly->w3},
+            {ARCH_T_ATTN_Q_B, Q, 0, 0, &ly->bq},
+            {ARCH_T_ATTN_K_B, KV, 0, 0, &ly->bk},
+            {ARCH_T_ATTN_V_B, KV, 0, 0, &ly->bv},
+            {ARCH_T_ATTN_Q_NORM, HD, 0, 0, &ly->q_norm},
+            {ARCH_T_ATTN_K_NORM, HD, 0, 0, &ly->k_norm},
+            {ARCH_T_FFN_GATE_INP, D, E, 0, &ly->router},
+            {ARCH_T_FFN_GATE_EXPS, D, FE, E, &ly->gate_exps},
+            {ARCH_T_FFN_UP_EXPS, D, FE, E, &ly->up_exps},
+            {ARCH_T_FFN_DOWN_EXPS, FE, D, E, &ly->down_exps},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if ((rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].dst, path, err, errlen)))
+            if ((rc =
+                     arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2, w[i].dst, path, err, errlen)))
                 return rc;
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
@@ -601,6 +658,10 @@ static void fingerprint(model *m) {
         model_layer_extras(&m->layers[l], x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++)
             if (x[i]->n) h = tensor_hash(h, x[i]);
+        const model_tensor *e[MODEL_LAYER_MOE];
+        model_layer_moe(&m->layers[l], e);
+        for (int i = 0; i < MODEL_LAYER_MOE; i++)
+            if (e[i]->n) h = tensor_hash(h, e[i]);
     }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
@@ -654,12 +715,18 @@ static uint64_t tensor_bytes(const model_tensor *t) {
 uint64_t model_weight_bytes(const model *m) {
     uint64_t b = tensor_bytes(&m->out_norm) + tensor_bytes(&m->wcls);
     for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *ly = &m->layers[l];
         const model_tensor *t[MODEL_LAYER_TENSORS];
-        model_layer_list(&m->layers[l], t);
+        model_layer_list(ly, t);
         for (int i = 0; i < MODEL_LAYER_TENSORS; i++) b += tensor_bytes(t[i]);
         const model_tensor *x[MODEL_LAYER_EXTRAS];
-        model_layer_extras(&m->layers[l], x);
+        model_layer_extras(ly, x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) b += tensor_bytes(x[i]);
+        /* a token reads the router and only its n_expert_used experts */
+        b += tensor_bytes(&ly->router);
+        if (m->cfg.n_expert)
+            b += (tensor_bytes(&ly->gate_exps) + tensor_bytes(&ly->up_exps) + tensor_bytes(&ly->down_exps)) /
+                 (uint64_t)m->cfg.n_expert * (uint64_t)m->cfg.n_expert_used;
     }
     /* The embedding is a gather of one row per token, not a full read. */
     return b + tensor_bytes(&m->tok_emb) / (uint64_t)m->cfg.vocab_size;
@@ -678,8 +745,21 @@ uint64_t model_n_params(const model *m) {
         const model_tensor *x[MODEL_LAYER_EXTRAS];
         model_layer_extras(&m->layers[l], x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) n += x[i]->n;
+        const model_tensor *e[MODEL_LAYER_MOE];
+        model_layer_moe(&m->layers[l], e);
+        for (int i = 0; i < MODEL_LAYER_MOE; i++) n += e[i]->n;
     }
     return n + m->rope_freqs.n;
+}
+
+model_tensor model_expert(const model_tensor *t, int n_expert, int e) {
+    model_tensor v = {t->type, 0, NULL};
+    uint64_t nb = 0;
+    if (n_expert <= 0 || e < 0 || e >= n_expert || !t->data) return v;
+    v.n = t->n / (uint64_t)n_expert;
+    if (quant_row_bytes(t->type, v.n, &nb)) return (model_tensor){t->type, 0, NULL};
+    v.data = (const char *)t->data + (size_t)nb * (size_t)e;
+    return v;
 }
 
 int model_rope_freqs(const model *m, float *freq, float *mscale) {

@@ -2,7 +2,7 @@
  *
  * Two file formats load into the same struct:
  *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3,
- *    smollm3, mistral3; gguf.h describes the container), read through that
+ *    smollm3, mistral3, qwen3moe; gguf.h describes the container), read through that
  *    table: what a file asks for that the engine does not compute is
  *    refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
@@ -29,7 +29,7 @@
 
 typedef struct model_config {
     int dim;          /* residual stream width */
-    int hidden_dim;   /* FFN inner width */
+    int hidden_dim;   /* FFN inner width (feed_forward_length; a MoE model computes none) */
     int n_layers;     /* transformer blocks */
     int n_heads;      /* query heads */
     int n_kv_heads;   /* key/value heads; n_heads % n_kv_heads == 0 (GQA) */
@@ -55,7 +55,15 @@ typedef struct model_config {
                               arch_attn_temp(attn_temp_scale, attn_temp_floor, pos) after RoPE;
                               0: not scaled */
     int attn_temp_floor;   /* positions per step of that scale: the original context length */
+    /* Mixture of experts (arch.h's ARCH_BLOCK_MOE); all zero for a dense model. */
+    int n_expert;      /* experts of each layer (expert_count), 1..MODEL_MAX_EXPERTS */
+    int n_expert_used; /* experts each token goes through (expert_used_count), 1..n_expert */
+    int expert_ffn;    /* inner width of one expert (expert_feed_forward_length) */
 } model_config;
+
+/* Most experts a layer may have (Qwen3's MoEs have 128; llama.cpp allows
+ * more, and the CPU backend's scratch grows with the count). */
+#define MODEL_MAX_EXPERTS 512
 
 /* A typed view of one weight tensor: n elements of `type` (quant.h) at data. */
 typedef struct model_tensor {
@@ -80,6 +88,13 @@ typedef struct model_layer {
     model_tensor bv;     /* (n_kv_heads * head_dim) added to v */
     model_tensor q_norm; /* (head_dim) RMSNorm weight of every q head, before RoPE */
     model_tensor k_norm; /* (head_dim) RMSNorm weight of every k head, before RoPE */
+    /* Mixture of experts (n == 0 in a dense model, whose w1, w2, w3 these
+     * replace in a MoE one, where those are empty). E = n_expert,
+     * FE = expert_ffn; model_expert gives expert e's matrix. */
+    model_tensor router;    /* ffn_gate_inp  (E, dim) */
+    model_tensor gate_exps; /* ffn_gate_exps (E, FE, dim) */
+    model_tensor up_exps;   /* ffn_up_exps   (E, FE, dim) */
+    model_tensor down_exps; /* ffn_down_exps (E, dim, FE) */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -105,6 +120,21 @@ static inline void model_layer_extras(const model_layer *l, const model_tensor *
     t[3] = &l->q_norm;
     t[4] = &l->k_norm;
 }
+
+/* The mixture-of-experts tensors of a layer (each n == 0 in a dense model). */
+#define MODEL_LAYER_MOE 4
+static inline void model_layer_moe(const model_layer *l, const model_tensor *t[MODEL_LAYER_MOE]) {
+    t[0] = &l->router;
+    t[1] = &l->gate_exps;
+    t[2] = &l->up_exps;
+    t[3] = &l->down_exps;
+}
+
+/* Expert e's matrix of an expert tensor t of n_expert (gate_exps, up_exps,
+ * down_exps): a view of its contiguous e-th slice, t->n / n_expert elements
+ * of t's type. The loader checked that each slice is whole rows of whole
+ * blocks, so the slice starts on a block. */
+model_tensor model_expert(const model_tensor *t, int n_expert, int e);
 
 /* Largest head_dim (attention.key_length) a model may have. */
 #define MODEL_MAX_HEAD_DIM 512
@@ -143,7 +173,9 @@ void model_free(model *m);
 int model_weights_in_file_map(const model *m);
 
 /* Weight bytes one forward step reads when every weight is read once in its
- * stored type (the numerator of a bandwidth roofline). */
+ * stored type (the numerator of a bandwidth roofline); a MoE layer's
+ * experts count n_expert_used / n_expert of their bytes, what one token
+ * reads of them. */
 uint64_t model_weight_bytes(const model *m);
 /* Bytes of the model file (mapped read-only while the model lives). */
 size_t model_file_bytes(const model *m);

@@ -79,8 +79,9 @@ int cli_synth(int argc, char **argv) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3] [--head-dim N] [--tied]\n"
-                   "       [--vocab-from VOCAB.gguf] [--rope-theta X] [--rope-freqs]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe] [--head-dim N] [--tied]\n"
+                   "       [--vocab-from VOCAB.gguf] [--experts N --experts-used K [--expert-ffn F]]\n"
+                   "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
                    "       [--yarn-beta-slow B] [--yarn-log-mul M] [--attn-temp-scale S]\n"
@@ -94,7 +95,12 @@ int cli_synth(int argc, char **argv) {
                    "attention.key_length/value_length; --tied writes no output.weight; --rope-freqs\n"
                    "writes Llama 3.1's rope_freqs.weight (llama3 formula: factor 8, low 1, high 4,\n"
                    "original context 8192); --vocab-from copies the tokenizer.* keys of a GGUF and\n"
-                   "takes the vocabulary size from it. YaRN's keys are written only when given.\n");
+                   "takes the vocabulary size from it. YaRN's keys are written only when given.\n"
+                   "--arch qwen3moe (qwen3's attention, a mixture of experts for the feed-forward)\n"
+                   "needs --experts N (expert_count, at most %d) and --experts-used K (expert_used_count,\n"
+                   "1..N); --expert-ffn F is each expert's inner width (default ffn / K). The router\n"
+                   "is written f32, the experts in --type; --ffn is written as feed_forward_length.\n",
+                   MODEL_MAX_EXPERTS);
             return 0;
         }
         if (cli_flag(&a, "--tied")) {
@@ -123,7 +129,10 @@ int cli_synth(int argc, char **argv) {
             cli_float(&a, "--yarn-beta-fast", 1e-3, 1e4, &p.yarn_beta_fast) ||
             cli_float(&a, "--yarn-beta-slow", 1e-3, 1e4, &p.yarn_beta_slow) ||
             cli_float(&a, "--yarn-log-mul", 0, 1e3, &log_mul) ||
-            cli_float(&a, "--attn-temp-scale", -1e3, 1e3, &temp))
+            cli_float(&a, "--attn-temp-scale", -1e3, 1e3, &temp) ||
+            cli_int(&a, "--experts", 1, MODEL_MAX_EXPERTS, &p.n_expert) ||
+            cli_int(&a, "--experts-used", 1, MODEL_MAX_EXPERTS, &p.n_expert_used) ||
+            cli_int(&a, "--expert-ffn", 1, 1 << 18, &p.expert_ffn))
             continue;
         return cli_unknown(&a);
     }
@@ -142,6 +151,19 @@ int cli_synth(int argc, char **argv) {
         return 2;
     }
     p.arch = ai->id;
+    const int moe = arch_has_block(ai, ARCH_BLOCK_MOE);
+    if (!moe && (p.n_expert || p.n_expert_used || p.expert_ffn)) {
+        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe");
+        return 2;
+    }
+    if (moe && (!p.n_expert || !p.n_expert_used)) {
+        cli_error(&a, "--arch %s needs --experts N and --experts-used K", ai->name);
+        return 2;
+    }
+    if (moe && p.n_expert_used > p.n_expert) {
+        cli_error(&a, "--experts-used %d is more than --experts %d", p.n_expert_used, p.n_expert);
+        return 2;
+    }
     if (ai->keys & ARCH_READS_ATTN_TEMP) {
         /* Ministral 3's shape of these (its config: yarn factor 16 over a
          * sixteenth of the context, mscale_all_dim 1, llama_4_scaling_beta 0.1) */

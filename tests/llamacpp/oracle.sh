@@ -97,6 +97,12 @@ case "$case_name" in
       --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-scaling yarn --rope-scaling-factor 16 \
       --rope-orig-ctx 8 --yarn-log-mul 1 --attn-temp-scale 0.1
     steps=16 min_steps=16 ;;
+  synth_qwen3moe) # qwen3's attention, then 8 experts of which 2 a token (Qwen3-30B-A3B in small)
+    need_synth --arch --vocab-from --head-dim --experts --experts-used --expert-ffn
+    synth --arch qwen3moe --dim 256 --layers 3 --heads 8 --kv-heads 2 --head-dim 64 --ffn 768 \
+      --experts 8 --experts-used 2 --expert-ffn 128 --ctx 256 --vocab-from "$(vocab qwen2)" \
+      --rope-theta 1000000
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
