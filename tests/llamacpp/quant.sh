@@ -2,13 +2,18 @@
 # quant.sh - one llama.cpp file type: made by llama.cpp, read by confkv, as
 # accurate as llama.cpp (label oracle).
 #
-# Usage: quant.sh FTYPE CONFKV LLAMACPP_LOGITS LLAMACPP_QUANTIZE LIBDIR [SEED]
+# Usage: quant.sh FTYPE CONFKV LLAMACPP_LOGITS LLAMACPP_QUANTIZE LIBDIR [SEED] [ARCH]
 #   FTYPE              Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S
 #                      Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS
 #   CONFKV             the confkv binary
 #   LLAMACPP_LOGITS    tests/llamacpp/llamacpp_logits
 #   LLAMACPP_QUANTIZE  tests/llamacpp/llamacpp_quantize (llama_model_quantize)
 #   LIBDIR             llama.cpp's prebuilt libraries
+#   ARCH               llama (the default) or qwen3moe: the same shape with
+#                      qwen3's attention (head_dim 64) and 8 experts of which
+#                      2 a token, each 256 wide, so llama.cpp's quantizer
+#                      writes the 3-D expert tensors in FTYPE too (the
+#                      router it leaves f32)
 #
 # 1. `confkv synth` writes an f32 llama model whose every row width is a
 #    multiple of 256 (dim 256, ffn 768, 4 layers, 4 heads over 2 KV heads,
@@ -37,7 +42,7 @@
 #  "greedy_agree":..,"tie_at":..,"steps":..}. Exit 0 pass, 1 fail.
 set -euo pipefail
 
-ftype=$1 confkv=$2 ll=$3 llq=$4 libdir=$5 seed=${6:-4}
+ftype=$1 confkv=$2 ll=$3 llq=$4 libdir=$5 seed=${6:-4} arch=${7:-llama}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -46,8 +51,13 @@ trap 'rm -rf "$tmp"' EXIT
 threads=2 ll_threads=1 steps=8
 prompt="Once upon a time, there was a little"
 
+case "$arch" in
+  llama) shape=() ;;
+  qwen3moe) shape=(--arch qwen3moe --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256) ;;
+  *) echo "quant.sh: unknown arch $arch" >&2; exit 2 ;;
+esac
 "$confkv" synth -o "$tmp/f32.gguf" --type f32 --seed "$seed" --dim 256 --layers 4 --heads 4 \
-  --kv-heads 2 --ffn 768 --vocab 512 --ctx 256 2>"$tmp/synth.err" ||
+  --kv-heads 2 --ffn 768 --vocab 512 --ctx 256 "${shape[@]}" 2>"$tmp/synth.err" ||
   { cat "$tmp/synth.err"; exit 1; }
 "$llq" "$tmp/f32.gguf" "$tmp/q.gguf" "$ftype" >"$tmp/quant.json" 2>"$tmp/quant.err" ||
   { echo "llamacpp_quantize failed:"; cat "$tmp/quant.err"; exit 1; }
