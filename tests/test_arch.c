@@ -1,17 +1,17 @@
 /* test_arch.c - the architecture table (arch.h) end to end: synthetic
- * llama, qwen2, qwen3, smollm3 and mistral3 models with each feature the
- * table adds (NEOX RoPE, q/k/v biases, q/k head norms, head_dim from
- * key_length, tied embeddings, rope_freqs, linear and YaRN scaling, layers
- * without RoPE, the query's position scale, yarn_log_multiplier) through
- * the CPU backend,
+ * llama, qwen2, qwen3, smollm3, mistral3 and qwen3moe models with each
+ * feature the table adds (NEOX RoPE, q/k/v biases, q/k head norms, head_dim
+ * from key_length, tied embeddings, rope_freqs, linear and YaRN scaling,
+ * layers without RoPE, the query's position scale, yarn_log_multiplier, the
+ * mixture of experts with its renormalised top-k) through the CPU backend,
  * against a scalar reference written here in double precision from the
  * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
  * Qwen's block), driven by the parameters the test asked synth for, not by
  * what model.c read back. Each case also runs the reference with its
  * feature switched off and requires that to be far off: a feature the
  * backend ignored could not pass. Then the refusals: unknown architecture,
- * unknown scaling type, unknown tensor, missing required tensor, each named
- * in the message. */
+ * unknown scaling type, unknown tensor, missing required tensor, expert
+ * counts out of bounds, each named in the message. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,6 +52,8 @@ typedef struct ref_opts {
     int no_rope_step;  /* layer l has no RoPE when (l + 1) % no_rope_step == 0 (smollm3) */
     double temp_scale; /* queries scaled by 1 + temp_scale ln(floor(pos / orig_ctx) + 1) (mistral3) */
     double log_mul;    /* YaRN's magnitude divided by 1 + 0.1 log_mul ln(factor) (mistral3) */
+    int experts, used, expert_ffn; /* a mixture of experts instead of the dense FFN (experts > 0) */
+    int moe_norm;                  /* renormalise the chosen experts' probabilities to sum 1 */
 } ref_opts;
 
 static float *f32_of(const model_tensor *t) {
@@ -122,6 +124,40 @@ static void ref_rope(const ref_opts *o, double *v, int n_heads, int hd, int pos)
     }
 }
 
+/* x += the mixture of experts of xn (qwen3moe's, from Qwen's published
+ * block): p = softmax(router . xn), the `used` most probable (the lower
+ * index first among equals), their p renormalised to sum 1 (moe_norm),
+ * each one's SwiGLU weighted by it. wg, wu: (experts, FE, D); wd:
+ * (experts, D, FE). */
+static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, const float *wu,
+                    const float *wd, const double *xn, double *x) {
+    const int E = o->experts, K = o->used, FE = o->expert_ffn;
+    double p[64], h1[256], h3[256], y[256], mx = -INFINITY, sum = 0, ws = 0;
+    int chosen[64] = {0}, sel[64];
+    if (E > 64 || FE > 256 || D > 256) return; /* the test's shapes are smaller */
+    matvec_d(p, wr, xn, E, D);
+    for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
+    for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
+    for (int e = 0; e < E; e++) p[e] /= sum;
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!chosen[e] && (best < 0 || p[e] > p[best])) best = e;
+        chosen[best] = 1;
+        sel[j] = best;
+        ws += p[best];
+    }
+    for (int j = 0; j < K; j++) {
+        const int e = sel[j];
+        const double w = o->moe_norm ? p[e] / ws : p[e];
+        matvec_d(h1, wg + (size_t)e * FE * D, xn, FE, D);
+        matvec_d(h3, wu + (size_t)e * FE * D, xn, FE, D);
+        for (int i = 0; i < FE; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
+        matvec_d(y, wd + (size_t)e * D * FE, h1, D, FE);
+        for (int i = 0; i < D; i++) x[i] += w * y[i];
+    }
+}
+
 /* Logits (n_tok, V) of tokens tok[0..n_tok) at positions 0.. of one
  * sequence, by the reference. */
 static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int n_tok, double *out) {
@@ -146,8 +182,10 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                   *w2 = f32_of(&ly->w2);
             float *w3 = f32_of(&ly->w3), *bq = f32_of(&ly->bq), *bk = f32_of(&ly->bk), *bv = f32_of(&ly->bv);
             float *qn = f32_of(&ly->q_norm), *kn = f32_of(&ly->k_norm);
-            ok = an && wq && wk && wv && wo && fn && w1 && w2 && w3 && (!o->bias || (bq && bk && bv)) &&
-                 (!o->qk_norm || (qn && kn));
+            float *wr = f32_of(&ly->router), *wg = f32_of(&ly->gate_exps), *wu = f32_of(&ly->up_exps),
+                  *wd = f32_of(&ly->down_exps);
+            ok = an && wq && wk && wv && wo && fn && (o->experts ? wr && wg && wu && wd : w1 && w2 && w3) &&
+                 (!o->bias || (bq && bk && bv)) && (!o->qk_norm || (qn && kn));
             if (ok) {
                 rmsnorm_d(xb, x, an, D, c->norm_eps);
                 matvec_d(q, wq, xb, QD, D);
@@ -190,13 +228,17 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                 matvec_d(xb, wo, ao, D, QD);
                 for (int i = 0; i < D; i++) x[i] += xb[i];
                 rmsnorm_d(xb, x, fn, D, c->norm_eps);
-                matvec_d(h1, w1, xb, F, D);
-                matvec_d(h3, w3, xb, F, D);
-                for (int i = 0; i < F; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
-                matvec_d(xb, w2, h1, D, F);
-                for (int i = 0; i < D; i++) x[i] += xb[i];
+                if (o->experts) {
+                    ref_moe(o, D, wr, wg, wu, wd, xb, x);
+                } else {
+                    matvec_d(h1, w1, xb, F, D);
+                    matvec_d(h3, w3, xb, F, D);
+                    for (int i = 0; i < F; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
+                    matvec_d(xb, w2, h1, D, F);
+                    for (int i = 0; i < D; i++) x[i] += xb[i];
+                }
             }
-            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn, kn};
+            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn, kn, wr, wg, wu, wd};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
         }
         if (ok) {
@@ -478,6 +520,34 @@ static void test_mistral3_roundtrip(void) {
     CK_CHECK_MSG(fabsf(ms - (1.0f + 0.1f * logf(16))) < 1e-6f, "mscale %g", ms);
 }
 
+static void test_qwen3moe_experts(void) {
+    /* 8 experts, 2 a token, 48 wide: the renormalisation of the two
+     * weights switched off must be far off */
+    synth_params sp = base_params(ARCH_QWEN3MOE);
+    sp.head_dim = 32;
+    sp.rope_theta = 1000000;
+    sp.n_expert = 8;
+    sp.n_expert_used = 2;
+    sp.expert_ffn = 48;
+    ref_opts on = {.theta = 1000000,
+                   .neox = 1,
+                   .qk_norm = 1,
+                   .experts = 8,
+                   .used = 2,
+                   .expert_ffn = 48,
+                   .moe_norm = 1},
+             off = on;
+    off.moe_norm = 0;
+    CK_CHECK(feature_case("qwen3moe top-2 of 8", sp, on, off) == 0);
+    /* every expert for every token: the grouping's all-tokens path */
+    sp.n_expert = on.experts = off.experts = 4;
+    sp.n_expert_used = on.used = off.used = 4;
+    on.moe_norm = 1;
+    off.moe_norm = 0;
+    off.used = 1; /* with all 4 the sum is 1 already: the off run takes one instead */
+    CK_CHECK(feature_case("qwen3moe all 4 of 4", sp, on, off) == 0);
+}
+
 /* The table's own facts: names, parsing, defaults. */
 static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
@@ -485,6 +555,21 @@ static void test_table(void) {
     CK_CHECK(a->need[ARCH_T_ATTN_Q_NORM] == ARCH_REQUIRED && a->need[ARCH_T_ROPE_FREQS] == ARCH_NO);
     CK_CHECK(arch_find("llama", 5)->rope == ARCH_ROPE_NORMAL && !arch_find("llam", 4) &&
              !arch_find("mamba", 5));
+    /* qwen3moe: qwen3's attention, experts instead of the dense FFN */
+    const arch_info *mo = arch_find("qwen3moe", 8);
+    CK_CHECK(mo && mo->id == ARCH_QWEN3MOE && mo->rope == ARCH_ROPE_NEOX && arch_by_id(ARCH_QWEN3MOE) == mo);
+    CK_CHECK(mo->need[ARCH_T_ATTN_Q_NORM] == ARCH_REQUIRED && mo->need[ARCH_T_ATTN_K_NORM] == ARCH_REQUIRED);
+    CK_CHECK(
+        mo->need[ARCH_T_FFN_GATE_INP] == ARCH_REQUIRED && mo->need[ARCH_T_FFN_GATE_EXPS] == ARCH_REQUIRED &&
+        mo->need[ARCH_T_FFN_UP_EXPS] == ARCH_REQUIRED && mo->need[ARCH_T_FFN_DOWN_EXPS] == ARCH_REQUIRED);
+    CK_CHECK(mo->need[ARCH_T_FFN_NORM] == ARCH_REQUIRED && mo->need[ARCH_T_FFN_GATE] == ARCH_NO &&
+             mo->need[ARCH_T_FFN_UP] == ARCH_NO && mo->need[ARCH_T_FFN_DOWN] == ARCH_NO);
+    CK_CHECK(mo->blocks[0] == ARCH_BLOCK_ATTN && mo->blocks[1] == ARCH_BLOCK_MOE &&
+             mo->blocks[2] == ARCH_BLOCK_END);
+    CK_CHECK(arch_has_block(mo, ARCH_BLOCK_MOE) && !arch_has_block(a, ARCH_BLOCK_MOE));
+    CK_CHECK(!strcmp(arch_block_name(ARCH_BLOCK_MOE), "moe") && strstr(arch_names(), "qwen3moe"));
+    for (int i = 0; i < arch_count(); i++) /* only qwen3moe has experts */
+        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] == (arch_at(i) == mo ? ARCH_REQUIRED : ARCH_NO));
     int t, l;
     CK_CHECK(arch_parse_tensor("blk.12.attn_k.bias", 13, &t, &l) == 0 && t == ARCH_T_ATTN_K_B && l == 12);
     CK_CHECK(arch_parse_tensor("blk.13.attn_k.bias", 13, &t, &l) == -1); /* past the layers */
@@ -513,6 +598,9 @@ static void test_table(void) {
     CK_CHECK(arch_attn_temp(0.1f, 8, 8) == (float)(1 + 0.1f * log(2.0)) &&
              arch_attn_temp(0.1f, 8, 15) == arch_attn_temp(0.1f, 8, 8));
     CK_CHECK(arch_attn_temp(0.1f, 16384, 40000) == (float)(1 + 0.1f * log(3.0)));
+    CK_CHECK(arch_parse_tensor("blk.2.ffn_down_exps.weight", 3, &t, &l) == 0 && t == ARCH_T_FFN_DOWN_EXPS &&
+             l == 2);
+    CK_CHECK(arch_parse_tensor("blk.0.ffn_gate_inp_shexp.weight", 1, &t, &l) == -1); /* a shared expert */
     CK_CHECK(arch_scaling_from_name("yarn", 4) == ARCH_SCALING_YARN &&
              arch_scaling_from_name("longrope", 8) < 0);
     /* no scaling, no factors: exactly the expression the plain path used */
@@ -578,8 +666,10 @@ static void test_vocab_from(void) {
 /* A copy of the GGUF at src with key `key` set to the string `val` (or
  * left out when val is NULL and key is set), tensor `drop` left out, and
  * a 1-D tensor `add` of n f32 zeros added. */
-static int rewrite(const char *src, const char *dst, const char *key, const char *val, const char *drop,
-                   const char *add, uint64_t n) {
+/* rewrite's work: key set to the string val, or (val NULL, key given)
+ * to the u32 uval. */
+static int rewrite_kv(const char *src, const char *dst, const char *key, const char *val, uint32_t uval,
+                      const char *drop, const char *add, uint64_t n) {
     gguf_file *f = NULL;
     gguf_writer *w = NULL;
     char err[256];
@@ -619,6 +709,7 @@ static int rewrite(const char *src, const char *dst, const char *key, const char
         }
     }
     if (key && val) rc |= gguf_writer_set_str(w, key, val);
+    if (key && !val) rc |= gguf_writer_set_u32(w, key, uval);
     for (int i = 0; i < gguf_n_tensors(f) && !rc; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         if (drop && !strcmp(t->name, drop)) continue;
@@ -630,6 +721,15 @@ static int rewrite(const char *src, const char *dst, const char *key, const char
     gguf_close(f);
     free(zeros);
     return rc ? -1 : 0;
+}
+
+static int rewrite(const char *src, const char *dst, const char *key, const char *val, const char *drop,
+                   const char *add, uint64_t n) {
+    return rewrite_kv(src, dst, val ? key : NULL, val, 0, drop, add, n);
+}
+
+static int rewrite_u32(const char *src, const char *dst, const char *key, uint32_t v) {
+    return rewrite_kv(src, dst, key, NULL, v, NULL, NULL, 0);
 }
 
 static int refused(const char *path, const char *n1, const char *n2) {
@@ -704,6 +804,56 @@ static void test_refusals(void) {
     unlink(bad);
 }
 
+/* qwen3moe's keys and tensors: bounds, and what it has not. */
+static void test_refusals_moe(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_QWEN3MOE);
+    sp.n_expert = 4;
+    sp.n_expert_used = 2;
+    sp.expert_ffn = 32;
+    const char *src = tmp("moe.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(src, NULL, &m, err, sizeof err), "%s", err);
+    CK_CHECK(m && m->cfg.n_expert == 4 && m->cfg.n_expert_used == 2 && m->cfg.expert_ffn == 32);
+    if (m) { /* expert e's view is the e-th slice */
+        model_tensor e3 = model_expert(&m->layers[1].down_exps, 4, 3);
+        CK_CHECK(e3.n == 64 * 32 &&
+                 (const float *)e3.data == (const float *)m->layers[1].down_exps.data + 3 * 64 * 32);
+        CK_CHECK(!model_expert(&m->layers[1].down_exps, 4, 4).data);
+    }
+    model_free(m);
+    /* used > count, count above the limit, no count at all */
+    CK_CHECK(rewrite_u32(src, bad, "qwen3moe.expert_used_count", 5) == 0);
+    CK_CHECK(refused(bad, "qwen3moe.expert_used_count", "expert_count"));
+    CK_CHECK(rewrite_u32(src, bad, "qwen3moe.expert_count", 100000) == 0);
+    CK_CHECK(refused(bad, "qwen3moe.expert_count", "512"));
+    CK_CHECK(rewrite_kv(src, bad, "qwen3moe.expert_count", "four", 0, NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "qwen3moe.expert_count", NULL));
+    /* experts of a width the tensors do not have */
+    CK_CHECK(rewrite_u32(src, bad, "qwen3moe.expert_feed_forward_length", 48) == 0);
+    CK_CHECK(refused(bad, "ffn_gate_exps", "shape"));
+    /* a shared expert (Qwen2-MoE's, not qwen3moe's), a dense FFN tensor */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_inp_shexp.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_gate_inp_shexp.weight", "qwen3moe"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.1.ffn_up.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.1.ffn_up.weight", "qwen3moe"));
+    /* a missing expert tensor, one of the wrong shape */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.1.ffn_down_exps.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.1.ffn_down_exps.weight", "missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.0.ffn_up_exps.weight", "blk.0.ffn_up_exps.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_up_exps.weight", "shape"));
+    /* synth asks for experts where they belong */
+    sp.n_expert = 0;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "experts"));
+    sp = base_params(ARCH_QWEN3);
+    sp.n_expert = 4;
+    sp.n_expert_used = 1;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "no experts"));
+    unlink(src);
+    unlink(bad);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/confkv-arch-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -711,6 +861,7 @@ int main(void) {
     CK_RUN(test_rope_freqs_values);
     CK_RUN(test_vocab_from);
     CK_RUN(test_refusals);
+    CK_RUN(test_refusals_moe);
     CK_RUN(test_llama_tied_gqa);
     CK_RUN(test_llama_rope_freqs);
     CK_RUN(test_llama_linear);
@@ -720,6 +871,7 @@ int main(void) {
     CK_RUN(test_smollm3_no_rope);
     CK_RUN(test_mistral3_temp);
     CK_RUN(test_mistral3_roundtrip);
+    CK_RUN(test_qwen3moe_experts);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

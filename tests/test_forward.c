@@ -1,6 +1,7 @@
 /* test_forward.c - the CPU forward pass: batching and chunked prefill give
- * the same logits as running one token at a time; converted f16 / q8_0
- * weights stay within a stated bound of f32. */
+ * the same logits as running one token at a time (a dense model, and a
+ * qwen3moe one, whose batches group the tokens by expert); converted f16 /
+ * q8_0 weights stay within a stated bound of f32. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -62,9 +63,29 @@ static int run_single(const model *m, float *ref) {
     return 0;
 }
 
-static void test_batch_equals_single(void) {
-    model *m = load();
-    CK_CHECK(m);
+/* Logits of a fixed 40-token sequence (all positions) under model m. */
+static int seq_logits(const model *m, float *out) {
+    char err[256];
+    backend *b = NULL;
+    be_options o = {.max_batch_tokens = 40, .n_kv_blocks = 8, .block_size = 16, .n_threads = 2};
+    if (be_cpu_new(m, &o, &b, err, sizeof err)) return -1;
+    int32_t tok[40], pos[40], six[40] = {0}, row[40];
+    int32_t blocks[3] = {0, 1, 2};
+    for (int i = 0; i < 40; i++) {
+        tok[i] = (int32_t)((31 * i + 5) % m->cfg.vocab_size);
+        pos[i] = i;
+        row[i] = i;
+    }
+    be_seq_view v = {.blocks = blocks, .n_blocks = 3};
+    be_batch bt = {40, tok, pos, six, row, 1, &v, 40};
+    int rc = b->ops->forward(b, &bt, out);
+    be_free(b);
+    return rc;
+}
+
+/* m's logits in batches (three sequences in chunks, split by token across
+ * two threads) within bound of one token a call. */
+static void batch_equals_single(const model *m, double bound) {
     int V = m->cfg.vocab_size;
     float *ref = calloc((size_t)NSEQ * MAXLEN * V, sizeof(float));
     float *got = calloc((size_t)NSEQ * MAXLEN * V, sizeof(float));
@@ -117,7 +138,7 @@ static void test_batch_equals_single(void) {
         for (int p = 0; p < lens[s]; p++) {
             size_t off = ((size_t)s * MAXLEN + p) * V;
             double e = norm_err(got + off, ref + off, (size_t)V);
-            CK_CHECK_MSG(e <= 1e-5, "seq %d pos %d: normalised error %g", s, p, e);
+            CK_CHECK_MSG(e <= bound, "seq %d pos %d: normalised error %g", s, p, e);
         }
     for (int s = 0; s < NSEQ; s++) {
         kv_seq_reset(&q[s], &pool);
@@ -129,7 +150,66 @@ static void test_batch_equals_single(void) {
     free(logits);
     free(ref);
     free(got);
+}
+
+static void test_batch_equals_single(void) {
+    model *m = load();
+    CK_CHECK(m);
+    if (m) batch_equals_single(m, 1e-5);
     model_free(m);
+}
+
+/* A qwen3moe model (8 experts, 2 a token): a batch's tokens grouped by
+ * expert give what each alone gives, f32 and re-typed to q8_0; a re-type to
+ * f32 (convert_write_gguf's expert tensors) gives the same logits. */
+static void test_moe_batch_equals_single(void) {
+    char dir[] = "/tmp/confkv-fwd-moe-XXXXXX", path[256], path2[256], err[256];
+    CK_CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/moe.gguf", dir);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 128,
+                       .vocab_size = 512,
+                       .ctx = 128,
+                       .type = QUANT_F32,
+                       .seed = 5,
+                       .arch = ARCH_QWEN3MOE,
+                       .n_expert = 8,
+                       .n_expert_used = 2,
+                       .expert_ffn = 64};
+    model *m = NULL, *g = NULL;
+    CK_CHECK_MSG(convert_synth(&sp, path, err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(model_load(path, NULL, &m, err, sizeof err) == 0, "%s", err);
+    if (!m) return;
+    batch_equals_single(m, 1e-5);
+    const int V = m->cfg.vocab_size;
+    float *ref = malloc((size_t)40 * V * sizeof(float)), *got = malloc((size_t)40 * V * sizeof(float));
+    CK_CHECK(ref && got && seq_logits(m, ref) == 0);
+    const int types[2] = {QUANT_F32, QUANT_Q8_0};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path2, sizeof path2, "%s/moe-%s.gguf", dir, quant_type_name(types[i]));
+        CK_CHECK_MSG(convert_write_gguf(m, types[i], path2, err, sizeof err) == 0, "%s", err);
+        CK_CHECK_MSG(model_load(path2, NULL, &g, err, sizeof err) == 0, "%s", err);
+        if (!g) continue;
+        CK_CHECK(g->cfg.n_expert == 8 && g->cfg.n_expert_used == 2 && g->cfg.expert_ffn == 64 &&
+                 g->layers[0].gate_exps.type == types[i] && g->layers[0].router.type == QUANT_F32);
+        if (types[i] == QUANT_F32) {
+            CK_CHECK(seq_logits(g, got) == 0);
+            CK_CHECK_MSG(norm_err(got, ref, (size_t)40 * V) == 0, "re-typed f32 differs");
+        } else {
+            batch_equals_single(g, 1e-5);
+        }
+        model_free(g);
+        g = NULL;
+        unlink(path2);
+    }
+    free(ref);
+    free(got);
+    model_free(m);
+    unlink(path);
+    rmdir(dir);
 }
 
 /* Bad batches are refused, not run. */
@@ -159,26 +239,6 @@ static void test_bad_batch(void) {
     CK_CHECK(b->ops->forward(b, &bt, logits) == CK_EINVAL);
     be_free(b);
     model_free(m);
-}
-
-/* Logits of a fixed 40-token sequence (all positions) under model m. */
-static int seq_logits(const model *m, float *out) {
-    char err[256];
-    backend *b = NULL;
-    be_options o = {.max_batch_tokens = 40, .n_kv_blocks = 8, .block_size = 16, .n_threads = 2};
-    if (be_cpu_new(m, &o, &b, err, sizeof err)) return -1;
-    int32_t tok[40], pos[40], six[40] = {0}, row[40];
-    int32_t blocks[3] = {0, 1, 2};
-    for (int i = 0; i < 40; i++) {
-        tok[i] = (int32_t)((31 * i + 5) % m->cfg.vocab_size);
-        pos[i] = i;
-        row[i] = i;
-    }
-    be_seq_view v = {.blocks = blocks, .n_blocks = 3};
-    be_batch bt = {40, tok, pos, six, row, 1, &v, 40};
-    int rc = b->ops->forward(b, &bt, out);
-    be_free(b);
-    return rc;
 }
 
 /* Stated bounds (normalised max error of the logits over 40 positions):
@@ -217,6 +277,7 @@ static void test_types_against_f32(void) {
 
 int main(void) {
     CK_RUN(test_batch_equals_single);
+    CK_RUN(test_moe_batch_equals_single);
     CK_RUN(test_bad_batch);
     CK_RUN(test_types_against_f32);
     return ck_test_summary();
