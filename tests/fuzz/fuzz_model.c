@@ -59,9 +59,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_tensor(m, &ly->wv, KV * D);
         check_tensor(m, &ly->wo, D * Q);
         check_tensor(m, &ly->ffn_norm, D);
-        check_tensor(m, &ly->w1, F * D);
-        check_tensor(m, &ly->w2, D * F);
-        check_tensor(m, &ly->w3, F * D);
+        if (!c->n_expert) {
+            check_tensor(m, &ly->w1, F * D);
+            check_tensor(m, &ly->w2, D * F);
+            check_tensor(m, &ly->w3, F * D);
+            FUZZ_CHECK(!ly->router.n && !ly->gate_exps.n && !ly->up_exps.n && !ly->down_exps.n);
+            continue;
+        }
+        /* a MoE layer: the router and the experts instead, and each expert's
+         * view (the last one's end is the tensor's) inside the file */
+        const uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
+        FUZZ_CHECK(!ly->w1.n && !ly->w2.n && !ly->w3.n);
+        FUZZ_CHECK(c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert &&
+                   c->n_expert <= MODEL_MAX_EXPERTS);
+        check_tensor(m, &ly->router, E * D);
+        check_tensor(m, &ly->gate_exps, E * FE * D);
+        check_tensor(m, &ly->up_exps, E * FE * D);
+        check_tensor(m, &ly->down_exps, E * D * FE);
+        const model_tensor *x[3] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
+        for (int i = 0; i < 3; i++) {
+            const model_tensor v = model_expert(x[i], c->n_expert, c->n_expert - 1);
+            check_tensor(m, &v, FE * D);
+        }
     }
     FUZZ_CHECK(m->tok && tok_vocab_size(m->tok) == c->vocab_size);
     FUZZ_CHECK(memchr(m->name, 0, sizeof m->name) && memchr(m->fingerprint, 0, sizeof m->fingerprint));

@@ -152,8 +152,36 @@ static void gguf_seeds(void) {
          .ctx = 8,
          .type = QUANT_MXFP4,
          .seed = 4},
+        /* qwen3moe: the expert keys and the 3-D expert tensors */
+        {.dim = 8,
+         .n_layers = 1,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 16,
+         .vocab_size = 354,
+         .ctx = 16,
+         .type = QUANT_F32,
+         .seed = 4,
+         .arch = ARCH_QWEN3MOE,
+         .n_expert = 4,
+         .n_expert_used = 2,
+         .expert_ffn = 8},
+        {.dim = 32,
+         .n_layers = 2,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 32,
+         .vocab_size = 354,
+         .ctx = 8,
+         .type = QUANT_Q8_0,
+         .seed = 5,
+         .arch = ARCH_QWEN3MOE,
+         .n_expert = 3,
+         .n_expert_used = 1,
+         .expert_ffn = 32},
     };
-    const char *names[] = {"synth-f32.gguf", "synth-q8_0.gguf", "synth-f16.gguf", "synth-mxfp4.gguf"};
+    const char *names[] = {"synth-f32.gguf",   "synth-q8_0.gguf",         "synth-f16.gguf",
+                           "synth-mxfp4.gguf", "synth-qwen3moe-f32.gguf", "synth-qwen3moe-q8_0.gguf"};
     for (int i = 0; i < (int)(sizeof ps / sizeof ps[0]); i++) {
         if (convert_synth(&ps[i], tmp, err, sizeof err)) {
             fprintf(stderr, "make_seeds: %s\n", err);
