@@ -134,15 +134,16 @@ static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, 
     const int E = o->experts, K = o->used, FE = o->expert_ffn;
     double p[64], h1[256], h3[256], y[256], mx = -INFINITY, sum = 0, ws = 0;
     int chosen[64] = {0}, sel[64];
-    if (E > 64 || FE > 256 || D > 256) return; /* the test's shapes are smaller */
+    if (E > 64 || K > E || FE > 256 || D > 256) return; /* the test's shapes are smaller */
     matvec_d(p, wr, xn, E, D);
     for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
     for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
     for (int e = 0; e < E; e++) p[e] /= sum;
     for (int j = 0; j < K; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++)
-            if (!chosen[e] && (best < 0 || p[e] > p[best])) best = e;
+        int best = 0;
+        while (chosen[best]) best++; /* K <= E: one is left */
+        for (int e = best + 1; e < E; e++)
+            if (!chosen[e] && p[e] > p[best]) best = e;
         chosen[best] = 1;
         sel[j] = best;
         ws += p[best];
