@@ -453,8 +453,9 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         return CK_EINVAL;
     }
     /* Every layer runs attention then the SwiGLU feed-forward (the forward
-     * pass of backend_cuda.cu): any other block of the architecture table is
-     * refused by name, never run unverified. */
+     * pass of backend_cuda.cu): any other block of the architecture table
+     * (qwen3moe's experts) is refused by name, never run unverified; the CPU
+     * backend computes it. */
     const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
     if (!ai) return cu_seterr(err, errlen, CK_EUNSUPPORTED, "architecture", "not in the table");
     for (int k = 0; k < ARCH_MAX_BLOCKS; k++) {
@@ -462,7 +463,8 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         if (ai->blocks[k] != want) {
             if (err && errlen)
                 snprintf(err, errlen,
-                         "cuda backend: architecture %s: layer block \"%s\" is not implemented on CUDA",
+                         "cuda backend: architecture %s: layer kind %s has no CUDA kernel (the CPU "
+                         "backend computes it: --backend cpu)",
                          ai->name, arch_block_name(ai->blocks[k] != ARCH_BLOCK_END ? ai->blocks[k] : want));
             return CK_EUNSUPPORTED;
         }

@@ -114,7 +114,13 @@ const char *const *be_compiled(void) { return compiled; }
 int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     if (!name || !strcmp(name, "auto")) {
 #ifdef CONFKV_CUDA
-        if (cuda_usable()) return cuda_new(m, o, out, err, errlen);
+        if (cuda_usable()) {
+            int rc = cuda_new(m, o, out, err, errlen);
+            if (rc != CK_EUNSUPPORTED) return rc;
+            /* a model the GPU does not compute (a layer kind with no CUDA
+             * kernel): auto means the best backend that runs it */
+            fprintf(stderr, "confkv: backend auto: %s; running on the CPU\n", err);
+        }
 #endif
         return be_cpu_new(m, o, out, err, errlen);
     }

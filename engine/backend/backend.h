@@ -143,7 +143,9 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p);
  * and kept open; "auto" opens it only where the NVIDIA driver is installed.
  * A module that is missing or does not load is CK_EUNSUPPORTED with its
  * path and the loader's message in err ("auto": that message on stderr and
- * the CPU backend). Programs that create backends from several threads at
+ * the CPU backend); so is a model the CUDA backend does not compute (a
+ * layer kind with no CUDA kernel, qwen3moe's experts), named in err ("auto":
+ * on stderr, and the CPU backend computes it). Programs that create backends from several threads at
  * once are safe: dlopen is. */
 int be_new(const char *name, const model *m, const be_options *o, backend **out, char *err, size_t errlen);
 /* Names of the backends compiled in, NULL-terminated. */

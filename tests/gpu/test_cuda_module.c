@@ -2,9 +2,11 @@
  * a process on the CPU does not map it (nor the CUDA runtime and cuBLAS
  * under it), asking for "cuda" opens it from where it was built, and a
  * module that is missing or is not one is refused with its path, not a
- * crash. Linked with the engine only (not libconfkv_cuda.so), as confkv
- * and confkvd are. Needs no GPU; on a machine with one, "cuda" and "auto"
- * may create the CUDA backend, and that is checked too. */
+ * crash. A model with a layer kind the module has no kernel for (qwen3moe's
+ * experts) is refused by "cuda" naming it, and "auto" runs it on the CPU.
+ * Linked with the engine only (not libconfkv_cuda.so), as confkv and
+ * confkvd are. Needs no GPU; on a machine with one, "cuda" and "auto" may
+ * create the CUDA backend, and that is checked too. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,9 @@
 #include "backend.h"
 #include "ck_err.h"
 #include "ck_test.h"
+#include "convert.h"
 #include "model.h"
+#include "quant.h"
 
 static model *g_m;
 
@@ -107,6 +111,41 @@ static void test_cuda_opens_module(void) {
     }
 }
 
+/* qwen3moe: no CUDA kernel for its experts, with a GPU or without. */
+static void test_moe_refused(void) {
+    char path[] = "/tmp/confkv_cuda_moe_XXXXXX", err[512] = "";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 1,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 64,
+                       .vocab_size = 400,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 1,
+                       .arch = ARCH_QWEN3MOE,
+                       .n_expert = 4,
+                       .n_expert_used = 2,
+                       .expert_ffn = 32};
+    model *m = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        be_options o = options();
+        backend *b = NULL;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "layer kind moe has no CUDA kernel"), "err: %s", err);
+        CK_CHECK(be_new("auto", m, &o, &b, err, sizeof err) == 0 && b && !strcmp(b->ops->name, "cpu"));
+        be_free(b);
+    }
+    model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     char err[256];
     if (access(ck_test_model_path("stories260K.bin"), R_OK)) {
@@ -123,6 +162,7 @@ int main(void) {
     CK_RUN(test_bad_module);
     CK_RUN(test_auto);
     CK_RUN(test_cuda_opens_module);
+    CK_RUN(test_moe_refused);
     model_free(g_m);
     return ck_test_summary();
 }
