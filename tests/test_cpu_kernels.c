@@ -332,7 +332,9 @@ static void att_naive(const attn_shape *s, const float *q, const att_blocks *ab,
             ph[j] = d / sqrt((double)hd);
             mx = fmax(mx, ph[j]);
         }
+        if (s->sinks) mx = fmax(mx, s->sinks[h]); /* a sink: in the denominator only */
         for (int j = 0; j < n; j++) sum += (ph[j] = exp(ph[j] - mx));
+        if (s->sinks) sum += exp(s->sinks[h] - mx);
         for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] = 0;
         for (int j = 0, b = 0, t = 0; j < n; j++, t++) {
             if (t == ab->rows[b]) b++, t = 0;
@@ -359,16 +361,17 @@ static int att_compare(const attn_shape *s, const att_blocks *ab, const float *a
             return -1;
         }
     for (int h = 0; h < H; h++) {
-        double sum = 0;
+        double sum = 0, want_sum = 0; /* 1, less the sink's share with sinks */
         for (int j = 0; j < n; j++) {
             double a = att[(size_t)h * stride + j], want = p[(size_t)h * n + j];
             sum += a;
+            want_sum += want;
             if (!(fabs(a - want) <= 1e-6)) {
                 fprintf(stderr, "  attn %s: p[%d][%d] = %.9g, want %.9g\n", what, h, j, a, want);
                 return -1;
             }
         }
-        if (!(fabs(sum - 1.0) <= 1e-5)) {
+        if (!(fabs(sum - want_sum) <= 1e-5) || (!s->sinks && !(fabs(sum - 1.0) <= 1e-5))) {
             fprintf(stderr, "  attn %s: head %d probabilities sum to %.9g\n", what, h, sum);
             return -1;
         }
@@ -414,9 +417,9 @@ out:
 /* One shape, n_blk blocks, the last holding last_rows positions. */
 static int att_case_ok(rng *r, const attn_shape *s, int n_blk, int last_rows) {
     const int H = s->n_heads, hd = s->head_dim;
-    char what[96];
-    snprintf(what, sizeof what, "heads %d dim %d gqa %d bs %d blocks %d last %d", H, hd, s->gqa,
-             s->block_size, n_blk, last_rows);
+    char what[112];
+    snprintf(what, sizeof what, "heads %d dim %d gqa %d bs %d blocks %d last %d%s", H, hd, s->gqa,
+             s->block_size, n_blk, last_rows, s->sinks ? " sinks" : "");
     att_blocks ab = {0};
     int rc = att_blocks_make(&ab, r, s, n_blk, last_rows);
     const size_t stride = (size_t)ab.n + 5; /* wider than needed: rows are stride apart */
@@ -523,6 +526,14 @@ static void attn_at_isa(void) {
                 int last = nb == 1 ? 1 : nb == ATT_MAX_BLK ? bs : 1 + (int)(rng_next(&r) % (uint64_t)bs);
                 CK_CHECK_MSG(att_case_ok(&r, &s[i], nb, last) == 0, "shape %d block size %d blocks %d", i, bs,
                              nb);
+                /* gpt-oss's sink logits, in [-2, 4]: from none to most of a head's mass */
+                float sinks[8];
+                fill(&r, sinks, 8, 3.0f);
+                for (int h = 0; h < 8; h++) sinks[h] += 1.0f;
+                attn_shape ss = s[i];
+                ss.sinks = sinks;
+                CK_CHECK_MSG(att_case_ok(&r, &ss, nb, last) == 0, "shape %d block size %d blocks %d sinks", i,
+                             bs, nb);
             }
         }
 }

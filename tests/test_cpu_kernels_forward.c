@@ -370,8 +370,12 @@ static int forward_check(const char *path) {
         fprintf(stderr, "  %s\n", err);
         return -1;
     }
-    attn_shape as = {m->cfg.n_heads, m->cfg.head_dim, m->cfg.n_kv_heads * m->cfg.head_dim, BS,
-                     m->cfg.n_heads / m->cfg.n_kv_heads};
+    attn_shape as = {m->cfg.n_heads,
+                     m->cfg.head_dim,
+                     m->cfg.n_kv_heads * m->cfg.head_dim,
+                     BS,
+                     m->cfg.n_heads / m->cfg.n_kv_heads,
+                     NULL};
     const char *an;
     (void)attn_f32_kernel(&as, cur_isa, &an);
     fprintf(stderr, "  attention %s\n", an);

@@ -86,7 +86,12 @@ typedef struct cpu_attn_w {
     float *q_norm;  /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
     float *k_norm;  /* (head_dim) the same for each k head */
     cpu_mat wo;     /* (dim, q_dim) */
+    float *bo;      /* (dim) added after wo (gpt-oss); NULL: none */
+    float *sinks;   /* (n_heads) each head's sink logit, in its softmax's denominator only
+                       (gpt-oss); NULL: none */
     int rope;       /* 1: RoPE on q and k; 0: none (smollm3's every fourth layer, arch.h) */
+    int window;     /* a query at p sees keys at (p - window, p] (gpt-oss's windowed layers);
+                       0: every earlier key */
 } cpu_attn_w;
 
 /* The dense feed-forward layer kind's weights (cpu_layer_ffn.c). */
@@ -104,6 +109,10 @@ typedef struct cpu_moe_w {
     cpu_mat router; /* (n_expert, dim) ffn_gate_inp */
     cpu_mat *exps;  /* (3 * n_expert) expert e's gate at 3e, up at 3e + 1 ((expert_ffn, dim),
                        both f32 or both quantized), down at 3e + 2 ((dim, expert_ffn)) */
+    /* the biases (gpt-oss); NULL where the file has none */
+    float *router_b;      /* (n_expert) added to the router's logits */
+    float *gate_b, *up_b; /* (n_expert, expert_ffn) added to each expert's gate and up outputs */
+    float *down_b;        /* (n_expert, dim) added to each expert's output */
 } cpu_moe_w;
 
 /* A layer's weights: attn, and ffn or moe (the other zero) as its
@@ -115,6 +124,7 @@ typedef struct cpu_layer {
 } cpu_layer;
 
 struct cpu_layer_kind;
+struct cpu_glu;
 
 typedef struct cpu_backend {
     backend base;
@@ -216,8 +226,9 @@ struct cpu_mm_job {
     int row0;
     const cpu_mat *const *mats;
     int n_mats, M, accumulate;
-    float *h13;            /* the feed-forward's scratch, y its h */
-    int par, chunk, align; /* cpu_steal_init's: the team may run fewer threads
+    float *h13;                /* the feed-forward's scratch, y its h */
+    const struct cpu_glu *glu; /* its activation when not SwiGLU (cpu_layer.h), or NULL */
+    int par, chunk, align;     /* cpu_steal_init's: the team may run fewer threads
                               (OMP_THREAD_LIMIT), whose steals then take the rest */
 };
 

@@ -51,6 +51,12 @@ void cpu_destroy(backend *b) {
             for (int i = 0; i < 3; i++) free(w->attn.qkv[i].f.p), free(w->attn.qkv[i].qown);
             free(w->attn.wo.f.p);
             free(w->attn.wo.qown);
+            free(w->attn.bo);
+            free(w->attn.sinks);
+            free(w->moe.router_b);
+            free(w->moe.gate_b);
+            free(w->moe.up_b);
+            free(w->moe.down_b);
             free(w->ffn.norm);
             free(w->ffn.w1.f.p);
             free(w->ffn.w1.qown);
@@ -402,6 +408,35 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
     return n > SIZE_MAX / 8 ? (a->over = 1, 0) : floats_bytes(n);
 }
 
+/* A layer's vectors that the backend keeps as f32 copies of their own
+ * (gpt-oss's output bias and sinks, its router's and experts' biases), in
+ * the order of cpu_layer_vectors' destinations. */
+#define LAYER_VECTORS 6
+static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
+    t[0] = &ml->bo;
+    t[1] = &ml->sinks;
+    t[2] = &ml->router_b;
+    t[3] = &ml->gate_exps_b;
+    t[4] = &ml->up_exps_b;
+    t[5] = &ml->down_exps_b;
+}
+
+/* Each of layer_vectors' tensors that the file has into an f32 copy of its
+ * own in the layer's weights (NULL where it has none). */
+static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
+    const model_tensor *t[LAYER_VECTORS];
+    float **dst[LAYER_VECTORS] = {&w->attn.bo,    &w->attn.sinks, &w->moe.router_b,
+                                  &w->moe.gate_b, &w->moe.up_b,   &w->moe.down_b};
+    layer_vectors(ml, t);
+    for (int i = 0; i < LAYER_VECTORS; i++) {
+        if (!t[i]->n) continue;
+        if (!(*dst[i] = alloc_floats(cb, (size_t)t[i]->n))) return CK_ENOMEM;
+        int rc = to_f32(*dst[i], t[i]);
+        if (rc) return rc;
+    }
+    return CK_OK;
+}
+
 static int cpu_options_ok(const model_config *c, const be_options *o) {
     return o->max_batch_tokens > 0 && o->n_kv_blocks > 0 && o->block_size > 0 && o->n_kv8_blocks >= 0 &&
            o->max_ctx >= 0 && o->max_ctx <= c->seq_len;
@@ -449,6 +484,11 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
         if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
+        /* gpt-oss's vectors, where present (layer_vectors' order) */
+        const model_tensor *vec[LAYER_VECTORS];
+        layer_vectors(ml, vec);
+        for (int i = 0; i < LAYER_VECTORS; i++)
+            if (vec[i]->n) w = padd(&a, w, floats_bytes((size_t)vec[i]->n));
     }
     p->weights = padd(&a, w, floats_bytes(hd / 2));
     /* KV pools */
@@ -611,8 +651,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
-        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(*ffn_norm, &ml->ffn_norm))) goto fail;
+        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(*ffn_norm, &ml->ffn_norm)) ||
+            (rc = cpu_layer_vectors(cb, ml, &cb->layers[l])))
+            goto fail;
         w->rope = arch_layer_has_rope(c->no_rope_step, l);
+        w->window = c->n_swa > 0 && arch_layer_is_swa(c->swa_period, l) ? c->n_swa : 0;
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
@@ -678,7 +721,9 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     const int lim = omp_get_thread_limit();
     if (cpu_team_new(cb->n_threads < lim ? cb->n_threads : lim, &cb->team)) goto fail;
     for (int p = 0; p < cb->n_threads; p++) cb->share[p] = 1.0 / cb->n_threads;
-    cb->ashape = (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads};
+    /* sinks are per layer: layer_shape (cpu_layer_attn.c) sets them */
+    cb->ashape =
+        (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads, NULL};
     cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
     if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
@@ -729,6 +774,12 @@ uint64_t be_cpu_step_bytes(const model *m) {
         const model_tensor *x[MODEL_LAYER_EXTRAS];
         model_layer_extras(&m->layers[l], x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) t += x[i]->n;
+        /* the router's bias, and the chosen experts' share of theirs */
+        const model_layer *ml = &m->layers[l];
+        t += ml->router_b.n;
+        if (c->n_expert)
+            t += (ml->gate_exps_b.n + ml->up_exps_b.n + ml->down_exps_b.n) / (uint64_t)c->n_expert *
+                 (uint64_t)c->n_expert_used;
         t += 2 * (uint64_t)c->dim;
     }
     return b + 4 * (t + (uint64_t)c->dim);

@@ -4,7 +4,16 @@
  * fourth), the queries' position scale (mistral3's temperature, where the
  * file sets one), the K and V rows written into the sequence's hot block,
  * grouped-query attention over the sequence's resident blocks (f32 or
- * int8, kv/kvq.h), and the output projection added into x.
+ * int8, kv/kvq.h), and the output projection (and its bias, gpt-oss's)
+ * added into x.
+ *
+ * gpt-oss adds two things to the attention itself, both data of the layer
+ * (cpu_attn_w): a sink logit per head, one more term of each head's
+ * softmax denominator with no value, and on its windowed layers a mask:
+ * a query at p sees only the keys at (p - window, p] (llama.cpp's
+ * is_masked_swa). The mask is a range of rows: blocks wholly before the
+ * window are skipped, the first one read from its first visible row, so
+ * nothing outside it is computed; the KV cache itself keeps every block.
  *
  * Attention walks each sequence's block table: cpu_attn.h's kernels when
  * every block it reads is f32, the general code here otherwise. A lone
@@ -75,6 +84,21 @@ static int block_ref(const cpu_backend *cb, const be_seq_view *v, int j, int lay
     return 1;
 }
 
+/* The first position a query at pos attends to in layer w: 0, or on a
+ * windowed layer the first one arch_swa_masked leaves (pos - window + 1). */
+static int first_pos(const cpu_attn_w *w, int pos) {
+    return w->window > 0 && pos - w->window + 1 > 0 ? pos - w->window + 1 : 0;
+}
+
+/* The rows [*t0, *tn) of block j that a query at pos reads (positions
+ * j * bs + t): up to pos in pos's own block, from `first` on. Returns
+ * 0 when there are none (a block wholly before the window). */
+static int block_rows(int bs, int j, int pos, int first, int *t0, int *tn) {
+    *tn = j == pos / bs ? pos - j * bs + 1 : bs;
+    *t0 = first > j * bs ? first - j * bs : 0;
+    return *t0 < *tn;
+}
+
 /* Where a block's K and V rows of one layer lie (one contiguous span). */
 static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) {
     *bytes = 2 * (size_t)bs * kvd * (r->f ? sizeof(float) : 1);
@@ -83,23 +107,38 @@ static const char *block_span(const blk_ref *r, int bs, int kvd, size_t *bytes) 
 
 /* The f32 blocks a cpu_attn.c kernel reads for the token at pos: their K
  * rows into cb->att_blk and their row counts into cb->att_rows, slot
- * `slot`. Returns their count, or -1 when a block is not f32 (the general
+ * `slot`; a block the window starts inside is given from its first
+ * visible row (its V rows stay block_size rows after its K rows, as the
+ * kernels read them). *li0: the list index of the first block read (those
+ * before it lie wholly outside the window; the ones read follow it in the
+ * list). Returns their count, or -1 when a block is not f32 (the general
  * code must run). */
 static int fast_blocks(const cpu_backend *cb, int layer, int pos, const be_seq_view *v, const int32_t *list,
-                       int n_list, int slot) {
-    const int bs = cb->base.opt.block_size;
+                       int n_list, int slot, int *li0) {
+    const int bs = cb->base.opt.block_size, kvd = cb->kv_dim;
+    const int first = first_pos(&cb->layers[layer].attn, pos);
     const float **blk = cb->att_blk + (size_t)slot * cb->max_blocks;
     int *rows = cb->att_rows + (size_t)slot * cb->max_blocks;
-    int last = pos / bs, nb = 0;
+    int last = pos / bs, nb = 0, t0, tn;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     blk_ref r;
+    *li0 = n_list;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
+        if (!block_rows(bs, j, pos, first, &t0, &tn)) continue;
         if (!block_ref(cb, v, j, layer, &r) || !r.f) return -1;
-        blk[nb] = r.f;
-        rows[nb++] = j == pos / bs ? pos - j * bs + 1 : bs;
+        if (!nb) *li0 = li;
+        blk[nb] = r.f + (size_t)t0 * kvd;
+        rows[nb++] = tn - t0;
     }
     return nb;
+}
+
+/* The kernels' shape for layer l: the backend's, with the layer's sinks. */
+static attn_shape layer_shape(const cpu_backend *cb, int l) {
+    attn_shape sh = cb->ashape;
+    sh.sinks = cb->layers[l].attn.sinks;
+    return sh;
 }
 
 /* Each listed block's attention mass into the sequence's, scaled. */
@@ -116,18 +155,21 @@ static void add_mass(const be_seq_view *v, const int32_t *list, const float *mas
 static int attend_fast(const cpu_backend *cb, int layer, const float *q, float *out, int pos,
                        const be_seq_view *v, const int32_t *list, int n_list, float *att, float mass_scale,
                        int slot) {
-    const int nb = fast_blocks(cb, layer, pos, v, list, n_list, slot);
+    int li0;
+    const int nb = fast_blocks(cb, layer, pos, v, list, n_list, slot, &li0);
+    const attn_shape sh = layer_shape(cb, layer);
     float *mass = cb->att_mass + (size_t)slot * cb->max_blocks;
-    if (nb < 0 || cb->attn(&cb->ashape, q, cb->att_blk + (size_t)slot * cb->max_blocks,
-                           cb->att_rows + (size_t)slot * cb->max_blocks, nb, 0, cb->ashape.n_heads, att,
+    if (nb < 0 || cb->attn(&sh, q, cb->att_blk + (size_t)slot * cb->max_blocks,
+                           cb->att_rows + (size_t)slot * cb->max_blocks, nb, 0, sh.n_heads, att,
                            (size_t)cb->max_ctx, out, mass))
         return 0;
-    add_mass(v, list, mass, nb, mass_scale);
+    add_mass(v, list + li0, mass, nb, mass_scale);
     return 1;
 }
 
 typedef struct heads_job {
     const cpu_backend *cb;
+    attn_shape sh; /* the layer's (layer_shape) */
     const float *q;
     float *out;
     int nb, par, chunk, align;
@@ -142,8 +184,8 @@ static void heads_part(void *arg, int t, int n) {
     int h0, h1;
     (void)n;
     while (cpu_steal_take(cb->steal, t, j->par, j->chunk, j->align, &h0, &h1))
-        if (cb->attn(&cb->ashape, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores,
-                     (size_t)cb->max_ctx, j->out, NULL))
+        if (cb->attn(&j->sh, j->q, cb->att_blk, cb->att_rows, j->nb, h0, h1, cb->scores, (size_t)cb->max_ctx,
+                     j->out, NULL))
             atomic_store(&j->bad, 1);
 }
 
@@ -172,42 +214,63 @@ static int attend_heads(cpu_backend *cb, const be_batch *bt, int l, int i, int t
     const int q = bt->seq[i], H = cb->ashape.n_heads;
     const be_seq_view *v = &bt->seqs[q];
     const int32_t *list = cb->hot_list + (size_t)q * cb->max_blocks;
-    const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0);
+    int li0;
+    const int nb = fast_blocks(cb, l, bt->pos[i], v, list, cb->n_list[q], 0, &li0);
     if (nb < 0) return 0;
     const float *qp = cb->qkv + (size_t)i * cb->qkv_dim;
     const int g = cb->ashape.gqa > 0 && H % cb->ashape.gqa == 0 ? cb->ashape.gqa : 1;
-    heads_job j = {cb, qp, cb->att_out + (size_t)i * cb->q_dim, nb, threads, 0, g, 0};
+    heads_job j = {cb, layer_shape(cb, l), qp, cb->att_out + (size_t)i * cb->q_dim, nb, threads, 0, g, 0};
     j.chunk = cpu_steal_init(cb->steal, H, threads, g);
     const int half = (H / (2 * threads) + g - 1) / g * g; /* half an owned range */
     if (half > j.chunk) j.chunk = half;
     cpu_team_run(cb->team, threads, heads_part, &j);
     if (atomic_load(&j.bad)) return 0; /* a refusal is every head's (the same shape): nothing kept */
     attn_block_mass(cb->scores, (size_t)cb->max_ctx, H, cb->att_rows, nb, cb->att_mass);
-    add_mass(v, list, cb->att_mass, nb, mass_scale);
+    add_mass(v, list + li0, cb->att_mass, nb, mass_scale);
     return 1;
+}
+
+/* Heads' scores a[0, n) into probabilities, each head's row of att
+ * (stride ctx): llama2.c's softmax, with the head's sink logit (sinks
+ * non-NULL) in the max and the denominator only. */
+static void heads_softmax(float *att, size_t ctx, int H, int n, const float *sinks) {
+    for (int h = 0; h < H; h++) {
+        float *a = att + (size_t)h * ctx, mx = sinks ? sinks[h] : -INFINITY, sum = 0.0f;
+        for (int i = 0; i < n; i++) mx = a[i] > mx ? a[i] : mx;
+        for (int i = 0; i < n; i++) {
+            a[i] = expf(a[i] - mx);
+            sum += a[i];
+        }
+        if (sinks) sum += expf(sinks[h] - mx);
+        for (int i = 0; i < n; i++) a[i] /= sum;
+    }
 }
 
 /* One token over its sequence's hot blocks (f32 or int8), every query head
  * at once. Why all heads together: a K or V row holds every kv head side by
  * side, so walking whole rows in order streams memory the prefetcher can
  * follow; one head per work item read 192-byte slices a row apart, and
- * batch-32 decode spent a third of its time waiting for them.
+ * batch-32 decode spent a third of its time waiting for them. Each block
+ * is read over the rows block_rows gives (the layer's window).
  * att: (n_heads, max_ctx) scores, each head's in block order so the two
  * passes agree; qs: (q_dim) scratch for int8 blocks' scaled queries. */
 static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out, int pos,
                          const be_seq_view *v, const int32_t *list, int n_list, float *restrict att,
                          float *restrict qs, float mass_scale, int slot) {
     const model_config *c = &cb->base.m->cfg;
+    const cpu_attn_w *w = &cb->layers[layer].attn;
     const int bs = cb->base.opt.block_size, hd = c->head_dim, kvd = cb->kv_dim;
     const int H = c->n_heads, gqa = c->n_heads / c->n_kv_heads, ctx = cb->max_ctx;
+    const int first = first_pos(w, pos);
     const float scale = sqrtf((float)hd);
-    int last = pos / bs;
+    int last = pos / bs, t0, tn;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     int n = 0;
     blk_ref r;
     if (cb->attn && attend_fast(cb, layer, q, out, pos, v, list, n_list, att, mass_scale, slot)) return;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
+        if (!block_rows(bs, j, pos, first, &t0, &tn)) continue;
         const char *pf = NULL; /* the next block's rows */
         size_t pf_bytes = 0;
         if (li + 1 < n_list && list[li + 1] <= last) {
@@ -215,16 +278,16 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
             pf = block_span(&r, bs, kvd, &pf_bytes);
         }
         block_ref(cb, v, j, layer, &r);
-        int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         if (r.f) {
-            cb->gk->qk(att + n, (size_t)ctx, q, r.f, kvd, tn, H, hd, gqa, scale, pf, pf_bytes);
-            n += tn;
+            cb->gk->qk(att + n, (size_t)ctx, q, r.f + (size_t)t0 * kvd, kvd, tn - t0, H, hd, gqa, scale, pf,
+                       pf_bytes);
+            n += tn - t0;
         } else {
             /* k = k8 * ks per channel: fold the scales into the queries once. */
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < hd; i++)
                     qs[h * hd + i] = q[h * hd + i] * quant_f16_to_f32(r.ks[(h / gqa) * hd + i]);
-            for (int t = 0; t < tn; t++, n++) {
+            for (int t = t0; t < tn; t++, n++) {
                 prefetch_part(pf, pf_bytes, t, tn);
                 const int8_t *k8 = r.q + (size_t)t * kvd;
                 for (int h = 0; h < H; h++) {
@@ -237,28 +300,21 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
             }
         }
     }
-    for (int h = 0; h < H; h++) {
-        float *a = att + (size_t)h * ctx, mx = -INFINITY, sum = 0.0f;
-        for (int i = 0; i < n; i++) mx = a[i] > mx ? a[i] : mx;
-        for (int i = 0; i < n; i++) {
-            a[i] = expf(a[i] - mx);
-            sum += a[i];
-        }
-        for (int i = 0; i < n; i++) a[i] /= sum;
-    }
+    heads_softmax(att, (size_t)ctx, H, n, w->sinks);
     memset(out, 0, (size_t)H * hd * sizeof *out);
     n = 0;
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
+        if (!block_rows(bs, j, pos, first, &t0, &tn)) continue;
         block_ref(cb, v, j, layer, &r);
-        int tn = j == pos / bs ? pos - j * bs + 1 : bs;
         float m = 0.0f;
         if (r.f) {
-            m = cb->gk->av(out, att + n, (size_t)ctx, r.f + (size_t)bs * kvd, kvd, tn, H, hd, gqa);
-            n += tn;
+            m = cb->gk->av(out, att + n, (size_t)ctx, r.f + (size_t)(bs + t0) * kvd, kvd, tn - t0, H, hd,
+                           gqa);
+            n += tn - t0;
         } else {
             const int8_t *v8 = r.q + (size_t)bs * kvd;
-            for (int t = 0; t < tn; t++, n++) {
+            for (int t = t0; t < tn; t++, n++) {
                 const int8_t *vt = v8 + (size_t)t * kvd;
                 float vscale = quant_f16_to_f32(r.vs[t]);
                 for (int h = 0; h < H; h++) {
@@ -371,6 +427,9 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     }
     const cpu_mat *wo = &w->wo;
     cpu_matmul(cb, x, D, att_out, i0, &wo, 1, M, 1, threads);
+    if (w->bo)
+        for (int i = 0; i < M; i++)
+            for (int d = 0; d < D; d++) x[(size_t)i * D + d] += w->bo[d];
 }
 
 const cpu_layer_kind cpu_layer_attn = {.name = "attention", .prepare = attn_prepare, .forward = attn_forward};

@@ -33,6 +33,13 @@ static const struct {
     [ARCH_T_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", 1},
     [ARCH_T_FFN_UP_EXPS] = {"ffn_up_exps.weight", 1},
     [ARCH_T_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", 1},
+    [ARCH_T_ATTN_OUT_B] = {"attn_output.bias", 1},
+    [ARCH_T_ATTN_SINKS] = {"attn_sinks.weight", 1},
+    [ARCH_T_ATTN_POST_NORM] = {"post_attention_norm.weight", 1},
+    [ARCH_T_FFN_GATE_INP_B] = {"ffn_gate_inp.bias", 1},
+    [ARCH_T_FFN_GATE_EXPS_B] = {"ffn_gate_exps.bias", 1},
+    [ARCH_T_FFN_UP_EXPS_B] = {"ffn_up_exps.bias", 1},
+    [ARCH_T_FFN_DOWN_EXPS_B] = {"ffn_down_exps.bias", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -64,6 +71,9 @@ static const arch_info table[] = {
      "(Llama 3.1 factors), rope scaling none/linear/yarn",
      LLAMA_BLOCKS,
      0,
+     0,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
      0},
     {"qwen2",
      ARCH_QWEN2,
@@ -72,6 +82,9 @@ static const arch_info table[] = {
      "Qwen2/2.5: q/k/v biases, NEOX RoPE",
      LLAMA_BLOCKS,
      0,
+     0,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
      0},
     {"qwen3",
      ARCH_QWEN3,
@@ -81,6 +94,9 @@ static const arch_info table[] = {
      "Qwen3: RMSNorm of each q and k head before RoPE, NEOX RoPE, head_dim from key_length",
      LLAMA_BLOCKS,
      0,
+     0,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
      0},
     /* llama.cpp's smollm3: Llama's tensors (no rope_freqs), every fourth
      * layer without RoPE; the step is the graph's constant, not a key. */
@@ -91,6 +107,9 @@ static const arch_info table[] = {
      "SmolLM3: no RoPE on every fourth layer (layer l with (l + 1) % 4 == 0)",
      LLAMA_BLOCKS,
      4,
+     0,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
      0},
     /* llama.cpp's mistral3 (Mistral Small 3.x, Ministral 3): Llama's
      * tensors and rope_freqs; its optional attn_output and FFN biases and
@@ -104,7 +123,10 @@ static const arch_info table[] = {
      "ln(floor(pos / original context) + 1), YaRN's yarn_log_multiplier",
      LLAMA_BLOCKS,
      0,
-     ARCH_READS_YARN_LOG_MUL | ARCH_READS_ATTN_TEMP},
+     ARCH_READS_YARN_LOG_MUL | ARCH_READS_ATTN_TEMP,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
+     0},
     /* no dense feed-forward, no shared expert: a file with either is refused
      * as having a tensor qwen3moe has not */
     {"qwen3moe",
@@ -117,7 +139,35 @@ static const arch_info table[] = {
      "expert_used_count of a softmax router, their weights renormalised",
      {ARCH_BLOCK_ATTN, ARCH_BLOCK_MOE},
      0,
+     0,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
      0},
+    /* llama.cpp's openai-moe (gpt-oss-20b/120b): every tensor its loader
+     * requires is required here too (output.weight included: it ties
+     * none); the q/k/v biases are create_tensor_qkv's optional ones. The
+     * norm before the experts is post_attention_norm, not ffn_norm. The
+     * window's period 2 is the graph's default (even layers windowed). */
+    {"gpt-oss",
+     ARCH_GPT_OSS,
+     ARCH_ROPE_NEOX,
+     {[ARCH_T_TOKEN_EMBD] = R,     [ARCH_T_OUTPUT_NORM] = R,     [ARCH_T_OUTPUT] = R,
+      [ARCH_T_ATTN_NORM] = R,      [ARCH_T_ATTN_Q] = R,          [ARCH_T_ATTN_K] = R,
+      [ARCH_T_ATTN_V] = R,         [ARCH_T_ATTN_OUT] = R,        [ARCH_T_ATTN_Q_B] = O,
+      [ARCH_T_ATTN_K_B] = O,       [ARCH_T_ATTN_V_B] = O,        [ARCH_T_ATTN_OUT_B] = R,
+      [ARCH_T_ATTN_SINKS] = R,     [ARCH_T_ATTN_POST_NORM] = R,  [ARCH_T_FFN_GATE_INP] = R,
+      [ARCH_T_FFN_GATE_INP_B] = R, [ARCH_T_FFN_GATE_EXPS] = R,   [ARCH_T_FFN_UP_EXPS] = R,
+      [ARCH_T_FFN_DOWN_EXPS] = R,  [ARCH_T_FFN_GATE_EXPS_B] = R, [ARCH_T_FFN_UP_EXPS_B] = R,
+      [ARCH_T_FFN_DOWN_EXPS_B] = R},
+     "gpt-oss (OpenAI gpt-oss-20b/120b): attention with an output bias and a sink logit per head, a "
+     "sliding window on alternate layers, then experts with biases chosen by the top logits "
+     "(softmax over the chosen), clamped SwiGLU",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_MOE},
+     0,
+     ARCH_READS_SWA,
+     ARCH_GATING_SOFTMAX_WEIGHT,
+     ARCH_ACT_SWIGLU_OAI,
+     2},
 };
 #undef R
 #undef O
@@ -143,9 +193,13 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss"; }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
+
+int arch_layer_is_swa(int period, int layer) { return period <= 0 || layer % period < period - 1; }
+
+int arch_swa_masked(int n_swa, int query_pos, int key_pos) { return query_pos - key_pos >= n_swa; }
 
 char *arch_key(char *buf, size_t cap, const arch_info *a, const char *suffix) {
     snprintf(buf, cap, "%s.%s", a->name, suffix);

@@ -27,12 +27,13 @@ enum arch_id {
     ARCH_QWEN3 = 3,
     ARCH_SMOLLM3 = 4,
     ARCH_MISTRAL3 = 5,
-    ARCH_QWEN3MOE = 6
+    ARCH_QWEN3MOE = 6,
+    ARCH_GPT_OSS = 7
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
  * adjacent pair (2i, 2i + 1), GGUF's permuted llama weights; NEOX (qwen2,
- * qwen3, qwen3moe): the halves (i, i + hd / 2). Pair i turns by pos * freq[i] either
+ * qwen3, qwen3moe, gpt-oss): the halves (i, i + hd / 2). Pair i turns by pos * freq[i] either
  * way. */
 enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 };
 
@@ -66,6 +67,15 @@ enum arch_tensor {
     ARCH_T_FFN_GATE_EXPS, /* blk.N.ffn_gate_exps.weight (E, FE, dim) */
     ARCH_T_FFN_UP_EXPS,   /* blk.N.ffn_up_exps.weight   (E, FE, dim) */
     ARCH_T_FFN_DOWN_EXPS, /* blk.N.ffn_down_exps.weight (E, dim, FE) */
+    /* gpt-oss (llama.cpp's openai-moe) */
+    ARCH_T_ATTN_OUT_B,      /* blk.N.attn_output.bias         (dim) added after the output projection */
+    ARCH_T_ATTN_SINKS,      /* blk.N.attn_sinks.weight        (n_heads) each head's sink logit */
+    ARCH_T_ATTN_POST_NORM,  /* blk.N.post_attention_norm.weight (dim): gpt-oss's norm before the
+                               experts, in the place of ffn_norm */
+    ARCH_T_FFN_GATE_INP_B,  /* blk.N.ffn_gate_inp.bias        (E) added to the router's logits */
+    ARCH_T_FFN_GATE_EXPS_B, /* blk.N.ffn_gate_exps.bias       (E, FE) */
+    ARCH_T_FFN_UP_EXPS_B,   /* blk.N.ffn_up_exps.bias         (E, FE) */
+    ARCH_T_FFN_DOWN_EXPS_B, /* blk.N.ffn_down_exps.bias       (E, dim) */
     ARCH_T_COUNT
 };
 
@@ -74,21 +84,43 @@ enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
 
 /* The blocks a layer runs, in order, each adding its output into the
  * residual stream: the layer kinds a backend computes (engine/cpu/
- * cpu_layer.h). ATTN: norm, Q/K/V, RoPE, attention over the KV cache,
- * output projection; FFN: norm, the SwiGLU feed-forward; MOE: norm, the
- * router's softmax over the experts, the expert_used_count most probable
- * (their weights renormalised to sum 1), each one's SwiGLU feed-forward
- * weighted and summed (llama.cpp's build_moe_ffn with norm_w, as qwen3moe
- * runs it). A backend refuses a model with a block it has no kind for,
- * naming it. */
+ * cpu_layer.h). ATTN: norm, Q/K/V, RoPE, attention over the KV cache
+ * (with the row's sinks and sliding window where it has them), output
+ * projection; FFN: norm, the SwiGLU feed-forward; MOE: norm, the router,
+ * the expert_used_count experts it picks (arch_info.gating says how and
+ * with what weights), each one's gated feed-forward (arch_info.act)
+ * weighted and summed (llama.cpp's build_moe_ffn). A backend refuses a
+ * model with a block it has no kind for, naming it. */
 enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2, ARCH_BLOCK_MOE = 3 };
 #define ARCH_MAX_BLOCKS 4
+
+/* How a MOE block picks its experts and weighs them (llama.cpp's
+ * llama_expert_gating_func_type and norm_w, as each graph passes them).
+ * SOFTMAX_NORM (qwen3moe): p = softmax over all the router's logits, the k
+ * most probable, their p divided by their sum (clamped below at 2^-14).
+ * SOFTMAX_WEIGHT (gpt-oss): the k largest logits, weights the softmax over
+ * those k alone. */
+enum arch_gating { ARCH_GATING_SOFTMAX_NORM = 0, ARCH_GATING_SOFTMAX_WEIGHT = 1 };
+
+/* The gated activation of a MOE block's experts, h = act(gate, up).
+ * SWIGLU: silu(gate) * up. SWIGLU_OAI (gpt-oss; ggml's swiglu_oai with
+ * llama.cpp's alpha 1.702 and limit 7): x = min(gate, limit),
+ * y = clamp(up, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1). */
+enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
+#define ARCH_OAI_ALPHA 1.702f
+#define ARCH_OAI_LIMIT 7.0f
 
 /* Keys only some architectures read (arch_info.keys), as llama.cpp reads
  * them for those alone. Elsewhere a yarn_log_multiplier other than 0 is
  * refused and temperature_scale is not read (llama.cpp ignores it there). */
 #define ARCH_READS_YARN_LOG_MUL 1u /* rope.scaling.yarn_log_multiplier: computed (model.c) */
 #define ARCH_READS_ATTN_TEMP 2u    /* attention.temperature_scale: the query's position scale */
+/* attention.sliding_window (required) and sliding_window_pattern (default
+ * arch_info.swa_period): a window on some layers' attention (gpt-oss).
+ * Those architectures also have their *_swa variants of key_length,
+ * value_length, rope.dimension_count and rope.freq_base checked: one that
+ * differs from the full layers' value is refused (not computed). */
+#define ARCH_READS_SWA 4u
 
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */
@@ -101,6 +133,10 @@ typedef struct arch_info {
     int no_rope_step;                      /* layer l has no RoPE when (l + 1) % no_rope_step == 0
                                               (SmolLM3: 4, fixed by llama.cpp, not a key); 0: all have it */
     unsigned keys;                         /* ARCH_READS_* */
+    int gating;                            /* ARCH_GATING_* of its MOE block */
+    int act;                               /* ARCH_ACT_* of its experts */
+    int swa_period;                        /* sliding_window_pattern's default (llama.cpp's
+                                              graph constant; ARCH_READS_SWA only) */
 } arch_info;
 
 /* Key suffixes, read as "<arch>.<suffix>" (gguf-py constants.py). */
@@ -125,6 +161,13 @@ typedef struct arch_info {
 #define ARCH_KEY_YARN_BETA_SLOW "rope.scaling.yarn_beta_slow"                 /* default 1 */
 #define ARCH_KEY_YARN_LOG_MUL "rope.scaling.yarn_log_multiplier" /* default 0; ARCH_READS_YARN_LOG_MUL */
 #define ARCH_KEY_ATTN_TEMP_SCALE "attention.temperature_scale"   /* default 0 (none); ARCH_READS_ATTN_TEMP */
+/* Sliding-window attention: read for ARCH_READS_SWA rows only. */
+#define ARCH_KEY_SWA "attention.sliding_window"                 /* required: the window, in tokens */
+#define ARCH_KEY_SWA_PATTERN "attention.sliding_window_pattern" /* default arch_info.swa_period */
+#define ARCH_KEY_KEY_LENGTH_SWA "attention.key_length_swa"      /* must equal key_length */
+#define ARCH_KEY_VALUE_LENGTH_SWA "attention.value_length_swa"  /* must equal value_length */
+#define ARCH_KEY_ROPE_DIMS_SWA "rope.dimension_count_swa"       /* must equal rope.dimension_count */
+#define ARCH_KEY_ROPE_FREQ_BASE_SWA "rope.freq_base_swa"        /* must equal rope.freq_base */
 /* Mixture of experts: read for architectures with an ARCH_BLOCK_MOE only. */
 #define ARCH_KEY_EXPERT_COUNT "expert_count"           /* required */
 #define ARCH_KEY_EXPERT_USED_COUNT "expert_used_count" /* required, 1..expert_count */
@@ -151,6 +194,16 @@ const char *arch_names(void);
 /* Whether layer `layer` of an architecture with no_rope_step `step` applies
  * RoPE: llama.cpp's smollm3 rule, (layer + 1) % step != 0; always for step 0. */
 int arch_layer_has_rope(int step, int layer);
+/* Whether layer `layer` attends through a sliding window, for a
+ * sliding_window_pattern `period`: llama.cpp's set_swa_pattern (dense
+ * last), layer % period < period - 1; every layer for period 0. (gpt-oss's
+ * 2: the even layers, the odd ones see everything.) */
+int arch_layer_is_swa(int period, int layer);
+/* Whether a key at position key_pos is outside the window of n_swa tokens
+ * of a query at query_pos: llama.cpp's is_masked_swa (standard),
+ * query_pos - key_pos >= n_swa. A query sees the n_swa positions
+ * (query_pos - n_swa, query_pos]. */
+int arch_swa_masked(int n_swa, int query_pos, int key_pos);
 
 /* The name of an ARCH_BLOCK_* ("attention", "ffn", "moe"), or "?". */
 const char *arch_block_name(int block);

@@ -59,7 +59,7 @@ static int add_f32(gguf_writer *w, bufs *bb, const char *name, const float *src,
  * and llama.cpp's reader takes it so). */
 static int add_experts(gguf_writer *w, bufs *bb, const char *name, uint64_t cols, uint64_t rows, uint64_t E,
                        int type, const model_tensor *src, float a, uint64_t *s, float *tmp) {
-    if (type == QUANT_Q8_0 && cols % 32) type = QUANT_F16;
+    if (quant_block_size(type) > 1 && cols % (uint64_t)quant_block_size(type)) type = QUANT_F16;
     uint64_t nb, per;
     int rc = quant_row_bytes(type, cols * rows * E, &nb);
     if (rc || (rc = quant_row_bytes(type, cols * rows, &per))) return rc;
@@ -88,6 +88,14 @@ static int add_tensor(gguf_writer *w, bufs *bb, const char *name, const model_te
     if (!rc) rc = add_f32(w, bb, name, f, cols, rows, type);
     free(f);
     return rc;
+}
+
+/* The type of a model's matrices other than the experts: `type`, but
+ * Q8_0 in a model with experts written MXFP4, as llama.cpp's MXFP4_MOE
+ * quantizes them (experts MXFP4, the other matrices Q8_0; the router and
+ * the vectors stay f32 either way). */
+static int dense_type(int type, int has_experts) {
+    return type == QUANT_MXFP4 && has_experts ? QUANT_Q8_0 : type;
 }
 
 static int file_type_of(int type) {
@@ -151,6 +159,13 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
         rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_COUNT), (uint32_t)c->n_expert);
         rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_USED_COUNT), (uint32_t)c->n_expert_used);
         rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_FFN), (uint32_t)c->expert_ffn);
+    }
+    /* the window where the architecture reads one; the pattern only when
+     * not the row's default, as llama.cpp's converter leaves it out */
+    if ((a->keys & ARCH_READS_SWA) && c->n_swa) {
+        rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SWA), (uint32_t)c->n_swa);
+        if (c->swa_period != a->swa_period)
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SWA_PATTERN), (uint32_t)c->swa_period);
     }
     rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     rc |= gguf_writer_set_bool(w, "confkv.stop_on_bos", stop_on_bos);
@@ -222,7 +237,11 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
     uint64_t KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
-    if ((rc = add_tensor(w, &bb, "token_embd.weight", &m->tok_emb, D, V, type))) goto out;
+    const int dtype = dense_type(type, c->n_expert > 0);
+    if ((rc = add_tensor(w, &bb, "token_embd.weight", &m->tok_emb, D, V, dtype))) goto out;
+    const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
+    /* gpt-oss's norm before the experts is post_attention_norm */
+    const char *ffn_norm = ai && ai->need[ARCH_T_ATTN_POST_NORM] ? "post_attention_norm" : "ffn_norm";
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ly = &m->layers[l];
         struct {
@@ -232,11 +251,11 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
             int ty;
         } t[] = {
             {"attn_norm", &ly->attn_norm, D, 1, QUANT_F32},
-            {"attn_q", &ly->wq, D, Q, type},
-            {"attn_k", &ly->wk, D, KV, type},
-            {"attn_v", &ly->wv, D, KV, type},
-            {"attn_output", &ly->wo, Q, D, type},
-            {"ffn_norm", &ly->ffn_norm, D, 1, QUANT_F32},
+            {"attn_q", &ly->wq, D, Q, dtype},
+            {"attn_k", &ly->wk, D, KV, dtype},
+            {"attn_v", &ly->wv, D, KV, dtype},
+            {"attn_output", &ly->wo, Q, D, dtype},
+            {ffn_norm, &ly->ffn_norm, D, 1, QUANT_F32},
             {"ffn_gate", &ly->w1, D, F, type},
             {"ffn_down", &ly->w2, F, D, type},
             {"ffn_up", &ly->w3, D, F, type},
@@ -273,26 +292,32 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
         struct {
             int at;
             const model_tensor *t;
-            uint64_t cols;
+            uint64_t cols, rows;
         } x[] = {
-            {ARCH_T_ATTN_Q_B, &ly->bq, Q},
-            {ARCH_T_ATTN_K_B, &ly->bk, KV},
-            {ARCH_T_ATTN_V_B, &ly->bv, KV},
-            {ARCH_T_ATTN_Q_NORM, &ly->q_norm, (uint64_t)c->head_dim},
-            {ARCH_T_ATTN_K_NORM, &ly->k_norm, (uint64_t)c->head_dim},
+            {ARCH_T_ATTN_Q_B, &ly->bq, Q, 1},
+            {ARCH_T_ATTN_K_B, &ly->bk, KV, 1},
+            {ARCH_T_ATTN_V_B, &ly->bv, KV, 1},
+            {ARCH_T_ATTN_Q_NORM, &ly->q_norm, (uint64_t)c->head_dim, 1},
+            {ARCH_T_ATTN_K_NORM, &ly->k_norm, (uint64_t)c->head_dim, 1},
+            {ARCH_T_ATTN_OUT_B, &ly->bo, D, 1},
+            {ARCH_T_ATTN_SINKS, &ly->sinks, (uint64_t)c->n_heads, 1},
+            {ARCH_T_FFN_GATE_INP_B, &ly->router_b, (uint64_t)c->n_expert, 1},
+            {ARCH_T_FFN_GATE_EXPS_B, &ly->gate_exps_b, (uint64_t)c->expert_ffn, (uint64_t)c->n_expert},
+            {ARCH_T_FFN_UP_EXPS_B, &ly->up_exps_b, (uint64_t)c->expert_ffn, (uint64_t)c->n_expert},
+            {ARCH_T_FFN_DOWN_EXPS_B, &ly->down_exps_b, D, (uint64_t)c->n_expert},
         };
         for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
             if (!x[i].t->n) continue;
             char name[96];
             arch_tensor_file_name(name, sizeof name, x[i].at, l);
-            if ((rc = add_tensor(w, &bb, name, x[i].t, x[i].cols, 1, QUANT_F32))) goto out;
+            if ((rc = add_tensor(w, &bb, name, x[i].t, x[i].cols, x[i].rows, QUANT_F32))) goto out;
         }
     }
     if (m->rope_freqs.n &&
         (rc = add_tensor(w, &bb, "rope_freqs.weight", &m->rope_freqs, m->rope_freqs.n, 1, QUANT_F32)))
         goto out;
     if ((rc = add_tensor(w, &bb, "output_norm.weight", &m->out_norm, D, 1, QUANT_F32))) goto out;
-    if (!m->tied && (rc = add_tensor(w, &bb, "output.weight", &m->wcls, D, V, type))) goto out;
+    if (!m->tied && (rc = add_tensor(w, &bb, "output.weight", &m->wcls, D, V, dtype))) goto out;
     rc = gguf_writer_write(w, path, err, errlen);
     if (rc) goto done;
 out:
@@ -520,6 +545,20 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         snprintf(err, errlen, "synth: architecture %s has no rope_freqs.weight", a->name);
         return CK_EINVAL;
     }
+    if (p->tied && a->need[ARCH_T_OUTPUT] == ARCH_REQUIRED) {
+        snprintf(err, errlen, "synth: architecture %s requires output.weight (no tied classifier)", a->name);
+        return CK_EINVAL;
+    }
+    const int swa = (a->keys & ARCH_READS_SWA) != 0;
+    if (swa != (p->n_swa > 0) || p->swa_period < -1 || (!swa && p->swa_period)) {
+        snprintf(err, errlen, "synth: architecture %s %s", a->name,
+                 swa ? "needs a sliding window (n_swa > 0, period >= -1)" : "has no sliding window");
+        return CK_EINVAL;
+    }
+    c.n_swa = p->n_swa;
+    c.swa_period = p->swa_period > 0 ? p->swa_period : p->swa_period < 0 ? 0 : a->swa_period;
+    c.expert_gating = moe ? a->gating : 0;
+    c.expert_act = moe ? a->act : 0;
     gguf_writer *w = NULL;
     bufs bb = {0};
     float *tmp = NULL;
@@ -571,22 +610,30 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (Q * D > biggest) biggest = Q * D;   /* attn_q, attn_output: more than V * D for a small vocab */
     if (E * D > biggest) biggest = E * D;   /* the router */
     if (FE * D > biggest) biggest = FE * D; /* one expert's matrix */
+    if (E * FE > biggest) biggest = E * FE; /* the experts' gate and up biases */
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
+    const int dtype = dense_type(p->type, moe);
     fill_uniform(tmp, V * D, 1.0f, &s);
-    if ((rc = add_f32(w, &bb, "token_embd.weight", tmp, D, V, p->type))) goto out;
+    if ((rc = add_f32(w, &bb, "token_embd.weight", tmp, D, V, dtype))) goto out;
     if (p->rope_freqs) {
         arch_llama3_freq_factors(c.head_dim, c.rope_theta, 8.0f, 1.0f, 4.0f, 8192, tmp);
         if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, HD / 2, 1, QUANT_F32))) goto out;
     }
+    /* gpt-oss's norm before the experts is post_attention_norm */
+    const char *ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] ? "post_attention_norm" : "ffn_norm";
+    /* gpt-oss's experts: gate and up outputs of standard deviation 3, so
+     * that its activation's clamp at +-7 bites now and then (as it does in
+     * the real model) and a backend without it is seen to differ */
+    const float gate_up_gain = a->act == ARCH_ACT_SWIGLU_OAI ? 3.0f : 1.0f;
     for (int l = 0; l < c.n_layers; l++) {
         struct {
             const char *n;
             uint64_t cols, rows;
         } t[] = {
             {"attn_norm", D, 1}, {"attn_q", D, Q},      {"attn_k", D, KV},
-            {"attn_v", D, KV},   {"attn_output", Q, D}, {"ffn_norm", D, 1},
+            {"attn_v", D, KV},   {"attn_output", Q, D}, {ffn_norm, D, 1},
             {"ffn_gate", D, F},  {"ffn_down", F, D},    {"ffn_up", D, F},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -598,7 +645,7 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 for (uint64_t k = 0; k < t[i].cols; k++) tmp[k] = 1.0f;
             else
                 fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), &s);
-            if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : p->type))) goto out;
+            if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : dtype))) goto out;
         }
         /* the router (logits of variance about 1: a spread softmax), then each
          * expert's gate, up and down as a dense layer's */
@@ -614,8 +661,9 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 {ARCH_T_FFN_GATE_EXPS, D, FE}, {ARCH_T_FFN_UP_EXPS, D, FE}, {ARCH_T_FFN_DOWN_EXPS, FE, D}};
             for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
                 arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+                const float gain = e[i].at == ARCH_T_FFN_DOWN_EXPS ? 1.0f : gate_up_gain;
                 if ((rc = add_experts(w, &bb, tn, e[i].cols, e[i].rows, E, p->type, NULL,
-                                      sqrtf(3.0f / (float)e[i].cols), &s, tmp)))
+                                      gain * sqrtf(3.0f / (float)e[i].cols), &s, tmp)))
                     goto out;
             }
         }
@@ -630,8 +678,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             {ARCH_T_ATTN_V_B, KV, 1.0f, 0},    {ARCH_T_ATTN_Q_NORM, HD, 0.5f, 1},
             {ARCH_T_ATTN_K_NORM, HD, 0.5f, 1},
         };
+        /* the optional q/k/v biases: qwen2's and gpt-oss's real models have them */
+        const int qkv_b = c.arch == ARCH_QWEN2 || c.arch == ARCH_GPT_OSS;
         for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-            int want = c.arch == ARCH_QWEN2 ? x[i].at <= ARCH_T_ATTN_V_B : a->need[x[i].at] == ARCH_REQUIRED;
+            int want = qkv_b ? x[i].at <= ARCH_T_ATTN_V_B : a->need[x[i].at] == ARCH_REQUIRED;
             if (!want) continue;
             char tn[96];
             arch_tensor_file_name(tn, sizeof tn, x[i].at, l);
@@ -639,12 +689,32 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             for (uint64_t k = 0; k < x[i].n; k++) tmp[k] += x[i].base;
             if ((rc = add_f32(w, &bb, tn, tmp, x[i].n, 1, QUANT_F32))) goto out;
         }
+        /* gpt-oss's: the output bias, sink logits in [0, 3] (a sink then
+         * takes a real share of a head's softmax over a few dozen keys), the
+         * router's and the experts' biases (rows of E for the experts') */
+        struct {
+            int at;
+            uint64_t cols, rows;
+            float a, base;
+        } g[] = {
+            {ARCH_T_ATTN_OUT_B, D, 1, 0.5f, 0},     {ARCH_T_ATTN_SINKS, (uint64_t)c.n_heads, 1, 1.5f, 1.5f},
+            {ARCH_T_FFN_GATE_INP_B, E, 1, 0.5f, 0}, {ARCH_T_FFN_GATE_EXPS_B, FE, E, 0.5f, 0},
+            {ARCH_T_FFN_UP_EXPS_B, FE, E, 0.5f, 0}, {ARCH_T_FFN_DOWN_EXPS_B, D, E, 0.5f, 0},
+        };
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+            if (a->need[g[i].at] != ARCH_REQUIRED) continue;
+            char tn[96];
+            arch_tensor_file_name(tn, sizeof tn, g[i].at, l);
+            fill_uniform(tmp, g[i].cols * g[i].rows, g[i].a, &s);
+            for (uint64_t k = 0; k < g[i].cols * g[i].rows; k++) tmp[k] += g[i].base;
+            if ((rc = add_f32(w, &bb, tn, tmp, g[i].cols, g[i].rows, QUANT_F32))) goto out;
+        }
     }
     for (uint64_t k = 0; k < D; k++) tmp[k] = 1.0f;
     if ((rc = add_f32(w, &bb, "output_norm.weight", tmp, D, 1, QUANT_F32))) goto out;
     if (!p->tied) {
         fill_uniform(tmp, V * D, sqrtf(3.0f / (float)D) * 4.0f, &s);
-        if ((rc = add_f32(w, &bb, "output.weight", tmp, D, V, p->type))) goto out;
+        if ((rc = add_f32(w, &bb, "output.weight", tmp, D, V, dtype))) goto out;
     }
     rc = gguf_writer_write(w, path, err, errlen);
     if (rc) goto done;

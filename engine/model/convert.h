@@ -3,9 +3,10 @@
  *
  * The GGUF written is what llama.cpp-style readers expect for the
  * architecture of the model (arch.h: llama, qwen2, qwen3, smollm3,
- * mistral3, qwen3moe): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
+ * mistral3, qwen3moe, gpt-oss): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
  * key_length/value_length when head_dim is not dim / n_heads, mistral3's
- * yarn_log_multiplier and temperature_scale when set), token_embd /
+ * yarn_log_multiplier and temperature_scale when set, gpt-oss's
+ * sliding_window), token_embd /
  * blk.N.* / output_norm / output tensors with ne[0] = input features, norms
  * in f32, and the
  * tokenizer inside (tokenizer.ggml.model "llama", pieces with U+2581 for the
@@ -21,7 +22,8 @@
  * QUANT_BF16, QUANT_Q8_0 or QUANT_MXFP4). A matrix whose rows are not a
  * multiple of the type's block (q8_0, mxfp4: 32) is written in f16 instead,
  * as llama.cpp does; a
- * MoE router in f32.
+ * MoE router in f32, and MXFP4 in a model with experts is llama.cpp's
+ * MXFP4_MOE: the experts MXFP4, the other matrices Q8_0.
  * Returns 0 or CK_E* with err filled. */
 int convert_write_gguf(const model *m, int type, const char *path, char *err, size_t errlen);
 
@@ -56,6 +58,15 @@ typedef struct synth_params {
      * experts in `type`. */
     int n_expert, n_expert_used;
     int expert_ffn; /* 0: hidden_dim / n_expert_used (llama.cpp's default) */
+    /* gpt-oss's sliding window (attention.sliding_window), required by an
+     * architecture that reads one (arch.h ARCH_READS_SWA), refused by the
+     * others; swa_period: sliding_window_pattern, 0 the row's default (not
+     * written then), -1 the pattern 0 (every layer windowed). gpt-oss also gets random q/k/v and output biases,
+     * sink logits, router and expert biases, and experts whose gate and up
+     * outputs reach its activation's clamp (+-7) now and then. With type
+     * MXFP4 a model with experts is written as llama.cpp's MXFP4_MOE
+     * writes it: experts MXFP4, the other matrices Q8_0. */
+    int n_swa, swa_period;
 } synth_params;
 
 /* A random-weight model of the given shape and architecture, its vocabulary

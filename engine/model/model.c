@@ -82,6 +82,14 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
         seterr(err, errlen, "norm_eps %g or rope_theta %g out of range", c->norm_eps, c->rope_theta);
         return CK_EFORMAT;
     }
+    if (c->n_swa < 0 || c->n_swa > MODEL_MAX_CTX || c->swa_period < 0 || c->swa_period > MODEL_MAX_LAYERS ||
+        c->expert_gating < ARCH_GATING_SOFTMAX_NORM || c->expert_gating > ARCH_GATING_SOFTMAX_WEIGHT ||
+        c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_SWIGLU_OAI) {
+        seterr(err, errlen,
+               "sliding window %d (0..%d), its period %d (0..%d), gating %d or activation %d out of range",
+               c->n_swa, MODEL_MAX_CTX, c->swa_period, MODEL_MAX_LAYERS, c->expert_gating, c->expert_act);
+        return CK_EFORMAT;
+    }
     /* experts: all zero (dense), or every one of the three in range */
     if ((c->n_expert || c->n_expert_used || c->expert_ffn) &&
         (c->n_expert < 1 || c->n_expert > MODEL_MAX_EXPERTS || c->n_expert_used < 1 ||
@@ -453,6 +461,70 @@ static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const
     return CK_OK;
 }
 
+/* "<arch>.<suffix>", when the file has it, must be an integer equal to
+ * want: a *_swa variant the engine does not compute apart. */
+static int swa_same_int(gguf_file *f, const arch_info *a, const char *suffix, int want, const char *path,
+                        char *err, size_t errlen) {
+    int v = want, rc = arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
+    if (rc) return rc;
+    if (v != want) {
+        seterr(err, errlen, "%s: %s.%s = %d differs from the full layers' %d: not computed by the engine",
+               path, a->name, suffix, v, want);
+        return CK_EUNSUPPORTED;
+    }
+    return CK_OK;
+}
+
+/* sliding_window_pattern: an integer >= 0 (0: every layer windowed), the
+ * row's period when absent. llama.cpp skips a per-layer array here and
+ * keeps its default; an array is refused rather than read as that. */
+static int swa_pattern(gguf_file *f, const arch_info *a, int *period, const char *path, char *err,
+                       size_t errlen) {
+    char key[128];
+    int64_t v;
+    arch_key(key, sizeof key, a, ARCH_KEY_SWA_PATTERN);
+    int rc = gguf_get_int(f, key, &v);
+    if (rc == CK_ENOTFOUND) {
+        *period = a->swa_period;
+        return CK_OK;
+    }
+    if (rc || v < 0 || v > MODEL_MAX_LAYERS) {
+        seterr(err, errlen,
+               "%s: metadata '%s' is not an integer in 0..%d (a per-layer array is not computed)", path, key,
+               MODEL_MAX_LAYERS);
+        return CK_EFORMAT;
+    }
+    *period = (int)v;
+    return CK_OK;
+}
+
+/* Sliding-window attention (ARCH_READS_SWA rows): the window, required,
+ * at most the context; which layers; and the *_swa variants of the head
+ * and RoPE keys, which must not differ (one RoPE table and one head size
+ * serve every layer). Called once head_dim and rope_theta are final. */
+static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                    size_t errlen) {
+    c->n_swa = c->swa_period = 0;
+    if (!(a->keys & ARCH_READS_SWA)) return CK_OK;
+    int rc;
+    float base = c->rope_theta;
+    if ((rc = arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
+        (rc = swa_pattern(f, a, &c->swa_period, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
+        return rc;
+    if (base != c->rope_theta) {
+        seterr(err, errlen, "%s: %s.%s = %g differs from rope.freq_base %g: not computed by the engine", path,
+               a->name, ARCH_KEY_ROPE_FREQ_BASE_SWA, base, c->rope_theta);
+        return CK_EUNSUPPORTED;
+    }
+    /* a window past the context masks nothing: bounded by it, so sizes from it stay small */
+    if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
+    return CK_OK;
+}
+
 /* Every tensor of the file must be one the table knows and the
  * architecture has: a tensor the engine would not compute is refused, not
  * skipped. */
@@ -533,6 +605,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
         return rc;
     c->no_rope_step = a->no_rope_step;
+    if (moe) {
+        c->expert_gating = a->gating;
+        c->expert_act = a->act;
+    }
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > MODEL_MAX_VOCAB) {
         seterr(err, errlen, "%s: token_embd.weight missing or not a 2-D tensor of at most %d rows", path,
@@ -551,7 +627,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                a->name, ARCH_KEY_ROPE_DIMS, rd, c->head_dim);
         return CK_EUNSUPPORTED;
     }
-    if ((rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen))) return rc;
+    if ((rc = gguf_swa(f, a, c, path, err, errlen)) ||
+        (rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen)))
+        return rc;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     uint64_t HD = (uint64_t)c->head_dim;
     uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
@@ -574,6 +652,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
+    const uint64_t H = (uint64_t)c->n_heads;
+    /* the norm before the feed-forward: gpt-oss names it post_attention_norm */
+    const int ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] != ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
         struct {
@@ -586,7 +667,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_ATTN_K, D, KV, 0, &ly->wk},
             {ARCH_T_ATTN_V, D, KV, 0, &ly->wv},
             {ARCH_T_ATTN_OUT, Q, D, 0, &ly->wo},
-            {ARCH_T_FFN_NORM, D, 0, 0, &ly->ffn_norm},
+            {ffn_norm, D, 0, 0, &ly->ffn_norm},
             {ARCH_T_FFN_GATE, D, F, 0, &ly->w1},
             {ARCH_T_FFN_DOWN, F, D, 0, &ly->w2},
             {ARCH_T_FFN_UP, D, F, 0, &ly->w3},
@@ -599,6 +680,12 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_FFN_GATE_EXPS, D, FE, E, &ly->gate_exps},
             {ARCH_T_FFN_UP_EXPS, D, FE, E, &ly->up_exps},
             {ARCH_T_FFN_DOWN_EXPS, FE, D, E, &ly->down_exps},
+            {ARCH_T_ATTN_OUT_B, D, 0, 0, &ly->bo},
+            {ARCH_T_ATTN_SINKS, H, 0, 0, &ly->sinks},
+            {ARCH_T_FFN_GATE_INP_B, E, 0, 0, &ly->router_b},
+            {ARCH_T_FFN_GATE_EXPS_B, FE, E, 0, &ly->gate_exps_b},
+            {ARCH_T_FFN_UP_EXPS_B, FE, E, 0, &ly->up_exps_b},
+            {ARCH_T_FFN_DOWN_EXPS_B, D, E, 0, &ly->down_exps_b},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if ((rc =
@@ -723,9 +810,11 @@ uint64_t model_weight_bytes(const model *m) {
         model_layer_extras(ly, x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) b += tensor_bytes(x[i]);
         /* a token reads the router and only its n_expert_used experts */
-        b += tensor_bytes(&ly->router);
+        b += tensor_bytes(&ly->router) + tensor_bytes(&ly->router_b);
         if (m->cfg.n_expert)
-            b += (tensor_bytes(&ly->gate_exps) + tensor_bytes(&ly->up_exps) + tensor_bytes(&ly->down_exps)) /
+            b += (tensor_bytes(&ly->gate_exps) + tensor_bytes(&ly->up_exps) + tensor_bytes(&ly->down_exps) +
+                  tensor_bytes(&ly->gate_exps_b) + tensor_bytes(&ly->up_exps_b) +
+                  tensor_bytes(&ly->down_exps_b)) /
                  (uint64_t)m->cfg.n_expert * (uint64_t)m->cfg.n_expert_used;
     }
     /* The embedding is a gather of one row per token, not a full read. */

@@ -2,7 +2,7 @@
  *
  * Two file formats load into the same struct:
  *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3,
- *    smollm3, mistral3, qwen3moe; gguf.h describes the container), read through that
+ *    smollm3, mistral3, qwen3moe, gpt-oss; gguf.h describes the container), read through that
  *    table: what a file asks for that the engine does not compute is
  *    refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
@@ -59,6 +59,12 @@ typedef struct model_config {
     int n_expert;      /* experts of each layer (expert_count), 1..MODEL_MAX_EXPERTS */
     int n_expert_used; /* experts each token goes through (expert_used_count), 1..n_expert */
     int expert_ffn;    /* inner width of one expert (expert_feed_forward_length) */
+    int expert_gating; /* the row's ARCH_GATING_*: how the router picks and weighs them */
+    int expert_act;    /* the row's ARCH_ACT_*: the experts' gated activation */
+    /* Sliding-window attention (arch.h's ARCH_READS_SWA); 0 for none. A
+     * windowed layer's query at position p sees keys at (p - n_swa, p]. */
+    int n_swa;      /* attention.sliding_window, in tokens; 0: no layer is windowed */
+    int swa_period; /* attention.sliding_window_pattern: which layers (arch_layer_is_swa) */
 } model_config;
 
 /* Most experts a layer may have (Qwen3's MoEs have 128; llama.cpp allows
@@ -88,6 +94,9 @@ typedef struct model_layer {
     model_tensor bv;     /* (n_kv_heads * head_dim) added to v */
     model_tensor q_norm; /* (head_dim) RMSNorm weight of every q head, before RoPE */
     model_tensor k_norm; /* (head_dim) RMSNorm weight of every k head, before RoPE */
+    model_tensor bo;     /* (dim) added after the output projection (gpt-oss) */
+    model_tensor sinks;  /* (n_heads) each head's sink logit: one more term of its softmax's
+                            denominator, with no value (gpt-oss) */
     /* Mixture of experts (n == 0 in a dense model, whose w1, w2, w3 these
      * replace in a MoE one, where those are empty). E = n_expert,
      * FE = expert_ffn; model_expert gives expert e's matrix. */
@@ -95,6 +104,12 @@ typedef struct model_layer {
     model_tensor gate_exps; /* ffn_gate_exps (E, FE, dim) */
     model_tensor up_exps;   /* ffn_up_exps   (E, FE, dim) */
     model_tensor down_exps; /* ffn_down_exps (E, dim, FE) */
+    /* Their biases (gpt-oss; n == 0 where the file has none), f32 in the
+     * files llama.cpp's converter writes: */
+    model_tensor router_b;    /* ffn_gate_inp.bias  (E) */
+    model_tensor gate_exps_b; /* ffn_gate_exps.bias (E, FE) */
+    model_tensor up_exps_b;   /* ffn_up_exps.bias   (E, FE) */
+    model_tensor down_exps_b; /* ffn_down_exps.bias (E, dim) */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -112,22 +127,29 @@ static inline void model_layer_list(const model_layer *l, const model_tensor *t[
 }
 
 /* The optional tensors of a layer (each may have n == 0). */
-#define MODEL_LAYER_EXTRAS 5
+#define MODEL_LAYER_EXTRAS 7
 static inline void model_layer_extras(const model_layer *l, const model_tensor *t[MODEL_LAYER_EXTRAS]) {
     t[0] = &l->bq;
     t[1] = &l->bk;
     t[2] = &l->bv;
     t[3] = &l->q_norm;
     t[4] = &l->k_norm;
+    t[5] = &l->bo;
+    t[6] = &l->sinks;
 }
 
-/* The mixture-of-experts tensors of a layer (each n == 0 in a dense model). */
-#define MODEL_LAYER_MOE 4
+/* The mixture-of-experts tensors of a layer (each n == 0 in a dense model;
+ * the biases also in a MoE without them). */
+#define MODEL_LAYER_MOE 8
 static inline void model_layer_moe(const model_layer *l, const model_tensor *t[MODEL_LAYER_MOE]) {
     t[0] = &l->router;
     t[1] = &l->gate_exps;
     t[2] = &l->up_exps;
     t[3] = &l->down_exps;
+    t[4] = &l->router_b;
+    t[5] = &l->gate_exps_b;
+    t[6] = &l->up_exps_b;
+    t[7] = &l->down_exps_b;
 }
 
 /* Expert e's matrix of an expert tensor t of n_expert (gate_exps, up_exps,

@@ -73,14 +73,17 @@ int cli_synth(int argc, char **argv) {
                       .ctx = 1024,
                       .seed = 1};
     const char *out = NULL, *type = "f32", *arch = "llama", *scaling = NULL;
+    int swa_pattern = -1; /* -1: not given (the row's default) */
     /* NAN: not given (mistral3 then takes Ministral 3's values) */
     float temp = NAN, log_mul = NAN;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe] [--head-dim N] [--tied]\n"
-                   "       [--vocab-from VOCAB.gguf] [--experts N --experts-used K [--expert-ffn F]]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss]\n"
+                   "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
+                   "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
+                   "       [--swa-pattern P]\n"
                    "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
@@ -99,7 +102,15 @@ int cli_synth(int argc, char **argv) {
                    "--arch qwen3moe (qwen3's attention, a mixture of experts for the feed-forward)\n"
                    "needs --experts N (expert_count, at most %d) and --experts-used K (expert_used_count,\n"
                    "1..N); --expert-ffn F is each expert's inner width (default ffn / K). The router\n"
-                   "is written f32, the experts in --type; --ffn is written as feed_forward_length.\n",
+                   "is written f32, the experts in --type; --ffn is written as feed_forward_length.\n"
+                   "--arch gpt-oss (OpenAI's: q/k/v and output biases, a sink logit per head, a sliding\n"
+                   "window on the even layers, experts with biases, the top K logits softmaxed, the\n"
+                   "clamped SwiGLU) needs --experts and --experts-used too, and takes --sliding-window N\n"
+                   "(attention.sliding_window, default 16: shorter than a prompt and its steps) and\n"
+                   "--swa-pattern P (sliding_window_pattern: layer l is windowed when l %% P < P - 1,\n"
+                   "every layer for 0; default 2, not written). It always writes output.weight.\n"
+                   "--type mxfp4 with experts is llama.cpp's MXFP4_MOE: the experts MXFP4, the other\n"
+                   "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n",
                    MODEL_MAX_EXPERTS);
             return 0;
         }
@@ -132,7 +143,9 @@ int cli_synth(int argc, char **argv) {
             cli_float(&a, "--attn-temp-scale", -1e3, 1e3, &temp) ||
             cli_int(&a, "--experts", 1, MODEL_MAX_EXPERTS, &p.n_expert) ||
             cli_int(&a, "--experts-used", 1, MODEL_MAX_EXPERTS, &p.n_expert_used) ||
-            cli_int(&a, "--expert-ffn", 1, 1 << 18, &p.expert_ffn))
+            cli_int(&a, "--expert-ffn", 1, 1 << 18, &p.expert_ffn) ||
+            cli_int(&a, "--sliding-window", 1, 1 << 20, &p.n_swa) ||
+            cli_int(&a, "--swa-pattern", 0, 1024, &swa_pattern))
             continue;
         return cli_unknown(&a);
     }
@@ -153,8 +166,17 @@ int cli_synth(int argc, char **argv) {
     p.arch = ai->id;
     const int moe = arch_has_block(ai, ARCH_BLOCK_MOE);
     if (!moe && (p.n_expert || p.n_expert_used || p.expert_ffn)) {
-        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe");
+        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe or gpt-oss");
         return 2;
+    }
+    if (!(ai->keys & ARCH_READS_SWA) && (p.n_swa || swa_pattern >= 0)) {
+        cli_error(&a, "--sliding-window and --swa-pattern need --arch gpt-oss");
+        return 2;
+    }
+    if (ai->keys & ARCH_READS_SWA) {
+        if (!p.n_swa) p.n_swa = 16;
+        /* synth_params: 0 the row's default, -1 the pattern 0 (every layer windowed) */
+        p.swa_period = swa_pattern > 0 ? swa_pattern : swa_pattern == 0 ? -1 : 0;
     }
     if (moe && (!p.n_expert || !p.n_expert_used)) {
         cli_error(&a, "--arch %s needs --experts N and --experts-used K", ai->name);

@@ -103,6 +103,15 @@ case "$case_name" in
       --experts 8 --experts-used 2 --expert-ffn 128 --ctx 256 --vocab-from "$(vocab qwen2)" \
       --rope-theta 1000000
     steps=16 min_steps=16 ;;
+  synth_gpt_oss) # gpt-oss in small: q/k/v and output biases, sinks, a window of 8 on layers 0
+    # and 2 (llama.cpp's period 2; layer 1 sees everything), YaRN (factor 4 over 64), 8 experts
+    # with biases of which 2 a token by top logits, the clamped SwiGLU; the prompt and 16 steps
+    # run well past the window
+    need_synth --arch --head-dim --experts --experts-used --expert-ffn --sliding-window
+    synth --arch gpt-oss --dim 256 --layers 3 --heads 8 --kv-heads 2 --head-dim 64 --ffn 768 \
+      --experts 8 --experts-used 2 --expert-ffn 128 --vocab 2048 --ctx 256 --sliding-window 8 \
+      --rope-theta 150000 --rope-scaling yarn --rope-scaling-factor 4 --rope-orig-ctx 64
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the

@@ -26,7 +26,11 @@
 
 typedef struct attn_shape {
     int n_heads, head_dim, kv_dim, block_size;
-    int gqa; /* query heads per KV head */
+    int gqa;            /* query heads per KV head */
+    const float *sinks; /* (n_heads) each head's sink logit, or NULL: none. A sink is one more
+                           term of the head's softmax denominator, exp(sink - max), with no
+                           value (ggml's soft_max with sinks): the probabilities then sum to
+                           less than 1, and the max the exponents subtract includes it */
 } attn_shape;
 
 /* A kernel: heads [h0, h1) of q (n_heads * head_dim) attend to n_blk

@@ -115,8 +115,9 @@ static inline float hadd8(__m256 v) {
 }
 
 /* Heads [h0, h1)'s scores [0, n) into probabilities; the tail masked, so
- * every position goes through the same code. */
-static void softmax(float *att, size_t stride, int h0, int h1, int n) {
+ * every position goes through the same code. sinks (NULL: none): each
+ * head's sink logit joins the max and the sum (cpu_attn.h). */
+static void softmax(float *att, size_t stride, int h0, int h1, int n, const float *sinks) {
     for (int h = h0; h < h1; h++) {
         float *a = att + (size_t)h * stride;
         __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -125,7 +126,9 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
             const __m256 x = _mm256_blendv_ps(mx, _mm256_maskload_ps(a + i, m), _mm256_castsi256_ps(m));
             mx = _mm256_max_ps(mx, x);
         }
-        const __m256 vmx = _mm256_set1_ps(hmax8(mx));
+        float mv = hmax8(mx);
+        if (sinks && sinks[h] > mv) mv = sinks[h];
+        const __m256 vmx = _mm256_set1_ps(mv);
         __m256 sum = _mm256_setzero_ps();
         for (int i = 0; i < n; i += 8) {
             const __m256i m = lanes(n - i);
@@ -134,7 +137,7 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
             _mm256_maskstore_ps(a + i, m, e);
             sum = _mm256_add_ps(sum, e);
         }
-        const __m256 vs = _mm256_set1_ps(hadd8(sum));
+        const __m256 vs = _mm256_set1_ps(hadd8(sum) + (sinks ? expf(sinks[h] - mv) : 0.0f));
         for (int i = 0; i < n; i += 8) {
             const __m256i m = lanes(n - i);
             _mm256_maskstore_ps(a + i, m, _mm256_div_ps(_mm256_maskload_ps(a + i, m), vs));
@@ -211,7 +214,7 @@ int attn_f32_avx2(const attn_shape *s, const float *q, const float *const *blk, 
 #define CASE(hv)                                                       \
     case hv:                                                           \
         scores(s, q, blk, rows, n_blk, h0, h1, att, att_stride, hv);   \
-        softmax(att, att_stride, h0, h1, n);                           \
+        softmax(att, att_stride, h0, h1, n, s->sinks);                 \
         values(s, blk, rows, n_blk, h0, h1, att, att_stride, out, hv); \
         break;
     switch (s->head_dim / 8) {

@@ -96,8 +96,9 @@ static inline __attribute__((always_inline)) void scores(const attn_shape *s, co
     }
 }
 
-/* Heads [h0, h1)'s scores [0, n) into probabilities. */
-static void softmax(float *att, size_t stride, int h0, int h1, int n) {
+/* Heads [h0, h1)'s scores [0, n) into probabilities. sinks (NULL: none):
+ * each head's sink logit joins the max and the sum (cpu_attn.h). */
+static void softmax(float *att, size_t stride, int h0, int h1, int n, const float *sinks) {
     for (int h = h0; h < h1; h++) {
         float *a = att + (size_t)h * stride;
         __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -105,7 +106,9 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
             __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
             mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, a + i));
         }
-        const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        float mv = _mm512_reduce_max_ps(mx);
+        if (sinks && sinks[h] > mv) mv = sinks[h];
+        const __m512 vmx = _mm512_set1_ps(mv);
         __m512 sum = _mm512_setzero_ps();
         for (int i = 0; i < n; i += 16) {
             __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
@@ -113,7 +116,7 @@ static void softmax(float *att, size_t stride, int h0, int h1, int n) {
             _mm512_mask_storeu_ps(a + i, m, e);
             sum = _mm512_mask_add_ps(sum, m, sum, e);
         }
-        const __m512 vs = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+        const __m512 vs = _mm512_set1_ps(_mm512_reduce_add_ps(sum) + (sinks ? expf(sinks[h] - mv) : 0.0f));
         for (int i = 0; i < n; i += 16) {
             __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
             _mm512_mask_storeu_ps(a + i, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, a + i), vs));
@@ -188,7 +191,7 @@ int attn_f32_avx512(const attn_shape *s, const float *q, const float *const *blk
 #define CASE(hv)                                                       \
     case hv:                                                           \
         scores(s, q, blk, rows, n_blk, h0, h1, att, att_stride, hv);   \
-        softmax(att, att_stride, h0, h1, n);                           \
+        softmax(att, att_stride, h0, h1, n, s->sinks);                 \
         values(s, blk, rows, n_blk, h0, h1, att, att_stride, out, hv); \
         break;
     switch (s->head_dim / 16) {
