@@ -34,6 +34,8 @@ static const struct {
     {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
     {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},
     {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL}, {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+    /* gpt-oss's own: 3-D expert tensors MXFP4, other matrices Q8_0 */
+    {"MXFP4_MOE", LLAMA_FTYPE_MOSTLY_MXFP4_MOE},
 };
 
 /* llama.cpp logs every tensor it quantizes: errors only. */

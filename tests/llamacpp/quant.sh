@@ -4,7 +4,7 @@
 #
 # Usage: quant.sh FTYPE CONFKV LLAMACPP_LOGITS LLAMACPP_QUANTIZE LIBDIR [SEED] [ARCH]
 #   FTYPE              Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S
-#                      Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS
+#                      Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS MXFP4_MOE
 #   CONFKV             the confkv binary
 #   LLAMACPP_LOGITS    tests/llamacpp/llamacpp_logits
 #   LLAMACPP_QUANTIZE  tests/llamacpp/llamacpp_quantize (llama_model_quantize)
@@ -13,7 +13,10 @@
 #                      qwen3's attention (head_dim 64) and 8 experts of which
 #                      2 a token, each 256 wide, so llama.cpp's quantizer
 #                      writes the 3-D expert tensors in FTYPE too (the
-#                      router it leaves f32)
+#                      router it leaves f32); or gpt-oss: the qwen3moe
+#                      shape as gpt-oss (biases, sinks, a sliding window of 8
+#                      on the even layers), for MXFP4_MOE (its experts
+#                      MXFP4, the other matrices Q8_0)
 #
 # 1. `confkv synth` writes an f32 llama model whose every row width is a
 #    multiple of 256 (dim 256, ffn 768, 4 layers, 4 heads over 2 KV heads,
@@ -54,6 +57,8 @@ prompt="Once upon a time, there was a little"
 case "$arch" in
   llama) shape=() ;;
   qwen3moe) shape=(--arch qwen3moe --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256) ;;
+  gpt-oss) shape=(--arch gpt-oss --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256
+    --sliding-window 8) ;;
   *) echo "quant.sh: unknown arch $arch" >&2; exit 2 ;;
 esac
 "$confkv" synth -o "$tmp/f32.gguf" --type f32 --seed "$seed" --dim 256 --layers 4 --heads 4 \
