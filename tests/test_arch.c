@@ -3,10 +3,13 @@
  * feature the table adds (NEOX RoPE, q/k/v biases, q/k head norms, head_dim
  * from key_length, tied embeddings, rope_freqs, linear and YaRN scaling,
  * layers without RoPE, the query's position scale, yarn_log_multiplier, the
- * mixture of experts with its renormalised top-k) through the CPU backend,
+ * mixture of experts with its renormalised top-k; gpt-oss's sinks, sliding
+ * window, output and expert biases, softmax over the top-k logits and
+ * clamped SwiGLU) through the CPU backend,
  * against a scalar reference written here in double precision from the
  * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
- * Qwen's block), driven by the parameters the test asked synth for, not by
+ * Qwen's block, OpenAI's gpt-oss block as llama.cpp's openai-moe graph
+ * computes it), driven by the parameters the test asked synth for, not by
  * what model.c read back. Each case also runs the reference with its
  * feature switched off and requires that to be far off: a feature the
  * backend ignored could not pass. Then the refusals: unknown architecture,
@@ -54,6 +57,15 @@ typedef struct ref_opts {
     double log_mul;    /* YaRN's magnitude divided by 1 + 0.1 log_mul ln(factor) (mistral3) */
     int experts, used, expert_ffn; /* a mixture of experts instead of the dense FFN (experts > 0) */
     int moe_norm;                  /* renormalise the chosen experts' probabilities to sum 1 */
+    /* gpt-oss */
+    int sinks;      /* each head's sink logit in its softmax's denominator */
+    int window;     /* > 0: windowed layers' queries at p see keys at (p - window, p] */
+    int swa_period; /* which layers: l % swa_period < swa_period - 1 */
+    int out_bias;   /* attn_output.bias */
+    int exp_bias;   /* the router's and the experts' biases */
+    int top_logits; /* the `used` largest logits, weights the softmax over those alone */
+    int oai;        /* experts' activation: (min(g, 7) sigmoid(1.702 .)) (clamp(u, +-7) + 1) */
+    int oai_clamp;  /* with oai: the clamps at 7 (off: the same formula unclamped) */
 } ref_opts;
 
 static float *f32_of(const model_tensor *t) {
@@ -124,21 +136,43 @@ static void ref_rope(const ref_opts *o, double *v, int n_heads, int hd, int pos)
     }
 }
 
-/* x += the mixture of experts of xn (qwen3moe's, from Qwen's published
- * block): p = softmax(router . xn), the `used` most probable (the lower
- * index first among equals), their p renormalised to sum 1 (moe_norm),
- * each one's SwiGLU weighted by it. wg, wu: (experts, FE, D); wd:
- * (experts, D, FE). */
+/* The experts' biases of one layer (gpt-oss), f32 rows; NULL: none. */
+typedef struct ref_moe_b {
+    const float *router;    /* (experts) */
+    const float *gate, *up; /* (experts, FE) */
+    const float *down;      /* (experts, D) */
+} ref_moe_b;
+
+/* gpt-oss's activation of one gate/up pair (OpenAI's reference block). */
+static double ref_oai(const ref_opts *o, double g, double u) {
+    if (o->oai_clamp) {
+        g = fmin(g, 7.0);
+        u = fmax(-7.0, fmin(u, 7.0));
+    }
+    return g / (1 + exp(-1.702 * g)) * (u + 1);
+}
+
+/* x += the mixture of experts of xn: qwen3moe's (Qwen's published block):
+ * p = softmax(router . xn), the `used` most probable (the lower index
+ * first among equals), their p renormalised to sum 1 (moe_norm), each
+ * one's SwiGLU weighted by it; or gpt-oss's (top_logits, oai, exp_bias):
+ * l = router . xn + b, the `used` largest l, weights the softmax over
+ * those l, each one's clamped SwiGLU of its biased gate and up, its down
+ * bias added. wg, wu: (experts, FE, D); wd: (experts, D, FE). */
 static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, const float *wu,
-                    const float *wd, const double *xn, double *x) {
+                    const float *wd, const ref_moe_b *b, const double *xn, double *x) {
     const int E = o->experts, K = o->used, FE = o->expert_ffn;
-    double p[64], h1[256], h3[256], y[256], mx = -INFINITY, sum = 0, ws = 0;
+    double p[64], h1[256], h3[256], y[256], wt[64], mx = -INFINITY, sum = 0, ws = 0;
     int chosen[64] = {0}, sel[64];
     if (E > 64 || K > E || FE > 256 || D > 256) return; /* the test's shapes are smaller */
     matvec_d(p, wr, xn, E, D);
-    for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
-    for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
-    for (int e = 0; e < E; e++) p[e] /= sum;
+    if (o->exp_bias)
+        for (int e = 0; e < E; e++) p[e] += b->router[e];
+    if (!o->top_logits) { /* probabilities first: the order is the logits' either way */
+        for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
+        for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
+        for (int e = 0; e < E; e++) p[e] /= sum;
+    }
     for (int j = 0; j < K; j++) {
         int best = 0;
         while (chosen[best]) best++; /* K <= E: one is left */
@@ -148,14 +182,23 @@ static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, 
         sel[j] = best;
         ws += p[best];
     }
+    if (o->top_logits) { /* the softmax over the chosen logits */
+        double s = 0;
+        for (int j = 0; j < K; j++) s += (wt[j] = exp(p[sel[j]] - p[sel[0]]));
+        for (int j = 0; j < K; j++) wt[j] /= s;
+    } else {
+        for (int j = 0; j < K; j++) wt[j] = o->moe_norm ? p[sel[j]] / ws : p[sel[j]];
+    }
     for (int j = 0; j < K; j++) {
         const int e = sel[j];
-        const double w = o->moe_norm ? p[e] / ws : p[e];
         matvec_d(h1, wg + (size_t)e * FE * D, xn, FE, D);
         matvec_d(h3, wu + (size_t)e * FE * D, xn, FE, D);
-        for (int i = 0; i < FE; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
+        for (int i = 0; i < FE; i++) {
+            if (o->exp_bias) h1[i] += b->gate[(size_t)e * FE + i], h3[i] += b->up[(size_t)e * FE + i];
+            h1[i] = o->oai ? ref_oai(o, h1[i], h3[i]) : h1[i] / (1 + exp(-h1[i])) * h3[i];
+        }
         matvec_d(y, wd + (size_t)e * D * FE, h1, D, FE);
-        for (int i = 0; i < D; i++) x[i] += w * y[i];
+        for (int i = 0; i < D; i++) x[i] += wt[j] * (y[i] + (o->exp_bias ? b->down[(size_t)e * D + i] : 0));
     }
 }
 
@@ -185,8 +228,16 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
             float *qn = f32_of(&ly->q_norm), *kn = f32_of(&ly->k_norm);
             float *wr = f32_of(&ly->router), *wg = f32_of(&ly->gate_exps), *wu = f32_of(&ly->up_exps),
                   *wd = f32_of(&ly->down_exps);
+            float *bo = f32_of(&ly->bo), *sk = f32_of(&ly->sinks), *rb = f32_of(&ly->router_b),
+                  *gb = f32_of(&ly->gate_exps_b), *ub = f32_of(&ly->up_exps_b),
+                  *db = f32_of(&ly->down_exps_b);
+            const ref_moe_b mb = {rb, gb, ub, db};
             ok = an && wq && wk && wv && wo && fn && (o->experts ? wr && wg && wu && wd : w1 && w2 && w3) &&
-                 (!o->bias || (bq && bk && bv)) && (!o->qk_norm || (qn && kn));
+                 (!o->bias || (bq && bk && bv)) && (!o->qk_norm || (qn && kn)) && (!o->out_bias || bo) &&
+                 (!o->sinks || sk) && (!o->exp_bias || (rb && gb && ub && db));
+            /* the first position this layer's queries at p see */
+            const int swa = o->window > 0 && (o->swa_period <= 0 || l % o->swa_period < o->swa_period - 1);
+            const int t0 = swa && p - o->window + 1 > 0 ? p - o->window + 1 : 0;
             if (ok) {
                 rmsnorm_d(xb, x, an, D, c->norm_eps);
                 matvec_d(q, wq, xb, QD, D);
@@ -212,25 +263,26 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                 memcpy(vl + (size_t)p * KVD, v, KVD * sizeof *v);
                 for (int h = 0; h < H; h++) {
                     const int g = h / (H / KH);
-                    double mx = -INFINITY, sum = 0;
-                    for (int t = 0; t <= p; t++) {
+                    double mx = o->sinks ? sk[h] : -INFINITY, sum = 0;
+                    for (int t = t0; t <= p; t++) {
                         double d = 0;
                         for (int i = 0; i < hd; i++) d += q[h * hd + i] * kl[(size_t)t * KVD + g * hd + i];
                         att[t] = d / sqrt((double)hd);
                         mx = fmax(mx, att[t]);
                     }
-                    for (int t = 0; t <= p; t++) sum += (att[t] = exp(att[t] - mx));
+                    for (int t = t0; t <= p; t++) sum += (att[t] = exp(att[t] - mx));
+                    if (o->sinks) sum += exp(sk[h] - mx); /* the sink: no value */
                     for (int i = 0; i < hd; i++) {
                         double s = 0;
-                        for (int t = 0; t <= p; t++) s += att[t] / sum * vl[(size_t)t * KVD + g * hd + i];
+                        for (int t = t0; t <= p; t++) s += att[t] / sum * vl[(size_t)t * KVD + g * hd + i];
                         ao[h * hd + i] = s;
                     }
                 }
                 matvec_d(xb, wo, ao, D, QD);
-                for (int i = 0; i < D; i++) x[i] += xb[i];
+                for (int i = 0; i < D; i++) x[i] += xb[i] + (o->out_bias ? bo[i] : 0);
                 rmsnorm_d(xb, x, fn, D, c->norm_eps);
                 if (o->experts) {
-                    ref_moe(o, D, wr, wg, wu, wd, xb, x);
+                    ref_moe(o, D, wr, wg, wu, wd, &mb, xb, x);
                 } else {
                     matvec_d(h1, w1, xb, F, D);
                     matvec_d(h3, w3, xb, F, D);
@@ -239,7 +291,8 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     for (int i = 0; i < D; i++) x[i] += xb[i];
                 }
             }
-            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn, kn, wr, wg, wu, wd};
+            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv,
+                           qn, kn, wr, wg, wu, wd, bo, sk, rb, gb, ub, db};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
         }
         if (ok) {
@@ -549,6 +602,84 @@ static void test_qwen3moe_experts(void) {
     CK_CHECK(feature_case("qwen3moe all 4 of 4", sp, on, off) == 0);
 }
 
+/* gpt-oss in small: 3 layers (0 and 2 windowed, 1 not: period 2), a
+ * window of 11 over 40 tokens in blocks of 16 (so a window starts inside
+ * a block and spans two), head_dim 32 (the vector kernels' shapes), YaRN,
+ * 8 experts of which 2 a token. */
+static synth_params gpt_oss_params(void) {
+    synth_params sp = base_params(ARCH_GPT_OSS);
+    sp.n_layers = 3;
+    sp.head_dim = 32;
+    sp.rope_theta = 150000;
+    sp.rope_scaling = ARCH_SCALING_YARN;
+    sp.rope_factor = 4;
+    sp.rope_orig_ctx = 16;
+    sp.n_expert = 8;
+    sp.n_expert_used = 2;
+    sp.expert_ffn = 48;
+    sp.n_swa = 11;
+    return sp;
+}
+
+static ref_opts gpt_oss_ref(void) {
+    return (ref_opts){.theta = 150000,
+                      .neox = 1,
+                      .scaling = ARCH_SCALING_YARN,
+                      .factor = 4,
+                      .orig_ctx = 16,
+                      .bias = 1,
+                      .experts = 8,
+                      .used = 2,
+                      .expert_ffn = 48,
+                      .sinks = 1,
+                      .window = 11,
+                      .swa_period = 2,
+                      .out_bias = 1,
+                      .exp_bias = 1,
+                      .top_logits = 1,
+                      .oai = 1,
+                      .oai_clamp = 1};
+}
+
+/* gpt-oss against the reference, each of its features switched off in the
+ * reference far off: the sinks, the window, the clamps, the biases, the
+ * softmax over the chosen logits (off: the softmax over all experts,
+ * not renormalised; renormalised it would be the same weights). */
+static void test_gpt_oss(void) {
+    const synth_params sp = gpt_oss_params();
+    const ref_opts on = gpt_oss_ref();
+    ref_opts off = on;
+    off.sinks = 0;
+    CK_CHECK(feature_case("gpt-oss sinks", sp, on, off) == 0);
+    off = on;
+    off.window = 0;
+    CK_CHECK(feature_case("gpt-oss sliding window", sp, on, off) == 0);
+    off = on;
+    off.oai_clamp = 0;
+    CK_CHECK(feature_case("gpt-oss SwiGLU clamp", sp, on, off) == 0);
+    off = on;
+    off.out_bias = off.exp_bias = 0;
+    CK_CHECK(feature_case("gpt-oss output/expert biases", sp, on, off) == 0);
+    off = on;
+    off.top_logits = 0;
+    CK_CHECK(feature_case("gpt-oss softmax after top-k", sp, on, off) == 0);
+    /* every layer windowed (pattern 0), a window of one block, 4 of 8
+     * experts, head_dim 24: no vector kernel takes it, so the general
+     * attention code runs the window and the sinks */
+    synth_params all = sp;
+    all.swa_period = -1;
+    all.n_swa = 16;
+    all.n_expert_used = 4;
+    all.head_dim = 24;
+    ref_opts aon = on;
+    aon.window = 16;
+    aon.used = 4;
+    aon.swa_period = 0; /* every layer */
+    off = aon;
+    off.window = 0;
+    CK_CHECK(feature_case("gpt-oss all windowed", all, aon, off) == 0);
+}
+
 /* The table's own facts: names, parsing, defaults. */
 static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
@@ -569,14 +700,37 @@ static void test_table(void) {
              mo->blocks[2] == ARCH_BLOCK_END);
     CK_CHECK(arch_has_block(mo, ARCH_BLOCK_MOE) && !arch_has_block(a, ARCH_BLOCK_MOE));
     CK_CHECK(!strcmp(arch_block_name(ARCH_BLOCK_MOE), "moe") && strstr(arch_names(), "qwen3moe"));
-    for (int i = 0; i < arch_count(); i++) /* only qwen3moe has experts */
-        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] == (arch_at(i) == mo ? ARCH_REQUIRED : ARCH_NO));
+    const arch_info *go = arch_find("gpt-oss", 7);
+    for (int i = 0; i < arch_count(); i++) /* only qwen3moe and gpt-oss have experts */
+        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] ==
+                 (arch_at(i) == mo || arch_at(i) == go ? ARCH_REQUIRED : ARCH_NO));
+    /* gpt-oss: its own tensors required, post_attention_norm in the place of ffn_norm, its
+     * gating, activation and window as data */
+    CK_CHECK(go && go->id == ARCH_GPT_OSS && arch_by_id(ARCH_GPT_OSS) == go && go->rope == ARCH_ROPE_NEOX);
+    CK_CHECK(go->need[ARCH_T_ATTN_SINKS] == ARCH_REQUIRED && go->need[ARCH_T_ATTN_OUT_B] == ARCH_REQUIRED &&
+             go->need[ARCH_T_ATTN_POST_NORM] == ARCH_REQUIRED && go->need[ARCH_T_FFN_NORM] == ARCH_NO &&
+             go->need[ARCH_T_OUTPUT] == ARCH_REQUIRED && go->need[ARCH_T_ATTN_Q_B] == ARCH_OPTIONAL &&
+             go->need[ARCH_T_FFN_GATE_INP_B] == ARCH_REQUIRED &&
+             go->need[ARCH_T_FFN_DOWN_EXPS_B] == ARCH_REQUIRED && go->need[ARCH_T_ATTN_Q_NORM] == ARCH_NO);
+    CK_CHECK(go->gating == ARCH_GATING_SOFTMAX_WEIGHT && go->act == ARCH_ACT_SWIGLU_OAI &&
+             go->keys == ARCH_READS_SWA && go->swa_period == 2 && mo->gating == ARCH_GATING_SOFTMAX_NORM &&
+             mo->act == ARCH_ACT_SWIGLU);
+    for (int i = 0; i < 6; i++) CK_CHECK(arch_layer_is_swa(2, i) == (i % 2 == 0)); /* even layers */
+    CK_CHECK(arch_layer_is_swa(0, 5) && arch_layer_is_swa(3, 1) && !arch_layer_is_swa(3, 2));
+    int t0, l0;
+    /* a window of 8 at position 20 sees 13..20 */
+    CK_CHECK(arch_swa_masked(8, 20, 12) && !arch_swa_masked(8, 20, 13) && !arch_swa_masked(8, 20, 20));
+    CK_CHECK(arch_parse_tensor("blk.3.attn_sinks.weight", 4, &t0, &l0) == 0 && t0 == ARCH_T_ATTN_SINKS &&
+             arch_parse_tensor("blk.0.post_attention_norm.weight", 1, &t0, &l0) == 0 &&
+             t0 == ARCH_T_ATTN_POST_NORM && arch_parse_tensor("blk.0.ffn_up_exps.bias", 1, &t0, &l0) == 0 &&
+             t0 == ARCH_T_FFN_UP_EXPS_B);
     int t, l;
     CK_CHECK(arch_parse_tensor("blk.12.attn_k.bias", 13, &t, &l) == 0 && t == ARCH_T_ATTN_K_B && l == 12);
     CK_CHECK(arch_parse_tensor("blk.13.attn_k.bias", 13, &t, &l) == -1); /* past the layers */
     CK_CHECK(arch_parse_tensor("blk.01.attn_k.bias", 13, &t, &l) == -1); /* two names for one */
     CK_CHECK(arch_parse_tensor("rope_freqs.weight", 1, &t, &l) == 0 && t == ARCH_T_ROPE_FREQS && l == -1);
-    CK_CHECK(arch_parse_tensor("blk.0.attn_output.bias", 1, &t, &l) == -1);
+    CK_CHECK(arch_parse_tensor("blk.0.attn_output.bias", 1, &t, &l) == 0 && t == ARCH_T_ATTN_OUT_B);
+    CK_CHECK(arch_parse_tensor("blk.0.attn_qkv.weight", 1, &t, &l) == -1); /* a fused QKV */
     /* smollm3: Llama's tensors without rope_freqs, RoPE off on every fourth layer */
     const arch_info *s3 = arch_find("smollm3", 7), *m3 = arch_find("mistral3", 8);
     CK_CHECK(s3 && s3->id == ARCH_SMOLLM3 && s3->rope == ARCH_ROPE_NORMAL && s3->no_rope_step == 4 &&
@@ -592,7 +746,7 @@ static void test_table(void) {
     for (int i = 0; i < arch_count(); i++) {
         const arch_info *r = arch_at(i);
         CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
-        if (r != m3) CK_CHECK(r->keys == 0);
+        if (r != m3 && r != go) CK_CHECK(r->keys == 0);
     }
     /* the query scale: 1 through the first original context, then 1 + s ln(k + 1) */
     CK_CHECK(arch_attn_temp(0.1f, 8, 0) == 1.0f && arch_attn_temp(0.1f, 8, 7) == 1.0f);
@@ -855,6 +1009,71 @@ static void test_refusals_moe(void) {
     unlink(bad);
 }
 
+/* gpt-oss's keys and tensors: what llama.cpp requires, the window's
+ * bounds, the *_swa variants the engine does not compute apart. */
+static void test_refusals_gpt_oss(void) {
+    char err[512];
+    synth_params sp = gpt_oss_params();
+    const char *src = tmp("oss.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(src, NULL, &m, err, sizeof err), "%s", err);
+    CK_CHECK(m && m->cfg.n_swa == 11 && m->cfg.swa_period == 2 &&
+             m->cfg.expert_gating == ARCH_GATING_SOFTMAX_WEIGHT && m->cfg.expert_act == ARCH_ACT_SWIGLU_OAI &&
+             m->layers[2].sinks.n == 4 && m->layers[0].gate_exps_b.n == 8 * 48 &&
+             m->layers[1].down_exps_b.n == 8 * 64 && m->layers[0].bo.n == 64);
+    model_free(m);
+    /* the pattern: read when written, 0 allowed (every layer), an array or a string refused */
+    CK_CHECK(rewrite_u32(src, bad, "gpt-oss.attention.sliding_window_pattern", 0) == 0);
+    CK_CHECK_MSG(!model_load(bad, NULL, &m, err, sizeof err) && m->cfg.swa_period == 0, "%s", err);
+    model_free(m);
+    m = NULL;
+    CK_CHECK(rewrite(src, bad, "gpt-oss.attention.sliding_window_pattern", "2", NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "gpt-oss.attention.sliding_window_pattern", NULL));
+    /* a window of 0 (it would hide even the token itself) */
+    CK_CHECK(rewrite_kv(src, bad, "gpt-oss.attention.sliding_window", NULL, 0, NULL, NULL, 0) == 0);
+    CK_CHECK(refused(bad, "gpt-oss.attention.sliding_window", NULL));
+    /* a head size, rotation or RoPE base of its own on the windowed layers */
+    CK_CHECK(rewrite_u32(src, bad, "gpt-oss.attention.key_length_swa", 64) == 0);
+    CK_CHECK(refused(bad, "gpt-oss.attention.key_length_swa", "differs"));
+    CK_CHECK(rewrite_u32(src, bad, "gpt-oss.rope.dimension_count_swa", 16) == 0);
+    CK_CHECK(refused(bad, "gpt-oss.rope.dimension_count_swa", "differs"));
+    CK_CHECK(rewrite_u32(src, bad, "gpt-oss.rope.freq_base_swa", 10000) == 0);
+    CK_CHECK(refused(bad, "gpt-oss.rope.freq_base_swa", "differs"));
+    CK_CHECK(rewrite_u32(src, bad, "gpt-oss.attention.key_length_swa", 32) == 0); /* the same: read */
+    CK_CHECK_MSG(!model_load(bad, NULL, &m, err, sizeof err), "%s", err);
+    model_free(m);
+    /* required tensors: the sinks, the output bias, output.weight (no tying), an expert bias */
+    static const char *const req[] = {"blk.2.attn_sinks.weight", "blk.0.attn_output.bias",
+                                      "output.weight",           "blk.1.ffn_down_exps.bias",
+                                      "blk.0.ffn_gate_inp.bias", "blk.1.post_attention_norm.weight"};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        CK_CHECK(rewrite(src, bad, NULL, NULL, req[i], NULL, 0) == 0);
+        CK_CHECK(refused(bad, req[i], "missing"));
+    }
+    /* tensors gpt-oss has not: ffn_norm (its norm is post_attention_norm), q/k norms */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_norm.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_norm.weight", "gpt-oss"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.1.attn_q_norm.weight", 32) == 0);
+    CK_CHECK(refused(bad, "blk.1.attn_q_norm.weight", "gpt-oss"));
+    /* sinks of the wrong length */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.0.attn_sinks.weight", "blk.0.attn_sinks.weight", 5) == 0);
+    CK_CHECK(refused(bad, "blk.0.attn_sinks.weight", "shape"));
+    /* the others read no window; synth asks for one where it belongs, refuses tying */
+    sp.n_swa = 0;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "sliding window"));
+    sp = gpt_oss_params();
+    sp.tied = 1;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "output.weight"));
+    sp = base_params(ARCH_QWEN3MOE);
+    sp.n_expert = 4;
+    sp.n_expert_used = 2;
+    sp.n_swa = 8;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "no sliding window"));
+    unlink(src);
+    unlink(bad);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/confkv-arch-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -863,6 +1082,7 @@ int main(void) {
     CK_RUN(test_vocab_from);
     CK_RUN(test_refusals);
     CK_RUN(test_refusals_moe);
+    CK_RUN(test_refusals_gpt_oss);
     CK_RUN(test_llama_tied_gqa);
     CK_RUN(test_llama_rope_freqs);
     CK_RUN(test_llama_linear);
@@ -873,6 +1093,7 @@ int main(void) {
     CK_RUN(test_mistral3_temp);
     CK_RUN(test_mistral3_roundtrip);
     CK_RUN(test_qwen3moe_experts);
+    CK_RUN(test_gpt_oss);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -212,6 +212,65 @@ static void test_moe_batch_equals_single(void) {
     rmdir(dir);
 }
 
+/* A gpt-oss model (sinks, a window of 12 on layers 0 and 2, biases, 8
+ * experts, 2 a token by top logits, the clamped SwiGLU): batches of
+ * several sequences, the window crossing blocks of 16, give what each
+ * token alone gives, f32 and re-typed as MXFP4 (llama.cpp's MXFP4_MOE mix:
+ * experts MXFP4, the other matrices q8_0); a re-type to f32 (every gpt-oss
+ * tensor through convert_write_gguf) gives the same logits. */
+static void test_gpt_oss_batch_equals_single(void) {
+    char dir[] = "/tmp/confkv-fwd-oss-XXXXXX", path[256], path2[256], err[256];
+    CK_CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/oss.gguf", dir);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 3,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 128,
+                       .vocab_size = 512,
+                       .ctx = 128,
+                       .type = QUANT_F32,
+                       .seed = 5,
+                       .arch = ARCH_GPT_OSS,
+                       .head_dim = 32,
+                       .n_expert = 8,
+                       .n_expert_used = 2,
+                       .expert_ffn = 64,
+                       .n_swa = 12};
+    model *m = NULL, *g = NULL;
+    CK_CHECK_MSG(convert_synth(&sp, path, err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(model_load(path, NULL, &m, err, sizeof err) == 0, "%s", err);
+    if (!m) return;
+    batch_equals_single(m, 1e-5);
+    const int V = m->cfg.vocab_size;
+    float *ref = malloc((size_t)40 * V * sizeof(float)), *got = malloc((size_t)40 * V * sizeof(float));
+    CK_CHECK(ref && got && seq_logits(m, ref) == 0);
+    const int types[2] = {QUANT_F32, QUANT_MXFP4};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path2, sizeof path2, "%s/oss-%s.gguf", dir, quant_type_name(types[i]));
+        CK_CHECK_MSG(convert_write_gguf(m, types[i], path2, err, sizeof err) == 0, "%s", err);
+        CK_CHECK_MSG(model_load(path2, NULL, &g, err, sizeof err) == 0, "%s", err);
+        if (!g) continue;
+        CK_CHECK(g->cfg.n_swa == 12 && g->cfg.swa_period == 2 && g->layers[0].gate_exps.type == types[i] &&
+                 g->layers[0].wq.type == (types[i] == QUANT_MXFP4 ? QUANT_Q8_0 : QUANT_F32) &&
+                 g->layers[0].router.type == QUANT_F32 && g->layers[1].sinks.n == 4);
+        if (types[i] == QUANT_F32) {
+            CK_CHECK(seq_logits(g, got) == 0);
+            CK_CHECK_MSG(norm_err(got, ref, (size_t)40 * V) == 0, "re-typed f32 differs");
+        } else {
+            batch_equals_single(g, 1e-5);
+        }
+        model_free(g);
+        g = NULL;
+        unlink(path2);
+    }
+    free(ref);
+    free(got);
+    model_free(m);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* Bad batches are refused, not run. */
 static void test_bad_batch(void) {
     model *m = load();
@@ -278,6 +337,7 @@ static void test_types_against_f32(void) {
 int main(void) {
     CK_RUN(test_batch_equals_single);
     CK_RUN(test_moe_batch_equals_single);
+    CK_RUN(test_gpt_oss_batch_equals_single);
     CK_RUN(test_bad_batch);
     CK_RUN(test_types_against_f32);
     return ck_test_summary();
