@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const model_config *c = &m->cfg;
     char why[256];
     FUZZ_CHECK(model_config_check(c, why, sizeof why) == 0);
+    FUZZ_CHECK(c->n_swa >= 0 && c->n_swa <= c->seq_len && c->swa_period >= 0);
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     uint64_t Q = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
              KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
@@ -59,6 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_tensor(m, &ly->wv, KV * D);
         check_tensor(m, &ly->wo, D * Q);
         check_tensor(m, &ly->ffn_norm, D);
+        /* gpt-oss's attention vectors, where the file has them */
+        if (ly->bo.n) check_tensor(m, &ly->bo, D);
+        if (ly->sinks.n) check_tensor(m, &ly->sinks, (uint64_t)c->n_heads);
         if (!c->n_expert) {
             check_tensor(m, &ly->w1, F * D);
             check_tensor(m, &ly->w2, D * F);
@@ -76,6 +80,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_tensor(m, &ly->gate_exps, E * FE * D);
         check_tensor(m, &ly->up_exps, E * FE * D);
         check_tensor(m, &ly->down_exps, E * D * FE);
+        /* gpt-oss's router and expert biases, where the file has them */
+        if (ly->router_b.n) check_tensor(m, &ly->router_b, E);
+        if (ly->gate_exps_b.n) check_tensor(m, &ly->gate_exps_b, E * FE);
+        if (ly->up_exps_b.n) check_tensor(m, &ly->up_exps_b, E * FE);
+        if (ly->down_exps_b.n) check_tensor(m, &ly->down_exps_b, E * D);
         const model_tensor *x[3] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
         for (int i = 0; i < 3; i++) {
             const model_tensor v = model_expert(x[i], c->n_expert, c->n_expert - 1);

@@ -179,9 +179,41 @@ static void gguf_seeds(void) {
          .n_expert = 3,
          .n_expert_used = 1,
          .expert_ffn = 32},
+        /* gpt-oss: the sliding-window keys, sinks, the output, router and
+         * expert biases; f32, and MXFP4 as llama.cpp's MXFP4_MOE (experts
+         * MXFP4, the other matrices q8_0) */
+        {.dim = 8,
+         .n_layers = 2,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 16,
+         .vocab_size = 354,
+         .ctx = 16,
+         .type = QUANT_F32,
+         .seed = 6,
+         .arch = ARCH_GPT_OSS,
+         .n_expert = 4,
+         .n_expert_used = 2,
+         .expert_ffn = 8,
+         .n_swa = 4},
+        {.dim = 32,
+         .n_layers = 2,
+         .n_heads = 2,
+         .n_kv_heads = 1,
+         .hidden_dim = 32,
+         .vocab_size = 354,
+         .ctx = 8,
+         .type = QUANT_MXFP4,
+         .seed = 7,
+         .arch = ARCH_GPT_OSS,
+         .n_expert = 3,
+         .n_expert_used = 2,
+         .expert_ffn = 32,
+         .n_swa = 3},
     };
-    const char *names[] = {"synth-f32.gguf",   "synth-q8_0.gguf",         "synth-f16.gguf",
-                           "synth-mxfp4.gguf", "synth-qwen3moe-f32.gguf", "synth-qwen3moe-q8_0.gguf"};
+    const char *names[] = {"synth-f32.gguf",         "synth-q8_0.gguf",         "synth-f16.gguf",
+                           "synth-mxfp4.gguf",       "synth-qwen3moe-f32.gguf", "synth-qwen3moe-q8_0.gguf",
+                           "synth-gpt-oss-f32.gguf", "synth-gpt-oss-mxfp4.gguf"};
     for (int i = 0; i < (int)(sizeof ps / sizeof ps[0]); i++) {
         if (convert_synth(&ps[i], tmp, err, sizeof err)) {
             fprintf(stderr, "make_seeds: %s\n", err);
