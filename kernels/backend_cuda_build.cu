@@ -139,7 +139,8 @@ static int cu_check_types(const model *m, char *err, size_t errlen) {
                                                             "attn_v",    "attn_output", "ffn_norm",
                                                             "ffn_gate",  "ffn_down",    "ffn_up"};
     static const char *const xnames[MODEL_LAYER_EXTRAS] = {"attn_q.bias", "attn_k.bias", "attn_v.bias",
-                                                           "attn_q_norm", "attn_k_norm"};
+                                                           "attn_q_norm", "attn_k_norm", "attn_output.bias",
+                                                           "attn_sinks"};
     char what[96], why[96];
     const model_tensor *bad = NULL;
     if (!cu_type_ok(m->tok_emb.type)) {
@@ -439,6 +440,17 @@ extern "C" int be_cuda_available(void) {
     return n > 0;
 }
 
+/* What the model's attention asks that the CUDA pass does not compute
+ * (gpt-oss's), named for a message, or NULL: nothing. */
+static const char *cu_attn_extra(const model *m) {
+    if (m->cfg.n_swa) return "sliding-window attention";
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (m->layers[l].sinks.n) return "attention sinks";
+        if (m->layers[l].bo.n) return "attention output bias";
+    }
+    return NULL;
+}
+
 extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, char *err, size_t errlen) {
     if (!out) return CK_EINVAL;
     *out = NULL;
@@ -480,6 +492,19 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         if (err && errlen)
             snprintf(err, errlen, "cuda backend: architecture %s has no verified CUDA kernel (%s)", ai->name,
                      c->no_rope_step ? "layers without RoPE" : "query scale by position");
+        return CK_EUNSUPPORTED;
+    }
+    /* gpt-oss's attention: a sliding window, sink logits, an output bias.
+     * The CUDA attention has none of them; gpt-oss is refused above for its
+     * experts, and this keeps them from slipping through with any other
+     * architecture's layers. */
+    const char *attn_extra = cu_attn_extra(m);
+    if (attn_extra) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "cuda backend: architecture %s: %s has no CUDA kernel (the CPU backend computes it: "
+                     "--backend cpu)",
+                     ai->name, attn_extra);
         return CK_EUNSUPPORTED;
     }
     if (c->head_dim > CK_CUDA_MAX_HEAD_DIM || c->head_dim % 2 || c->n_kv_heads <= 0 ||

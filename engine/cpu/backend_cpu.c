@@ -4,7 +4,8 @@
  * grouped-query attention, SwiGLU), plus what arch.h's other rows add (q/k/v
  * biases, qwen3's q/k head norms, NEOX RoPE, RoPE frequencies with
  * rope_freqs and linear/YaRN scaling folded in at creation, qwen3moe's
- * mixture of experts), but over a
+ * mixture of experts, gpt-oss's sinks, sliding window, biases and
+ * biased experts), but over a
  * batch of many tokens from many sequences, so every projection is one
  * matrix-matrix product, and over the paged KV cache, so attention walks
  * each sequence's block table.

@@ -3,7 +3,9 @@
  * under it), asking for "cuda" opens it from where it was built, and a
  * module that is missing or is not one is refused with its path, not a
  * crash. A model with a layer kind the module has no kernel for (qwen3moe's
- * experts) is refused by "cuda" naming it, and "auto" runs it on the CPU.
+ * and gpt-oss's experts) is refused by "cuda" naming it, and "auto" runs it
+ * on the CPU; so is gpt-oss's attention (a window, sinks, an output bias)
+ * on any architecture's layers.
  * Linked with the engine only (not libconfkv_cuda.so), as confkv and
  * confkvd are. Needs no GPU; on a machine with one, "cuda" and "auto" may
  * create the CUDA backend, and that is checked too. */
@@ -146,6 +148,71 @@ static void test_moe_refused(void) {
     unlink(path);
 }
 
+/* gpt-oss: refused for its experts by name; its attention's window, sinks
+ * and output bias refused on a model whose blocks CUDA has (a llama model
+ * given them here by hand: no architecture in the table has them without
+ * experts, and none may slip through if one comes to). */
+static void test_gpt_oss_refused(void) {
+    char path[] = "/tmp/confkv_cuda_oss_XXXXXX", err[512] = "";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 64,
+                       .vocab_size = 400,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 1,
+                       .arch = ARCH_GPT_OSS,
+                       .n_expert = 4,
+                       .n_expert_used = 2,
+                       .expert_ffn = 32,
+                       .n_swa = 8};
+    model *m = NULL;
+    be_options o = options();
+    backend *b = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "gpt-oss") && strstr(err, "layer kind moe has no CUDA kernel"), "err: %s",
+                     err);
+        CK_CHECK(be_new("auto", m, &o, &b, err, sizeof err) == 0 && b && !strcmp(b->ops->name, "cpu"));
+        be_free(b);
+        b = NULL;
+    }
+    model_free(m);
+    m = NULL;
+    sp = (synth_params){.dim = 64,
+                        .n_layers = 1,
+                        .n_heads = 4,
+                        .n_kv_heads = 2,
+                        .hidden_dim = 64,
+                        .vocab_size = 400,
+                        .ctx = 64,
+                        .type = QUANT_F32,
+                        .seed = 1};
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        static const float sinks[4] = {1, 1, 1, 1};
+        m->cfg.n_swa = 8;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "sliding-window attention"), "err: %s", err);
+        m->cfg.n_swa = 0;
+        m->layers[0].sinks = (model_tensor){QUANT_F32, 4, sinks};
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "attention sinks"), "err: %s", err);
+        m->layers[0].sinks = (model_tensor){0, 0, NULL};
+    }
+    model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     char err[256];
     if (access(ck_test_model_path("stories260K.bin"), R_OK)) {
@@ -163,6 +230,7 @@ int main(void) {
     CK_RUN(test_auto);
     CK_RUN(test_cuda_opens_module);
     CK_RUN(test_moe_refused);
+    CK_RUN(test_gpt_oss_refused);
     model_free(g_m);
     return ck_test_summary();
 }
