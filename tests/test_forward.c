@@ -271,6 +271,70 @@ static void test_gpt_oss_batch_equals_single(void) {
     rmdir(dir);
 }
 
+/* gpt-oss's window and sinks over int8 KV blocks (the general code, a
+ * window starting inside an int8 block) against the same KV expanded back
+ * to f32 (the vector kernels): the token at position 40 of a window of 12
+ * sees 29..40, rows 13..15 of block 1 and 0..8 of block 2; layer 1, not
+ * windowed, all 41. */
+static void test_gpt_oss_int8_window(void) {
+    char dir[] = "/tmp/confkv-fwd-oss8-XXXXXX", path[256], err[256];
+    CK_CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/oss.gguf", dir);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 3,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 128,
+                       .vocab_size = 512,
+                       .ctx = 128,
+                       .type = QUANT_F32,
+                       .seed = 9,
+                       .arch = ARCH_GPT_OSS,
+                       .head_dim = 32,
+                       .n_expert = 8,
+                       .n_expert_used = 2,
+                       .expert_ffn = 64,
+                       .n_swa = 12};
+    model *m = NULL;
+    backend *b = NULL;
+    CK_CHECK_MSG(convert_synth(&sp, path, err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(model_load(path, NULL, &m, err, sizeof err) == 0, "%s", err);
+    be_options o = {
+        .max_batch_tokens = 40, .n_kv_blocks = 8, .block_size = 16, .n_threads = 1, .n_kv8_blocks = 2};
+    if (m) CK_CHECK_MSG(be_cpu_new(m, &o, &b, err, sizeof err) == 0, "%s", err);
+    if (b) {
+        const int V = m->cfg.vocab_size;
+        float *logits = malloc((size_t)40 * V * sizeof(float)), *a = malloc((size_t)V * sizeof(float)),
+              *c = malloc((size_t)V * sizeof(float));
+        int32_t tok[40], pos[40], six[40] = {0}, row[40], blocks[3] = {0, 1, 2};
+        for (int i = 0; i < 40; i++) tok[i] = (int32_t)((31 * i + 5) % V), pos[i] = row[i] = i;
+        be_seq_view v = {.blocks = blocks, .n_blocks = 3};
+        be_batch bt = {40, tok, pos, six, row, 1, &v, 40};
+        CK_CHECK(logits && a && c && b->ops->forward(b, &bt, logits) == 0);
+        /* blocks 0 and 1 to int8 (0, 1), and back to f32 blocks 3 and 4 */
+        CK_CHECK(b->ops->kv_compress(b, 0, 16, 0) == 0 && b->ops->kv_compress(b, 1, 16, 1) == 0 &&
+                 b->ops->kv_expand(b, 0, 3) == 0 && b->ops->kv_expand(b, 1, 4) == 0);
+        int32_t t40 = 7, p40 = 40, s40 = 0, r40 = 0;
+        int32_t hot8[3] = {KV_NONE, KV_NONE, 2}, b8[3] = {0, 1, KV_NONE}, hot32[3] = {3, 4, 2};
+        be_seq_view v8 = {.blocks = hot8, .blocks8 = b8, .n_blocks = 3},
+                    v32 = {.blocks = hot32, .n_blocks = 3};
+        be_batch one = {1, &t40, &p40, &s40, &r40, 1, &v8, 1};
+        CK_CHECK(b->ops->forward(b, &one, a) == 0);
+        one.seqs = &v32;
+        CK_CHECK(b->ops->forward(b, &one, c) == 0);
+        double e = norm_err(a, c, (size_t)V);
+        fprintf(stderr, "  int8 blocks vs the same expanded to f32: normalised error %.3g\n", e);
+        CK_CHECK_MSG(e <= 1e-5, "int8 window/sinks path differs: %g", e);
+        free(logits);
+        free(a);
+        free(c);
+    }
+    be_free(b);
+    model_free(m);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* Bad batches are refused, not run. */
 static void test_bad_batch(void) {
     model *m = load();
@@ -338,6 +402,7 @@ int main(void) {
     CK_RUN(test_batch_equals_single);
     CK_RUN(test_moe_batch_equals_single);
     CK_RUN(test_gpt_oss_batch_equals_single);
+    CK_RUN(test_gpt_oss_int8_window);
     CK_RUN(test_bad_batch);
     CK_RUN(test_types_against_f32);
     return ck_test_summary();
