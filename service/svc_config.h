@@ -61,6 +61,8 @@ typedef struct svc_config {
     int route_cascade, route_small, route_large; /* resolved: indices into models */
     /* kafka */
     const char *brokers, *group, *topic_jobs, *topic_results, *topic_metrics, *topic_dlq;
+    const char *topic_stream; /* streamed jobs' partial records (svc_stream.h) */
+    int stream_interval_ms;   /* their coalescing period (0 = every engine step) */
     int kafka_embedded, embedded_partitions;
     /* service */
     const char *ready_file, *http_host, *instance, *log_level;

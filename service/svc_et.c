@@ -14,6 +14,14 @@
 
 #define MAX_EVENTS 256
 
+/* A streamed work's delta on its way to the loop. */
+typedef struct chunk {
+    struct chunk *next;
+    svc_work *w;
+    size_t len;
+    char data[]; /* len bytes */
+} chunk;
+
 struct svc_et {
     uv_loop_t *loop;
     uv_async_t async;
@@ -23,6 +31,7 @@ struct svc_et {
     pthread_cond_t cv;
     /* guarded by mu */
     svc_work *in_head, *in_tail, *out_head, *out_tail;
+    chunk *ch_head, *ch_tail; /* deltas of streamed works, in order */
     int stop, loaded, load_failed, load_reported;
     int flush_ms, flush_req, flushed; /* svc_et_flush */
     char load_err[512];
@@ -40,8 +49,10 @@ struct svc_et {
     /* engine thread only */
     svc_et_opts o;
     eng *e;
-    svc_work *pending; /* refused with CK_EBUSY: submit again */
+    svc_work *pending;   /* refused with CK_EBUSY: submit again */
+    svc_work *streaming; /* streamed works in the engine (linked by snext) */
     svc_et_done_cb done;
+    svc_et_stream_cb stream_cb;
     svc_et_loaded_cb loaded_cb;
     void *ud;
 };
@@ -53,6 +64,8 @@ void svc_work_clear(svc_work *w) {
     free(w->accepted);
     free(w->accepted_trace);
     free(w->route_st);
+    svc_stream_free(w->stream);
+    w->stream = NULL;
     w->route_st = NULL;
     w->route = NULL;
     w->text = NULL;
@@ -67,7 +80,59 @@ void svc_work_clear(svc_work *w) {
 /* ------------------------------------------------------------------------ */
 /* engine thread */
 
+/* The work leaves the engine: off the streamed list (the loop owns its
+ * stream from now on). */
+static void stream_unlink(svc_et *t, svc_work *w) {
+    if (!w->stream) return;
+    for (svc_work **p = &t->streaming; *p; p = &(*p)->snext)
+        if (*p == w) {
+            *p = w->snext;
+            break;
+        }
+    w->snext = NULL;
+}
+
+/* Cut a streamed work's due delta and queue it for the loop. */
+static void stream_emit(svc_et *t, svc_work *w, int64_t now) {
+    if (!svc_stream_due(w->stream, now)) return;
+    const char *d;
+    size_t n = svc_stream_take(w->stream, now, &d);
+    if (!n) return;
+    chunk *c = malloc(sizeof *c + n);
+    if (!c) { /* the text stays in the result; this delta is folded into the end */
+        w->stream->sent -= n;
+        return;
+    }
+    c->next = NULL;
+    c->w = w;
+    c->len = n;
+    memcpy(c->data, d, n);
+    pthread_mutex_lock(&t->mu);
+    if (t->ch_tail)
+        t->ch_tail->next = c;
+    else
+        t->ch_head = c;
+    t->ch_tail = c;
+    pthread_mutex_unlock(&t->mu);
+    uv_async_send(&t->async);
+}
+
+/* The text of a streamed work's event: fed, and for a token, how much of
+ * it the cascade may still drop (svc_stream.h). */
+static void stream_event(svc_work *w, const eng_event *ev) {
+    if (ev->piece_len) svc_stream_feed(w->stream, ev->piece, ev->piece_len);
+    if (ev->type != ENG_EV_TOKEN) return;
+    int hold = 0;
+    if (w->route) {
+        /* at=first, decided and staying: nothing more can be dropped */
+        int stays = !w->route->every && w->route_st->decided && w->escalate_at < 0;
+        hold = stays || w->route->never ? 0 : w->route->rewind;
+    }
+    svc_stream_token(w->stream, hold);
+}
+
 static void complete(svc_et *t, svc_work *w) {
+    stream_unlink(t, w);
     w->next = NULL;
     pthread_mutex_lock(&t->mu);
     if (t->out_tail)
@@ -163,6 +228,10 @@ static void start_work(svc_et *t, svc_work *w) {
     int rc = eng_submit_why(t->e, &r, &id, &reason, err, sizeof err);
     if (!rc) {
         w->eng_id = id;
+        if (w->stream && t->stream_cb) {
+            w->snext = t->streaming;
+            t->streaming = w;
+        }
         return;
     }
     if (reason == ENG_REJECT_QUEUE_FULL) { /* submit again after the next step */
@@ -404,6 +473,9 @@ static void *thread_main(void *arg) {
                 w->escalate_at = svc_route_accepted(w->route, w->route_st);
                 cancel[n_cancel++] = w;
             }
+            /* before finished() below: the work is the loop's after it */
+            if (w->stream && (ev[i].type == ENG_EV_TOKEN || ev[i].type == ENG_EV_FINISHED))
+                stream_event(w, &ev[i]);
             if (ev[i].type != ENG_EV_TOKEN && w->escalate_at >= 0 &&
                 !(ev[i].type == ENG_EV_FINISHED && ev[i].result &&
                   ev[i].result->finish == ENG_FINISH_CANCELLED)) {
@@ -425,6 +497,13 @@ static void *thread_main(void *arg) {
          * as a job kept on the small model). */
         for (int i = 0; i < n_cancel; i++)
             if (eng_cancel(t->e, cancel[i]->eng_id)) cancel[i]->escalate_at = -1;
+        /* Streamed works still in the engine: their due deltas (a work
+         * that got no token this step may have text waiting out its
+         * interval). */
+        if (t->streaming) {
+            int64_t now = eng_now_ms();
+            for (svc_work *w = t->streaming; w; w = w->snext) stream_emit(t, w, now);
+        }
         eng_tune_move mv[16];
         int nm = eng_take_tune_moves(t->e, mv, 16);
         for (int i = 0; i < nm; i++)
@@ -450,6 +529,8 @@ static void async_cb(uv_async_t *h) {
     pthread_mutex_lock(&t->mu);
     svc_work *out = t->out_head;
     t->out_head = t->out_tail = NULL;
+    chunk *ch = t->ch_head;
+    t->ch_head = t->ch_tail = NULL;
     int report = !t->load_reported && (t->loaded || t->load_failed);
     if (report) t->load_reported = 1;
     int ok = t->loaded && !t->load_failed;
@@ -457,6 +538,13 @@ static void async_cb(uv_async_t *h) {
     snprintf(msg, sizeof msg, "%s", t->load_err);
     pthread_mutex_unlock(&t->mu);
     if (report && t->loaded_cb) t->loaded_cb(t->ud, ok, msg);
+    /* deltas first: every one of a work was queued before it finished */
+    while (ch) {
+        chunk *nx = ch->next;
+        t->stream_cb(t->ud, ch->w, ch->data, ch->len);
+        free(ch);
+        ch = nx;
+    }
     while (out) {
         svc_work *nx = out->next;
         out->next = NULL;
@@ -465,14 +553,15 @@ static void async_cb(uv_async_t *h) {
     }
 }
 
-int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded,
-                 void *ud, svc_et **out) {
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_stream_cb stream,
+                 svc_et_loaded_cb loaded, void *ud, svc_et **out) {
     *out = NULL;
     svc_et *t = calloc(1, sizeof *t);
     if (!t) return CK_ENOMEM;
     t->loop = loop;
     t->o = *o;
     t->done = done;
+    t->stream_cb = stream;
     t->loaded_cb = loaded;
     t->ud = ud;
     svc_metrics_batch_hist_init(&t->batch);
@@ -552,6 +641,11 @@ void svc_et_stop(svc_et *t) {
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     if (t->started) pthread_join(t->th, NULL);
+    for (chunk *c = t->ch_head, *nx; c; c = nx) { /* deltas never handed over */
+        nx = c->next;
+        free(c);
+    }
+    t->ch_head = t->ch_tail = NULL;
     eng_free(t->e);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);

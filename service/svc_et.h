@@ -8,7 +8,10 @@
  *   done_cb(work) <--[out queue + uv_async_send]-------- finished / failed
  *
  * uv_async_send coalesces wake-ups, so each wake-up drains the whole out
- * queue. The engine thread loads the model first (svc_et_loaded turns true,
+ * queue. A streamed job (svc_work.stream) also sends deltas of its text
+ * through a third queue (engine thread -> loop, malloc'd copies), cut after
+ * each step when due (svc_stream.h); a wake-up hands the deltas over before
+ * the finished works, so a job's deltas all come before its done_cb. The engine thread loads the model first (svc_et_loaded turns true,
  * loaded_cb fires on the loop), then sleeps on the condition variable
  * whenever the engine is idle and no work waits.
  *
@@ -26,6 +29,7 @@
 #include "svc_job.h"
 #include "svc_metrics.h"
 #include "svc_route.h"
+#include "svc_stream.h"
 
 /* SVC_WORK_ESCALATE: the cascade's rule moved the job off this (small)
  * model; `accepted` holds the tokens the next model continues after. Only
@@ -48,6 +52,12 @@ typedef struct svc_work {
     const int32_t *resume;       /* (n_resume) the completion begins with these (eng_request) */
     int n_resume;
     int model_ix; /* the model (svc_models) the work is on */
+    /* streaming: set by the loop before submit when the job asked for it
+     * (malloc'd, freed by svc_work_clear); the engine thread feeds it and
+     * takes deltas while the work is there; snext links the engine thread's
+     * streamed works (its own) */
+    svc_stream *stream;
+    struct svc_work *snext;
     /* out (set by the engine thread) */
     int status;   /* SVC_WORK_* */
     int err_code; /* SVC_JERR_* when status is ERROR */
@@ -89,14 +99,19 @@ typedef struct svc_et_opts {
 } svc_et_opts;
 
 typedef void (*svc_et_done_cb)(void *ud, svc_work *w);
+/* A delta of a streamed work's text (raw bytes, borrowed for the call; a
+ * UTF-8 boundary: svc_stream.h), on the loop while the work is still in the
+ * engine: the callee may read the work's job, nothing else of it. */
+typedef void (*svc_et_stream_cb)(void *ud, svc_work *w, const char *delta, size_t n);
 /* Model loaded (ok = 1) or failed (ok = 0, msg says why). */
 typedef void (*svc_et_loaded_cb)(void *ud, int ok, const char *msg);
 
 typedef struct svc_et svc_et;
 
-/* Start the thread (it loads the model). Callbacks fire on the loop. */
-int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_loaded_cb loaded,
-                 void *ud, svc_et **out);
+/* Start the thread (it loads the model). Callbacks fire on the loop;
+ * stream may be NULL (deltas are then not cut). */
+int svc_et_start(uv_loop_t *loop, const svc_et_opts *o, svc_et_done_cb done, svc_et_stream_cb stream,
+                 svc_et_loaded_cb loaded, void *ud, svc_et **out);
 /* Hand a work to the engine thread; never blocks on the engine. */
 void svc_et_submit(svc_et *t, svc_work *w);
 int svc_et_loaded(const svc_et *t);

@@ -29,6 +29,21 @@ const char *svc_job_error_code(int e) {
 /* ------------------------------------------------------------------------ */
 /* UTF-8 */
 
+size_t svc_utf8_char(const unsigned char *p, size_t n) {
+    if (n == 0) return 0;
+    unsigned c = p[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (len == 0 || len > n || c == 0) return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((p[k] & 0xc0) != 0x80) return 0;
+    if (len == 1) return 1;
+    uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t k = 1; k < len; k++) cp = (cp << 6) | (p[k] & 0x3f);
+    int ok = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
+             (len == 4 && cp >= 0x10000 && cp <= 0x10ffff);
+    return ok ? len : 0;
+}
+
 char *svc_utf8_clean(const char *s, size_t n) {
     if (n > ((size_t)1 << 40)) return NULL;
     char *o = malloc(3 * n + 1); /* each bad byte may become 3 bytes */
@@ -36,20 +51,11 @@ char *svc_utf8_clean(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, w = 0;
     while (i < n) {
-        unsigned c = p[i];
-        int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        int ok = len > 0 && i + (size_t)len <= n && c != 0;
-        for (int k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
-        if (ok && len > 1) {
-            uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
-            for (int k = 1; k < len; k++) cp = (cp << 6) | (p[i + k] & 0x3f);
-            ok = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
-                 (len == 4 && cp >= 0x10000 && cp <= 0x10ffff);
-        }
-        if (ok) {
-            memcpy(o + w, p + i, (size_t)len);
-            w += (size_t)len;
-            i += (size_t)len;
+        size_t len = svc_utf8_char(p + i, n - i);
+        if (len) {
+            memcpy(o + w, p + i, len);
+            w += len;
+            i += len;
         } else {
             memcpy(o + w, "\xef\xbf\xbd", 3);
             w += 3;
@@ -787,14 +793,17 @@ int svc_job_decode(const void *data, size_t len, const char *content_type, const
         return SVC_JOB_DEAD;
     }
     set_id(job, o, fallback_id);
-    int rc = SVC_JOB_OK;
+    /* `stream` first, like the id: a job refused below still gets its
+     * stream's end record when it asked for a stream (docs/SERVICE.md). */
+    int rc = get_bool(o, "stream", &job->stream, err);
     /* metadata is echoed in the error result too, unless it is what is wrong */
     cJSON *md = cJSON_DetachItemViaPointer(o, cJSON_GetObjectItemCaseSensitive(o, "metadata"));
     if (md && svc_json_has_nonfinite(md)) {
         cJSON_Delete(md);
         md = NULL;
-        rc = fail(err, SVC_JERR_INVALID_FIELD,
-                  "'metadata' holds a number that is not finite (1e999, inf, nan)");
+        if (!rc)
+            rc = fail(err, SVC_JERR_INVALID_FIELD,
+                      "'metadata' holds a number that is not finite (1e999, inf, nan)");
     }
     job->metadata = md;
     for (cJSON *c = o->child; c && !rc; c = c->next)

@@ -21,7 +21,7 @@
  * Fields (OpenAI names where they exist): id, model, prompt | messages |
  * tokens, tools (with messages), max_tokens (alias max_completion_tokens), temperature, top_p,
  * top_k, min_p, repetition_penalty, stop, seed, priority, deadline_ms,
- * ignore_eos, session_id, template, save, policy, return_confidence, metadata.
+ * ignore_eos, session_id, template, save, policy, return_confidence, stream, metadata.
  * Unknown fields are ignored (forward compatibility). docs/SERVICE.md and
  * schemas/job.schema.json are the reference.
  *
@@ -128,6 +128,7 @@ typedef struct svc_job {
     int n_stop;
     char *stop[ENG_MAX_STOPS];
     int ignore_eos;
+    int stream; /* `stream`: partial records on the stream topic (svc_stream.h) */
     int priority;
     int64_t deadline_ms; /* budget from the message timestamp, 0 = none */
     char *policy;
@@ -162,7 +163,12 @@ int svc_json_has_nonfinite(const cJSON *j);
 /* Encode a cJSON tree as msgpack into a malloc'd buffer (*out, *len). */
 int svc_msgpack_encode(const cJSON *tree, char **out, size_t *len);
 /* Copy s (n bytes) as valid UTF-8 without NUL bytes (bad bytes become
- * U+FFFD) into a malloc'd NUL-terminated string. */
+ * U+FFFD) into a malloc'd NUL-terminated string. A left-to-right scan: at
+ * each position either one character (svc_utf8_char) or one bad byte. */
 char *svc_utf8_clean(const char *s, size_t n);
+/* The bytes of the valid UTF-8 character at p (n bytes there): 1 to 4; 0
+ * when p does not begin one (a NUL, a bad lead or continuation byte, an
+ * overlong form, a surrogate, past U+10FFFF, or cut short by n). */
+size_t svc_utf8_char(const unsigned char *p, size_t n);
 
 #endif

@@ -440,6 +440,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         if (k->paused && parts->cnt) pause_list(k, parts, 1);
         k->st.assigned = svc_offsets_count_assigned(k->off);
         svc_log(SVC_LOG_INFO, "partitions_assigned", "count=%d total=%d", parts->cnt, k->st.assigned);
+        if (!k->st.joined) svc_log(SVC_LOG_INFO, "group_joined", "partitions=%d", k->st.assigned);
+        k->st.joined = 1;
+        k->st.rebalances++;
         k->st.up = 1;
         k->fetch_after = 0;
         fetch_start(k); /* their messages are held until the marks are known */
@@ -447,7 +450,13 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
     } else {
         /* Revoked: in-flight jobs of these partitions will be redelivered to
          * their new owner (marked: they are below our mark); their late
-         * completions are ignored (epoch). */
+         * completions are ignored (epoch). A plain rebalance keeps us a
+         * member (joined stays 1 while we rejoin); a lost assignment (the
+         * group evicted us: session or poll timeout) does not. */
+        if (rd_kafka_assignment_lost(rk) && k->st.joined) {
+            k->st.joined = 0;
+            svc_log(SVC_LOG_WARN, "group_left", "reason=assignment_lost partitions=%d", parts->cnt);
+        }
         commit_revoked(k, parts);
         mark(k, parts, 0);
         if (coop) {

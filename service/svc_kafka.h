@@ -71,7 +71,8 @@ typedef struct svc_kafka_cbs {
     /* A consumed job message (m->err == 0), borrowed for the call. The
      * callee must call svc_kafka_done(tok) exactly once, now or later. */
     void (*on_message)(void *ud, const rd_kafka_message_t *m, svc_ktok tok);
-    /* The group gave us an assignment (n partitions, possibly 0). */
+    /* The group gave us an assignment (n partitions, possibly 0): the
+     * consumer has joined the group (svc_kafka_stats.joined turned 1). */
     void (*on_assign)(void *ud, int n);
 } svc_kafka_cbs;
 
@@ -81,9 +82,14 @@ typedef void (*svc_kafka_dr_cb)(void *ud, rd_kafka_resp_err_t err);
 #define SVC_KAFKA_MAX_LAG_PARTS 256
 
 typedef struct svc_kafka_stats {
-    int up;       /* a broker connection is up */
-    int assigned; /* partitions assigned */
-    int paused;   /* partitions are paused */
+    int up;              /* a broker connection is up */
+    int joined;          /* a member of the group: a rebalance gave us an assignment, even an empty one
+                     (librdkafka calls the rebalance callback for every completed rebalance); 0
+                     before, and again after the assignment was lost (session timeout) until the
+                     next one. Readiness is this, not holding partitions. */
+    int assigned;        /* partitions assigned */
+    uint64_t rebalances; /* assignments received */
+    int paused;          /* partitions are paused */
     uint64_t consumed, produced, delivered, delivery_failed, stored;
     uint64_t redelivered; /* dispatched with svc_ktok.redelivered set */
     int n_lag;            /* partitions with a known consumer lag */

@@ -423,7 +423,8 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
     label(f, v->n_models ? v->models[0].name : "");
     fprintf(f, "\"} 1\n");
     one(f, "confkv_up_seconds", "gauge", "Seconds since the process started.", v->uptime_s);
-    one(f, "confkv_ready", "gauge", "1 when the model is loaded and Kafka connected.", v->ready);
+    one(f, "confkv_ready", "gauge",
+        "1 when it can take work: model loaded, Kafka reachable, group joined, not draining.", v->ready);
     one(f, "confkv_model_loaded", "gauge", "1 when the model is loaded.", v->model_loaded);
     one(f, "confkv_draining", "gauge", "1 while shutting down.", v->draining);
     head(f, "confkv_jobs_total", "counter", "Results produced, by status.");
@@ -440,6 +441,11 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         (double)m->dead_letters);
     one(f, "confkv_result_delivery_failures_total", "counter", "Results the broker did not take.",
         (double)m->results_failed);
+    one(f, "confkv_stream_records_total", "counter", "Partial-result records produced for streamed jobs.",
+        (double)m->stream_records);
+    one(f, "confkv_stream_delivery_failures_total", "counter",
+        "Partial-result records the broker did not take (the result still follows).",
+        (double)m->stream_failed);
     one(f, "confkv_jobs_inflight", "gauge", "Jobs consumed whose result is not yet delivered.", v->inflight);
     head(f, "confkv_tokens_total", "counter", "Tokens, by kind.");
     fprintf(f,
@@ -501,8 +507,12 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         hist(f, "confkv_redis_roundtrip_seconds", "Redis request to reply.", &r->rtt_s);
     }
     if (k) {
+        one(f, "confkv_kafka_group_joined", "gauge",
+            "1 while the consumer is a member of its group (with or without partitions).", k->joined);
         one(f, "confkv_kafka_partitions_assigned", "gauge", "Jobs partitions assigned to this instance.",
             k->assigned);
+        one(f, "confkv_kafka_rebalances_total", "counter", "Assignments received from the group.",
+            (double)k->rebalances);
         one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
         one(f, "confkv_kafka_offsets_stored_total", "counter", "Offset stores (completed low-water marks).",
             (double)k->stored);

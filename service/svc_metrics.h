@@ -41,6 +41,7 @@ typedef struct svc_metrics {
     svc_hist entropy, gap, pmax;          /* per-job mean confidence signals */
     svc_hist kv_retained, hot_peak_bytes; /* hot window: retained fraction, peak bytes */
     uint64_t recalls, demotions, spills;
+    uint64_t stream_records, stream_failed; /* streamed jobs' partial records: produced, not delivered */
 } svc_metrics;
 
 void svc_metrics_init(svc_metrics *m);

@@ -29,6 +29,7 @@ struct svc_models {
     size_t used_bytes; /* the plans of the models loaded so far */
     const char *names[SVC_JOB_MAX_NAMES];
     svc_et_done_cb done;
+    svc_et_stream_cb stream; /* svc_models_set_stream; NULL: none */
     svc_et_loaded_cb loaded;
     void *ud;
 };
@@ -54,6 +55,7 @@ static void move_to_large(svc_models *ms, svc_work *w, int at) {
     w->route_model = ms->s[ms->large].name;
     w->resume = at > 0 ? w->accepted : NULL;
     w->n_resume = at;
+    if (w->stream) svc_stream_restart(w->stream); /* the large model's text begins with the accepted text */
     w->status = SVC_WORK_OK;
     w->err_code = 0;
     w->err_msg[0] = 0;
@@ -61,6 +63,14 @@ static void move_to_large(svc_models *ms, svc_work *w, int at) {
             ms->s[ms->small].name, ms->s[ms->large].name, at);
     svc_et_submit(ms->s[ms->large].info.et, w);
 }
+
+/* A streamed work's delta: to the service as it is. */
+static void on_stream(void *ud, svc_work *w, const char *delta, size_t n) {
+    svc_models *ms = ((slot *)ud)->ms;
+    if (ms->stream) ms->stream(ms->ud, w, delta, n);
+}
+
+void svc_models_set_stream(svc_models *ms, svc_et_stream_cb cb) { ms->stream = cb; }
 
 /* Every work an engine thread finishes comes here first. */
 static void on_done(void *ud, svc_work *w) {
@@ -140,7 +150,7 @@ static int start_slot(svc_models *ms, int i, char *err, size_t errlen) {
         }
         sl->eo.eng.max_memory_mb = limit - used_mb;
     }
-    return svc_et_start(ms->loop, &sl->eo, on_done, on_slot_loaded, sl, &sl->info.et);
+    return svc_et_start(ms->loop, &sl->eo, on_done, on_stream, on_slot_loaded, sl, &sl->info.et);
 }
 
 static void fail_load(svc_models *ms, const char *msg) {

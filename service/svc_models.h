@@ -72,6 +72,10 @@ int svc_models_opts(const svc_config *cfg, svc_et_opts *eo, char *err, size_t er
  * loaded once. 0, or CK_E* with err. */
 int svc_models_start(uv_loop_t *loop, const svc_config *cfg, const svc_et_opts *eo, svc_et_done_cb done,
                      svc_et_loaded_cb loaded, void *ud, svc_models **out, char *err, size_t errlen);
+/* Streamed works' deltas (svc_et_stream_cb, with the ud of
+ * svc_models_start) go to cb from now on; NULL: nowhere. A work moved by the
+ * cascade keeps its stream (svc_stream_restart). */
+void svc_models_set_stream(svc_models *ms, svc_et_stream_cb cb);
 /* Stop every engine thread (svc_et_stop); free. The loop must run once more. */
 void svc_models_stop(svc_models *ms);
 

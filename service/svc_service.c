@@ -20,6 +20,7 @@
 #include "svc_models.h"
 #include "svc_redis.h"
 #include "svc_result.h"
+#include "svc_stream.h"
 #include "svc_tpl.h"
 
 #define MAX_PRODUCE_ATTEMPTS 3
@@ -38,6 +39,11 @@ typedef struct rec {
     size_t payload_len;
     const char *out_topic;
     int attempts, in_engine, is_dlq, status;
+    /* streaming (svc_stream.h): the next record's seq; the end record is
+     * out, and the result it waits for (produced once the end is delivered) */
+    int64_t stream_seq;
+    int stream_closed, pend_w, pend_code;
+    char pend_msg[256];
 } rec;
 
 typedef struct svc_service {
@@ -55,7 +61,7 @@ typedef struct svc_service {
     int flush_asked;          /* draining: the engine thread flushes cold writes */
     svc_metrics metrics;
     rec *recs;
-    int inflight, paused, loaded, assigned_once, ready_written, draining, stopping, exit_code;
+    int inflight, paused, loaded, ready_written, draining, stopping, exit_code;
     double t_start, t_drain;
     char instance[128], model_name[64];
     char bootstrap[256];
@@ -86,9 +92,24 @@ static int prewarm_pending(const svc_service *s) {
     return !ts.startup_done;
 }
 
-static int is_ready(const svc_service *s) {
-    return s->loaded && s->assigned_once && !s->draining && !prewarm_pending(s);
+/* Readiness is "can take work": the model loaded, Kafka reachable, the
+ * consumer a member of its group, not draining (and, with prewarm_wait,
+ * the start-up prewarm done). Holding partitions is not part of it: a
+ * group with more members than partitions leaves some idle, and they are
+ * ready all the same (confkv_kafka_partitions_assigned says who works).
+ * NULL when ready, else why not (/readyz's "reason"). */
+static const char *not_ready(const svc_service *s) {
+    svc_kafka_stats ks = {0};
+    if (s->kafka) svc_kafka_get_stats(s->kafka, &ks);
+    if (s->draining) return "draining";
+    if (!s->loaded) return "the model is not loaded yet";
+    if (!s->kafka || !ks.up) return "no Kafka broker is reachable";
+    if (!ks.joined) return "the consumer has not joined its group yet";
+    if (prewarm_pending(s)) return "the start-up prewarm is not done (prewarm_wait)";
+    return NULL;
 }
+
+static int is_ready(const svc_service *s) { return !not_ready(s); }
 
 static void write_ready_file(svc_service *s) {
     if (s->ready_written || !is_ready(s)) return;
@@ -251,9 +272,127 @@ static void count_result(svc_service *s, rec *r, const svc_work *w, int err_code
     m->spills += w->spills;
 }
 
-/* Build, encode and send the result of a record. */
+/* ------------------------------------------------------------------------ */
+/* streamed jobs' records (docs/SERVICE.md, Streaming) */
+
+/* A partial record's delivery: only counted (the result is what counts). */
+static void stream_dr(void *ud, rd_kafka_resp_err_t err) {
+    svc_service *s = ud;
+    if (err) s->metrics.stream_failed++;
+}
+
+/* Produce {"id", "seq", "delta", "done"[, "error"]} on the stream topic,
+ * keyed by the job id (one partition: in order), in the job's encoding.
+ * raw: n bytes of text at a UTF-8 boundary, cleaned like the result's text.
+ * error: the end record's (borrowed; NULL: null). 0, or CK_E* (counted). */
+static int stream_send(svc_service *s, rec *r, const char *raw, size_t n, int done, const cJSON *error,
+                       svc_kafka_dr_cb cb, void *ud) {
+    cJSON *o = cJSON_CreateObject();
+    char *delta = svc_utf8_clean(raw ? raw : "", raw ? n : 0), *payload = NULL;
+    size_t len = 0;
+    int rc = CK_ENOMEM;
+    if (o && delta) {
+        cJSON_AddStringToObject(o, "id", r->job.id);
+        cJSON_AddNumberToObject(o, "seq", (double)r->stream_seq);
+        cJSON_AddStringToObject(o, "delta", delta);
+        cJSON_AddBoolToObject(o, "done", done);
+        if (done) {
+            cJSON *e = error ? cJSON_Duplicate(error, 1) : cJSON_CreateNull();
+            if (e) cJSON_AddItemToObject(o, "error", e);
+        }
+        rc = svc_result_encode(o, r->job.encoding, &payload, &len);
+    }
+    cJSON_Delete(o);
+    free(delta);
+    if (!rc) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+        rd_kafka_header_add(h, "content-type", -1,
+                            r->job.encoding == SVC_ENC_MSGPACK ? "application/msgpack" : "application/json",
+                            -1);
+        rd_kafka_header_add(h, "kafka_correlationId", -1, r->corr_id[0] ? r->corr_id : r->job.id, -1);
+        rc = svc_kafka_produce(s->kafka, s->cfg->topic_stream, r->job.id, strlen(r->job.id), payload, len, h,
+                               cb, ud);
+        free(payload);
+    }
+    if (rc) {
+        s->metrics.stream_failed++;
+        char q[300];
+        svc_log(SVC_LOG_WARN, "stream_record_failed", "id=%s seq=%lld done=%d err=%s",
+                svc_log_str(q, sizeof q, r->job.id, strlen(r->job.id)), (long long)r->stream_seq, done,
+                ck_errname(rc));
+        return rc;
+    }
+    r->stream_seq++;
+    s->metrics.stream_records++;
+    return 0;
+}
+
+/* A delta the engine thread cut (svc_et_stream_cb): the work is still in
+ * the engine; only its job (read-only there too) and the record's own
+ * streaming fields are touched. */
+static void on_stream(void *ud, svc_work *w, const char *delta, size_t n) {
+    svc_service *s = ud;
+    rec *r = (rec *)w;
+    if (s->stopping || r->stream_closed) return;
+    stream_send(s, r, delta, n, 0, NULL, stream_dr, s);
+}
+
+static void send_result(rec *r, const svc_work *w, int err_code, const char *err_msg);
+
+/* The end record has been delivered (or not): now the result. */
+static void stream_end_dr(void *ud, rd_kafka_resp_err_t err) {
+    rec *r = ud;
+    svc_service *s = r->s;
+    if (err) s->metrics.stream_failed++;
+    if (s->stopping) return; /* the record is freed with the rest */
+    send_result(r, r->pend_w ? &r->w : NULL, r->pend_code, r->pend_msg[0] ? r->pend_msg : NULL);
+}
+
+/* A streamed job's end: the rest of its text (the result's, after what the
+ * deltas carried) with done=true and the result's error (null when ok).
+ * Returns 0 when the record is on its way (the result follows its delivery,
+ * so the end is on the broker before the result is); else the result goes
+ * at once. */
+static int stream_end(rec *r, const svc_work *w, int err_code, const char *err_msg) {
+    svc_service *s = r->s;
+    cJSON *t = svc_result_build(&r->job, w, err_code, err_msg, &r->origin, s->model_name, s->instance);
+    if (!t) return CK_ENOMEM;
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(t, "error");
+    int has_text = w && w->status != SVC_WORK_ERROR && w->text;
+    const char *text = has_text ? w->text : NULL;
+    size_t len = has_text ? w->text_len : 0, off = 0;
+    cJSON *diverged = NULL;
+    if (svc_stream_rest(w ? w->stream : NULL, text, len, &off)) {
+        /* cannot happen with models of one vocabulary (svc_models.h); said
+         * rather than sending text that does not add up */
+        char q[300];
+        svc_log(SVC_LOG_ERROR, "stream_diverged", "id=%s",
+                svc_log_str(q, sizeof q, r->job.id, strlen(r->job.id)));
+        diverged = cJSON_CreateObject();
+        cJSON_AddStringToObject(diverged, "code", "stream_diverged");
+        cJSON_AddStringToObject(diverged, "message",
+                                "the deltas sent do not begin the result's text: use the result's text");
+        error = diverged;
+        off = len;
+    }
+    r->pend_w = w != NULL;
+    r->pend_code = err_code;
+    snprintf(r->pend_msg, sizeof r->pend_msg, "%s", err_msg ? err_msg : "");
+    int rc = stream_send(s, r, text ? text + off : NULL, len - off, 1, cJSON_IsNull(error) ? NULL : error,
+                         stream_end_dr, r);
+    cJSON_Delete(diverged);
+    cJSON_Delete(t);
+    return rc;
+}
+
+/* Build, encode and send the result of a record (a streamed job's end
+ * record first: the result then follows its delivery). */
 static void send_result(rec *r, const svc_work *w, int err_code, const char *err_msg) {
     svc_service *s = r->s;
+    if (r->job.stream && !r->stream_closed) {
+        r->stream_closed = 1;
+        if (stream_end(r, w, err_code, err_msg) == 0) return;
+    }
     count_result(s, r, w, err_code);
     cJSON *t = svc_result_build(&r->job, w, err_code, err_msg, &r->origin, s->model_name, s->instance);
     int rc = t ? svc_result_encode(t, r->job.encoding, &r->payload, &r->payload_len) : CK_ENOMEM;
@@ -396,6 +535,10 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
         r->w.deadline_eng_ms = now + left;
     }
     r->w.job = &r->job;
+    if (r->job.stream && !(r->w.stream = svc_stream_new(s->cfg->stream_interval_ms))) {
+        send_result(r, NULL, SVC_JERR_ENGINE_ERROR, "out of memory");
+        return;
+    }
     char msg[200];
     if ((rc = svc_models_submit(s->models, &r->w, msg, sizeof msg))) {
         send_result(r, NULL, rc == CK_ENOTFOUND ? SVC_JERR_UNKNOWN_MODEL : SVC_JERR_INVALID_FIELD,
@@ -405,9 +548,10 @@ static void on_message(void *ud, const rd_kafka_message_t *m, svc_ktok tok) {
     r->in_engine = 1;
 }
 
+/* The group's assignment, with or without partitions: we are a member. */
 static void on_assign(void *ud, int n) {
     svc_service *s = ud;
-    s->assigned_once = 1;
+    (void)n;
     write_ready_file(s);
 }
 
@@ -478,7 +622,7 @@ static void view(svc_service *s, svc_metrics_view *v, eng_stats *es, svc_hist *b
         svc_redis_get_stats(s->redis, rs);
         v->redis = rs;
     }
-    v->ready = is_ready(s) && ks->up;
+    v->ready = is_ready(s);
     v->model_loaded = s->loaded;
     v->inflight = s->inflight;
     v->draining = s->draining;
@@ -621,7 +765,8 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
     } else if (!strcmp(path, "/readyz") || !strcmp(path, "/v2/health/ready")) {
         svc_kafka_stats ks = {0};
         if (s->kafka) svc_kafka_get_stats(s->kafka, &ks);
-        int ready = is_ready(s) && ks.up;
+        const char *why = not_ready(s);
+        int ready = !why;
         /* Redis down is a degradation (no cold tier), not unreadiness. */
         svc_redis_stats rs = {0};
         if (s->redis) svc_redis_get_stats(s->redis, &rs);
@@ -630,12 +775,14 @@ static void http_handler(void *ud, const svc_http_req *q, svc_http_resp *r) {
         const eng_prompt_format *ci = s->models ? svc_et_chat_info(svc_models_et(s->models, 0)) : NULL;
         char models[4096], route[512];
         if (asprintf(&b,
-                     "{\"ready\": %s, \"model_loaded\": %s, \"kafka_connected\": %s, \"draining\": %s, "
+                     "{\"ready\": %s, \"reason\": %s%s%s, \"model_loaded\": %s, \"kafka_connected\": %s, "
+                     "\"group_joined\": %s, \"partitions_assigned\": %d, \"draining\": %s, "
                      "\"redis\": \"%s\", \"prewarm\": \"%s\", \"arch\": \"%s\", \"tokenizer\": \"%s\", "
                      "\"tokenizer_pre\": \"%s\", \"chat_template\": \"%s\", \"chat_template_hash\": \"%s\", "
                      "\"models\": [%s], \"route\": %s}\n",
-                     ready ? "true" : "false", s->loaded ? "true" : "false",
-                     s->assigned_once && ks.up ? "true" : "false", s->draining ? "true" : "false",
+                     ready ? "true" : "false", why ? "\"" : "", why ? why : "null", why ? "\"" : "",
+                     s->loaded ? "true" : "false", ks.up ? "true" : "false", ks.joined ? "true" : "false",
+                     ks.assigned, s->draining ? "true" : "false",
                      !s->redis ? "off"
                      : rs.up   ? "up"
                                : "down",
@@ -825,8 +972,9 @@ int svc_service_run(svc_config *cfg) {
         goto out;
     }
     if (cfg->kafka_embedded) {
-        const char *topics[] = {cfg->topic_jobs, cfg->topic_results, cfg->topic_metrics, cfg->topic_dlq};
-        if (svc_broker_start(cfg->embedded_partitions, topics, 4, &s->broker, err, sizeof err)) goto fail;
+        const char *topics[] = {cfg->topic_jobs, cfg->topic_results, cfg->topic_metrics, cfg->topic_dlq,
+                                cfg->topic_stream};
+        if (svc_broker_start(cfg->embedded_partitions, topics, 5, &s->broker, err, sizeof err)) goto fail;
         snprintf(s->bootstrap, sizeof s->bootstrap, "%s", svc_broker_bootstraps(s->broker));
         /* The embedded broker replaces any configured one. */
         svc_kv *kv = NULL;
@@ -883,6 +1031,7 @@ int svc_service_run(svc_config *cfg) {
     }
     /* ---- */
     if (svc_models_start(&s->loop, cfg, &eo, et_done, on_loaded, s, &s->models, err, sizeof err)) goto fail;
+    svc_models_set_stream(s->models, on_stream);
     /* templates are the first model's */
     if (svc_tpl_new(s->redis, svc_models_et(s->models, 0), cfg->prewarm_top, &s->tpl)) {
         snprintf(err, sizeof err, "out of memory");

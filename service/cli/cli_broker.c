@@ -13,7 +13,8 @@
 static void help(void) {
     printf("usage: confkv broker [--partitions N] [--ready-file PATH] [--port P] [--topic T]...\n\n"
            "Runs an in-memory Kafka broker (librdkafka's mock cluster) until SIGTERM/SIGINT,\n"
-           "with confkvd's topics created (confkv.jobs, confkv.results, confkv.metrics, confkv.dlq).\n"
+           "with confkvd's topics created (confkv.jobs, confkv.results, confkv.metrics, confkv.dlq,\n"
+           "confkv.stream).\n"
            "  --partitions N    partitions per topic (default 4)\n"
            "  --ready-file P    write {\"bootstrap_servers\": \"host:port\"} there once ready\n"
            "  --port P          also accept bootstrap connections on 127.0.0.1:P (forwarded\n"
@@ -113,8 +114,9 @@ int cli_broker(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "broker", 0};
     int partitions = 4, port = -1;
     const char *ready = NULL, *t = NULL;
-    const char *topics[20] = {"confkv.jobs", "confkv.results", "confkv.metrics", "confkv.dlq"};
-    int n_topics = 4;
+    const char *topics[21] = {"confkv.jobs", "confkv.results", "confkv.metrics", "confkv.dlq",
+                              "confkv.stream"};
+    int n_topics = 5;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             help();
@@ -124,7 +126,7 @@ int cli_broker(int argc, char **argv) {
             cli_int(&a, "--port", 0, 65535, &port))
             continue;
         if (cli_str(&a, "--topic", &t)) {
-            if (n_topics == 20) {
+            if (n_topics == 21) {
                 cli_error(&a, "at most 16 --topic");
                 return 2;
             }
