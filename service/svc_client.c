@@ -14,6 +14,10 @@ struct svc_client {
     rd_kafka_t *prod, *cons;
     char *jobs_topic;
     int delivered, failed, sent;
+    rd_kafka_topic_partition_list_t *asg; /* what the consumer reads: results (and stream) partitions */
+    char *stream_topic;                   /* svc_client_stream; NULL: none */
+    svc_client_stream_cb stream_cb;
+    void *stream_ud;
 };
 
 static double now_s(void) {
@@ -55,36 +59,36 @@ static rd_kafka_t *client(svc_client *c, int consumer, const char *brokers, char
     return rk;
 }
 
-/* Assign every results partition at its current end. */
+/* Add every partition of topic, at its current end, to what the consumer
+ * reads, and assign it all. */
 static int assign_at_end(svc_client *c, const char *topic, char *err, size_t errlen) {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *t = rd_kafka_topic_new(c->cons, topic, NULL);
     rd_kafka_resp_err_t e = rd_kafka_metadata(c->cons, 0, t, &md, 10000);
     rd_kafka_topic_destroy(t);
     if (e || !md || md->topic_cnt != 1 || md->topics[0].err) {
-        snprintf(err, errlen, "results topic %s: %s", topic,
+        snprintf(err, errlen, "topic %s: %s", topic,
                  rd_kafka_err2str(e                     ? e
                                   : md && md->topic_cnt ? md->topics[0].err
                                                         : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
         if (md) rd_kafka_metadata_destroy(md);
         return CK_EIO;
     }
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(md->topics[0].partition_cnt);
+    if (!c->asg) c->asg = rd_kafka_topic_partition_list_new(md->topics[0].partition_cnt);
+    rd_kafka_topic_partition_list_t *l = c->asg;
     for (int i = 0; i < md->topics[0].partition_cnt; i++) {
         int32_t p = md->topics[0].partitions[i].id;
         int64_t lo = 0, hi = 0;
         e = rd_kafka_query_watermark_offsets(c->cons, topic, p, &lo, &hi, 10000);
         if (e) {
-            snprintf(err, errlen, "results topic %s partition %d: %s", topic, p, rd_kafka_err2str(e));
+            snprintf(err, errlen, "topic %s partition %d: %s", topic, p, rd_kafka_err2str(e));
             rd_kafka_metadata_destroy(md);
-            rd_kafka_topic_partition_list_destroy(l);
             return CK_EIO;
         }
         rd_kafka_topic_partition_list_add(l, topic, p)->offset = hi;
     }
     rd_kafka_metadata_destroy(md);
     e = rd_kafka_assign(c->cons, l);
-    rd_kafka_topic_partition_list_destroy(l);
     if (e) {
         snprintf(err, errlen, "assign: %s", rd_kafka_err2str(e));
         return CK_EIO;
@@ -110,6 +114,22 @@ int svc_client_new(const char *brokers, const char *jobs_topic, const char *resu
 fail:
     svc_client_free(c);
     return CK_EIO;
+}
+
+int svc_client_stream(svc_client *c, const char *stream_topic, svc_client_stream_cb cb, void *ud, char *err,
+                      size_t errlen) {
+    if (!c->cons) {
+        snprintf(err, errlen, "the stream is read with the results: give a results topic");
+        return CK_EINVAL;
+    }
+    free(c->stream_topic);
+    if (!(c->stream_topic = strdup(stream_topic))) {
+        snprintf(err, errlen, "out of memory");
+        return CK_ENOMEM;
+    }
+    c->stream_cb = cb;
+    c->stream_ud = ud;
+    return assign_at_end(c, stream_topic, err, errlen);
 }
 
 int svc_client_send(svc_client *c, const char *id, const char *key, const char *json, size_t len, char *err,
@@ -145,14 +165,34 @@ int svc_client_flush(svc_client *c, double timeout_s) {
 int svc_client_wait(svc_client *c, const char *const *ids, int n, double timeout_s, svc_client_result_cb cb,
                     void *ud) {
     if (!c->cons) return n;
-    char *seen = calloc((size_t)n + 1, 1);
-    if (!seen) return n;
-    int missing = n;
+    char *seen = calloc((size_t)n + 1, 1), *ended = calloc((size_t)n + 1, 1);
+    if (!seen || !ended) {
+        free(seen);
+        free(ended);
+        return n;
+    }
+    int missing = n, open = c->stream_topic ? n : 0;
     double end = now_s() + timeout_s;
-    while (missing > 0 && now_s() < end) {
+    while ((missing > 0 || open > 0) && now_s() < end) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->cons, 100);
         if (!m) continue;
-        if (!m->err && m->key) {
+        if (!m->err && m->key && c->stream_topic && !strcmp(rd_kafka_topic_name(m->rkt), c->stream_topic)) {
+            for (int i = 0; i < n; i++) {
+                if (ended[i] || strlen(ids[i]) != m->key_len || memcmp(ids[i], m->key, m->key_len)) continue;
+                int enc;
+                char e[256];
+                cJSON *t = svc_decode_tree(m->payload, m->len, NULL, &enc, e, sizeof e);
+                if (cJSON_IsObject(t)) {
+                    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "done"))) {
+                        ended[i] = 1;
+                        open--;
+                    }
+                    if (c->stream_cb) c->stream_cb(c->stream_ud, i, t);
+                }
+                cJSON_Delete(t);
+                break;
+            }
+        } else if (!m->err && m->key) {
             /* match by key (the job id); linear in n, fine for CLI batches */
             for (int i = 0; i < n; i++) {
                 if (seen[i] || strlen(ids[i]) != m->key_len || memcmp(ids[i], m->key, m->key_len)) continue;
@@ -171,7 +211,8 @@ int svc_client_wait(svc_client *c, const char *const *ids, int n, double timeout
         rd_kafka_message_destroy(m);
     }
     free(seen);
-    return missing;
+    free(ended);
+    return missing > 0 ? missing : open;
 }
 
 void svc_client_free(svc_client *c) {
@@ -184,6 +225,8 @@ void svc_client_free(svc_client *c) {
         rd_kafka_consumer_close(c->cons);
         rd_kafka_destroy(c->cons);
     }
+    if (c->asg) rd_kafka_topic_partition_list_destroy(c->asg);
+    free(c->stream_topic);
     free(c->jobs_topic);
     free(c);
 }

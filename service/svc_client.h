@@ -27,7 +27,16 @@ int svc_client_flush(svc_client *c, double timeout_s);
 /* Called once per job id with its first result: the decoded tree (borrowed)
  * and the raw bytes. */
 typedef void (*svc_client_result_cb)(void *ud, int index, const cJSON *result, const char *raw, size_t len);
-/* Collect the results of ids[0..n) until all arrived or timeout_s passed.
+/* Also read the stream topic (streamed jobs' partial records,
+ * docs/SERVICE.md), from its current end like the results: cb gets every
+ * record of a waited-for job as it arrives (decoded, borrowed), and
+ * svc_client_wait then also waits for each job's end record (done: true).
+ * Call before sending. 0, or CK_EIO with err. */
+typedef void (*svc_client_stream_cb)(void *ud, int index, const cJSON *record);
+int svc_client_stream(svc_client *c, const char *stream_topic, svc_client_stream_cb cb, void *ud, char *err,
+                      size_t errlen);
+/* Collect the results of ids[0..n) until all arrived (and, with
+ * svc_client_stream, all their streams ended) or timeout_s passed.
  * Returns how many are missing. */
 int svc_client_wait(svc_client *c, const char *const *ids, int n, double timeout_s, svc_client_result_cb cb,
                     void *ud);

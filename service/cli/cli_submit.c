@@ -1,5 +1,7 @@
 /* cli_submit.c - `confkv submit`: produce jobs (JSON lines) to confkvd's
- * jobs topic and, with --wait, print their results as JSON lines. */
+ * jobs topic and, with --wait, print their results as JSON lines; with
+ * --stream, the jobs' text as it is made (their records on the stream
+ * topic), then the results. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,8 @@
 #include "svc_client.h"
 
 static void help(void) {
-    printf("usage: confkv submit --brokers HOST:PORT [--topic T] [--file F|-] [--wait] [--timeout S]\n\n"
+    printf("usage: confkv submit --brokers HOST:PORT [--topic T] [--file F|-] [--wait|--stream] [--timeout "
+           "S]\n\n"
            "  --brokers B         Kafka bootstrap servers (confkvd's ready file has them)\n"
            "  --topic T           jobs topic (default confkv.jobs)\n"
            "  --results-topic T   results topic for --wait (default confkv.results)\n"
@@ -19,13 +22,43 @@ static void help(void) {
            "                      Kafka key: the job's session_id, else its id (one session, one partition)\n"
            "  --prompt TEXT       submit one job with this prompt instead of a file\n"
            "  --wait              print each job's result as a JSON line (in input order)\n"
+           "  --stream            set \"stream\": true on every job and print its text as it\n"
+           "                      arrives (several jobs: each partial record as a JSON line),\n"
+           "                      then the results as with --wait\n"
+           "  --stream-topic T    the stream topic (default confkv.stream)\n"
            "  --timeout S         seconds to wait for the results (default 120)\n"
            "Exit code: 0 all sent (and with --wait, all results received), 1 otherwise.\n");
 }
 
 typedef struct sub_state {
-    char **results; /* (n) raw result lines, in input order */
+    char **results;    /* (n) raw result lines, in input order */
+    int64_t *next_seq; /* (n) --stream: the seq each job's next record must have */
+    int n, bad;        /* jobs; stream records out of order */
+    const char *const *ids;
 } sub_state;
+
+/* A partial record (--stream): one job's text goes out as it is; several
+ * jobs' records as JSON lines. Records must come in seq order. */
+static void on_stream(void *ud, int i, const cJSON *r) {
+    sub_state *s = ud;
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(r, "seq");
+    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(r, "delta");
+    if (!cJSON_IsNumber(seq) || !cJSON_IsString(delta) || seq->valuedouble != (double)s->next_seq[i]) {
+        fprintf(stderr, "confkv submit: stream of %s: record %g where %lld was due\n", s->ids[i],
+                cJSON_IsNumber(seq) ? seq->valuedouble : -1.0, (long long)s->next_seq[i]);
+        s->bad++;
+    }
+    if (cJSON_IsNumber(seq)) s->next_seq[i] = (int64_t)seq->valuedouble + 1;
+    if (s->n == 1) {
+        if (cJSON_IsString(delta)) fputs(delta->valuestring, stdout);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "done"))) putchar('\n');
+    } else {
+        char *t = cJSON_PrintUnformatted(r);
+        if (t) puts(t);
+        free(t);
+    }
+    fflush(stdout);
+}
 
 static void on_result(void *ud, int i, const cJSON *r, const char *raw, size_t len) {
     sub_state *s = ud;
@@ -38,8 +71,9 @@ static void on_result(void *ud, int i, const cJSON *r, const char *raw, size_t l
 int cli_submit(int argc, char **argv) {
     cli_args a = {argc, argv, 1, "submit", 0};
     const char *brokers = NULL, *topic = "confkv.jobs", *rtopic = "confkv.results", *file = "-",
-               *prompt = NULL;
-    int wait = 0, timeout = 120;
+               *prompt = NULL, *stopic = "confkv.stream";
+    int wait = 0, stream = 0, timeout = 120;
+    sub_state st = {0};
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             help();
@@ -47,10 +81,13 @@ int cli_submit(int argc, char **argv) {
         }
         if (cli_str(&a, "--brokers", &brokers) || cli_str(&a, "--topic", &topic) ||
             cli_str(&a, "--results-topic", &rtopic) || cli_str(&a, "--file", &file) ||
-            cli_str(&a, "--prompt", &prompt) || cli_int(&a, "--timeout", 1, 86400, &timeout))
+            cli_str(&a, "--prompt", &prompt) || cli_str(&a, "--stream-topic", &stopic) ||
+            cli_int(&a, "--timeout", 1, 86400, &timeout))
             continue;
         if (cli_flag(&a, "--wait"))
             wait = 1;
+        else if (cli_flag(&a, "--stream"))
+            stream = wait = 1;
         else
             return cli_unknown(&a);
     }
@@ -65,6 +102,7 @@ int cli_submit(int argc, char **argv) {
     if (prompt) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "prompt", prompt);
+        if (stream) cJSON_AddTrueToObject(j, "stream");
         jobs = calloc(1, sizeof *jobs);
         ids = calloc(1, sizeof *ids);
         keys = calloc(1, sizeof *keys);
@@ -102,6 +140,10 @@ int cli_submit(int argc, char **argv) {
                 free(line);
                 if (f != stdin) fclose(f);
                 goto out;
+            }
+            if (stream) {
+                cJSON_DeleteItemFromObjectCaseSensitive(j, "stream");
+                cJSON_AddTrueToObject(j, "stream");
             }
             cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
             char buf[300];
@@ -148,8 +190,16 @@ int cli_submit(int argc, char **argv) {
     }
     char err[512];
     svc_client *c = NULL;
+    st.n = n;
+    st.ids = (const char *const *)ids;
     if (svc_client_new(brokers, topic, wait ? rtopic : NULL, &c, err, sizeof err)) {
         cli_error(&a, "%s", err);
+        goto out;
+    }
+    if (stream && (!(st.next_seq = calloc((size_t)n + 1, sizeof *st.next_seq)) ||
+                   svc_client_stream(c, stopic, on_stream, &st, err, sizeof err))) {
+        cli_error(&a, "%s", st.next_seq ? err : "out of memory");
+        svc_client_free(c);
         goto out;
     }
     for (int i = 0; i < n; i++)
@@ -166,21 +216,26 @@ int cli_submit(int argc, char **argv) {
     }
     fprintf(stderr, "confkv submit: %d jobs sent to %s\n", n, topic);
     if (wait) {
-        sub_state st = {calloc((size_t)n + 1, sizeof(char *))};
-        int missing = svc_client_wait(c, (const char *const *)ids, n, timeout, on_result, &st);
-        for (int i = 0; i < n; i++)
+        st.results = calloc((size_t)n + 1, sizeof(char *));
+        int missing =
+            st.results ? svc_client_wait(c, (const char *const *)ids, n, timeout, on_result, &st) : n;
+        for (int i = 0; st.results && i < n; i++)
             if (st.results[i]) {
                 puts(st.results[i]);
                 free(st.results[i]);
             }
         free(st.results);
-        if (missing) cli_error(&a, "%d of %d results did not arrive within %d s", missing, n, timeout);
-        rc = missing ? 1 : 0;
+        if (missing)
+            cli_error(&a, "%d of %d %s did not arrive within %d s", missing, n,
+                      stream ? "results or stream ends" : "results", timeout);
+        if (st.bad) cli_error(&a, "%d stream records out of order", st.bad);
+        rc = missing || st.bad ? 1 : 0;
     } else {
         rc = 0;
     }
     svc_client_free(c);
 out:
+    free(st.next_seq);
     for (int i = 0; i < n; i++) {
         free(ids[i]);
         free(jobs[i]);
