@@ -555,7 +555,7 @@ static rd_kafka_t *make_client(svc_kafka *k, const svc_config *c, int consumer, 
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "false"},
         {"auto.offset.reset", "earliest"},
-        {"statistics.interval.ms", "5000"},
+        {"statistics.interval.ms", "1000"}, /* kafka_up and the lag within a second */
         {"enable.idempotence", "true"},
         {"partitioner", "murmur2_random"},
         {"linger.ms", "2"},
