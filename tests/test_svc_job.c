@@ -659,8 +659,35 @@ static void test_result_warnings(void) {
     svc_job_free(&j);
 }
 
+/* `stream`: a boolean, read before the other fields, so a job refused for
+ * another field still says it wanted a stream (its end record is sent). */
+static void test_stream(void) {
+    svc_job j;
+    svc_job_error e;
+    const char *ok = "{\"prompt\":\"hi\",\"stream\":true}";
+    CK_CHECK(decode(ok, strlen(ok), NULL, &j, &e) == SVC_JOB_OK && j.stream == 1);
+    svc_job_free(&j);
+    const char *off = "{\"prompt\":\"hi\",\"stream\":null}";
+    CK_CHECK(decode(off, strlen(off), NULL, &j, &e) == SVC_JOB_OK && j.stream == 0);
+    svc_job_free(&j);
+    const char *bad = "{\"prompt\":\"hi\",\"stream\":\"yes\"}";
+    CK_CHECK(decode(bad, strlen(bad), NULL, &j, &e) == SVC_JOB_INVALID && j.stream == 0);
+    CK_CHECK_MSG(e.code == SVC_JERR_INVALID_FIELD && strstr(e.message, "'stream'"), "%s", e.message);
+    svc_job_free(&j);
+    const char *later = "{\"prompt\":\"hi\",\"stream\":true,\"temperature\":\"hot\",\"metadata\":[1]}";
+    CK_CHECK(decode(later, strlen(later), NULL, &j, &e) == SVC_JOB_INVALID && j.stream == 1);
+    CK_CHECK(e.code == SVC_JERR_INVALID_FIELD && cJSON_IsArray(j.metadata));
+    svc_job_free(&j);
+    /* the UTF-8 scan the stream's cuts share with svc_utf8_clean */
+    CK_CHECK(svc_utf8_char((const unsigned char *)"\xe2\x82\xac", 3) == 3);
+    CK_CHECK(svc_utf8_char((const unsigned char *)"\xe2\x82", 2) == 0);
+    CK_CHECK(svc_utf8_char((const unsigned char *)"\xed\xa0\x80", 3) == 0); /* a surrogate */
+    CK_CHECK(svc_utf8_char((const unsigned char *)"", 1) == 0);             /* NUL */
+}
+
 int main(void) {
     CK_RUN(test_json_ok);
+    CK_RUN(test_stream);
     CK_RUN(test_messages_and_fallback_id);
     CK_RUN(test_invalid);
     CK_RUN(test_undecodable);

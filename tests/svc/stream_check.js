@@ -257,6 +257,10 @@ async function main() {
   out._results_before_stream_end = resultFirst;
   out._errors = errors;
   fs.writeFileSync(outFile, JSON.stringify(out, null, 1));
+  // every record, decoded (for the schema check)
+  const all = [];
+  for (const e of seen.values()) for (const x of e.records) all.push(JSON.stringify(x.rec));
+  fs.writeFileSync(outFile + '.records.jsonl', all.join('\n') + '\n');
   await producer.disconnect();
   await consumer.disconnect();
   await admin.disconnect();
