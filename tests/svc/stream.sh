@@ -41,10 +41,12 @@ else
   echo "no Qwen2 vocabulary (ops/scripts/install-llamacpp.sh): the multi-byte jobs are left out"
 fi
 
+# a short session timeout: the mock cluster's rebalance lasts that minus 1 s
+GROUP=(--kafka.session.timeout.ms 6000 --kafka.heartbeat.interval.ms 500)
 start_broker 4
-start_confkvd s0 --brokers "$BOOT" --instance s0 --stream-interval-ms 0
+start_confkvd s0 --brokers "$BOOT" "${GROUP[@]}" --instance s0 --stream-interval-ms 0
 HTTP0=$HTTP
-start_confkvd s50 --brokers "$BOOT" --instance s50 --stream-interval-ms 50
+start_confkvd s50 --brokers "$BOOT" "${GROUP[@]}" --instance s50 --stream-interval-ms 50
 HTTP50=$HTTP
 
 python3 - "$TMP/jobs.jsonl" "${VOCAB:+qwen}" <<'PY'
