@@ -159,28 +159,15 @@ static void test_batch_equals_single(void) {
     model_free(m);
 }
 
-/* A qwen3moe model (8 experts, 2 a token): a batch's tokens grouped by
- * expert give what each alone gives, f32 and re-typed to q8_0; a re-type to
- * f32 (convert_write_gguf's expert tensors) gives the same logits. */
-static void test_moe_batch_equals_single(void) {
+/* A qwen3moe model of shape sp: a batch's tokens grouped by expert give
+ * what each alone gives, f32 and re-typed to q8_0; a re-type to f32
+ * (convert_write_gguf's expert tensors) gives the same logits. */
+static void moe_batch_equals_single(const synth_params *sp) {
     char dir[] = "/tmp/confkv-fwd-moe-XXXXXX", path[256], path2[256], err[256];
     CK_CHECK(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/moe.gguf", dir);
-    synth_params sp = {.dim = 64,
-                       .n_layers = 2,
-                       .n_heads = 4,
-                       .n_kv_heads = 2,
-                       .hidden_dim = 128,
-                       .vocab_size = 512,
-                       .ctx = 128,
-                       .type = QUANT_F32,
-                       .seed = 5,
-                       .arch = ARCH_QWEN3MOE,
-                       .n_expert = 8,
-                       .n_expert_used = 2,
-                       .expert_ffn = 64};
     model *m = NULL, *g = NULL;
-    CK_CHECK_MSG(convert_synth(&sp, path, err, sizeof err) == 0, "%s", err);
+    CK_CHECK_MSG(convert_synth(sp, path, err, sizeof err) == 0, "%s", err);
     CK_CHECK_MSG(model_load(path, NULL, &m, err, sizeof err) == 0, "%s", err);
     if (!m) return;
     batch_equals_single(m, 1e-5);
@@ -193,8 +180,9 @@ static void test_moe_batch_equals_single(void) {
         CK_CHECK_MSG(convert_write_gguf(m, types[i], path2, err, sizeof err) == 0, "%s", err);
         CK_CHECK_MSG(model_load(path2, NULL, &g, err, sizeof err) == 0, "%s", err);
         if (!g) continue;
-        CK_CHECK(g->cfg.n_expert == 8 && g->cfg.n_expert_used == 2 && g->cfg.expert_ffn == 64 &&
-                 g->layers[0].gate_exps.type == types[i] && g->layers[0].router.type == QUANT_F32);
+        CK_CHECK(g->cfg.n_expert == sp->n_expert && g->cfg.n_expert_used == sp->n_expert_used &&
+                 g->cfg.expert_ffn == sp->expert_ffn && g->layers[0].gate_exps.type == types[i] &&
+                 g->layers[0].router.type == QUANT_F32);
         if (types[i] == QUANT_F32) {
             CK_CHECK(seq_logits(g, got) == 0);
             CK_CHECK_MSG(norm_err(got, ref, (size_t)40 * V) == 0, "re-typed f32 differs");
@@ -335,6 +323,45 @@ static void test_gpt_oss_int8_window(void) {
     rmdir(dir);
 }
 
+/* 8 experts, 2 a token: small enough that every batch runs on one thread
+ * (split by token in batch_equals_single). */
+static void test_moe_batch_equals_single(void) {
+    const synth_params sp = {.dim = 64,
+                             .n_layers = 2,
+                             .n_heads = 4,
+                             .n_kv_heads = 2,
+                             .hidden_dim = 128,
+                             .vocab_size = 512,
+                             .ctx = 128,
+                             .type = QUANT_F32,
+                             .seed = 5,
+                             .arch = ARCH_QWEN3MOE,
+                             .n_expert = 8,
+                             .n_expert_used = 2,
+                             .expert_ffn = 64};
+    moe_batch_equals_single(&sp);
+}
+
+/* 16 experts, 4 a token, at a size whose batches (from 6 tokens) share the
+ * experts out on the team, f32 and q8_0 (x8 rows) alike, not split by
+ * token (cpu_layer_moe.c; backend_cpu.c's token_split). */
+static void test_moe_team_batch_equals_single(void) {
+    const synth_params sp = {.dim = 256,
+                             .n_layers = 2,
+                             .n_heads = 4,
+                             .n_kv_heads = 2,
+                             .hidden_dim = 512,
+                             .vocab_size = 512,
+                             .ctx = 128,
+                             .type = QUANT_F32,
+                             .seed = 6,
+                             .arch = ARCH_QWEN3MOE,
+                             .n_expert = 16,
+                             .n_expert_used = 4,
+                             .expert_ffn = 512};
+    moe_batch_equals_single(&sp);
+}
+
 /* Bad batches are refused, not run. */
 static void test_bad_batch(void) {
     model *m = load();
@@ -403,6 +430,7 @@ int main(void) {
     CK_RUN(test_moe_batch_equals_single);
     CK_RUN(test_gpt_oss_batch_equals_single);
     CK_RUN(test_gpt_oss_int8_window);
+    CK_RUN(test_moe_team_batch_equals_single);
     CK_RUN(test_bad_batch);
     CK_RUN(test_types_against_f32);
     return ck_test_summary();

@@ -124,7 +124,6 @@ typedef struct cpu_layer {
 } cpu_layer;
 
 struct cpu_layer_kind;
-struct cpu_glu;
 
 typedef struct cpu_backend {
     backend base;
@@ -169,19 +168,28 @@ typedef struct cpu_backend {
     float *xb;      /* (T, dim) normed input of a projection */
     float *qkv;     /* (T, qkv_dim) */
     float *att_out; /* (T, q_dim) */
-    float *h13;     /* (T, 2 * F), F the feed-forward's width: hidden_dim, or a MoE
-                       model's expert_ffn */
-    float *h;       /* (T, F) */
+    float *h13;     /* (R, 2 * F), F the feed-forward's width: hidden_dim, or a MoE
+                       model's expert_ffn; R = T, or a MoE model's n_threads x T (a
+                       T-row part for each thread: cpu_layer_moe.c) */
+    float *h;       /* (R, F) */
     /* the mixture of experts' (cpu_layer_moe.c); NULL in a dense model */
-    float *moe_p;     /* (T, n_expert) router logits, then probabilities */
-    int32_t *moe_sel; /* (T, n_expert_used) each token's experts, most probable first */
-    float *moe_wt;    /* (T, n_expert_used) their weights */
-    int32_t *moe_tok; /* (T) one expert's tokens (batch rows), from the span's first row */
-    float *moe_gw;    /* (T) their weights for that expert */
-    float *moe_xg;    /* (T, dim) their normed inputs, gathered */
-    float *moe_y;     /* (T, dim) the expert's outputs */
-    float *rope;      /* (T, head_dim) cos, sin interleaved per pair */
-    float *scores;    /* (n_threads, scores_per_thread) per thread: attention scores
+    float *moe_p;          /* (T, n_expert) router logits, then probabilities */
+    int32_t *moe_sel;      /* (T, n_expert_used) each token's experts, most probable first */
+    float *moe_wt;         /* (T, n_expert_used) their weights */
+    int32_t *moe_tok;      /* (T x n_expert_used) the span's (token, expert) pairs by expert:
+                         the tokens (batch rows), from row i0 x n_expert_used on */
+    float *moe_gw;         /* (T x n_expert_used) the pairs' weights */
+    int32_t *moe_off;      /* (n_threads, n_expert + 1) per scratch slot: expert e's pairs
+                         are [off[e], off[e + 1]) */
+    unsigned char *moe_xg; /* (n_threads x T) rows of moe_xrow bytes: an expert's tokens'
+                              inputs in its gate's form (cpu_in_rows), gathered, one
+                              T-row part per thread */
+    unsigned char *moe_hq; /* (T x n_expert_used) rows of moe_hrow bytes: each pair's
+                              SwiGLU in its down matrix's form, in moe_tok's order */
+    size_t moe_xrow, moe_hrow;
+    float *moe_y;  /* (T, dim) one expert's outputs (a batch shares it by columns) */
+    float *rope;   /* (T, head_dim) cos, sin interleaved per pair */
+    float *scores; /* (n_threads, scores_per_thread) per thread: attention scores
                          (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
     size_t scores_per_thread;
     int32_t *hot_list; /* (T, max_blocks) per sequence of the batch: its resident logical
@@ -226,9 +234,8 @@ struct cpu_mm_job {
     int row0;
     const cpu_mat *const *mats;
     int n_mats, M, accumulate;
-    float *h13;                /* the feed-forward's scratch, y its h */
-    const struct cpu_glu *glu; /* its activation when not SwiGLU (cpu_layer.h), or NULL */
-    int par, chunk, align;     /* cpu_steal_init's: the team may run fewer threads
+    float *h13;            /* the feed-forward's scratch, y its h */
+    int par, chunk, align; /* cpu_steal_init's: the team may run fewer threads
                               (OMP_THREAD_LIMIT), whose steals then take the rest */
 };
 
@@ -237,6 +244,16 @@ struct cpu_mm_job {
 int cpu_mat_units(const cpu_mat *w);
 /* Output columns [c0, c1) of units [u0, u1). */
 void cpu_unit_cols(const cpu_mat *w, int u0, int u1, int *c0, int *c1);
+/* A product's input rows in w's own form, for callers that lay them out
+ * themselves (the mixture of experts gathers each expert's tokens): f32
+ * for a packed w, else w's activation format (cpu_qact.h). Bytes of one
+ * row (w's k elements): */
+size_t cpu_in_row_bytes(const cpu_mat *w);
+/* M rows of x (w's k floats each) into dst, cpu_in_row_bytes(w) apart. */
+void cpu_in_rows(const cpu_backend *cb, const cpu_mat *w, const float *x, int M, void *dst);
+/* Units [u0, u1) of y (M, ldy) (+)= in . w^T, in: M rows as cpu_in_rows
+ * writes them. One thread; threads may share y with disjoint units. */
+void cpu_in_part(float *y, int ldy, const void *in, const cpu_mat *w, int M, int u0, int u1, int accumulate);
 /* Threads for an (M, N, K) product: one where waking the others costs more
  * than it saves. */
 int cpu_gemm_threads(int M, int N, int K, int threads);

@@ -88,6 +88,8 @@ void cpu_destroy(backend *b) {
     free(cb->moe_sel);
     free(cb->moe_wt);
     free(cb->moe_tok);
+    free(cb->moe_off);
+    free(cb->moe_hq);
     free(cb->moe_gw);
     free(cb->moe_xg);
     free(cb->moe_y);
@@ -323,6 +325,28 @@ static void act_strides(const cpu_qdot *qd, const model *m, size_t stride[ACT_N]
     }
 }
 
+/* Bytes of a product's input row in a matrix's form (cpu_in_row_bytes). */
+static size_t spec_in_row_bytes(const mat_spec *sp) {
+    return sp->q ? qact_row_bytes(sp->q->act, sp->k) : (size_t)sp->k * sizeof(float);
+}
+
+/* The mixture of experts' row sizes: an input row in the experts' gate's
+ * form, and in up's where that differs (moe_xrow), a SwiGLU row in the
+ * down's (moe_hrow); the most over the layers, 4-byte multiples. */
+static void moe_rows(const cpu_qdot *qd, const model *m, size_t *xrow, size_t *hrow) {
+    *xrow = *hrow = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (!moe_n_specs(m, l)) continue;
+        const mat_spec g = moe_spec(qd, m, l, 1), u = moe_spec(qd, m, l, 2), d = moe_spec(qd, m, l, 3);
+        const int same = g.q ? u.q && g.q->act == u.q->act : !u.q;
+        size_t x = spec_in_row_bytes(&g) + (same ? 0 : spec_in_row_bytes(&u));
+        x = (x + 3) & ~(size_t)3;
+        const size_t h = (spec_in_row_bytes(&d) + 3) & ~(size_t)3;
+        if (x > *xrow) *xrow = x;
+        if (h > *hrow) *hrow = h;
+    }
+}
+
 /* Drops the pages of [p, p + n) that lie wholly inside it from this
  * process's resident set. Only for bytes of a GGUF file's mapping (read-only,
  * MAP_PRIVATE, never written): a later read faults them back in from the
@@ -500,19 +524,25 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     size_t act = 3 * pfloats(&a, T, D);
     act = padd(&a, act, pfloats(&a, T, (size_t)qkv_dim));
     act = padd(&a, act, pfloats(&a, T, (size_t)q_dim));
-    act = padd(&a, act, pfloats(&a, T, 2 * F));
-    act = padd(&a, act, pfloats(&a, T, F));
+    const size_t R = E ? pmul(&a, (size_t)nt, T) : T; /* h13, h: a part a thread (cpu_layer_moe.c) */
+    act = padd(&a, act, pfloats(&a, R, 2 * F));
+    act = padd(&a, act, pfloats(&a, R, F));
     act = padd(&a, act, pfloats(&a, T, hd));
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
-    /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_y; moe_sel, moe_tok */
+    /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_hq, moe_y; moe_sel,
+     * moe_tok, moe_off */
     if (E) {
+        size_t xrow, hrow;
+        moe_rows(&qd, m, &xrow, &hrow);
         act = padd(&a, act, pfloats(&a, T, E));
-        act = padd(&a, act, pfloats(&a, T, K));
-        act = padd(&a, act, pfloats(&a, T, 1));
-        act = padd(&a, act, 2 * pfloats(&a, T, D));
-        act = padd(&a, act, pmul(&a, pmul(&a, T, K + 1), sizeof(int32_t)));
+        act = padd(&a, act, 2 * pfloats(&a, T, K));
+        act = padd(&a, act, pfloats(&a, R, xrow / 4));
+        act = padd(&a, act, pfloats(&a, pmul(&a, T, K), hrow / 4));
+        act = padd(&a, act, pfloats(&a, T, D));
+        act = padd(&a, act, pmul(&a, pmul(&a, T, 2 * K), sizeof(int32_t)));
+        act = padd(&a, act, pmul(&a, pmul(&a, (size_t)nt, 2 * E + 1), sizeof(int32_t)));
     }
     /* the products' quantized input rows, and the classifier's */
     size_t xs[ACT_N];
@@ -584,6 +614,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     b->kv8_block_bytes = kvq_block_bytes(&cb->shape);
     const size_t D = (size_t)c->dim, F = ffn_width(c), V = (size_t)c->vocab_size;
     const size_t T = (size_t)o->max_batch_tokens, E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
+    const size_t R = E ? (size_t)cb->n_threads * T : T; /* h13, h: a part a thread (cpu_layer_moe.c) */
     int rc = CK_ENOMEM;
 
     /* Kernels for this CPU, or the level CONFKV_CPU_KERNELS forces. */
@@ -597,6 +628,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     cb->isa = isa;
     cb->gk = gemm_kernels_for(isa);
     cpu_qdot_init(&cb->qd, isa);
+    moe_rows(&cb->qd, m, &cb->moe_xrow, &cb->moe_hrow);
 
     /* Each f32 matrix goes to f32 rows in tmp (the largest one's size), then
      * is packed into its own buffer; quantized ones stay where they are. */
@@ -696,12 +728,16 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
         !(cb->xo = alloc_floats(cb, T * D)) || !(cb->qkv = alloc_floats(cb, T * (size_t)cb->qkv_dim)) ||
         !(cb->att_out = alloc_floats(cb, T * (size_t)cb->q_dim)) ||
-        !(cb->h13 = alloc_floats(cb, T * 2 * F)) || !(cb->h = alloc_floats(cb, T * F)) ||
-        (E && (!(cb->moe_p = alloc_floats(cb, T * E)) || !(cb->moe_wt = alloc_floats(cb, T * K)) ||
-               !(cb->moe_gw = alloc_floats(cb, T)) || !(cb->moe_xg = alloc_floats(cb, T * D)) ||
-               !(cb->moe_y = alloc_floats(cb, T * D)) ||
-               !(cb->moe_sel = alloc_bytes(cb, T * K * sizeof *cb->moe_sel)) ||
-               !(cb->moe_tok = alloc_bytes(cb, T * sizeof *cb->moe_tok)))) ||
+        !(cb->h13 = alloc_floats(cb, R * 2 * F)) || !(cb->h = alloc_floats(cb, R * F)) ||
+        (E &&
+         (!(cb->moe_p = alloc_floats(cb, T * E)) || !(cb->moe_wt = alloc_floats(cb, T * K)) ||
+          !(cb->moe_gw = alloc_floats(cb, T * K)) ||
+          !(cb->moe_xg = (unsigned char *)alloc_floats(cb, R * (cb->moe_xrow / 4))) ||
+          !(cb->moe_hq = (unsigned char *)alloc_floats(cb, T * K * (cb->moe_hrow / 4))) ||
+          !(cb->moe_y = alloc_floats(cb, T * D)) ||
+          !(cb->moe_sel = alloc_bytes(cb, T * K * sizeof *cb->moe_sel)) ||
+          !(cb->moe_tok = alloc_bytes(cb, T * K * sizeof *cb->moe_tok)) ||
+          !(cb->moe_off = alloc_bytes(cb, (size_t)cb->n_threads * (2 * E + 1) * sizeof *cb->moe_off)))) ||
         !(cb->rope = alloc_floats(cb, T * (size_t)c->head_dim)) ||
         (c->attn_temp_scale != 0 && !(cb->q_scale = alloc_floats(cb, T))) ||
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))

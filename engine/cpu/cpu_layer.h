@@ -56,22 +56,17 @@ const cpu_layer_kind *cpu_layer_for(int block);
 void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
                     const cpu_mat *w3, int M, int threads);
 
-/* Another gated activation for cpu_ffn_glu: fn turns columns [n0, n1) of
- * one row's gate g and up u (F each, writable: biases may be added in
- * place) into h's, with the arguments in the struct (an expert's biases,
- * the activation's constants). Called from the product's threads, each on
- * its own columns. */
+/* An expert's gated activation when it is not the plain SwiGLU
+ * (cpu_layer_moe.c): fn turns columns [n0, n1) of one row's gate g and up
+ * u (F each, writable: biases are added in place) into h's, with the
+ * arguments in the struct (the expert's biases, the activation's
+ * constants). */
 typedef struct cpu_glu cpu_glu;
 struct cpu_glu {
     void (*fn)(const cpu_glu *glu, float *h, float *g, float *u, int n0, int n1);
     const float *gate_b, *up_b; /* (F) each, or NULL */
     float alpha, limit;
 };
-
-/* cpu_ffn_swiglu with glu's activation in the place of SwiGLU; glu NULL
- * (or its fn NULL) is cpu_ffn_swiglu. */
-void cpu_ffn_glu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
-                 const cpu_mat *w3, int M, int threads, const cpu_glu *glu);
 
 /* ------------------------------------------------------- cpu_layer_norm.c */
 

@@ -2,9 +2,9 @@
  * x += W2 . SwiGLU(W1 . norm(x), W3 . norm(x)), llama2.c's FFN. */
 #include "cpu_layer.h"
 
-/* Units [u0, u1) of h = SwiGLU, or glu's activation (see cpu_ffn_glu). */
+/* Units [u0, u1) of h = SwiGLU (see cpu_ffn_swiglu). */
 static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float *x, int row0,
-                        const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1, const cpu_glu *glu) {
+                        const cpu_mat *w1, const cpu_mat *w3, int M, int u0, int u1) {
     if (u0 >= u1) return;
     const int F = cpu_mat_n(w1);
     cpu_mat_part(cb, h13, 2 * F, x, row0, w1, M, u0, u1, 0);
@@ -12,16 +12,13 @@ static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float
     int n0, n1;
     cpu_unit_cols(w1, u0, u1, &n0, &n1);
     for (int i = 0; i < M; i++) {
-        float *g = h13 + (size_t)i * 2 * F, *u = g + F;
-        if (glu && glu->fn)
-            glu->fn(glu, h + (size_t)i * F, g, u, n0, n1);
-        else
-            cb->gk->swiglu(h + (size_t)i * F, g, u, n0, n1);
+        const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
+        cb->gk->swiglu(h + (size_t)i * F, g, u, n0, n1);
     }
 }
 
 static void swiglu_units(const cpu_mm_job *j, int u0, int u1) {
-    swiglu_part(j->cb, j->y, j->h13, j->x, j->row0, j->mats[0], j->mats[1], j->M, u0, u1, j->glu);
+    swiglu_part(j->cb, j->y, j->h13, j->x, j->row0, j->mats[0], j->mats[1], j->M, u0, u1);
 }
 
 /* h (M, F) = SwiGLU(x . w1^T, x . w3^T), h13 (M, 2F) the scratch for the gate
@@ -29,8 +26,8 @@ static void swiglu_units(const cpu_mm_job *j, int u0, int u1) {
  * its own units and applies the SwiGLU to them at once, so the SwiGLU pass
  * (a few percent of a batch-32 step on one thread) is split too, with no
  * barrier in between. */
-void cpu_ffn_glu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
-                 const cpu_mat *w3, int M, int threads, const cpu_glu *glu) {
+void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
+                    const cpu_mat *w3, int M, int threads) {
     const int nu = cpu_mat_units(w1), K = cpu_mat_k(w1);
     const cpu_mat *mats[2] = {w1, w3};
     cpu_quantize_in(cb, x, M, K, row0, mats, 2);
@@ -45,14 +42,8 @@ void cpu_ffn_glu(cpu_backend *cb, float *h, float *h13, const float *x, int row0
                     .mats = both,
                     .n_mats = 2,
                     .M = M,
-                    .h13 = h13,
-                    .glu = glu};
+                    .h13 = h13};
     cpu_mm_run(cb, &j, nu, par);
-}
-
-void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int row0, const cpu_mat *w1,
-                    const cpu_mat *w3, int M, int threads) {
-    cpu_ffn_glu(cb, h, h13, x, row0, w1, w3, M, threads, NULL);
 }
 
 static void ffn_forward(cpu_backend *cb, const cpu_span *s) {

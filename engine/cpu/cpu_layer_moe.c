@@ -14,9 +14,9 @@
  * A span's tokens are grouped by expert: every expert some token chose runs
  * one product over the rows of the tokens that chose it, so a batch reads
  * each chosen expert's weights once and a lone token only its
- * n_expert_used experts. Experts run in ascending order whatever the batch,
- * so a token's sum is added in the same order in a batch as alone: batched
- * and one-token steps agree to the products' own rounding. */
+ * n_expert_used experts. Experts are added in ascending order whatever the
+ * batch, so a token's sum is added in the same order in a batch as alone:
+ * batched and one-token steps agree to the products' own rounding. */
 #include <math.h>
 #include <string.h>
 
@@ -112,7 +112,7 @@ static void moe_glu_silu(const cpu_glu *glu, float *h, float *g, float *u, int n
     }
 }
 
-/* Expert e's activation for cpu_ffn_glu: gpt-oss's, or SwiGLU (plain, the
+/* Expert e's activation for moe_up: gpt-oss's, or SwiGLU (plain, the
  * product's own kernel, when the expert has no biases: fn NULL). */
 static cpu_glu moe_glu(const model_config *c, const cpu_moe_w *w, int e) {
     const size_t FE = (size_t)c->expert_ffn;
@@ -125,38 +125,186 @@ static cpu_glu moe_glu(const model_config *c, const cpu_moe_w *w, int e) {
     return g;
 }
 
-/* Expert e's down bias added to its n output rows y (n, D), before they
- * are weighted (llama.cpp adds it to the expert's output). */
-static void moe_down_bias(const model_config *c, const cpu_moe_w *w, int e, float *y, int n) {
-    if (!w->down_b) return;
-    const int D = c->dim;
-    const float *b = w->down_b + (size_t)e * D;
-    for (int g = 0; g < n; g++)
-        for (int d = 0; d < D; d++) y[(size_t)g * D + d] += b[d];
+/* The experts of a span (one token or a batch), in two runs of the team
+ * whatever the number of experts:
+ *  - up (moe_up_units): the chosen experts shared out whole, by work
+ *    stealing; a thread gathers an expert's tokens' inputs (each token's
+ *    put in the gate's form once, not once per expert), runs its gate and
+ *    up products and the SwiGLU in a T-row part of h13 and h of its own,
+ *    and writes the SwiGLU rows in the down product's form to moe_hq, a
+ *    row a (token, expert) pair;
+ *  - down (moe_down_units): the down matrices' rows shared out; for its
+ *    rows a thread runs every chosen expert's down product, in ascending
+ *    order, and adds the weighted outputs to the tokens' residual rows: a
+ *    token's sum in the same order as alone, no element written by two
+ *    threads.
+ * Why not each expert's products shared by rows as a dense layer's: that
+ * wakes the team twice an expert (256 times a layer in a 256-token prefill
+ * chunk of 128 experts), and a batch-1 step 16 times a layer; measured on a
+ * Qwen3-30B-A3B shape (AMD EPYC Zen 4, two threads, a loaded host),
+ * batch-1 decode went from 54-65 to 64-70 tokens/s. Every product is
+ * computed as before: the same bits. */
+typedef struct moe_job {
+    cpu_backend *cb;
+    const cpu_moe_w *w;
+    const cpu_span *s;
+    const int32_t *act; /* the experts some token chose, ascending */
+    const int32_t *off; /* their pairs (moe_off's slot) */
+    int n_act, par, chunk, align;
+} moe_job;
+
+/* The span's pairs by expert into moe_tok / moe_gw from row i0 x K on,
+ * tokens ascending in each; off (E + 1) their bounds, act the experts with
+ * any. Returns how many experts have. */
+static int moe_sort(cpu_backend *cb, const cpu_span *s, int32_t *off, int32_t *act) {
+    const int E = cb->base.m->cfg.n_expert, K = cb->base.m->cfg.n_expert_used;
+    int32_t *tok = cb->moe_tok + (size_t)s->i0 * K;
+    float *gw = cb->moe_gw + (size_t)s->i0 * K;
+    memset(off, 0, (size_t)(E + 1) * sizeof *off);
+    for (int i = s->i0; i < s->i1; i++)
+        for (int j = 0; j < K; j++) off[cb->moe_sel[(size_t)i * K + j] + 1]++;
+    int n_act = 0;
+    for (int e = 0; e < E; e++) {
+        if (off[e + 1]) act[n_act++] = e;
+        off[e + 1] += off[e];
+    }
+    /* off[e] as expert e's cursor, then shifted back */
+    for (int i = s->i0; i < s->i1; i++)
+        for (int j = 0; j < K; j++) {
+            const int32_t p = off[cb->moe_sel[(size_t)i * K + j]]++;
+            tok[p] = i;
+            gw[p] = cb->moe_wt[(size_t)i * K + j];
+        }
+    for (int e = E; e > 0; e--) off[e] = off[e - 1];
+    off[0] = 0;
+    return n_act;
 }
 
-/* The span's tokens that chose expert e, into moe_tok / moe_gw from row i0
- * on (a span's rows are its own in every buffer, so token-split parts do
- * not meet). Returns how many. */
-static int moe_group(cpu_backend *cb, int i0, int i1, int k, int e) {
-    int n = 0;
-    for (int i = i0; i < i1; i++) {
-        const int32_t *sel = cb->moe_sel + (size_t)i * k;
-        for (int j = 0; j < k; j++)
-            if (sel[j] == e) {
-                cb->moe_tok[i0 + n] = i;
-                cb->moe_gw[i0 + n] = cb->moe_wt[(size_t)i * k + j];
-                n++;
-                break;
-            }
+/* Whether products over a and b take their input rows in the same form. */
+static int moe_same_form(const cpu_mat *a, const cpu_mat *b) {
+    return a->f.p ? b->f.p != NULL : !b->f.p && a->q.t->act == b->q.t->act;
+}
+
+/* The n tokens' (batch rows tok) inputs in w's form into dst, one row
+ * after another: cb->xb's rows (f32 w) or their copies in w's activation
+ * format (cpu_quantize_in wrote them at their batch rows). Returns dst. */
+static const unsigned char *moe_gather(const cpu_backend *cb, const cpu_mat *w, const int32_t *tok, int n,
+                                       unsigned char *dst) {
+    const size_t rb = cpu_in_row_bytes(w);
+    const unsigned char *src = (const unsigned char *)cb->xb;
+    size_t stride = (size_t)cb->base.m->cfg.dim * sizeof(float);
+    if (!w->f.p) {
+        const int a = cpu_act_index(w->q.t->act);
+        src = cb->xq[a], stride = cb->xq_stride[a];
     }
-    return n;
+    for (int g = 0; g < n; g++) memcpy(dst + (size_t)g * rb, src + (size_t)tok[g] * stride, rb);
+    return dst;
+}
+
+/* Expert e's gate, up and SwiGLU over its tokens, on scratch part `part`. */
+static void moe_up(const moe_job *j, int part, int e) {
+    cpu_backend *cb = j->cb;
+    const model_config *c = &cb->base.m->cfg;
+    const int K = c->n_expert_used, FE = c->expert_ffn, T = cb->base.opt.max_batch_tokens;
+    const cpu_mat *gate = &j->w->exps[3 * e], *up = &j->w->exps[3 * e + 1], *down = &j->w->exps[3 * e + 2];
+    const int p0 = j->off[e], n = j->off[e + 1] - p0;
+    const int32_t *tok = cb->moe_tok + (size_t)j->s->i0 * K + p0;
+    unsigned char *xg = cb->moe_xg + (size_t)part * T * cb->moe_xrow;
+    const unsigned char *xu = moe_gather(cb, gate, tok, n, xg);
+    if (!moe_same_form(gate, up)) /* after the gate's rows, in up's form */
+        xu = moe_gather(cb, up, tok, n, xg + (size_t)n * cpu_in_row_bytes(gate));
+    float *h13 = cb->h13 + (size_t)part * T * 2 * FE, *h = cb->h + (size_t)part * T * FE;
+    cpu_in_part(h13, 2 * FE, xg, gate, n, 0, cpu_mat_units(gate), 0);
+    cpu_in_part(h13 + FE, 2 * FE, xu, up, n, 0, cpu_mat_units(up), 0);
+    const cpu_glu glu = moe_glu(c, j->w, e);
+    for (int g = 0; g < n; g++) {
+        float *gr = h13 + (size_t)g * 2 * FE;
+        if (glu.fn)
+            glu.fn(&glu, h + (size_t)g * FE, gr, gr + FE, 0, FE);
+        else
+            cb->gk->swiglu(h + (size_t)g * FE, gr, gr + FE, 0, FE);
+    }
+    cpu_in_rows(cb, down, h, n, cb->moe_hq + ((size_t)j->s->i0 * K + (size_t)p0) * cb->moe_hrow);
+}
+
+/* Units [u0, u1) of every chosen expert's down product, added to the
+ * residual rows of its tokens, experts in ascending order. */
+static void moe_down(const moe_job *j, int u0, int u1) {
+    cpu_backend *cb = j->cb;
+    const model_config *c = &cb->base.m->cfg;
+    const int D = c->dim, K = c->n_expert_used, i0 = j->s->i0;
+    int c0, c1;
+    cpu_unit_cols(&j->w->exps[2], u0, u1, &c0, &c1);
+    float *y = cb->moe_y + (size_t)i0 * D; /* n <= the span's tokens: its own rows */
+    for (int a = 0; a < j->n_act; a++) {
+        const int e = j->act[a], p0 = j->off[e], n = j->off[e + 1] - p0;
+        const cpu_mat *down = &j->w->exps[3 * e + 2];
+        cpu_in_part(y, D, cb->moe_hq + ((size_t)i0 * K + (size_t)p0) * cb->moe_hrow, down, n, u0, u1, 0);
+        const int32_t *tok = cb->moe_tok + (size_t)i0 * K + p0;
+        const float *gw = cb->moe_gw + (size_t)i0 * K + p0;
+        /* gpt-oss's down bias joins the expert's output before its weight */
+        const float *bias = j->w->down_b ? j->w->down_b + (size_t)e * D : NULL;
+        for (int g = 0; g < n; g++) {
+            float *xr = cb->x + (size_t)tok[g] * D;
+            const float *yr = y + (size_t)g * D;
+            if (bias)
+                for (int d = c0; d < c1; d++) xr[d] += gw[g] * (yr[d] + bias[d]);
+            else
+                for (int d = c0; d < c1; d++) xr[d] += gw[g] * yr[d];
+        }
+    }
+}
+
+static void moe_up_units(void *arg, int tid, int nth) {
+    const moe_job *j = arg;
+    int a0, a1;
+    (void)nth;
+    if (j->par <= 1) {
+        for (int a = 0; a < j->n_act; a++) moe_up(j, j->s->slot, j->act[a]);
+        return;
+    }
+    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, 1, &a0, &a1))
+        for (int a = a0; a < a1; a++) moe_up(j, tid, j->act[a]);
+}
+
+static void moe_down_units(void *arg, int tid, int nth) {
+    const moe_job *j = arg;
+    int u0, u1;
+    (void)nth;
+    if (j->par <= 1) {
+        moe_down(j, 0, cpu_mat_units(&j->w->exps[2]));
+        return;
+    }
+    while (cpu_steal_take(j->cb->steal, tid, j->par, j->chunk, j->align, &u0, &u1)) moe_down(j, u0, u1);
+}
+
+static void moe_experts(cpu_backend *cb, const cpu_span *s, const cpu_moe_w *w) {
+    const model_config *c = &cb->base.m->cfg;
+    const int D = c->dim, E = c->n_expert, K = c->n_expert_used, FE = c->expert_ffn, M = s->i1 - s->i0;
+    int32_t *off = cb->moe_off + (size_t)s->slot * (2 * E + 1), *act = off + E + 1;
+    moe_job j = {.cb = cb, .w = w, .s = s, .act = act, .off = off};
+    j.n_act = moe_sort(cb, s, off, act);
+    const cpu_mat *const gate_up[2] = {&w->exps[0], &w->exps[1]};
+    cpu_quantize_in(cb, cb->xb + (size_t)s->i0 * D, M, D, s->i0, gate_up, 2);
+    /* the team when the pairs' products pay for waking it (cpu_gemm_threads) */
+    int par = cpu_gemm_threads(M * K, 3 * FE, D, s->threads);
+    if (par > j.n_act) par = j.n_act;
+    j.par = par;
+    if (par > 1) j.chunk = cpu_steal_init(cb->steal, j.n_act, par, 1);
+    cpu_team_run(cb->team, par, moe_up_units, &j);
+    if (par > 1) {
+        const int nu = cpu_mat_units(&w->exps[2]);
+        j.align = w->exps[2].f.p ? 1 : 8; /* an x8 group of rows, a panel */
+        if (par > nu) par = j.par = nu;
+        j.chunk = cpu_steal_init(cb->steal, nu, par, j.align);
+    }
+    cpu_team_run(cb->team, par, moe_down_units, &j);
 }
 
 static void moe_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_moe_w *w = &cb->layers[s->l].moe;
-    const int D = c->dim, E = c->n_expert, K = c->n_expert_used, FE = c->expert_ffn;
+    const int D = c->dim, E = c->n_expert, K = c->n_expert_used;
     const int i0 = s->i0, M = s->i1 - s->i0;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);
@@ -165,29 +313,7 @@ static void moe_forward(cpu_backend *cb, const cpu_span *s) {
     for (int i = i0; i < s->i1; i++)
         moe_route_token(c, w, cb->moe_p + (size_t)i * E, cb->moe_sel + (size_t)i * K,
                         cb->moe_wt + (size_t)i * K);
-    float *h = cb->h + (size_t)i0 * FE, *h13 = cb->h13 + (size_t)i0 * 2 * FE, *y = cb->moe_y + (size_t)i0 * D;
-    for (int e = 0; e < E; e++) {
-        const int n = moe_group(cb, i0, s->i1, K, e);
-        if (!n) continue;
-        /* every token of the span: its rows are already in order in xb */
-        const float *in = xb;
-        if (n < M) {
-            float *xg = cb->moe_xg + (size_t)i0 * D;
-            for (int g = 0; g < n; g++)
-                memcpy(xg + (size_t)g * D, cb->xb + (size_t)cb->moe_tok[i0 + g] * D, (size_t)D * sizeof *xg);
-            in = xg;
-        }
-        const cpu_mat *down = &w->exps[3 * e + 2];
-        const cpu_glu glu = moe_glu(c, w, e);
-        cpu_ffn_glu(cb, h, h13, in, i0, &w->exps[3 * e], &w->exps[3 * e + 1], n, s->threads, &glu);
-        cpu_matmul(cb, y, D, h, i0, &down, 1, n, 0, s->threads);
-        moe_down_bias(c, w, e, y, n);
-        for (int g = 0; g < n; g++) {
-            float *xr = cb->x + (size_t)cb->moe_tok[i0 + g] * D;
-            const float *yr = y + (size_t)g * D, gw = cb->moe_gw[i0 + g];
-            for (int d = 0; d < D; d++) xr[d] += gw * yr[d];
-        }
-    }
+    moe_experts(cb, s, w);
 }
 
 const cpu_layer_kind cpu_layer_moe = {.name = "moe", .prepare = NULL, .forward = moe_forward};

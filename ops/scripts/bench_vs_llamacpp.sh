@@ -8,7 +8,10 @@
 # ALTERNATELY, RUNS times each, so drift in the machine's load falls on
 # both. Prints one JSON document: the CPU model and ISA, the kernels each
 # side used, and per cell the runs, medians and the ratio confkv /
-# llama.cpp of decode tokens/s (aggregate over the batch). At batch 1
+# llama.cpp of decode tokens/s (aggregate over the batch), and the same of
+# the prefill (B x P tokens: one llama_decode for llama.cpp, chunks of
+# `bench`'s --max-batch-tokens for confkv; --prompt 512 --batches 1 is the
+# prefill-512 comparison, its G steps then only a few). At batch 1
 # confkv also measures its roofline in the same run (read bandwidth over a
 # buffer as big as a step's reads, in rounds alternated with its decode:
 # `confkv bench --help`), and the cell reports the median fraction of it
@@ -129,14 +132,19 @@ for (f, b, t), c in cells.items():
             "confkv_tokens_per_s": ck, "llama_cpp_tokens_per_s": ll,
             "confkv_median": statistics.median(ck), "llama_cpp_median": statistics.median(ll),
             "ratio": statistics.median(ck) / statistics.median(ll),
+            "prefill_confkv_median": statistics.median(r["prefill"]["tokens_per_s"] for r in c["confkv"]),
+            "prefill_llama_cpp_median": statistics.median(b * int(prompt) / r["prefill_s"] for r in c["llama"]),
             "file_bytes": c["confkv"][0].get("file_bytes"),
-            "confkv_rss_bytes": statistics.median(r.get("rss_bytes", 0) for r in c["confkv"])}
+            "confkv_rss_bytes": statistics.median(r.get("rss_bytes", 0) for r in c["confkv"]),
+            "confkv_peak_rss_bytes": statistics.median(r.get("peak_rss_bytes", 0) for r in c["confkv"])}
+    cell["prefill_ratio"] = cell["prefill_confkv_median"] / cell["prefill_llama_cpp_median"]
     # resident memory against the file plus the KV pool bench configured
     # (its plan): the target is at most 1.15
     kv = c["confkv"][0].get("plan", {}).get("kv")
     if kv is not None and cell["file_bytes"]:
         cell["kv_pool_bytes"] = kv
         cell["rss_over_file_and_kv"] = cell["confkv_rss_bytes"] / (cell["file_bytes"] + kv)
+        cell["peak_rss_over_file_and_kv"] = cell["confkv_peak_rss_bytes"] / (cell["file_bytes"] + kv)
     fr = [r["roofline"]["bandwidth_fraction"] for r in c["confkv"] if r["roofline"]["mem_read_bytes_per_s"] > 0]
     if fr:
         cell["bandwidth_fraction_median"] = statistics.median(fr)
@@ -150,7 +158,9 @@ doc = {"cpu": cpu, "load_average_at_end": load, "cpu_flags": flags.split(), "con
        "runs": int(runs), "prompt_tokens": int(prompt), "gen_tokens": int(gen),
        "alternated": True, "results": res,
        "min_ratio": min(c["ratio"] for c in res),
-       "max_rss_over_file_and_kv": max((c.get("rss_over_file_and_kv", 0) for c in res), default=0)}
+       "min_prefill_ratio": min(c["prefill_ratio"] for c in res),
+       "max_rss_over_file_and_kv": max((c.get("rss_over_file_and_kv", 0) for c in res), default=0),
+       "max_peak_rss_over_file_and_kv": max((c.get("peak_rss_over_file_and_kv", 0) for c in res), default=0)}
 s = json.dumps(doc, indent=1)
 print(s)
 if out:
