@@ -3,7 +3,7 @@
 # file llama.cpp quantizes (label oracle): the script runs both sides on it
 # and its JSON has every field docs/BENCHMARKS.md's comparison reads (ratios, the
 # bandwidth reached at batch 1, resident memory against the file plus the
-# KV pool). A check that the tool works, not of any speed: the figures only
+# KV pool, the prefill's ratio). A check that the tool works, not of any speed: the figures only
 # have to be positive and the fractions sane.
 #
 # Usage: bench_script.sh CONFKV LLAMACPP_BENCH LLAMACPP_QUANTIZE LIBDIR
@@ -37,10 +37,13 @@ for b, c in cells.items():
     assert all(x > 0 for x in c["confkv_tokens_per_s"] + c["llama_cpp_tokens_per_s"]), c
     assert abs(c["ratio"] - c["confkv_median"] / c["llama_cpp_median"]) < 1e-9, c
     assert c["file_bytes"] > 0 and c["kv_pool_bytes"] > 0 and c["confkv_rss_bytes"] > c["file_bytes"] / 2, c
-    assert 0 < c["rss_over_file_and_kv"] < 50, c
+    assert 0 < c["rss_over_file_and_kv"] < 50 and 0 < c["peak_rss_over_file_and_kv"], c
+    assert c["prefill_confkv_median"] > 0 and c["prefill_llama_cpp_median"] > 0, c
+    assert abs(c["prefill_ratio"] - c["prefill_confkv_median"] / c["prefill_llama_cpp_median"]) < 1e-9, c
 assert "bandwidth_fraction_median" in cells[1] and 0 < cells[1]["bandwidth_fraction_median"] < 5, cells[1]
 assert "bandwidth_fraction_median" not in cells[4], "roofline measured at batch 4"
 assert doc["min_ratio"] == min(c["ratio"] for c in cells.values())
+assert doc["min_prefill_ratio"] == min(c["prefill_ratio"] for c in cells.values())
 print(json.dumps({"min_ratio": doc["min_ratio"], "max_rss_over_file_and_kv": doc["max_rss_over_file_and_kv"],
                   "bandwidth_fraction_b1": cells[1]["bandwidth_fraction_median"]}))
 PY
