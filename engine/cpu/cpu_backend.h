@@ -177,20 +177,20 @@ typedef struct cpu_backend {
     int32_t *moe_sel;      /* (T, n_expert_used) each token's experts, most probable first */
     float *moe_wt;         /* (T, n_expert_used) their weights */
     int32_t *moe_tok;      /* (T x n_expert_used) the span's (token, expert) pairs by expert:
-                         the tokens (batch rows), from row i0 x n_expert_used on */
+                              the tokens (batch rows), from row i0 x n_expert_used on */
     float *moe_gw;         /* (T x n_expert_used) the pairs' weights */
-    int32_t *moe_off;      /* (n_threads, n_expert + 1) per scratch slot: expert e's pairs
-                         are [off[e], off[e + 1]) */
+    int32_t *moe_off;      /* (n_threads, 2 n_expert + 1) per scratch slot: expert e's pairs
+                              are [off[e], off[e + 1]), then the experts with any, ascending */
     unsigned char *moe_xg; /* (n_threads x T) rows of moe_xrow bytes: an expert's tokens'
-                              inputs in its gate's form (cpu_in_rows), gathered, one
-                              T-row part per thread */
+                              inputs in its gate's form (cpu_in_rows), then in up's where
+                              that differs, gathered, one T-row part per thread */
     unsigned char *moe_hq; /* (T x n_expert_used) rows of moe_hrow bytes: each pair's
                               SwiGLU in its down matrix's form, in moe_tok's order */
+    float *moe_y;          /* (T, dim) one expert's outputs (a batch shares it by columns) */
     size_t moe_xrow, moe_hrow;
-    float *moe_y;  /* (T, dim) one expert's outputs (a batch shares it by columns) */
     float *rope;   /* (T, head_dim) cos, sin interleaved per pair */
     float *scores; /* (n_threads, scores_per_thread) per thread: attention scores
-                         (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
+                      (n_heads, max_ctx), then int8 blocks' scaled queries (q_dim) */
     size_t scores_per_thread;
     int32_t *hot_list; /* (T, max_blocks) per sequence of the batch: its resident logical
                          blocks in order, so attention skips the others without looking */
