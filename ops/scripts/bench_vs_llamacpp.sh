@@ -31,6 +31,14 @@
 #   --poll N        llama.cpp's threadpool polling level 0..100 (default: its own,
 #                   50; 0 sleeps between ops as confkv's threads do: fairer on a
 #                   host whose cores other work shares)
+#   --cells "C.."   instead of --batches/--prompt: named cells, each
+#                   decode:B (B sequences, --prompt tokens each, --gen timed
+#                   steps) or prefill:P[xB] (B sequences, default 1, of P
+#                   prompt tokens, the prefill timed, 4 decode steps);
+#                   --compute-bound is "prefill:512 prefill:4096 prefill:32x32
+#                   decode:1 decode:32 decode:64". A cell's "kind" says which
+#                   ratio is its figure: min_ratio is over decode cells,
+#                   min_prefill_ratio over prefill cells.
 #   --out FILE      also write the JSON there
 # Environment: CONFKV (default build/service/confkv), LLAMACPP_BENCH
 # (default build/tests/llamacpp/llamacpp_bench), LLAMACPP_LIBDIR (default
@@ -43,7 +51,7 @@ CONFKV=${CONFKV:-$here/build/service/confkv}
 LLAMACPP_BENCH=${LLAMACPP_BENCH:-$here/build/tests/llamacpp/llamacpp_bench}
 deps=${CONFKV_DEPS_DIR:-$HOME/.cache/confkv}
 LLAMACPP_LIBDIR=${LLAMACPP_LIBDIR:-$deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64}
-runs=5 batches="1 32" threads="1 2" prompt=32 gen=64 kernels="" variant=best out="" poll=""
+runs=5 batches="1 32" threads="1 2" prompt=32 gen=64 kernels="" variant=best out="" poll="" cells=""
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,6 +64,8 @@ while [ $# -gt 0 ]; do
     --cpu-variant) variant=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --poll) poll=$2; shift 2 ;;
+    --cells) cells=$2; shift 2 ;;
+    --compute-bound) cells="prefill:512 prefill:4096 prefill:32x32 decode:1 decode:32 decode:64"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_vs_llamacpp: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
@@ -78,22 +88,42 @@ pflag=()
 # (svc_prefer_passive_wait: passive after a 3 us spin); llama.cpp's CPU
 # backend here has its own threadpool (--poll), not OpenMP.
 
+# The cells as "kind batch prompt gen" lines: --cells, or every batch of
+# --batches at --prompt (kind "both": the decode and the prefill of one run).
+cell_list=()
+if [ -n "$cells" ]; then
+  for c in $cells; do
+    case "$c" in
+      decode:[0-9]*) cell_list+=("decode ${c#decode:} $prompt $gen") ;;
+      prefill:[0-9]*x[0-9]*) pb=${c#prefill:}; cell_list+=("prefill ${pb#*x} ${pb%x*} 4") ;;
+      prefill:[0-9]*) cell_list+=("prefill 1 ${c#prefill:} 4") ;;
+      *) echo "bench_vs_llamacpp: bad cell \"$c\" (decode:B, prefill:P or prefill:PxB)" >&2; exit 2 ;;
+    esac
+  done
+else
+  for b in $batches; do cell_list+=("both $b $prompt $gen"); done
+fi
+
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "bench_vs_llamacpp: no file $f" >&2; exit 1; }
-  for b in $batches; do
+  for cell in "${cell_list[@]}"; do
+    read -r kind b p g <<< "$cell"
     for t in $threads; do
       roof=(--no-roofline)
-      [ "$b" = 1 ] && roof=()
+      [ "$b" = 1 ] && [ "$kind" != prefill ] && roof=()
+      ctxflag=()
+      [ $((p + g + 8)) -gt 2048 ] && ctxflag=(--max-context $((p + g + 8)))
       for r in $(seq 1 "$runs"); do
-        echo "bench_vs_llamacpp: $(basename "$f") batch $b threads $t run $r/$runs" >&2
-        "$CONFKV" bench --model "$f" --batch "$b" --threads "$t" --prompt-tokens "$prompt" \
-          --gen-tokens "$gen" --json "${roof[@]}" "${kflag[@]}" 2>/dev/null |
-          sed "s|^|{\"side\":\"confkv\",\"file\":\"$f\",\"b\":$b,\"t\":$t,\"r\":|" \
+        echo "bench_vs_llamacpp: $(basename "$f") $kind batch $b prompt $p threads $t run $r/$runs" >&2
+        tag="{\"side\":\"%s\",\"file\":\"$f\",\"kind\":\"$kind\",\"b\":$b,\"p\":$p,\"g\":$g,\"t\":$t,\"r\":"
+        "$CONFKV" bench --model "$f" --batch "$b" --threads "$t" --prompt-tokens "$p" \
+          --gen-tokens "$g" --json "${roof[@]}" "${kflag[@]}" "${ctxflag[@]}" 2>/dev/null |
+          sed "s|^|$(printf "$tag" confkv)|" \
           >> "$tmp/confkv.jsonl" || { echo "bench_vs_llamacpp: confkv bench failed on $f" >&2; exit 1; }
         echo "}" >> "$tmp/confkv.jsonl"
         "$LLAMACPP_BENCH" --model "$f" --libdir "$LLAMACPP_LIBDIR" --cpu-variant "$variant" --batch "$b" \
-          --threads "$t" --prompt-tokens "$prompt" --gen-tokens "$gen" "${pflag[@]}" |
-          sed "s|^|{\"side\":\"llama\",\"file\":\"$f\",\"b\":$b,\"t\":$t,\"r\":|" \
+          --threads "$t" --prompt-tokens "$p" --gen-tokens "$g" "${pflag[@]}" |
+          sed "s|^|$(printf "$tag" llama)|" \
           >> "$tmp/llama.jsonl" || { echo "bench_vs_llamacpp: llamacpp_bench failed on $f" >&2; exit 1; }
         echo "}" >> "$tmp/llama.jsonl"
       done
@@ -117,10 +147,10 @@ def load(name):
 cells = {}
 for side in ("confkv", "llama"):
     for row in load(side + ".jsonl"):
-        key = (row["file"], row["b"], row["t"])
+        key = (row["file"], row["kind"], row["b"], row["p"], row["g"], row["t"])
         cells.setdefault(key, {"confkv": [], "llama": []})[side].append(row["r"])
 res, kernels, llama_ver = [], set(), ""
-for (f, b, t), c in cells.items():
+for (f, kind, b, p, g, t), c in cells.items():
     ck = [r["decode"]["tokens_per_s_aggregate"] for r in c["confkv"]]
     ll = [r["tokens_per_s_aggregate"] for r in c["llama"]]
     for r in c["confkv"]:
@@ -128,12 +158,13 @@ for (f, b, t), c in cells.items():
     llama_ver = c["llama"][0].get("llama_cpp", "") if c["llama"] else llama_ver
     if c["llama"] and variant == "best":  # the one llamacpp_bench chose
         variant = c["llama"][0].get("cpu_backend", variant)
-    cell = {"file": os.path.basename(f), "batch": b, "threads": t,
+    cell = {"file": os.path.basename(f), "kind": kind, "batch": b, "prompt_tokens": p, "gen_tokens": g,
+            "threads": t,
             "confkv_tokens_per_s": ck, "llama_cpp_tokens_per_s": ll,
             "confkv_median": statistics.median(ck), "llama_cpp_median": statistics.median(ll),
             "ratio": statistics.median(ck) / statistics.median(ll),
             "prefill_confkv_median": statistics.median(r["prefill"]["tokens_per_s"] for r in c["confkv"]),
-            "prefill_llama_cpp_median": statistics.median(b * int(prompt) / r["prefill_s"] for r in c["llama"]),
+            "prefill_llama_cpp_median": statistics.median(b * p / r["prefill_s"] for r in c["llama"]),
             "file_bytes": c["confkv"][0].get("file_bytes"),
             "confkv_rss_bytes": statistics.median(r.get("rss_bytes", 0) for r in c["confkv"]),
             "confkv_peak_rss_bytes": statistics.median(r.get("peak_rss_bytes", 0) for r in c["confkv"])}
@@ -157,8 +188,8 @@ doc = {"cpu": cpu, "load_average_at_end": load, "cpu_flags": flags.split(), "con
                      "poll": next((c["llama"][0].get("poll") for c in cells.values() if c["llama"]), None)},
        "runs": int(runs), "prompt_tokens": int(prompt), "gen_tokens": int(gen),
        "alternated": True, "results": res,
-       "min_ratio": min(c["ratio"] for c in res),
-       "min_prefill_ratio": min(c["prefill_ratio"] for c in res),
+       "min_ratio": min((c["ratio"] for c in res if c["kind"] != "prefill"), default=None),
+       "min_prefill_ratio": min((c["prefill_ratio"] for c in res if c["kind"] != "decode"), default=None),
        "max_rss_over_file_and_kv": max((c.get("rss_over_file_and_kv", 0) for c in res), default=0),
        "max_peak_rss_over_file_and_kv": max((c.get("peak_rss_over_file_and_kv", 0) for c in res), default=0)}
 s = json.dumps(doc, indent=1)
