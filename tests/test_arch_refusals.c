@@ -30,7 +30,6 @@ static const char *tmp(const char *name) {
     return buf[k];
 }
 
-
 /* ------------------------------------------------------------ refusals */
 
 /* A copy of the GGUF at src with key `key` set to the string `val` (or
