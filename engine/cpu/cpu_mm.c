@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_qgemm.h"
 
 static const int act_fmt[ACT_N] = {QB_Q8_0, QB_Q8_1, QB_Q8_K, QACT_Q8_0S};
 
@@ -92,11 +93,16 @@ static void mats_part(const cpu_backend *cb, float *y, int ldy, const float *x, 
 
 /* The granule of a product's work stealing: 8 rows of a quantized matrix
  * (an interleaved group of cpu_qdot.h's 8-row kernels: one split inside
- * computes the whole group twice), one panel of an f32 one. */
-static int steal_align(const cpu_mat *const *mats, int n_mats) {
+ * computes the whole group twice), 16 where M rows take cpu_qgemm.h's
+ * tiles of two groups, one panel of an f32 one. */
+static int steal_align(const cpu_mat *const *mats, int n_mats, int M) {
+    int align = 1;
     for (int i = 0; i < n_mats; i++)
-        if (!mats[i]->f.p) return 8;
-    return 1;
+        if (!mats[i]->f.p) {
+            const int tile = mats[i]->q.x8 && mats[i]->q.t->gemm && M >= CPU_QGEMM_MIN_M;
+            if ((tile ? 16 : 8) > align) align = tile ? 16 : 8;
+        }
+    return align;
 }
 
 static void mm_units(void *arg, int tid, int n) {
@@ -111,7 +117,7 @@ void cpu_mm_run(cpu_backend *cb, cpu_mm_job *j, int nu, int par) {
         j->units(j, 0, nu);
         return;
     }
-    j->align = steal_align(j->mats, j->n_mats);
+    j->align = steal_align(j->mats, j->n_mats, j->M);
     j->chunk = cpu_steal_init(cb->steal, nu, par, j->align);
     j->par = par;
     cpu_team_run(cb->team, par, mm_units, j);

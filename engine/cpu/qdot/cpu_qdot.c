@@ -7,6 +7,7 @@
 #include "cpu_features.h"
 #include "cpu_qact.h"
 #include "cpu_qdot_more.h"
+#include "cpu_qgemm.h"
 #include "quant.h"
 
 /* ------------------------------------------------ the generic fallback */
@@ -74,6 +75,7 @@ typedef struct qdot_row {
     int dot2_min_m; /* see cpu_qtype */
     cpu_vdot8_fn dot8[CPU_ISA_COUNT];
     int x8_bytes; /* see cpu_qtype */
+    cpu_qgemm_fn gemm[CPU_ISA_COUNT];
 } qdot_row;
 
 #if defined(CK_QDOT_MORE_AVX2)
@@ -96,7 +98,9 @@ typedef struct qdot_row {
     {                                                                                                     \
         QB_##T, ACT, BLK, (int)sizeof(S), generic_##T,                                                    \
             {cpu_vdot_##t##_c, X86(MORE2(cpu_vdot_##t##_avx2)), X86(MORE5(cpu_vdot_##t##_avx512)), NULL}, \
-            {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0, {NULL, NULL, NULL, NULL}, 0            \
+            {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}, 0, {NULL, NULL, NULL, NULL}, 0, {         \
+            NULL, NULL, NULL, NULL                                                                        \
+        }                                                                                                 \
     }
 
 /* dot2_min_m, measured on an AVX2 EPYC (one thread, alternated, against
@@ -110,8 +114,11 @@ typedef struct qdot_row {
  * and run 0.94x, so it has none. */
 #define CK_DOT2_MIN_M 8
 static const qdot_row rows[] = {
+    /* Q8_0 takes q8_0s activations for its tiles (cpu_qgemm.h), whose
+     * block sums take off the +128 that makes its bytes unsigned; the
+     * other kernels read the rows' q8_0 blocks as they are. */
     {QB_Q8_0,
-     QB_Q8_0,
+     QACT_Q8_0S,
      QBLOCK_32,
      (int)sizeof(qblock_q8_0),
      generic_Q8_0,
@@ -120,7 +127,8 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdot2_q8_0_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
      {cpu_vdot8_q8_0_c, X86(cpu_vdot8_q8_0_avx2), X86(cpu_vdot8_q8_0_avx512), X86(cpu_vdot8_q8_0_vnni)},
-     (int)sizeof(qblock_q8_0x8)},
+     (int)sizeof(qblock_q8_0x8),
+     {NULL, NULL, NULL, X86(cpu_qgemm16_q8_0_vnni)}},
     /* Q8_0, Q4_0, Q4_K and Q6_K run repacked (dot8) at every level, so the layout
      * and the memory plan do not depend on the ISA. Q4_0's q8_0s activations
      * are q8_0 rows to dot / dotn / dot2, which the n % 8 last rows of a
@@ -135,7 +143,8 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdot2_q4_0_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
      {cpu_vdot8_q4_0_c, X86(cpu_vdot8_q4_0_avx2), X86(cpu_vdot8_q4_0_avx512), X86(cpu_vdot8_q4_0_vnni)},
-     (int)sizeof(qblock_q4_0x8)},
+     (int)sizeof(qblock_q4_0x8),
+     {NULL, NULL, X86(cpu_qgemm16_q4_0_avx512), X86(cpu_qgemm16_q4_0_vnni)}},
     {QB_Q4_K,
      QB_Q8_K,
      QBLOCK_K,
@@ -146,7 +155,8 @@ static const qdot_row rows[] = {
      {NULL, X86(cpu_vdot2_q4_K_avx2), NULL, NULL},
      CK_DOT2_MIN_M,
      {cpu_vdot8_q4_K_c, X86(cpu_vdot8_q4_K_avx2), X86(cpu_vdot8_q4_K_avx512), X86(cpu_vdot8_q4_K_vnni)},
-     (int)sizeof(qblock_q4_Kx8)},
+     (int)sizeof(qblock_q4_Kx8),
+     {NULL, NULL, NULL, NULL}},
     {QB_Q6_K,
      QB_Q8_K,
      QBLOCK_K,
@@ -157,7 +167,8 @@ static const qdot_row rows[] = {
      {NULL, NULL, NULL, NULL},
      0,
      {cpu_vdot8_q6_K_c, X86(cpu_vdot8_q6_K_avx2), X86(cpu_vdot8_q6_K_avx512), X86(cpu_vdot8_q6_K_vnni)},
-     (int)sizeof(qblock_q6_Kx8)},
+     (int)sizeof(qblock_q6_Kx8),
+     {NULL, NULL, NULL, NULL}},
     ROW_MORE(Q4_1, q4_1, QB_Q8_1, QBLOCK_32, qblock_q4_1),
     ROW_MORE(Q5_0, q5_0, QB_Q8_0, QBLOCK_32, qblock_q5_0),
     ROW_MORE(Q5_1, q5_1, QB_Q8_1, QBLOCK_32, qblock_q5_1),
@@ -199,6 +210,11 @@ void cpu_qdot_init(cpu_qdot *q, int isa) {
                 t->x8_impl = cpu_isa_name(l);
             }
         t->x8_bytes = t->dot8 ? e->x8_bytes : 0;
+        /* the tiles of this level only: they must give dot8's bits (cpu_qgemm.h) */
+        if (t->dot8 && e->gemm[isa] && e->dot8[isa]) {
+            t->gemm = e->gemm[isa];
+            t->gemm_impl = cpu_isa_name(isa);
+        }
     }
 }
 
@@ -339,7 +355,10 @@ void cpu_qdot_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_
     int r = r0;
     if (w->x8 && t->dot8) {
         const int g8 = w->n / 8 * 8;
-        if (r < g8) rows_x8(y, ldy, a, a_stride, w, M, r, r1 < g8 ? r1 : g8, accumulate);
+        if (r < g8 && t->gemm && M >= CPU_QGEMM_MIN_M)
+            cpu_qgemm_rows(y, ldy, a, a_stride, w, M, r, r1 < g8 ? r1 : g8, accumulate);
+        else if (r < g8)
+            rows_x8(y, ldy, a, a_stride, w, M, r, r1 < g8 ? r1 : g8, accumulate);
         if (r1 <= g8) return;
         /* the n % 8 last rows, in the file's layout after the groups */
         const cpu_qmat tail = {

@@ -60,22 +60,29 @@ typedef void (*cpu_vdot2_fn)(int n, int ncols, float *s, const void *w, size_t w
  * One row a 32-bit lane: a block's integer sums, their conversion and
  * their scaling are one instruction each for the 8 rows, not one a row. */
 typedef void (*cpu_vdot8_fn)(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+/* A 16-row tile of two x8 groups (w0, w1) against ncols activation rows
+ * (cpu_qgemm.h): s[16 c + r]. */
+typedef void (*cpu_qgemm_fn)(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                             size_t a_stride);
 
 /* One weight type as the table knows it. */
 typedef struct cpu_qtype {
-    int type;            /* QB_* of the weights */
-    int act;             /* QB_Q8_0, QB_Q8_1 or QB_Q8_K: the activations' format */
-    int block;           /* elements a block (32 or QBLOCK_K) */
-    int block_bytes;     /* bytes a block */
-    cpu_vdot_fn dot;     /* the kernel for the chosen ISA */
-    cpu_vdotn_fn dotn;   /* the multi-row one; NULL: dot a row at a time */
-    cpu_vdot2_fn dot2;   /* two weight rows x columns; NULL: dotn / dot per row */
-    int dot2_min_m;      /* fewest activation rows at which dot2 beats dot / dotn */
-    cpu_vdot8_fn dot8;   /* 8 interleaved rows; non-NULL: matrices of this type are
+    int type;              /* QB_* of the weights */
+    int act;               /* QB_Q8_0, QB_Q8_1 or QB_Q8_K: the activations' format */
+    int block;             /* elements a block (32 or QBLOCK_K) */
+    int block_bytes;       /* bytes a block */
+    cpu_vdot_fn dot;       /* the kernel for the chosen ISA */
+    cpu_vdotn_fn dotn;     /* the multi-row one; NULL: dot a row at a time */
+    cpu_vdot2_fn dot2;     /* two weight rows x columns; NULL: dotn / dot per row */
+    int dot2_min_m;        /* fewest activation rows at which dot2 beats dot / dotn */
+    cpu_vdot8_fn dot8;     /* 8 interleaved rows; non-NULL: matrices of this type are
                             repacked at load (cpu_qdot_repack8) and run on it */
-    int x8_bytes;        /* bytes of one x8 block (8 rows x block elements; qblock.h) */
-    const char *impl;    /* which: "avx2", "c", "generic" (dequantize + f32) ... */
-    const char *x8_impl; /* dot8's ISA ("vnni", "avx512", "avx2", "c"); NULL without dot8 */
+    int x8_bytes;          /* bytes of one x8 block (8 rows x block elements; qblock.h) */
+    cpu_qgemm_fn gemm;     /* x8 tiles for CPU_QGEMM_MIN_M activation rows and more
+                            (cpu_qgemm.h); NULL: dot8 at every M */
+    const char *impl;      /* which: "avx2", "c", "generic" (dequantize + f32) ... */
+    const char *x8_impl;   /* dot8's ISA ("vnni", "avx512", "avx2", "c"); NULL without dot8 */
+    const char *gemm_impl; /* gemm's ISA; NULL without gemm */
 } cpu_qtype;
 
 #define CPU_QDOT_MAX_TYPES 16
@@ -127,7 +134,9 @@ int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int 
  * walked in order, eight at a time in an x8 matrix, else two at a time
  * where the type has a dot2 kernel (from dot2_min_m columns on), each
  * read from memory once for all M activation rows (which stay in the
- * caches). Threads may share y with disjoint row ranges. */
+ * caches); from CPU_QGEMM_MIN_M rows on, an x8 matrix whose type has
+ * tiles goes to cpu_qgemm_rows. Threads may share y with disjoint row
+ * ranges. */
 void cpu_qdot_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
                    int r1, int accumulate);
 

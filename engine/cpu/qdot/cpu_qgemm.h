@@ -1,0 +1,63 @@
+/* cpu_qgemm.h - the products of x8 matrices (cpu_qdot.h) with many
+ * activation rows at once: prefill chunks and large batches.
+ *
+ * The x8 kernels (cpu_vdot8_*) take 8 weight rows against at most
+ * CPU_QDOT_NCOLS activation rows, and at 512 bits each activation row's
+ * 4-byte groups must be shuffled (one vpermd a pair) to meet the 8 rows'
+ * lanes. With many activation rows the work is the other way round: a
+ * register tile of 16 weight rows (two x8 groups side by side, one 32-bit
+ * lane each) against CPU_QGEMM_NC activation rows, each activation group of
+ * 4 bytes broadcast from memory straight into the multiply (vpdpbusd's
+ * {1to16}), and the weight vectors (loaded, unpacked) shared by all the
+ * columns. No second copy of the weights: the tiles read the x8 groups as
+ * cpu_qdot_repack8 wrote them; the activations are the rows cpu_qact.h
+ * wrote once a product (q8_0s: their block sums take off the weights'
+ * offsets, -8 for Q4_0's nibbles and -128 for Q8_0's bytes made unsigned).
+ *
+ *   void cpu_qgemm16_<type>_<isa>(int n, int ncols, float *s, const void *w0,
+ *                                 const void *w1, const void *a, size_t a_stride);
+ *     s[16 c + r] = dot(row r of the group at w0 (r < 8) or row r - 8 of
+ *     the group at w1, activation row a + c * a_stride bytes), c < ncols
+ *     (1..CPU_QGEMM_NC); w1 may equal w0.
+ *
+ * Every integer sum is exact and the float work after it is the x8
+ * kernels', in their order: a tile's results equal cpu_vdot8_* of the same
+ * level bit for bit (tests/test_cpu_qgemm.c), so a model's outputs do not
+ * depend on which of the two ran. Q4_0 at AVX-512 and VNNI, Q8_0 at VNNI
+ * (without VNNI its unsigned bytes would saturate maddubs's int16 pairs);
+ * the AVX2 x8 kernels already are this tile at 256 bits (8 rows, 4
+ * columns, broadcast activations) and serve as they are.
+ *
+ * Thread safety: pure functions of their arguments; nothing allocated. */
+#ifndef CK_CPU_QGEMM_H
+#define CK_CPU_QGEMM_H
+
+#include <stddef.h>
+
+#include "cpu_qdot.h"
+
+/* Activation rows of a tile: 8 float and 8 int32 accumulators, 16 of the 32
+ * 512-bit registers. */
+#define CPU_QGEMM_NC 8
+
+/* Fewest activation rows at which cpu_qdot_rows takes the tiles: below it
+ * the x8 kernels' 4 columns a pass serve (decode, small batches). */
+#define CPU_QGEMM_MIN_M 16
+
+/* Rows [r0, r1) of w's x8 part (r1 <= w->n / 8 * 8; w->t->gemm non-NULL)
+ * against M activation rows, as cpu_qdot_rows: y[m * ldy + r] (+)= dot. The
+ * weights a block of groups at a time (about an L2's share), every
+ * CPU_QGEMM_NC activation rows swept over the block's tiles, so that the
+ * block stays in L2 and the activation panel in L1. A range that starts or
+ * ends inside a group computes the whole group and stores only its rows. */
+void cpu_qgemm_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
+                    int r1, int accumulate);
+
+void cpu_qgemm16_q4_0_avx512(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                             size_t a_stride);
+void cpu_qgemm16_q4_0_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                           size_t a_stride);
+void cpu_qgemm16_q8_0_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                           size_t a_stride);
+
+#endif
