@@ -41,21 +41,61 @@ static uint64_t rng_next(rng *r) {
 
 static float rng_f(rng *r) { return (float)((double)(rng_next(r) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 
-/* Random blocks of Q4_0 or Q8_0 (the same shape: an f16 scale, then qs). */
+static uint16_t small_f16(rng *r, float lo, float hi) {
+    return quant_f32_to_f16(lo + (hi - lo) * (float)(rng_next(r) % 1000) / 1000.0f);
+}
+
+/* Random blocks of a type (random bytes, then small f16 scales), or with
+ * extreme: every quant at its type's extreme by row (Q4_0 nibbles 15 or
+ * 0, Q8_0 127 or -128, Q4_K nibbles and 6-bit scales and mins 63, Q6_K
+ * quants 63 or 0 and scales 127 or -128). */
 static void random_row(rng *r, int type, unsigned char *w, int n, int extreme, int row) {
-    const size_t bb = type == QB_Q4_0 ? sizeof(qblock_q4_0) : sizeof(qblock_q8_0);
-    for (int i = 0; i < n / QBLOCK_32; i++) {
+    const int kq = type == QB_Q4_K || type == QB_Q6_K;
+    const size_t bb = type == QB_Q4_0   ? sizeof(qblock_q4_0)
+                      : type == QB_Q8_0 ? sizeof(qblock_q8_0)
+                      : type == QB_Q4_K ? sizeof(qblock_q4_K)
+                                        : sizeof(qblock_q6_K);
+    for (int i = 0; i < n / (kq ? QBLOCK_K : QBLOCK_32); i++) {
         unsigned char *b = w + (size_t)i * bb;
-        for (size_t k = 2; k < bb; k++)
-            b[k] = extreme ? (type == QB_Q4_0 ? (row % 2 ? 0xff : 0) : (row % 2 ? 0x7f : 0x80))
-                           : (unsigned char)rng_next(r);
-        const uint16_t d = quant_f32_to_f16(1e-3f + 2e-2f * (float)(rng_next(r) % 1000) / 1000.0f);
-        memcpy(b, &d, 2);
+        for (size_t k = 0; k < bb; k++) b[k] = (unsigned char)rng_next(r);
+        if (type == QB_Q6_K) {
+            qblock_q6_K *q = (qblock_q6_K *)b;
+            if (extreme) {
+                memset(q->ql, row % 2 ? 0xff : 0, sizeof q->ql);
+                memset(q->qh, row % 2 ? 0xff : 0, sizeof q->qh);
+                memset(q->scales, row % 4 < 2 ? 0x7f : 0x80, sizeof q->scales);
+            }
+            q->d = small_f16(r, 1e-4f, 2e-3f);
+        } else if (type == QB_Q4_K) {
+            qblock_q4_K *q = (qblock_q4_K *)b;
+            if (extreme) {
+                memset(q->qs, row % 2 ? 0xff : 0, sizeof q->qs);
+                memset(q->scales, 0xff, sizeof q->scales);
+            }
+            q->d = small_f16(r, 1e-4f, 2e-3f);
+            q->dmin = small_f16(r, 1e-4f, 2e-3f);
+        } else {
+            if (extreme)
+                memset(b + 2, type == QB_Q4_0 ? (row % 2 ? 0xff : 0) : (row % 2 ? 0x7f : 0x80), bb - 2);
+            const uint16_t d = small_f16(r, 1e-3f, 2.1e-2f);
+            memcpy(b, &d, 2);
+        }
     }
 }
 
-/* The f32 reference of one weight row with one q8_0(s) row. */
-static void ref_dot(int type, const void *w, const qblock_q8_0 *a, int n, float *xw, double *dot, double *mag) {
+/* Activation element e of a q8_0(s) or q8_K row, as a double. */
+static double act_at(int act, const void *a, int e) {
+    if (act == QB_Q8_K) {
+        const qblock_q8_K *y = (const qblock_q8_K *)a + e / QBLOCK_K;
+        return (double)y->d * y->qs[e % QBLOCK_K];
+    }
+    const qblock_q8_0 *y = (const qblock_q8_0 *)a + e / QBLOCK_32;
+    return (double)quant_f16_to_f32(y->d) * y->qs[e % QBLOCK_32];
+}
+
+/* The f32 reference of one weight row with one activation row. */
+static void ref_dot(int type, int act, const void *w, const void *a, int n, float *xw, double *dot,
+                    double *mag) {
     double d = 0, m = 0;
     if (quant_to_f32(type, w, xw, (uint64_t)n)) {
         *dot = NAN;
@@ -63,7 +103,7 @@ static void ref_dot(int type, const void *w, const qblock_q8_0 *a, int n, float 
         return;
     }
     for (int e = 0; e < n; e++) {
-        const double v = (double)quant_f16_to_f32(a[e / 32].d) * a[e / 32].qs[e % 32];
+        const double v = act_at(act, a, e);
         d += (double)xw[e] * v;
         m += fabs((double)xw[e] * v);
     }
@@ -112,7 +152,8 @@ static void check_driver(const qcase *q) {
             for (int i = 0; i < R * M; i++) q->y[i] = q->one[i] = 1.0f;
             cpu_qdot_rows(q->y, R, q->a, q->ab, &qm, M, r0, r1, acc);
             for (int m = 0; m < M; m++) /* below CPU_QGEMM_MIN_M: the x8 kernels */
-                cpu_qdot_rows(q->one + (size_t)m * R, R, q->a + (size_t)m * q->ab, q->ab, &qm, 1, r0, r1, acc);
+                cpu_qdot_rows(q->one + (size_t)m * R, R, q->a + (size_t)m * q->ab, q->ab, &qm, 1, r0, r1,
+                              acc);
             for (int m = 0; m < M; m++)
                 for (int row = 0; row < R; row++) {
                     const int in = row >= r0 && row < r1, i = m * R + row;
@@ -159,7 +200,7 @@ static void run_case(const cpu_qtype *t, int n, int rows, int M, int extreme, rn
     for (int row = 0; row < rows; row++)
         for (int m = 0; m < M; m++) {
             double d, mg;
-            ref_dot(t->type, q.w + row * q.rb, (const qblock_q8_0 *)(q.a + (size_t)m * q.ab), n, x, &d, &mg);
+            ref_dot(t->type, t->act, q.w + row * q.rb, q.a + (size_t)m * q.ab, n, x, &d, &mg);
             q.want[row * M + m] = (float)d;
             q.mag[row * M + m] = mg;
         }
@@ -179,14 +220,15 @@ static void test_tiles_every_isa(void) {
         cpu_qdot qd;
         cpu_qdot_init(&qd, isa);
         rng r = {0x9E3779B97F4A7C15ULL + (uint64_t)isa};
-        static const int types[] = {QB_Q4_0, QB_Q8_0};
-        for (int ty = 0; ty < 2; ty++) {
+        static const int types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+        for (int ty = 0; ty < 4; ty++) {
             const cpu_qtype *t = cpu_qdot_type(&qd, types[ty]);
             CK_CHECK(t && t->dot8);
             if (!t->gemm) continue;
             ran++;
-            static const int ns[] = {32, 96, 768};
+            static const int ns[] = {32, 96, 256, 768};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                if (ns[k] % t->block) continue;
                 run_case(t, ns[k], 43, 21, 0, &r); /* 5 groups (one alone) and 3 tail rows */
                 run_case(t, ns[k], 40, 16, 1, &r);
             }
@@ -210,7 +252,11 @@ static void test_table(void) {
         CK_CHECK(!q4->gemm && !q8->gemm);
 #endif
         CK_CHECK(q8->act == QACT_Q8_0S && q4->act == QACT_Q8_0S);
-        CK_CHECK(!cpu_qdot_type(&qd, QB_Q4_K)->gemm && !cpu_qdot_type(&qd, QB_Q6_K)->gemm);
+#if defined(__x86_64__)
+        CK_CHECK(!cpu_qdot_type(&qd, QB_Q4_K)->gemm == (isa < CPU_ISA_AVX512));
+        CK_CHECK(!cpu_qdot_type(&qd, QB_Q6_K)->gemm == (isa < CPU_ISA_AVX512));
+#endif
+        CK_CHECK(!cpu_qdot_type(&qd, QB_Q5_K)->gemm && !cpu_qdot_type(&qd, QB_MXFP4)->gemm);
     }
 }
 

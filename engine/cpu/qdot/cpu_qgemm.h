@@ -23,10 +23,17 @@
  * Every integer sum is exact and the float work after it is the x8
  * kernels', in their order: a tile's results equal cpu_vdot8_* of the same
  * level bit for bit (tests/test_cpu_qgemm.c), so a model's outputs do not
- * depend on which of the two ran. Q4_0 at AVX-512 and VNNI, Q8_0 at VNNI
- * (without VNNI its unsigned bytes would saturate maddubs's int16 pairs);
- * the AVX2 x8 kernels already are this tile at 256 bits (8 rows, 4
- * columns, broadcast activations) and serve as they are.
+ * depend on which of the two ran. Q4_0, Q4_K and Q6_K at AVX-512 and
+ * VNNI, Q8_0 at VNNI only (without VNNI its unsigned bytes would saturate
+ * maddubs's int16 pairs); the AVX2 x8 kernels already are this tile at 256
+ * bits (8 rows, 4 columns, broadcast activations) and serve as they are.
+ *
+ * Measured (one thread of an AMD EPYC Zen 4, 2026-12-03, best of 12
+ * alternated runs, a 768 x 768 matrix in L2, 512 activation rows), tiles
+ * against the x8 kernels: Q4_0 161 / 88 GMAC/s, Q8_0 160 / 75, Q4_K 127 /
+ * 105 (at K 2048: 163 / 106), Q6_K 127 / 83. With 16384 x 2048 weights
+ * streaming from memory they lose below 8 rows (0.6-0.9x at 1 and 4), are
+ * even at 8 and win from 16 (1.13-1.52x): CPU_QGEMM_MIN_M.
  *
  * Thread safety: pure functions of their arguments; nothing allocated. */
 #ifndef CK_CPU_QGEMM_H
@@ -56,6 +63,14 @@ void cpu_qgemm_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu
 void cpu_qgemm16_q4_0_avx512(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
                              size_t a_stride);
 void cpu_qgemm16_q4_0_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                           size_t a_stride);
+void cpu_qgemm16_q4_K_avx512(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                             size_t a_stride);
+void cpu_qgemm16_q4_K_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                           size_t a_stride);
+void cpu_qgemm16_q6_K_avx512(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
+                             size_t a_stride);
+void cpu_qgemm16_q6_K_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
                            size_t a_stride);
 void cpu_qgemm16_q8_0_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
                            size_t a_stride);
