@@ -118,6 +118,18 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
  * numerator of `confkv bench`'s bandwidth roofline. */
 uint64_t be_cpu_step_bytes(const model *m);
 
+/* The int8 roofline of a prefill on this CPU at ISA level isa (the caller
+ * checked that the CPU runs it): *macs_per_token = the multiply-adds of one
+ * token's dense layer products whose weight type has register tiles
+ * (cpu_qgemm.h: Q4_0, Q4_K, Q6_K from AVX-512, Q8_0 with VNNI; not the
+ * classifier, not the experts); *macs_per_s = what `threads` threads run
+ * in the tiles of the type that holds most of those, on operands in L1,
+ * for about `seconds`. Both 0 when no matrix has tiles (an f32 model, a
+ * CPU below AVX-512). The denominator of `confkv bench`'s compute_fraction.
+ * Returns 0. */
+int be_cpu_int8_peak(const model *m, int isa, int threads, double seconds, double *macs_per_s,
+                     double *macs_per_token);
+
 /* A line naming the kernels a CPU backend runs, e.g. "avx2 (f32 avx2,
  * attention general, q4_K avx2+rows, q6_K avx2+rows)", into buf; another
  * backend's name otherwise. Returns snprintf's count. */

@@ -31,6 +31,7 @@
 #include "ck_err.h"
 #include "cpu_features.h"
 #include "cpu_layer.h"
+#include "cpu_qgemm.h"
 #include "quant.h"
 
 void cpu_destroy(backend *b) {
@@ -781,6 +782,35 @@ fail:
 }
 
 /* ------------------------------------------------------------ reporting */
+
+int be_cpu_int8_peak(const model *m, int isa, int threads, double seconds, double *macs_per_s,
+                     double *macs_per_token) {
+    cpu_qdot qd;
+    cpu_qdot_init(&qd, isa);
+    double per_type[CPU_QDOT_MAX_TYPES] = {0}, total = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        mat_spec sp[7];
+        int nq, n = layer_specs(&qd, m, l, sp, &nq);
+        for (int i = 0; i < n; i++)
+            if (sp[i].q && sp[i].q->gemm) {
+                const double macs = (double)sp[i].n * (double)sp[i].k;
+                per_type[sp[i].q - qd.t] += macs;
+                total += macs;
+            }
+    }
+    int best = -1;
+    for (int i = 0; i < qd.n; i++)
+        if (per_type[i] > 0 && (best < 0 || per_type[i] > per_type[best])) best = i;
+    double peak = 0;
+    if (best >= 0) {
+        const cpu_qtype *t = &qd.t[best];
+#pragma omp parallel num_threads(threads > 0 ? threads : 1) reduction(+ : peak)
+        peak += cpu_qgemm_peak(t, seconds);
+    }
+    *macs_per_s = peak;
+    *macs_per_token = best >= 0 ? total : 0;
+    return 0;
+}
 
 uint64_t be_cpu_step_bytes(const model *m) {
     const model_config *c = &m->cfg;

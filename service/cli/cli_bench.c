@@ -216,7 +216,9 @@ static void help(void) {
            "The roofline (unless --no-roofline or datasheet limits): a read of 512 MiB and an\n"
            "sgemm before the decode, then 8 rounds of a read as big as a step's (weights + KV)\n"
            "and a share of the decode steps; bandwidth_fraction is the median of the rounds'\n"
-           "(median step's bytes/s) / (read's bytes/s).\n");
+           "(median step's bytes/s) / (read's bytes/s). On the CPU with AVX-512, 0.2 s of the\n"
+           "int8 tiles of the model's main quantized type on operands in L1: prefill's\n"
+           "compute_fraction is its multiply-adds on those types per second over that rate.\n");
 }
 
 int cli_bench(int argc, char **argv) {
@@ -288,6 +290,7 @@ int cli_bench(int argc, char **argv) {
     /* bytes one decode step reads: the weights once, every sequence's KV */
     const double step_bytes = wbytes + batch * kv_pos_bytes * avg_ctx;
     double bw = 0, bw_dram = 0, sg = 0, bw_best = 0;
+    double i8_peak = 0, i8_tok = 0; /* int8 MACs/s of the tiles on this CPU; MACs a token on them */
     probe_buf pb = {0};
     bench_round rounds[BENCH_ROUNDS];
     int n_rounds = 0;
@@ -299,6 +302,9 @@ int cli_bench(int argc, char **argv) {
         const int isa = cpu_isa_detect();
         bw_dram = measure_bandwidth(threads, (size_t)512 << 20, isa);
         sg = measure_sgemm(threads);
+        char ierr[160];
+        const int run_isa = cpu_isa_select(ierr, sizeof ierr); /* the level the backend runs */
+        if (is_cpu && run_isa >= 0) be_cpu_int8_peak(e.m, run_isa, threads, 0.2, &i8_peak, &i8_tok);
         const size_t pbytes = step_bytes > (double)((size_t)1 << 20) ? (size_t)step_bytes : (size_t)1 << 20;
         if (probe_open(&pb, pbytes, threads, isa))
             fprintf(stderr, "confkv bench: no memory for the %zu MiB read probe: no bandwidth fraction\n",
@@ -430,6 +436,8 @@ int cli_bench(int argc, char **argv) {
     /* the rounds' median; with datasheet limits, the mean rate over them */
     double bw_frac = n_rounds ? frac_med : bw > 0 ? step_bytes * (agg / batch) / bw : 0;
     double sg_frac = sg > 0 ? flops * agg / sg : 0;
+    /* the prefill's multiply-adds on the tiles' types over the tiles' own rate */
+    double cf = i8_peak > 0 && prefill_s > 0 ? i8_tok * batch * (double)prompt / prefill_s / i8_peak : 0;
     if (json) {
         jw w;
         jw_init(&w, stdout);
@@ -447,6 +455,7 @@ int cli_bench(int argc, char **argv) {
         jw_key(&w, "prefill"), jw_obj(&w);
         jw_key(&w, "tokens_per_s"), jw_num(&w, batch * (double)prompt / prefill_s);
         jw_key(&w, "seconds"), jw_num(&w, prefill_s);
+        jw_key(&w, "compute_fraction"), jw_num(&w, cf);
         jw_obj_end(&w);
         jw_key(&w, "decode"), jw_obj(&w);
         jw_key(&w, "tokens_per_s_aggregate"), jw_num(&w, agg);
@@ -486,6 +495,8 @@ int cli_bench(int argc, char **argv) {
         }
         jw_arr_end(&w);
         jw_key(&w, "sgemm_flops_per_s"), jw_num(&w, sg);
+        jw_key(&w, "int8_macs_per_s"), jw_num(&w, i8_peak);
+        jw_key(&w, "int8_macs_per_token"), jw_num(&w, i8_tok);
         jw_key(&w, "weight_bytes_per_step"), jw_num(&w, wbytes);
         jw_key(&w, "bytes_per_step"), jw_num(&w, step_bytes);
         jw_key(&w, "flops_per_token"), jw_num(&w, flops);
@@ -497,7 +508,9 @@ int cli_bench(int argc, char **argv) {
         jw_obj_end(&w);
         putchar('\n');
     } else {
-        printf("prefill  %10.1f tokens/s\n", batch * (double)prompt / prefill_s);
+        printf("prefill  %10.1f tokens/s", batch * (double)prompt / prefill_s);
+        if (cf > 0) printf(" (int8 compute %.0f%% of the tiles' %.1f GMAC/s)", 100 * cf, i8_peak / 1e9);
+        putchar('\n');
         printf("decode   %10.1f tokens/s aggregate, %.1f per sequence (batch %d)\n", agg, per, batch);
         printf("roofline bandwidth %.2f GB/s (reached %.0f%%%s), sgemm %.1f GFLOP/s (reached %.0f%%)\n",
                bw / 1e9, 100 * bw_frac, n_rounds ? ", median of the rounds" : "", sg / 1e9, 100 * sg_frac);

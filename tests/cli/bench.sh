@@ -9,7 +9,11 @@
 #    steps a second) over that best read, and the decode's tokens/s its
 #    steps over its seconds;
 #  - --no-roofline measures nothing, --peak-bw takes the datasheet figure
-#    with no rounds, and a bad flag is refused with exit 2.
+#    with no rounds, and a bad flag is refused with exit 2;
+#  - the prefill's compute_fraction is its int8 multiply-adds a token times
+#    its tokens/s over the tiles' measured rate: 0 with all of it for the
+#    f32 model; for its q8_0 conversion on a CPU with VNNI (Q8_0's tiles)
+#    a positive rate and a fraction in (0, 2), else zeros.
 # Usage: bench.sh CONFKV_BIN SHARED_MODELS_DIR
 set -euo pipefail
 bin=$1 models=$2
@@ -23,11 +27,16 @@ M=(--model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" --threads 
 "$bin" bench "${M[@]}" --gen-tokens 3 > "$tmp/r3.json" 2>/dev/null || fail "bench --gen-tokens 3"
 "$bin" bench "${M[@]}" --gen-tokens 20 --no-roofline > "$tmp/none.json" 2>/dev/null || fail "--no-roofline"
 "$bin" bench "${M[@]}" --gen-tokens 20 --peak-bw 100 > "$tmp/peak.json" 2>/dev/null || fail "--peak-bw"
+"$bin" convert --from llama2c "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+    -o "$tmp/q8.gguf" --type q8_0 > /dev/null 2>&1 || fail "convert to q8_0"
+"$bin" bench --model "$tmp/q8.gguf" --threads 2 --json --prompt-tokens 64 --gen-tokens 3 > "$tmp/q8.json" 2>/dev/null ||
+    fail "bench q8_0"
+vnni=$("$bin" version --json | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["cpu"]["kernels"] == "vnni"))')
 rc=0
 "$bin" bench "${M[@]}" --gen-tokens 0 > /dev/null 2> "$tmp/err" || rc=$?
 [ "$rc" = 2 ] || fail "--gen-tokens 0: exit $rc, not 2"
 
-python3 - "$tmp" <<'EOF'
+python3 - "$tmp" "$vnni" <<'EOF'
 import json, statistics, sys
 d = sys.argv[1]
 def load(n): return json.load(open(f"{d}/{n}.json"))
@@ -60,5 +69,17 @@ pr = p["roofline"]
 assert pr["rounds"] == [] and pr["mem_read_bytes_per_s"] == 100e9, pr
 close(pr["bandwidth_fraction"], pr["bytes_per_step"] * p["decode"]["tokens_per_s_per_sequence"] / 100e9,
       "peak fraction")
+for name in ("r37", "none", "peak"):
+    r = load(name)
+    assert r["prefill"]["compute_fraction"] == 0 and r["roofline"]["int8_macs_per_token"] == 0, name
+q = load("q8")
+qr, qp = q["roofline"], q["prefill"]
+if sys.argv[2] == "1":
+    assert qr["int8_macs_per_s"] > 0 and qr["int8_macs_per_token"] > 0, qr
+    close(qp["compute_fraction"], qr["int8_macs_per_token"] * qp["tokens_per_s"] / qr["int8_macs_per_s"],
+          "compute_fraction")
+    assert 0 < qp["compute_fraction"] < 2, qp
+else:
+    assert qp["compute_fraction"] == 0 and qr["int8_macs_per_s"] == 0, (qp, qr)
 print("bench: rounds, medians and fractions agree")
 EOF

@@ -1,6 +1,11 @@
 /* cpu_qgemm.c - the tile driver of cpu_qgemm.h. */
 #include "cpu_qgemm.h"
 
+#include <string.h>
+#include <time.h>
+
+#include "cpu_qact.h"
+
 /* Bytes of weights a block of groups keeps in L2 while every activation
  * panel sweeps it: a quarter of a Zen 4's (1 MiB) or a Xeon's (2 MiB) L2,
  * which leaves room for the panel, the outputs and the other thread of a
@@ -52,4 +57,38 @@ void cpu_qgemm_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu
             }
         }
     }
+}
+
+/* The calibration's row length: whole blocks of every type with tiles. */
+#define PEAK_K 256
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double cpu_qgemm_peak(const cpu_qtype *t, double seconds) {
+    /* two groups' x8 blocks (at most 2 x 8 Q8_0 ones) and the activation
+     * rows, zeros: the instructions' time does not depend on the values,
+     * and zero scales keep the float steps free of subnormals */
+    unsigned char w[2 * 8 * sizeof(qblock_q8_0x8)] __attribute__((aligned(64)));
+    unsigned char a[CPU_QGEMM_NC * 320] __attribute__((aligned(64)));
+    float s[16 * CPU_QGEMM_NC];
+    if (!t || !t->gemm || PEAK_K % t->block) return 0;
+    const size_t gb = (size_t)(PEAK_K / t->block) * (size_t)t->x8_bytes, ab = qact_row_bytes(t->act, PEAK_K);
+    if (2 * gb > sizeof w || !ab || CPU_QGEMM_NC * ab > sizeof a) return 0;
+    memset(w, 0, sizeof w);
+    memset(a, 0, sizeof a);
+    /* the best window of 64 tiles (about 15 us of a Zen 4's): the rate of
+     * a core the thread has to itself, not of one the host shares out */
+    const double t0 = now_s();
+    double t1 = t0, best = 0;
+    do {
+        const double w0 = t1;
+        for (int r = 0; r < 64; r++) t->gemm(PEAK_K, CPU_QGEMM_NC, s, w, w + gb, a, ab);
+        t1 = now_s();
+        if (t1 > w0 && (best == 0 || t1 - w0 < best)) best = t1 - w0;
+    } while (t1 - t0 < seconds);
+    return best > 0 ? 64.0 * 16.0 * CPU_QGEMM_NC * PEAK_K / best : 0;
 }

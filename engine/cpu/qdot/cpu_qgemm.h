@@ -60,6 +60,13 @@
 void cpu_qgemm_rows(float *y, int ldy, const void *a, size_t a_stride, const cpu_qmat *w, int M, int r0,
                     int r1, int accumulate);
 
+/* Int8 multiply-adds a second one thread runs in t's tiles (t->gemm
+ * non-NULL) on operands that stay in L1 (16 rows of 256 elements against
+ * CPU_QGEMM_NC activation rows, over and over for about `seconds`): the
+ * ceiling of the products on this machine, by the instructions that do
+ * them (confkv bench's compute_fraction). 0 when t has no tiles. */
+double cpu_qgemm_peak(const cpu_qtype *t, double seconds);
+
 void cpu_qgemm16_q4_0_avx512(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
                              size_t a_stride);
 void cpu_qgemm16_q4_0_vnni(int n, int ncols, float *s, const void *w0, const void *w1, const void *a,
