@@ -80,7 +80,9 @@ typedef struct be_memory {
     size_t activations;        /* batch buffers: max_batch_tokens rows, block lists */
     size_t scratch_per_thread; /* attention scores (n_heads, max_ctx), block pointers */
     size_t scratch;            /* every thread's */
-    size_t total;              /* the sum of the five above */
+    size_t state;              /* recurrent state slots: n_state_slots x model_state_floats
+                                  (0 in a model without recurrent layers) */
+    size_t total;              /* the sum of the six above */
 } be_memory;
 
 #endif

@@ -482,6 +482,17 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         }
         if (want == ARCH_BLOCK_END) break;
     }
+    /* A recurrent state per sequence (lfm2's short convolutions): the CUDA
+     * pass has no state slots and no convolution kernel. lfm2 is refused
+     * above for its shortconv block; this keeps any recurrent layer out. */
+    if (c->n_conv_layers) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "cuda backend: architecture %s: recurrent layers (short convolution) have no CUDA "
+                     "kernel (the CPU backend computes them: --backend cpu)",
+                     ai->name);
+        return CK_EUNSUPPORTED;
+    }
     /* RoPE on every layer, queries unscaled: the CUDA pass has neither
      * smollm3's RoPE-less layers nor mistral3's query temperature, and no
      * GPU has checked them, so a model that asks for either is refused by

@@ -5,11 +5,13 @@
  * layers without RoPE, the query's position scale, yarn_log_multiplier, the
  * mixture of experts with its renormalised top-k; gpt-oss's sinks, sliding
  * window, output and expert biases, softmax over the top-k logits and
- * clamped SwiGLU) through the CPU backend,
+ * clamped SwiGLU; lfm2's short-convolution layers and their recurrent
+ * state) through the CPU backend,
  * against a scalar reference written here in double precision from the
  * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
  * Qwen's block, OpenAI's gpt-oss block as llama.cpp's openai-moe graph
- * computes it), driven by the parameters the test asked synth for, not by
+ * computes it, Liquid AI's LFM2 short-convolution block as llama.cpp's lfm2
+ * graph computes it), driven by the parameters the test asked synth for, not by
  * what model.c read back. Each case also runs the reference with its
  * feature switched off and requires that to be far off: a feature the
  * backend ignored could not pass. The refusals are test_arch_refusals.c's. */
@@ -65,6 +67,10 @@ typedef struct ref_opts {
     int top_logits; /* the `used` largest logits, weights the softmax over those alone */
     int oai;        /* experts' activation: (min(g, 7) sigmoid(1.702 .)) (clamp(u, +-7) + 1) */
     int oai_clamp;  /* with oai: the clamps at 7 (off: the same formula unclamped) */
+    /* lfm2: a layer with shortconv tensors is B, C, x = in_proj . norm(x), u = B x,
+     * x += out_proj . (C sum_j kern[j] u_{p - (taps - 1) + j}) */
+    int conv_taps;     /* the kernel's taps (synth's conv_l) */
+    int conv_no_state; /* each token's convolution sees its own u alone (no recurrent state) */
 } ref_opts;
 
 static float *f32_of(const model_tensor *t) {
@@ -212,9 +218,11 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
            *vc = calloc((size_t)L * n_tok * KVD, sizeof *vc);
     double *x = malloc(D * sizeof *x), *xb = malloc((D > QD ? D : QD) * sizeof *xb),
            *q = malloc(QD * sizeof *q);
-    double *k = malloc(KVD * sizeof *k), *v = malloc(KVD * sizeof *v), *ao = malloc(QD * sizeof *ao);
+    double *k = malloc(KVD * sizeof *k), *v = malloc(KVD * sizeof *v),
+           *ao = malloc((D > QD ? D : QD) * sizeof *ao);
     double *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1), *h3 = malloc(F * sizeof *h3);
-    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3;
+    double *uh = calloc((size_t)L * n_tok * D, sizeof *uh), *bcx = malloc(3 * (size_t)D * sizeof *bcx);
+    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3 && uh && bcx;
     for (int p = 0; ok && p < n_tok; p++) {
         for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i];
         for (int l = 0; ok && l < L; l++) {
@@ -231,13 +239,38 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                   *gb = f32_of(&ly->gate_exps_b), *ub = f32_of(&ly->up_exps_b),
                   *db = f32_of(&ly->down_exps_b);
             const ref_moe_b mb = {rb, gb, ub, db};
-            ok = an && wq && wk && wv && wo && fn && (o->experts ? wr && wg && wu && wd : w1 && w2 && w3) &&
-                 (!o->bias || (bq && bk && bv)) && (!o->qk_norm || (qn && kn)) && (!o->out_bias || bo) &&
-                 (!o->sinks || sk) && (!o->exp_bias || (rb && gb && ub && db));
+            float *ci = f32_of(&ly->sc_in), *co = f32_of(&ly->sc_out), *ck = f32_of(&ly->sc_conv);
+            if (ci) { /* an lfm2 convolution layer: the lfm2 block, then the FFN below */
+                const int taps = o->conv_taps;
+                double *u = uh + (size_t)l * n_tok * D; /* (n_tok, D) this layer's u by position */
+                ok = an && co && ck && fn && w1 && w2 && w3 && !wq;
+                if (ok) {
+                    rmsnorm_d(xb, x, an, D, c->norm_eps);
+                    matvec_d(bcx, ci, xb, 3 * D, D);
+                    for (int d = 0; d < D; d++) u[(size_t)p * D + d] = bcx[d] * bcx[2 * D + d];
+                    for (int d = 0; d < D; d++) {
+                        double acc = 0;
+                        for (int j = o->conv_no_state ? taps - 1 : 0; j < taps; j++) {
+                            const int t = p - (taps - 1) + j;
+                            if (t >= 0) acc += ck[(size_t)d * taps + j] * u[(size_t)t * D + d];
+                        }
+                        ao[d] = bcx[D + d] * acc;
+                    }
+                    matvec_d(xb, co, ao, D, D);
+                    for (int i = 0; i < D; i++) x[i] += xb[i];
+                }
+            }
+            free(ci);
+            free(co);
+            free(ck);
+            ok = ok && (ly->sc_in.n || (an && wq && wk && wv && wo)) && fn &&
+                 (o->experts ? wr && wg && wu && wd : w1 && w2 && w3) && (!o->bias || (bq && bk && bv)) &&
+                 (!o->qk_norm || ly->sc_in.n || (qn && kn)) && (!o->out_bias || bo) && (!o->sinks || sk) &&
+                 (!o->exp_bias || (rb && gb && ub && db));
             /* the first position this layer's queries at p see */
             const int swa = o->window > 0 && (o->swa_period <= 0 || l % o->swa_period < o->swa_period - 1);
             const int t0 = swa && p - o->window + 1 > 0 ? p - o->window + 1 : 0;
-            if (ok) {
+            if (ok && !ly->sc_in.n) {
                 rmsnorm_d(xb, x, an, D, c->norm_eps);
                 matvec_d(q, wq, xb, QD, D);
                 matvec_d(k, wk, xb, KVD, D);
@@ -279,6 +312,8 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                 }
                 matvec_d(xb, wo, ao, D, QD);
                 for (int i = 0; i < D; i++) x[i] += xb[i] + (o->out_bias ? bo[i] : 0);
+            }
+            if (ok) {
                 rmsnorm_d(xb, x, fn, D, c->norm_eps);
                 if (o->experts) {
                     ref_moe(o, D, wr, wg, wu, wd, &mb, xb, x);
@@ -299,7 +334,7 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
             matvec_d(out + (size_t)p * V, wcls, xb, V, D);
         }
     }
-    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3};
+    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, uh, bcx};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
     return ok ? 0 : -1;
 }
@@ -647,6 +682,28 @@ static void test_gpt_oss(void) {
 }
 
 /* The table's own facts: names, parsing, defaults. */
+/* lfm2: convolution layers (0, 1, 3 by synth's default pattern; 0, 2, 3
+ * with attention on 1 in the second case, 4 taps) beside attention with
+ * q/k head norms, NEOX RoPE. One token a call carries the state between
+ * calls; the prefill carries it along the batch. Off: no state, each
+ * token's convolution on its own input alone. */
+static void test_lfm2(void) {
+    synth_params sp = base_params(ARCH_LFM2);
+    sp.n_layers = 4;
+    sp.n_kv_heads = 2;
+    sp.tied = 1;
+    sp.rope_theta = 1000000;
+    ref_opts on = {.theta = 1000000, .neox = 1, .qk_norm = 1, .conv_taps = 3}, off = on;
+    off.conv_no_state = 1;
+    CK_CHECK(feature_case("lfm2 short conv, 3 taps", sp, on, off) == 0);
+    sp.conv_l = on.conv_taps = off.conv_taps = 4;
+    sp.attn_layers = 1u << 1;
+    CK_CHECK(feature_case("lfm2 4 taps, attention on 1", sp, on, off) == 0);
+    off = on;
+    off.qk_norm = 0; /* the attention layers' head norms are computed */
+    CK_CHECK(feature_case("lfm2 q/k norms", sp, on, off) == 0);
+}
+
 static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
     CK_CHECK(a && a->id == ARCH_QWEN3 && a->rope == ARCH_ROPE_NEOX);
@@ -712,8 +769,17 @@ static void test_table(void) {
     for (int i = 0; i < arch_count(); i++) {
         const arch_info *r = arch_at(i);
         CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
-        if (r != m3 && r != go) CK_CHECK(r->keys == 0);
+        if (r != m3 && r != go && r->id != ARCH_LFM2) CK_CHECK(r->keys == 0);
     }
+    /* lfm2: per-layer attention or short convolution, token_embd_norm at the output */
+    const arch_info *lf = arch_find("lfm2", 4);
+    CK_CHECK(lf && lf->id == ARCH_LFM2 && lf->keys == ARCH_READS_SHORTCONV && lf->rope == ARCH_ROPE_NEOX &&
+             arch_has_block(lf, ARCH_BLOCK_SHORTCONV) && arch_has_block(lf, ARCH_BLOCK_ATTN) &&
+             lf->need[ARCH_T_TOKEN_EMBD_NORM] == ARCH_REQUIRED && lf->need[ARCH_T_OUTPUT_NORM] == ARCH_NO &&
+             lf->need[ARCH_T_SHORTCONV_IN] == ARCH_OPTIONAL && lf->need[ARCH_T_ATTN_Q_B] == ARCH_NO);
+    CK_CHECK(arch_parse_tensor("blk.1.shortconv.conv.weight", 2, &t, &l) == 0 && t == ARCH_T_SHORTCONV_CONV &&
+             l == 1 && arch_parse_tensor("token_embd_norm.weight", 2, &t, &l) == 0 &&
+             t == ARCH_T_TOKEN_EMBD_NORM && !strcmp(arch_block_name(ARCH_BLOCK_SHORTCONV), "shortconv"));
     /* the query scale: 1 through the first original context, then 1 + s ln(k + 1) */
     CK_CHECK(arch_attn_temp(0.1f, 8, 0) == 1.0f && arch_attn_temp(0.1f, 8, 7) == 1.0f);
     CK_CHECK(arch_attn_temp(0.1f, 8, 8) == (float)(1 + 0.1f * log(2.0)) &&
@@ -799,6 +865,7 @@ int main(void) {
     CK_RUN(test_mistral3_roundtrip);
     CK_RUN(test_qwen3moe_experts);
     CK_RUN(test_gpt_oss);
+    CK_RUN(test_lfm2);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

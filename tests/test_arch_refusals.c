@@ -1,8 +1,9 @@
 /* test_arch_refusals.c - what the architecture table (arch.h) refuses,
  * each named in the message: an unknown architecture, an unknown scaling
  * type, an unknown tensor, a missing required tensor, expert counts out of
- * bounds, gpt-oss's keys and tensors that do not fit. Each case rewrites a
- * model confkv synth wrote and loads it. */
+ * bounds, gpt-oss's keys and tensors that do not fit, lfm2's (and the CPU
+ * backend's refusal of a batch that would not continue a recurrent state).
+ * Each case rewrites a model confkv synth wrote and loads it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -288,12 +289,117 @@ static void test_refusals_gpt_oss(void) {
     unlink(bad);
 }
 
+/* lfm2: l_cache out of range, a sliding window, per-layer head counts that
+ * differ, a layer without its kind's tensors or with the other kind's, the
+ * final norm under its lfm2 name; synth's own checks. */
+static void test_refusals_lfm2(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_LFM2); /* 2 layers: 0 convolution, 1 attention... */
+    sp.n_layers = 4;                          /* ...of 4: 0, 1, 3 convolution, 2 attention */
+    const char *src = tmp("lfm2.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(src, NULL, &m, err, sizeof err), "%s", err);
+    CK_CHECK(m && m->cfg.conv_l == 3 && m->cfg.n_conv_layers == 3 && m->cfg.n_kv_heads == 2 &&
+             m->layers[0].sc_in.n == 3 * 64 * 64 && m->layers[2].sc_in.n == 0 && m->layers[2].wq.n &&
+             model_state_floats(&m->cfg) == 3 * 2 * 64);
+    model_free(m);
+    CK_CHECK(rewrite_u32(src, bad, "lfm2.shortconv.l_cache", 1) == 0);
+    CK_CHECK(refused(bad, "lfm2.shortconv.l_cache", "outside 2..16"));
+    CK_CHECK(rewrite_u32(src, bad, "lfm2.shortconv.l_cache", 17) == 0);
+    CK_CHECK(refused(bad, "lfm2.shortconv.l_cache", "outside 2..16"));
+    CK_CHECK(rewrite_u32(src, bad, "lfm2.attention.sliding_window", 8) == 0);
+    CK_CHECK(refused(bad, "lfm2.attention.sliding_window", "not computed"));
+    /* a scalar head_count_kv: every layer attention, so layer 0 lacks attn_q */
+    CK_CHECK(rewrite_u32(src, bad, "lfm2.attention.head_count_kv", 2) == 0);
+    CK_CHECK(refused(bad, "layer 0 is an attention layer", "attn_q is missing"));
+    /* the kinds' tensors */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.3.shortconv.in_proj.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "layer 3 is a short-convolution layer", "shortconv.in_proj is missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.2.attn_k_norm.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "layer 2 is an attention layer", "attn_k_norm is missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.attn_q_norm.weight", 16) == 0);
+    CK_CHECK(refused(bad, "layer 0 is a short-convolution layer", "attn_q_norm is there"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.1.shortconv.conv.weight", "blk.1.shortconv.conv.weight", 3) ==
+             0);
+    CK_CHECK(refused(bad, "blk.1.shortconv.conv.weight", "shape"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "token_embd_norm.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "token_embd_norm.weight", "missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "output_norm.weight", 64) == 0);
+    CK_CHECK(refused(bad, "output_norm.weight", "lfm2"));
+    /* synth: taps in range, and only for lfm2 */
+    sp.conv_l = 1;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "conv_l"));
+    sp = base_params(ARCH_QWEN3);
+    sp.conv_l = 3;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "no short-convolution"));
+    unlink(src);
+    unlink(bad);
+}
+
+/* The CPU backend's recurrent state: a sequence continues its slot exactly
+ * or starts at 0; slots distinct and in range; a forward that would read
+ * another sequence's state is refused (CK_EINVAL), not computed. */
+static void test_lfm2_state_slots(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_LFM2);
+    const char *src = tmp("lfm2s.gguf");
+    model *m = NULL;
+    backend *b = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err) && !model_load(src, NULL, &m, err, sizeof err),
+                 "%s", err);
+    be_options o = {.max_batch_tokens = 8,
+                    .n_kv_blocks = 4,
+                    .block_size = 16,
+                    .n_threads = 1,
+                    .max_ctx = 64,
+                    .n_state_slots = 2};
+    CK_CHECK_MSG(m && !be_cpu_new(m, &o, &b, err, sizeof err), "%s", err);
+    be_memory plan;
+    CK_CHECK(b && !be_cpu_plan(m, &o, &plan) && plan.state == 2 * (model_state_floats(&m->cfg) * 4 + 4) &&
+             plan.total == b->ops->memory_bytes(b));
+    kv_pool pool;
+    kv_seq q;
+    CK_CHECK(!kv_pool_init(&pool, 4, 16) && !kv_seq_init(&q, 0, 64, 16) && !kv_seq_reserve(&q, &pool, 16));
+    float *logits = malloc(2 * (size_t)m->cfg.vocab_size * sizeof *logits);
+    int32_t tok[4] = {5, 6, 7, 8}, pos[4], six[4] = {0, 0, 1, 1}, row[4] = {-1, -1, -1, -1};
+    be_seq_view v[2] = {{.blocks = q.hot, .n_blocks = q.n_blocks, .state = 0},
+                        {.blocks = q.hot, .n_blocks = q.n_blocks, .state = 1}};
+    struct {
+        int p0, p1, n_seqs, s0, s1, rc; /* positions of the two pairs of tokens, slots */
+    } c[] = {
+        {0, 0, 2, 0, 1, CK_OK},     /* both start: slot 0 next 2, slot 1 next 2 */
+        {2, 4, 2, 0, 1, CK_EINVAL}, /* slot 1 would skip 2 and 3 */
+        {2, 2, 2, 0, 0, CK_EINVAL}, /* one slot for two sequences */
+        {2, 2, 2, 0, 2, CK_EINVAL}, /* no slot 2 */
+        {2, 2, 2, 1, 0, CK_OK},     /* each continues, slots given in either order */
+        {4, 0, 2, 0, 1, CK_OK},     /* slot 1 starts over at 0 */
+        {5, 0, 1, 0, 0, CK_EINVAL}, /* slot 0's next is 6 */
+    };
+    for (size_t i = 0; b && logits && i < sizeof c / sizeof c[0]; i++) {
+        pos[0] = c[i].p0, pos[1] = c[i].p0 + 1, pos[2] = c[i].p1, pos[3] = c[i].p1 + 1;
+        v[0].state = c[i].s0, v[1].state = c[i].s1;
+        be_batch bt = {c[i].n_seqs == 2 ? 4 : 2, tok, pos, six, row, c[i].n_seqs, v, 0};
+        int rc = b->ops->forward(b, &bt, logits);
+        CK_CHECK_MSG(rc == c[i].rc, "case %zu: %d, expected %d", i, rc, c[i].rc);
+    }
+    free(logits);
+    kv_seq_reset(&q, &pool);
+    kv_seq_free(&q);
+    kv_pool_free(&pool);
+    be_free(b);
+    model_free(m);
+    unlink(src);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/confkv-arch-refusals-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     CK_RUN(test_refusals);
     CK_RUN(test_refusals_moe);
     CK_RUN(test_refusals_gpt_oss);
+    CK_RUN(test_refusals_lfm2);
+    CK_RUN(test_lfm2_state_slots);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

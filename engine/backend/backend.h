@@ -31,6 +31,13 @@ typedef struct be_seq_view {
     float *mass;            /* (n_blocks) or NULL: += attention mass each logical block
                               received, averaged over layers and heads, summed over this
                               sequence's query tokens in the batch (so each adds 1) */
+    int state;              /* its recurrent state slot, [0, be_options.n_state_slots), in a
+                               model with recurrent layers (model_state_floats > 0): a
+                               sequence whose first token of the batch is at position 0
+                               starts from a zero state; any other must continue exactly
+                               where the slot's last batch ended, else forward returns
+                               CK_EINVAL. Sequences of one batch hold distinct slots.
+                               Ignored in a model without recurrent layers. */
 } be_seq_view;
 
 typedef struct be_batch {
@@ -51,6 +58,9 @@ typedef struct be_options {
     int n_threads;        /* CPU threads (0 = all cores) */
     int max_ctx;          /* longest sequence (<= model seq_len; 0 = be_default_ctx) */
     int n_kv8_blocks;     /* int8 KV pool size in blocks (0 = none) */
+    int n_state_slots;    /* recurrent state slots (model_state_floats each) for a model with
+                             recurrent layers: the most sequences that may be under way at
+                             once (0 = 1); ignored in a model without */
 } be_options;
 
 /* The context a backend is sized for when be_options.max_ctx is 0: the

@@ -37,11 +37,12 @@ const cpu_layer_kind *cpu_layer_for(int block) {
     case ARCH_BLOCK_ATTN: return &cpu_layer_attn;
     case ARCH_BLOCK_FFN: return &cpu_layer_ffn;
     case ARCH_BLOCK_MOE: return &cpu_layer_moe;
+    case ARCH_BLOCK_SHORTCONV: return &cpu_layer_shortconv;
     default: return NULL;
     }
 }
 
-static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
+static int cpu_check_batch(cpu_backend *cb, const be_batch *bt) {
     const backend *b = &cb->base;
     if (bt->n_tokens < 0 || bt->n_tokens > b->opt.max_batch_tokens) return CK_EINVAL;
     if (bt->n_out < 0 || bt->n_out > b->opt.max_batch_tokens) return CK_EINVAL;
@@ -61,7 +62,7 @@ static int cpu_check_batch(const cpu_backend *cb, const be_batch *bt) {
                 if (v->blocks8[k] >= b->opt.n_kv8_blocks) return CK_EINVAL;
     }
     /* rows 0..n_out-1, each once (a duplicate would leave a row unwritten) */
-    return n_out == bt->n_out ? CK_OK : CK_EINVAL;
+    return n_out != bt->n_out ? CK_EINVAL : cpu_shortconv_check(cb, bt);
 }
 
 /* One layer for tokens [i0, i1) of the batch: its kinds in order. */
@@ -163,7 +164,9 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
     cpu_embed(cb, bt);
     for (int k = 0; cb->kinds[k]; k++)
         if (cb->kinds[k]->prepare) cb->kinds[k]->prepare(cb, bt);
-    const float mass_scale = 1.0f / (float)(c->n_layers * c->n_heads);
+    /* over the attention layers only: a token's mass still adds to 1 in lfm2 */
+    const int n_attn = c->n_layers > c->n_conv_layers ? c->n_layers - c->n_conv_layers : 1;
+    const float mass_scale = 1.0f / (float)(n_attn * c->n_heads);
     /* The classifier runs only for the rows asked for (a prefill chunk needs
      * one): out_norm puts them in xo. */
     int *cut = cb->cut, parts = token_split(cb, bt, cut);

@@ -115,9 +115,20 @@ typedef struct cpu_moe_w {
     float *down_b;        /* (n_expert, dim) added to each expert's output */
 } cpu_moe_w;
 
-/* A layer's weights: attn, and ffn or moe (the other zero) as its
- * architecture's blocks say. */
+/* The short-convolution layer kind's weights (cpu_layer_shortconv.c);
+ * all zero in an attention layer. */
+typedef struct cpu_conv_w {
+    float *norm;   /* (dim) attn_norm, the operator norm */
+    float *kern;   /* (dim, conv_l) each channel's taps, the last on the current token */
+    cpu_mat in;    /* (3 * dim, dim) in_proj: B, C, x */
+    cpu_mat out;   /* (dim, dim) out_proj */
+    int state_off; /* floats from a slot's start to this layer's (conv_l - 1, dim) state */
+} cpu_conv_w;
+
+/* A layer's weights: attn or conv (lfm2's layers have one of the two), and
+ * ffn or moe (the other zero) as its architecture's blocks say. */
 typedef struct cpu_layer {
+    cpu_conv_w conv;
     cpu_attn_w attn;
     cpu_ffn_w ffn;
     cpu_moe_w moe;
@@ -206,7 +217,14 @@ typedef struct cpu_backend {
     cpu_steal *steal;  /* (n_threads) the ranges of a product's work stealing */
     cpu_team *team;    /* (n_threads) the products' and a token's attention's threads */
     float *xo;         /* (T, dim) the normed final states of the rows asked for */
-    int max_blocks;    /* max_ctx / block_size, rounded up */
+    /* recurrent layers' (cpu_layer_shortconv.c); NULL in a model without */
+    float *state;       /* (n_state_slots, model_state_floats) each slot's convolution inputs,
+                           per layer (conv_l - 1, dim), oldest first */
+    int32_t *state_pos; /* (n_state_slots) the position a slot's next token must have */
+    size_t state_floats;
+    float *conv_bcx; /* (T, 3 * dim) in_proj's B, C, x */
+    float *conv_y;   /* (T, dim) C times the convolution, out_proj's input */
+    int max_blocks;  /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;
     const float **att_blk;

@@ -45,6 +45,10 @@ void cpu_destroy(backend *b) {
     if (cb->layers) {
         for (int l = 0; l < b->m->cfg.n_layers; l++) {
             cpu_layer *w = &cb->layers[l];
+            free(w->conv.norm);
+            free(w->conv.kern);
+            free(w->conv.in.f.p), free(w->conv.in.qown);
+            free(w->conv.out.f.p), free(w->conv.out.qown);
             free(w->attn.norm);
             free(w->attn.bqkv);
             free(w->attn.q_norm);
@@ -112,6 +116,10 @@ void cpu_destroy(backend *b) {
     free(cb->att_mass);
     for (int a = 0; a < ACT_N; a++) free(cb->xq[a]);
     free(cb->xoq);
+    free(cb->state);
+    free(cb->state_pos);
+    free(cb->conv_bcx);
+    free(cb->conv_y);
     free(cb);
 }
 
@@ -226,7 +234,8 @@ typedef struct mat_spec {
 
 /* The layer's attention and dense feed-forward matrices in order
  * qkv[0..n_qkv), wo, then (a dense layer) w1, w3, w2; returns how many
- * (n_qkv + 4, or n_qkv + 1 in a MoE layer) and sets *n_qkv. */
+ * (n_qkv + 4, or n_qkv + 1 in a MoE layer) and sets *n_qkv. A
+ * short-convolution layer's: in_proj, out_proj, then w1, w3, w2 (n_qkv 0). */
 static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
@@ -234,15 +243,21 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
     const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
                     *qv = mat_qtype(qd, &ml->wv, D);
     int n = 0;
-    if (!qq && !qk && !qv) {
+    if (ml->sc_in.n) { /* a short-convolution layer: in_proj, out_proj in the place of q/k/v, wo */
+        sp[n++] = (mat_spec){ml->sc_in, 3 * D, D, mat_qtype(qd, &ml->sc_in, D)};
+        sp[n++] = (mat_spec){ml->sc_out, D, D, mat_qtype(qd, &ml->sc_out, D)};
+        *n_qkv = 0;
+    } else if (!qq && !qk && !qv) {
         sp[n++] = (mat_spec){ml->wq, QD + 2 * KVD, D, NULL};
     } else {
         sp[n++] = (mat_spec){ml->wq, QD, D, qq};
         sp[n++] = (mat_spec){ml->wk, KVD, D, qk};
         sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
     }
-    *n_qkv = n;
-    sp[n++] = (mat_spec){ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
+    if (!ml->sc_in.n) {
+        *n_qkv = n;
+        sp[n++] = (mat_spec){ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
+    }
     if (!ml->w1.n) return n; /* a MoE layer: its experts are moe_spec's */
     /* gate and up share their units (cpu_ffn_swiglu): both quantized or both f32 */
     const cpu_qtype *q1 = mat_qtype(qd, &ml->w1, D), *q3 = mat_qtype(qd, &ml->w3, D);
@@ -464,7 +479,7 @@ static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *
 
 static int cpu_options_ok(const model_config *c, const be_options *o) {
     return o->max_batch_tokens > 0 && o->n_kv_blocks > 0 && o->block_size > 0 && o->n_kv8_blocks >= 0 &&
-           o->max_ctx >= 0 && o->max_ctx <= c->seq_len;
+           o->max_ctx >= 0 && o->max_ctx <= c->seq_len && o->n_state_slots >= 0;
 }
 
 int be_cpu_default_threads(void) { return omp_get_num_procs(); }
@@ -507,6 +522,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         if (moe_n_specs(m, l)) w = padd(&a, w, pmul(&a, 3 * E, sizeof(cpu_mat)));
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
+        if (ml->sc_conv.n) w = padd(&a, w, floats_bytes((size_t)ml->sc_conv.n)); /* the taps */
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
         if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
         /* gpt-oss's vectors, where present (layer_vectors' order) */
@@ -530,6 +546,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     act = padd(&a, act, pfloats(&a, R, F));
     act = padd(&a, act, pfloats(&a, T, hd));
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
+    if (c->n_conv_layers) act = padd(&a, act, pfloats(&a, T, 4 * D));    /* conv_bcx, conv_y */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
     /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_hq, moe_y; moe_sel,
@@ -563,8 +580,12 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     sc = padd(&a, sc, 2 * ((size_t)nt + 1) * sizeof(int) + 3 * (size_t)nt * sizeof(double));
     sc = padd(&a, sc, (size_t)nt * sizeof(cpu_steal));
     p->scratch = sc;
+    /* recurrent state slots and their next positions */
+    const size_t sf = model_state_floats(c), slots = o->n_state_slots > 0 ? (size_t)o->n_state_slots : 1;
+    if (sf) p->state = padd(&a, pfloats(&a, slots, sf), pmul(&a, slots, sizeof(int32_t)));
     size_t t = padd(&a, p->weights, p->kv);
     t = padd(&a, t, p->kv8);
+    t = padd(&a, t, p->state);
     t = padd(&a, t, p->activations);
     p->total = padd(&a, t, p->scratch);
     return a.over ? CK_ERANGE : CK_OK;
@@ -659,16 +680,24 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     if ((rc = x8_arena_new(cb, x8_cap))) goto fail;
     if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
     rc = CK_ENOMEM;
+    size_t state_layers = 0; /* convolution layers so far: each one's place in a state slot */
     if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
         cpu_attn_w *w = &cb->layers[l].attn;
         cpu_ffn_w *f = &cb->layers[l].ffn;
         cpu_moe_w *mo = &cb->layers[l].moe;
+        cpu_conv_w *cv = &cb->layers[l].conv;
         const int n_moe = moe_n_specs(m, l);
-        float **ffn_norm = n_moe ? &mo->norm : &f->norm; /* the norm before either feed-forward */
+        float **ffn_norm = n_moe ? &mo->norm : &f->norm;      /* the norm before either feed-forward */
+        float **op_norm = ml->sc_in.n ? &cv->norm : &w->norm; /* attention's or the convolution's */
         rc = CK_ENOMEM;
-        if (!(w->norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
+        if (!(*op_norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
+        if (ml->sc_in.n) {
+            if (!(cv->kern = alloc_floats(cb, (size_t)ml->sc_conv.n))) goto fail;
+            if ((rc = to_f32(cv->kern, &ml->sc_conv))) goto fail;
+            cv->state_off = (int)(state_layers++ * (size_t)(c->conv_l - 1) * D);
+        }
         if (n_moe) {
             if (!(mo->exps = alloc_bytes(cb, 3 * E * sizeof *mo->exps))) goto fail;
             memset(mo->exps, 0, 3 * E * sizeof *mo->exps);
@@ -684,7 +713,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (ml->q_norm.n && (rc = to_f32(w->q_norm, &ml->q_norm))) ||
             (ml->k_norm.n && (rc = to_f32(w->k_norm, &ml->k_norm))))
             goto fail;
-        if ((rc = to_f32(w->norm, &ml->attn_norm)) || (rc = to_f32(*ffn_norm, &ml->ffn_norm)) ||
+        if ((rc = to_f32(*op_norm, &ml->attn_norm)) || (rc = to_f32(*ffn_norm, &ml->ffn_norm)) ||
             (rc = cpu_layer_vectors(cb, ml, &cb->layers[l])))
             goto fail;
         w->rope = arch_layer_has_rope(c->no_rope_step, l);
@@ -692,8 +721,12 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
-        dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &f->w1, dst[w->n_qkv + 2] = &f->w3,
-        dst[w->n_qkv + 3] = &f->w2;
+        const int first_ffn = ml->sc_in.n ? 2 : w->n_qkv + 1; /* after in/out_proj or wo */
+        if (ml->sc_in.n)
+            dst[0] = &cv->in, dst[1] = &cv->out;
+        else
+            dst[w->n_qkv] = &w->wo;
+        dst[first_ffn] = &f->w1, dst[first_ffn + 1] = &f->w3, dst[first_ffn + 2] = &f->w2;
         for (int i = 0; i < n; i++) {
             const int fused = i == 0 && w->n_qkv == 1;
             if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL,
@@ -743,6 +776,16 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         (c->attn_temp_scale != 0 && !(cb->q_scale = alloc_floats(cb, T))) ||
         !(cb->scores = alloc_floats(cb, (size_t)cb->n_threads * cb->scores_per_thread)))
         goto fail;
+    cb->state_floats = model_state_floats(c);
+    if (cb->state_floats) {
+        const size_t slots = o->n_state_slots > 0 ? (size_t)o->n_state_slots : 1;
+        if (!(cb->state = alloc_floats(cb, slots * cb->state_floats)) ||
+            !(cb->state_pos = alloc_bytes(cb, slots * sizeof *cb->state_pos)) ||
+            !(cb->conv_bcx = alloc_floats(cb, T * 3 * D)) || !(cb->conv_y = alloc_floats(cb, T * D)))
+            goto fail;
+        memset(cb->state, 0, slots * cb->state_floats * sizeof(float));
+        memset(cb->state_pos, 0, slots * sizeof *cb->state_pos);
+    }
     cb->max_blocks = (cb->max_ctx + o->block_size - 1) / o->block_size;
     if (!(cb->hot_list = alloc_bytes(cb, T * (size_t)cb->max_blocks * sizeof *cb->hot_list)) ||
         !(cb->n_list = alloc_bytes(cb, T * sizeof *cb->n_list)) ||
@@ -867,8 +910,11 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
             const cpu_attn_w *w = &cb->layers[l].attn;
             const cpu_ffn_w *f = &cb->layers[l].ffn;
             const cpu_moe_w *mo = &cb->layers[l].moe;
+            const cpu_conv_w *cv = &cb->layers[l].conv;
             for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];
-            mats[k++] = &w->wo, mats[k++] = &f->w1, mats[k++] = &f->w3, mats[k++] = &f->w2;
+            mats[k++] = cv->kern ? &cv->in : &w->wo;
+            if (cv->kern) mats[k++] = &cv->out;
+            mats[k++] = &f->w1, mats[k++] = &f->w3, mats[k++] = &f->w2;
             if (mo->exps) /* every expert has its tensor's type: the first one's say it */
                 mats[k++] = &mo->router, mats[k++] = &mo->exps[0], mats[k++] = &mo->exps[1],
                 mats[k++] = &mo->exps[2];

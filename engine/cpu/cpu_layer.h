@@ -41,9 +41,19 @@ typedef struct cpu_layer_kind {
     void (*forward)(cpu_backend *cb, const cpu_span *s);
 } cpu_layer_kind;
 
-extern const cpu_layer_kind cpu_layer_attn; /* cpu_layer_attn.c */
-extern const cpu_layer_kind cpu_layer_ffn;  /* cpu_layer_ffn.c */
-extern const cpu_layer_kind cpu_layer_moe;  /* cpu_layer_moe.c */
+extern const cpu_layer_kind cpu_layer_attn;      /* cpu_layer_attn.c */
+extern const cpu_layer_kind cpu_layer_ffn;       /* cpu_layer_ffn.c */
+extern const cpu_layer_kind cpu_layer_moe;       /* cpu_layer_moe.c */
+extern const cpu_layer_kind cpu_layer_shortconv; /* cpu_layer_shortconv.c */
+
+/* A layer whose weights have no block of a kind is skipped by that kind:
+ * lfm2's layers are attention or short convolution, each. */
+
+/* Whether the batch's sequences may run their recurrent layers: distinct
+ * state slots in range, each sequence's tokens at consecutive positions
+ * starting at 0 or at its slot's next position (cpu_layer_shortconv.c).
+ * CK_OK, or CK_EINVAL; CK_OK in a model without recurrent layers. */
+int cpu_shortconv_check(cpu_backend *cb, const be_batch *bt);
 
 /* The kind that computes an ARCH_BLOCK_*, or NULL: none (backend_cpu.c). */
 const cpu_layer_kind *cpu_layer_for(int block);

@@ -374,6 +374,7 @@ static void attn_prepare(cpu_backend *cb, const be_batch *bt) {
 static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_attn_w *w = &cb->layers[s->l].attn;
+    if (!w->n_qkv) return; /* a short-convolution layer (lfm2) */
     const be_batch *bt = s->bt;
     const int l = s->l, i0 = s->i0, i1 = s->i1, threads = s->threads;
     const int D = c->dim, hd = c->head_dim, M = i1 - i0;

@@ -40,6 +40,10 @@ static const struct {
     [ARCH_T_FFN_GATE_EXPS_B] = {"ffn_gate_exps.bias", 1},
     [ARCH_T_FFN_UP_EXPS_B] = {"ffn_up_exps.bias", 1},
     [ARCH_T_FFN_DOWN_EXPS_B] = {"ffn_down_exps.bias", 1},
+    [ARCH_T_TOKEN_EMBD_NORM] = {"token_embd_norm.weight", 0},
+    [ARCH_T_SHORTCONV_CONV] = {"shortconv.conv.weight", 1},
+    [ARCH_T_SHORTCONV_IN] = {"shortconv.in_proj.weight", 1},
+    [ARCH_T_SHORTCONV_OUT] = {"shortconv.out_proj.weight", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -168,6 +172,41 @@ static const arch_info table[] = {
      ARCH_GATING_SOFTMAX_WEIGHT,
      ARCH_ACT_SWIGLU_OAI,
      2},
+    /* llama.cpp's lfm2 (LFM2-350M/700M/1.2B/2.6B, LFM2.5): the attention
+     * tensors and the short-convolution ones are optional here because each
+     * layer has one set or the other (its head_count_kv entry says which);
+     * model.c requires the whole set of the layer's kind and refuses the
+     * other's. Its q/k head norms are required on attention layers. No
+     * q/k/v biases (llama.cpp's loader reads none for it). */
+    {"lfm2",
+     ARCH_LFM2,
+     ARCH_ROPE_NEOX,
+     {[ARCH_T_TOKEN_EMBD] = R,
+      [ARCH_T_TOKEN_EMBD_NORM] = R,
+      [ARCH_T_OUTPUT] = O,
+      [ARCH_T_ATTN_NORM] = R,
+      [ARCH_T_ATTN_Q] = O,
+      [ARCH_T_ATTN_K] = O,
+      [ARCH_T_ATTN_V] = O,
+      [ARCH_T_ATTN_OUT] = O,
+      [ARCH_T_ATTN_Q_NORM] = O,
+      [ARCH_T_ATTN_K_NORM] = O,
+      [ARCH_T_SHORTCONV_CONV] = O,
+      [ARCH_T_SHORTCONV_IN] = O,
+      [ARCH_T_SHORTCONV_OUT] = O,
+      [ARCH_T_FFN_NORM] = R,
+      [ARCH_T_FFN_GATE] = R,
+      [ARCH_T_FFN_DOWN] = R,
+      [ARCH_T_FFN_UP] = R},
+     "LFM2 / LFM2.5: short-convolution layers (gated depthwise causal conv, a recurrent state per "
+     "sequence) beside qwen3-style attention layers, then the dense SwiGLU; final norm "
+     "token_embd_norm",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_SHORTCONV, ARCH_BLOCK_FFN},
+     0,
+     ARCH_READS_SHORTCONV,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
+     0},
 };
 #undef R
 #undef O
@@ -193,7 +232,7 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2"; }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
 
@@ -211,6 +250,7 @@ const char *arch_block_name(int block) {
     case ARCH_BLOCK_ATTN: return "attention";
     case ARCH_BLOCK_FFN: return "ffn";
     case ARCH_BLOCK_MOE: return "moe";
+    case ARCH_BLOCK_SHORTCONV: return "shortconv";
     default: return "?";
     }
 }

@@ -28,7 +28,8 @@ enum arch_id {
     ARCH_SMOLLM3 = 4,
     ARCH_MISTRAL3 = 5,
     ARCH_QWEN3MOE = 6,
-    ARCH_GPT_OSS = 7
+    ARCH_GPT_OSS = 7,
+    ARCH_LFM2 = 8
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
@@ -76,6 +77,13 @@ enum arch_tensor {
     ARCH_T_FFN_GATE_EXPS_B, /* blk.N.ffn_gate_exps.bias       (E, FE) */
     ARCH_T_FFN_UP_EXPS_B,   /* blk.N.ffn_up_exps.bias         (E, FE) */
     ARCH_T_FFN_DOWN_EXPS_B, /* blk.N.ffn_down_exps.bias       (E, dim) */
+    /* lfm2 (LFM2 / LFM2.5): short-convolution layers beside attention ones */
+    ARCH_T_TOKEN_EMBD_NORM, /* token_embd_norm.weight (dim): lfm2's final norm, in the place of
+                               output_norm (llama.cpp's name for it) */
+    ARCH_T_SHORTCONV_CONV,  /* blk.N.shortconv.conv.weight     (dim, l_cache): each channel's
+                               causal kernel, its last tap on the current token */
+    ARCH_T_SHORTCONV_IN,    /* blk.N.shortconv.in_proj.weight  (3 * dim, dim): B, C, x rows */
+    ARCH_T_SHORTCONV_OUT,   /* blk.N.shortconv.out_proj.weight (dim, dim) */
     ARCH_T_COUNT
 };
 
@@ -91,7 +99,19 @@ enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
  * with what weights), each one's gated feed-forward (arch_info.act)
  * weighted and summed (llama.cpp's build_moe_ffn). A backend refuses a
  * model with a block it has no kind for, naming it. */
-enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2, ARCH_BLOCK_MOE = 3 };
+enum arch_block {
+    ARCH_BLOCK_END = 0,
+    ARCH_BLOCK_ATTN = 1,
+    ARCH_BLOCK_FFN = 2,
+    ARCH_BLOCK_MOE = 3,
+    ARCH_BLOCK_SHORTCONV = 4
+};
+/* SHORTCONV (lfm2): norm, in_proj to B, C, x (dim each), a depthwise causal
+ * convolution of B * x over the sequence with l_cache taps whose last
+ * l_cache - 1 inputs are the sequence's recurrent state, C times that,
+ * out_proj. In a row with both ATTN and SHORTCONV each layer has one of the
+ * two (per-layer head_count_kv: 0 for a convolution layer); the kind a
+ * layer has not is skipped. */
 #define ARCH_MAX_BLOCKS 4
 
 /* How a MOE block picks its experts and weighs them (llama.cpp's
@@ -121,6 +141,13 @@ enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
  * value_length, rope.dimension_count and rope.freq_base checked: one that
  * differs from the full layers' value is refused (not computed). */
 #define ARCH_READS_SWA 4u
+/* shortconv.l_cache (required, 2..ARCH_MAX_CONV_L) and a per-layer
+ * attention.head_count_kv array whose 0 entries are the convolution layers
+ * (lfm2). attention.sliding_window, which llama.cpp's lfm2 reads as
+ * optional, is refused when above 0 (not computed). */
+#define ARCH_READS_SHORTCONV 8u
+#define ARCH_KEY_SHORTCONV_L_CACHE "shortconv.l_cache"
+#define ARCH_MAX_CONV_L 16
 
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */

@@ -223,6 +223,13 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
         return CK_EUNSUPPORTED;
     }
     const model_config *c = &m->cfg;
+    if (c->conv_l) {
+        snprintf(err, errlen,
+                 "convert: architecture %s (short-convolution layers) is not written by the "
+                 "converter; llama.cpp's writes it",
+                 arch_by_id(c->arch) ? arch_by_id(c->arch)->name : "?");
+        return CK_EUNSUPPORTED;
+    }
     gguf_writer *w = NULL;
     bufs bb = {0};
     int rc = gguf_writer_new(&w);
@@ -555,6 +562,17 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  swa ? "needs a sliding window (n_swa > 0, period >= -1)" : "has no sliding window");
         return CK_EINVAL;
     }
+    const int conv = (a->keys & ARCH_READS_SHORTCONV) != 0;
+    if ((!conv && (p->conv_l || p->attn_layers)) ||
+        (conv && (p->conv_l == 1 || p->conv_l < 0 || p->conv_l > ARCH_MAX_CONV_L))) {
+        snprintf(err, errlen, "synth: architecture %s %s", a->name,
+                 conv ? "needs conv_l in 2..16" : "has no short-convolution layers");
+        return CK_EINVAL;
+    }
+    if (conv) {
+        c.conv_l = p->conv_l ? p->conv_l : 3;
+        for (int l = 0; l < c.n_layers; l++) c.n_conv_layers += !synth_lfm2_attn(p->attn_layers, l);
+    }
     c.n_swa = p->n_swa;
     c.swa_period = p->swa_period > 0 ? p->swa_period : p->swa_period < 0 ? 0 : a->swa_period;
     c.expert_gating = moe ? a->gating : 0;
@@ -601,16 +619,30 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if ((rc = write_hparams(w, &c, name, p->type, 0)) ||
         (!p->vocab_from && (rc = synth_vocab(w, c.vocab_size))))
         goto out;
+    if (conv) { /* l_cache, and head_count_kv per layer: 0 for a convolution layer */
+        char k[128];
+        uint32_t kv[MODEL_MAX_LAYERS];
+        for (int l = 0; l < c.n_layers; l++)
+            kv[l] = synth_lfm2_attn(p->attn_layers, l) ? (uint32_t)c.n_kv_heads : 0;
+        if (gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SHORTCONV_L_CACHE),
+                                (uint32_t)c.conv_l) ||
+            gguf_writer_set_arr(w, arch_key(k, sizeof k, a, ARCH_KEY_HEAD_COUNT_KV), GGUF_TYPE_UINT32, kv,
+                                (uint64_t)c.n_layers)) {
+            rc = CK_ENOMEM;
+            goto out;
+        }
+    }
     uint64_t D = (uint64_t)c.dim, F = (uint64_t)c.hidden_dim, V = (uint64_t)c.vocab_size;
     uint64_t HD = (uint64_t)c.head_dim;
     uint64_t Q = (uint64_t)c.n_heads * HD;
     uint64_t KV = (uint64_t)c.n_kv_heads * HD;
     uint64_t E = (uint64_t)c.n_expert, FE = (uint64_t)c.expert_ffn;
     uint64_t biggest = V * D > F * D ? V * D : F * D;
-    if (Q * D > biggest) biggest = Q * D;   /* attn_q, attn_output: more than V * D for a small vocab */
-    if (E * D > biggest) biggest = E * D;   /* the router */
-    if (FE * D > biggest) biggest = FE * D; /* one expert's matrix */
-    if (E * FE > biggest) biggest = E * FE; /* the experts' gate and up biases */
+    if (Q * D > biggest) biggest = Q * D;         /* attn_q, attn_output: more than V * D for a small vocab */
+    if (3 * D * D > biggest) biggest = 3 * D * D; /* lfm2's in_proj */
+    if (E * D > biggest) biggest = E * D;         /* the router */
+    if (FE * D > biggest) biggest = FE * D;       /* one expert's matrix */
+    if (E * FE > biggest) biggest = E * FE;       /* the experts' gate and up biases */
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
@@ -636,8 +668,11 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             {"attn_v", D, KV},   {"attn_output", Q, D}, {ffn_norm, D, 1},
             {"ffn_gate", D, F},  {"ffn_down", F, D},    {"ffn_up", D, F},
         };
+        /* lfm2's convolution layer: its three tensors in the place of attention's four */
+        const int conv_layer = conv && !synth_lfm2_attn(p->attn_layers, l);
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             if (moe && !strncmp(t[i].n, "ffn_", 4) && strcmp(t[i].n, "ffn_norm")) continue; /* experts */
+            if (conv_layer && i >= 1 && i <= 4) continue;
             char tn[96];
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, t[i].n);
             int norm = t[i].rows == 1;
@@ -646,6 +681,20 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             else
                 fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), &s);
             if ((rc = add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : dtype))) goto out;
+        }
+        if (conv_layer) { /* taps of variance about 1 / conv_l; in_proj, out_proj as the others */
+            struct {
+                int at;
+                uint64_t cols, rows;
+            } sc[] = {{ARCH_T_SHORTCONV_CONV, (uint64_t)c.conv_l, D},
+                      {ARCH_T_SHORTCONV_IN, D, 3 * D},
+                      {ARCH_T_SHORTCONV_OUT, D, D}};
+            for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+                char tn[96];
+                arch_tensor_file_name(tn, sizeof tn, sc[i].at, l);
+                fill_uniform(tmp, sc[i].cols * sc[i].rows, sqrtf(3.0f / (float)sc[i].cols), &s);
+                if ((rc = add_f32(w, &bb, tn, tmp, sc[i].cols, sc[i].rows, i ? dtype : QUANT_F32))) goto out;
+            }
         }
         /* the router (logits of variance about 1: a spread softmax), then each
          * expert's gate, up and down as a dense layer's */
@@ -681,7 +730,9 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         /* the optional q/k/v biases: qwen2's and gpt-oss's real models have them */
         const int qkv_b = c.arch == ARCH_QWEN2 || c.arch == ARCH_GPT_OSS;
         for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-            int want = qkv_b ? x[i].at <= ARCH_T_ATTN_V_B : a->need[x[i].at] == ARCH_REQUIRED;
+            int want = qkv_b  ? x[i].at <= ARCH_T_ATTN_V_B
+                       : conv ? !conv_layer && x[i].at >= ARCH_T_ATTN_Q_NORM /* lfm2: attention's */
+                              : a->need[x[i].at] == ARCH_REQUIRED;
             if (!want) continue;
             char tn[96];
             arch_tensor_file_name(tn, sizeof tn, x[i].at, l);
@@ -711,7 +762,11 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         }
     }
     for (uint64_t k = 0; k < D; k++) tmp[k] = 1.0f;
-    if ((rc = add_f32(w, &bb, "output_norm.weight", tmp, D, 1, QUANT_F32))) goto out;
+    if ((rc = add_f32(
+             w, &bb,
+             arch_tensor_name(a->need[ARCH_T_TOKEN_EMBD_NORM] ? ARCH_T_TOKEN_EMBD_NORM : ARCH_T_OUTPUT_NORM),
+             tmp, D, 1, QUANT_F32)))
+        goto out;
     if (!p->tied) {
         fill_uniform(tmp, V * D, sqrtf(3.0f / (float)D) * 4.0f, &s);
         if ((rc = add_f32(w, &bb, "output.weight", tmp, D, V, dtype))) goto out;

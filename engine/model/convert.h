@@ -3,7 +3,7 @@
  *
  * The GGUF written is what llama.cpp-style readers expect for the
  * architecture of the model (arch.h: llama, qwen2, qwen3, smollm3,
- * mistral3, qwen3moe, gpt-oss): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
+ * mistral3, qwen3moe, gpt-oss, lfm2): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
  * key_length/value_length when head_dim is not dim / n_heads, mistral3's
  * yarn_log_multiplier and temperature_scale when set, gpt-oss's
  * sliding_window), token_embd /
@@ -67,7 +67,20 @@ typedef struct synth_params {
      * MXFP4 a model with experts is written as llama.cpp's MXFP4_MOE
      * writes it: experts MXFP4, the other matrices Q8_0. */
     int n_swa, swa_period;
+    /* lfm2's short-convolution layers: conv_l taps (shortconv.l_cache, 0: 3,
+     * the real models'), and which layers are attention: bit l of
+     * attn_layers (layers < 64), 0: layer l when l % 3 == 2. The others are
+     * convolution layers (head_count_kv written per layer, 0 for them).
+     * Refused by the other architectures. */
+    int conv_l;
+    uint64_t attn_layers;
 } synth_params;
+
+/* Whether layer l of a synth lfm2 model with attn_layers (synth_params) is
+ * attention. */
+static inline int synth_lfm2_attn(uint64_t attn_layers, int l) {
+    return attn_layers ? l < 64 && (attn_layers >> l & 1) : l % 3 == 2;
+}
 
 /* A random-weight model of the given shape and architecture, its vocabulary
  * copied from vocab_from, or made of the control pieces, 256 byte pieces (so

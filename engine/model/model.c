@@ -20,7 +20,6 @@
  * and reject absurd headers before anything is allocated. */
 #define MODEL_MAX_DIM (1 << 16)
 #define MODEL_MAX_HIDDEN (1 << 18)
-#define MODEL_MAX_LAYERS 1024
 #define MODEL_MAX_HEADS 1024
 #define MODEL_MAX_VOCAB (1 << 22)
 #define MODEL_MAX_CTX (1 << 20)
@@ -525,6 +524,95 @@ static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const cha
     return CK_OK;
 }
 
+/* Entry l of a per-layer integer array (UINT32 or INT32), or -1. */
+static int64_t arr_int_at(int type, const void *data, uint64_t l) {
+    if (type == GGUF_TYPE_UINT32) return ((const uint32_t *)data)[l];
+    if (type == GGUF_TYPE_INT32) return ((const int32_t *)data)[l];
+    return -1;
+}
+
+/* lfm2's shortconv.l_cache, and its head_count_kv: a scalar (every layer
+ * attention) or one entry a layer, 0 for a short-convolution layer. Sets
+ * c->conv_l, c->n_kv_heads (the attention layers' count, which must be one
+ * value) and c->n_conv_layers; *kv_arr / *kv_type the array (NULL for a
+ * scalar) for conv_layer_at. A sliding window is refused (not computed). */
+static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr,
+                          int *kv_type, const char *path, char *err, size_t errlen) {
+    char key[128];
+    int rc, swa = 0;
+    *kv_arr = NULL;
+    if ((rc = arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SWA, 0, 0, &swa, path, err, errlen)))
+        return rc;
+    if (c->conv_l < 2 || c->conv_l > ARCH_MAX_CONV_L) {
+        seterr(err, errlen, "%s: %s.%s = %d is outside 2..%d", path, a->name, ARCH_KEY_SHORTCONV_L_CACHE,
+               c->conv_l, ARCH_MAX_CONV_L);
+        return CK_EFORMAT;
+    }
+    if (swa > 0) {
+        seterr(err, errlen, "%s: %s.%s = %d: lfm2's sliding-window attention is not computed by the engine",
+               path, a->name, ARCH_KEY_SWA, swa);
+        return CK_EUNSUPPORTED;
+    }
+    arch_key(key, sizeof key, a, ARCH_KEY_HEAD_COUNT_KV);
+    uint64_t n = 0;
+    if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
+        *kv_arr = NULL; /* a scalar: every layer is attention */
+        c->n_conv_layers = 0;
+        return arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
+    }
+    if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
+        seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
+               (unsigned long long)n, c->n_layers);
+        return CK_EFORMAT;
+    }
+    c->n_kv_heads = 0;
+    c->n_conv_layers = 0;
+    for (uint64_t l = 0; l < n; l++) {
+        const int64_t v = arr_int_at(*kv_type, *kv_arr, l);
+        if (v == 0) {
+            c->n_conv_layers++;
+        } else if (v < 0 || v > MODEL_MAX_HEADS || (c->n_kv_heads && v != c->n_kv_heads)) {
+            seterr(err, errlen,
+                   "%s: %s[%llu] = %lld: per-layer head counts must be 0 (convolution) or one "
+                   "value up to %d",
+                   path, key, (unsigned long long)l, (long long)v, MODEL_MAX_HEADS);
+            return CK_EUNSUPPORTED;
+        } else {
+            c->n_kv_heads = (int)v;
+        }
+    }
+    if (!c->n_kv_heads) c->n_kv_heads = c->n_heads; /* no attention layer: sizes only */
+    return CK_OK;
+}
+
+/* Layer l of an lfm2 file: whether it is a convolution layer, and that it
+ * has the whole tensor set of its kind and none of the other's. */
+static int conv_layer_check(const model_layer *ly, int l, int conv, const char *path, char *err,
+                            size_t errlen) {
+    const struct {
+        const model_tensor *t;
+        int conv; /* the kind that has it */
+        const char *name;
+    } k[] = {{&ly->wq, 0, "attn_q"},
+             {&ly->wk, 0, "attn_k"},
+             {&ly->wv, 0, "attn_v"},
+             {&ly->wo, 0, "attn_output"},
+             {&ly->q_norm, 0, "attn_q_norm"},
+             {&ly->k_norm, 0, "attn_k_norm"},
+             {&ly->sc_conv, 1, "shortconv.conv"},
+             {&ly->sc_in, 1, "shortconv.in_proj"},
+             {&ly->sc_out, 1, "shortconv.out_proj"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (!!k[i].t->data == (k[i].conv == conv)) continue;
+        seterr(err, errlen, "%s: layer %d is %s layer (head_count_kv %s 0) but blk.%d.%s %s", path, l,
+               conv ? "a short-convolution" : "an attention", conv ? "==" : "!=", l, k[i].name,
+               k[i].t->data ? "is there" : "is missing");
+        return CK_EFORMAT;
+    }
+    return CK_OK;
+}
+
 /* Every tensor of the file must be one the table knows and the
  * architecture has: a tensor the engine would not compute is refused, not
  * skipped. */
@@ -584,8 +672,13 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe, 0, &c->hidden_dim, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)) ||
         (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
+        return rc;
+    const void *kv_arr = NULL; /* lfm2's per-layer head_count_kv */
+    int kv_type = 0;
+    if ((rc = a->keys & ARCH_READS_SHORTCONV
+                  ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+                  : arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
     int kl = 0, vl = 0, rd = 0;
@@ -635,7 +728,8 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
     uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
     if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, 0, &m->tok_emb, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_OUTPUT_NORM, -1, D, 0, 0, &m->out_norm, path, err, errlen)) ||
+        (rc = arch_weight(f, a, a->need[ARCH_T_TOKEN_EMBD_NORM] ? ARCH_T_TOKEN_EMBD_NORM : ARCH_T_OUTPUT_NORM,
+                          -1, D, 0, 0, &m->out_norm, path, err, errlen)) ||
         (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, 0, &m->wcls, path, err, errlen)) ||
         (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
         return rc;
@@ -644,10 +738,12 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         m->wcls = m->tok_emb;
     }
     /* Tie the count to the file before it sizes an allocation: each layer
-     * is nine tensors, and the file lists them all. */
-    if ((uint64_t)c->n_layers * MODEL_LAYER_TENSORS > (uint64_t)gguf_n_tensors(f)) {
+     * is nine tensors (eight in a short-convolution one), and the file
+     * lists them all. */
+    const int per_layer = a->keys & ARCH_READS_SHORTCONV ? 8 : MODEL_LAYER_TENSORS;
+    if ((uint64_t)c->n_layers * (uint64_t)per_layer > (uint64_t)gguf_n_tensors(f)) {
         seterr(err, errlen, "%s: block_count %d needs %d tensors, the file has %d", path, c->n_layers,
-               c->n_layers * MODEL_LAYER_TENSORS, gguf_n_tensors(f));
+               c->n_layers * per_layer, gguf_n_tensors(f));
         return CK_EFORMAT;
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
@@ -686,11 +782,18 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_FFN_GATE_EXPS_B, FE, E, 0, &ly->gate_exps_b},
             {ARCH_T_FFN_UP_EXPS_B, FE, E, 0, &ly->up_exps_b},
             {ARCH_T_FFN_DOWN_EXPS_B, D, E, 0, &ly->down_exps_b},
+            {ARCH_T_SHORTCONV_CONV, (uint64_t)c->conv_l, D, 0, &ly->sc_conv},
+            {ARCH_T_SHORTCONV_IN, D, 3 * D, 0, &ly->sc_in},
+            {ARCH_T_SHORTCONV_OUT, D, D, 0, &ly->sc_out},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if ((rc =
                      arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2, w[i].dst, path, err, errlen)))
                 return rc;
+        if (a->keys & ARCH_READS_SHORTCONV &&
+            (rc = conv_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
+                                   errlen)))
+            return rc;
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
     }
@@ -749,6 +852,10 @@ static void fingerprint(model *m) {
         model_layer_moe(&m->layers[l], e);
         for (int i = 0; i < MODEL_LAYER_MOE; i++)
             if (e[i]->n) h = tensor_hash(h, e[i]);
+        const model_tensor *sc[MODEL_LAYER_CONV];
+        model_layer_conv(&m->layers[l], sc);
+        for (int i = 0; i < MODEL_LAYER_CONV; i++)
+            if (sc[i]->n) h = tensor_hash(h, sc[i]);
     }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
@@ -809,6 +916,9 @@ uint64_t model_weight_bytes(const model *m) {
         const model_tensor *x[MODEL_LAYER_EXTRAS];
         model_layer_extras(ly, x);
         for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) b += tensor_bytes(x[i]);
+        const model_tensor *sc[MODEL_LAYER_CONV];
+        model_layer_conv(ly, sc);
+        for (int i = 0; i < MODEL_LAYER_CONV; i++) b += tensor_bytes(sc[i]);
         /* a token reads the router and only its n_expert_used experts */
         b += tensor_bytes(&ly->router) + tensor_bytes(&ly->router_b);
         if (m->cfg.n_expert)
@@ -837,6 +947,9 @@ uint64_t model_n_params(const model *m) {
         const model_tensor *e[MODEL_LAYER_MOE];
         model_layer_moe(&m->layers[l], e);
         for (int i = 0; i < MODEL_LAYER_MOE; i++) n += e[i]->n;
+        const model_tensor *sc[MODEL_LAYER_CONV];
+        model_layer_conv(&m->layers[l], sc);
+        for (int i = 0; i < MODEL_LAYER_CONV; i++) n += sc[i]->n;
     }
     return n + m->rope_freqs.n;
 }

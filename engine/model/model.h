@@ -2,7 +2,7 @@
  *
  * Two file formats load into the same struct:
  *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3,
- *    smollm3, mistral3, qwen3moe, gpt-oss; gguf.h describes the container), read through that
+ *    smollm3, mistral3, qwen3moe, gpt-oss, lfm2; gguf.h describes the container), read through that
  *    table: what a file asks for that the engine does not compute is
  *    refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
@@ -65,7 +65,18 @@ typedef struct model_config {
      * windowed layer's query at position p sees keys at (p - n_swa, p]. */
     int n_swa;      /* attention.sliding_window, in tokens; 0: no layer is windowed */
     int swa_period; /* attention.sliding_window_pattern: which layers (arch_layer_is_swa) */
+    /* Short-convolution layers (arch.h's ARCH_BLOCK_SHORTCONV, lfm2); 0 for none. */
+    int conv_l;        /* shortconv.l_cache: the taps of each channel's kernel; the state a
+                          sequence carries through a convolution layer is its last
+                          conv_l - 1 inputs (dim floats each) */
+    int n_conv_layers; /* the layers that are short convolutions (model_layer.sc_in.n != 0) */
 } model_config;
+
+/* Floats of one sequence's recurrent state: every convolution layer's last
+ * conv_l - 1 inputs of dim channels (0 in a model without any). */
+static inline size_t model_state_floats(const model_config *c) {
+    return c->n_conv_layers ? (size_t)c->n_conv_layers * (size_t)(c->conv_l - 1) * (size_t)c->dim : 0;
+}
 
 /* Most experts a layer may have (Qwen3's MoEs have 128; llama.cpp allows
  * more, and the CPU backend's scratch grows with the count). */
@@ -97,6 +108,11 @@ typedef struct model_layer {
     model_tensor bo;     /* (dim) added after the output projection (gpt-oss) */
     model_tensor sinks;  /* (n_heads) each head's sink logit: one more term of its softmax's
                             denominator, with no value (gpt-oss) */
+    /* A short-convolution layer's (lfm2; n == 0 in an attention layer, whose
+     * wq, wk, wv, wo, q_norm, k_norm these replace): */
+    model_tensor sc_conv; /* shortconv.conv     (dim, conv_l) each channel's kernel */
+    model_tensor sc_in;   /* shortconv.in_proj  (3 * dim, dim): B, C, x */
+    model_tensor sc_out;  /* shortconv.out_proj (dim, dim) */
     /* Mixture of experts (n == 0 in a dense model, whose w1, w2, w3 these
      * replace in a MoE one, where those are empty). E = n_expert,
      * FE = expert_ffn; model_expert gives expert e's matrix. */
@@ -138,6 +154,14 @@ static inline void model_layer_extras(const model_layer *l, const model_tensor *
     t[6] = &l->sinks;
 }
 
+/* The short-convolution tensors of a layer (each n == 0 in an attention one). */
+#define MODEL_LAYER_CONV 3
+static inline void model_layer_conv(const model_layer *l, const model_tensor *t[MODEL_LAYER_CONV]) {
+    t[0] = &l->sc_conv;
+    t[1] = &l->sc_in;
+    t[2] = &l->sc_out;
+}
+
 /* The mixture-of-experts tensors of a layer (each n == 0 in a dense model;
  * the biases also in a MoE without them). */
 #define MODEL_LAYER_MOE 8
@@ -157,6 +181,9 @@ static inline void model_layer_moe(const model_layer *l, const model_tensor *t[M
  * of t's type. The loader checked that each slice is whole rows of whole
  * blocks, so the slice starts on a block. */
 model_tensor model_expert(const model_tensor *t, int n_expert, int e);
+
+/* Most layers a model may have (model_config_check). */
+#define MODEL_MAX_LAYERS 1024
 
 /* Largest head_dim (attention.key_length) a model may have. */
 #define MODEL_MAX_HEAD_DIM 512

@@ -27,6 +27,8 @@ static void help(void) {
            "  --max-tokens N         completion tokens at most (default 256)\n"
            "  --steps N              llama2.c's -n: N positions in all, prompt included\n"
            "                         (sets --max-tokens to N - prompt tokens + 1)\n"
+           "  --max-batch-tokens N   tokens a forward step takes at most: the prompt's prefill\n"
+           "                         chunk (default 256)\n"
            "  --temperature X        0 = greedy (default 1.0)\n"
            "  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed S\n"
            "  --ignore-eos           keep generating past end-of-text tokens\n"
@@ -183,7 +185,8 @@ int cli_generate(int argc, char **argv) {
             cli_str(&a, "--messages", &messages) || cli_str(&a, "--chat-template", &chat_tmpl) ||
             cli_str(&a, "--date", &date) || cli_int(&a, "--dump-steps", 0, 1 << 24, &dump_steps) ||
             cli_int(&a, "--max-tokens", 0, 1 << 24, &gp.max_tokens) ||
-            cli_int(&a, "--steps", 1, 1 << 24, &steps))
+            cli_int(&a, "--steps", 1, 1 << 24, &steps) ||
+            cli_int(&a, "--max-batch-tokens", 1, 1 << 16, &eo.max_batch_tokens))
             continue;
         if (cli_str(&a, "--stop", &stop)) {
             if (gp.n_stop == GEN_MAX_STOPS) {

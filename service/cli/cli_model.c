@@ -1,6 +1,7 @@
 /* cli_model.c - `confkv convert` and `confkv synth`: write GGUF models. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
@@ -73,17 +74,18 @@ int cli_synth(int argc, char **argv) {
                       .ctx = 1024,
                       .seed = 1};
     const char *out = NULL, *type = "f32", *arch = "llama", *scaling = NULL;
-    int swa_pattern = -1; /* -1: not given (the row's default) */
+    int swa_pattern = -1;           /* -1: not given (the row's default) */
+    const char *attn_layers = NULL; /* lfm2's attention layers, "2,5,8" */
     /* NAN: not given (mistral3 then takes Ministral 3's values) */
     float temp = NAN, log_mul = NAN;
     while (a.i < a.argc && !a.bad) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|lfm2]\n"
                    "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
-                   "       [--swa-pattern P]\n"
+                   "       [--swa-pattern P] [--conv-l L] [--attn-layers I,J,...]\n"
                    "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
@@ -110,7 +112,11 @@ int cli_synth(int argc, char **argv) {
                    "--swa-pattern P (sliding_window_pattern: layer l is windowed when l %% P < P - 1,\n"
                    "every layer for 0; default 2, not written). It always writes output.weight.\n"
                    "--type mxfp4 with experts is llama.cpp's MXFP4_MOE: the experts MXFP4, the other\n"
-                   "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n",
+                   "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n"
+                   "--arch lfm2 (LFM2: short-convolution layers beside attention ones with q/k head\n"
+                   "norms) takes --conv-l L (shortconv.l_cache, 2..16, default 3) and --attn-layers\n"
+                   "I,J,... (the attention layers, each below 64; default every third from layer 2,\n"
+                   "as LFM2-350M's first ones); the others are convolution layers.\n",
                    MODEL_MAX_EXPERTS);
             return 0;
         }
@@ -145,7 +151,9 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--experts-used", 1, MODEL_MAX_EXPERTS, &p.n_expert_used) ||
             cli_int(&a, "--expert-ffn", 1, 1 << 18, &p.expert_ffn) ||
             cli_int(&a, "--sliding-window", 1, 1 << 20, &p.n_swa) ||
-            cli_int(&a, "--swa-pattern", 0, 1024, &swa_pattern))
+            cli_int(&a, "--swa-pattern", 0, 1024, &swa_pattern) ||
+            cli_int(&a, "--conv-l", 2, ARCH_MAX_CONV_L, &p.conv_l) ||
+            cli_str(&a, "--attn-layers", &attn_layers))
             continue;
         return cli_unknown(&a);
     }
@@ -177,6 +185,20 @@ int cli_synth(int argc, char **argv) {
         if (!p.n_swa) p.n_swa = 16;
         /* synth_params: 0 the row's default, -1 the pattern 0 (every layer windowed) */
         p.swa_period = swa_pattern > 0 ? swa_pattern : swa_pattern == 0 ? -1 : 0;
+    }
+    if (!(ai->keys & ARCH_READS_SHORTCONV) && (p.conv_l || attn_layers)) {
+        cli_error(&a, "--conv-l and --attn-layers need --arch lfm2");
+        return 2;
+    }
+    for (const char *q = attn_layers; q && *q;) { /* "2,5,8": a bit each */
+        char *end;
+        long l = strtol(q, &end, 10);
+        if (end == q || l < 0 || l >= 64 || l >= p.n_layers || (*end && *end != ',')) {
+            cli_error(&a, "--attn-layers: \"%s\" is not a list of layers below 64 and --layers", attn_layers);
+            return 2;
+        }
+        p.attn_layers |= (uint64_t)1 << l;
+        q = *end ? end + 1 : end;
     }
     if (moe && (!p.n_expert || !p.n_expert_used)) {
         cli_error(&a, "--arch %s needs --experts N and --experts-used K", ai->name);

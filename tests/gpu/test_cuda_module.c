@@ -5,7 +5,7 @@
  * crash. A model with a layer kind the module has no kernel for (qwen3moe's
  * and gpt-oss's experts) is refused by "cuda" naming it, and "auto" runs it
  * on the CPU; so is gpt-oss's attention (a window, sinks, an output bias)
- * on any architecture's layers.
+ * on any architecture's layers, and lfm2's short convolutions.
  * Linked with the engine only (not libconfkv_cuda.so), as confkv and
  * confkvd are. Needs no GPU; on a machine with one, "cuda" and "auto" may
  * create the CUDA backend, and that is checked too. */
@@ -213,6 +213,39 @@ static void test_gpt_oss_refused(void) {
     unlink(path);
 }
 
+/* lfm2: refused by name for its short-convolution layers (the block the
+ * CUDA pass has not, and their recurrent state); "auto" runs it on the CPU. */
+static void test_lfm2_refused(void) {
+    char path[] = "/tmp/confkv_cuda_lfm2_XXXXXX", err[512] = "";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 3,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 64,
+                       .vocab_size = 400,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 1,
+                       .arch = ARCH_LFM2};
+    model *m = NULL;
+    be_options o = options();
+    backend *b = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "lfm2") && strstr(err, "shortconv has no CUDA kernel"), "err: %s", err);
+        CK_CHECK(be_new("auto", m, &o, &b, err, sizeof err) == 0 && b && !strcmp(b->ops->name, "cpu"));
+        be_free(b);
+    }
+    model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     char err[256];
     if (access(ck_test_model_path("stories260K.bin"), R_OK)) {
@@ -231,6 +264,7 @@ int main(void) {
     CK_RUN(test_cuda_opens_module);
     CK_RUN(test_moe_refused);
     CK_RUN(test_gpt_oss_refused);
+    CK_RUN(test_lfm2_refused);
     model_free(g_m);
     return ck_test_summary();
 }

@@ -58,6 +58,7 @@ stories() { # stories TYPE: the shared llama2.c model, converted to GGUF of TYPE
 # counts and GQA ratios (head_dim 32 or 64, 4 query heads a KV head), f32
 # weights, 8 steps within 1e-4. stories260K: 200 steps, all agreeing.
 steps=8 tol=1e-4 agree=0 min_steps=8
+gen_args=() # more flags of confkv generate for the case
 case "$case_name" in
   synth_llama_gqa) # dim 256, 8 heads, 2 KV heads, head_dim 32, synthetic SPM vocab
     synth --dim 256 --layers 3 --heads 8 --kv-heads 2 --ffn 768 --vocab 2048 --ctx 256 ;;
@@ -112,6 +113,14 @@ case "$case_name" in
       --experts 8 --experts-used 2 --expert-ffn 128 --vocab 2048 --ctx 256 --sliding-window 8 \
       --rope-theta 150000 --rope-scaling yarn --rope-scaling-factor 4 --rope-orig-ctx 64
     steps=16 min_steps=16 ;;
+  synth_lfm2) # LFM2 in small: short-convolution layers (3 taps) with attention on layers 2 and
+    # 4 (q/k head norms), qwen2 vocab, tied as LFM2 is; the prompt prefilled in chunks of 6
+    # tokens, so each chunk's convolution starts from the state the previous one left
+    need_synth --arch --vocab-from --tied --conv-l --attn-layers
+    synth --arch lfm2 --dim 256 --layers 6 --heads 8 --kv-heads 2 --ffn 768 --ctx 256 \
+      --vocab-from "$(vocab qwen2)" --tied --rope-theta 1000000 --conv-l 3 --attn-layers 2,4
+    gen_args=(--max-batch-tokens 6)
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
@@ -144,7 +153,7 @@ esac
   { echo "llamacpp_logits failed:"; cat "$tmp/llama.err"; exit 1; }
 "$confkv" generate --model "$tmp/m.gguf" --prompt "$prompt" --temperature 0 --ignore-eos \
   --max-tokens "$steps" --threads "$threads" --json --dump-logits "$tmp/confkv.bin" \
-  --dump-steps "$steps" >"$tmp/confkv.json" 2>"$tmp/confkv.err" ||
+  --dump-steps "$steps" ${gen_args[@]+"${gen_args[@]}"} >"$tmp/confkv.json" 2>"$tmp/confkv.err" ||
   { echo "confkv generate failed:"; cat "$tmp/confkv.err"; exit 1; }
 python3 "$here/compare_logits.py" --label "$case_name" --tol "$tol" --agree "$agree" \
   --min-steps "$min_steps" --confkv "$tmp/confkv.bin" --confkv-json "$tmp/confkv.json" \
