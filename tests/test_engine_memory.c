@@ -30,7 +30,7 @@ static void plan_matches(const model *m, const be_options *o) {
     be_free(b);
     CK_CHECK_MSG(p.total == got, "plan %zu, allocated %zu", p.total, got);
     CK_CHECK(p.max_ctx == ctx && p.n_threads == nt);
-    CK_CHECK(p.total == p.weights + p.kv + p.kv8 + p.activations + p.scratch);
+    CK_CHECK(p.total == p.weights + p.kv + p.kv8 + p.activations + p.scratch + p.state);
     /* the attention scores alone: n_heads x ctx floats a thread */
     CK_CHECK(p.scratch_per_thread >= (size_t)m->cfg.n_heads * (size_t)ctx * sizeof(float));
     CK_CHECK(p.scratch >= (size_t)nt * (size_t)m->cfg.n_heads * (size_t)ctx * sizeof(float));

@@ -77,6 +77,8 @@ struct req {
     int retrying;          /* the pending token is a rerun: no retry check again */
     int step_n;            /* tokens it has in the step being built */
     uint64_t shrink_stamp; /* step at which room() last shrank it */
+    int state_slot;        /* its recurrent state slot while running (a hybrid model): taken at
+                              admission, given back when it leaves the running queue; -1 */
     /* results */
     char *text;
     size_t text_len, text_cap, emitted; /* emitted: bytes released in events */
@@ -142,7 +144,14 @@ struct eng {
     int pend_head, pend_n, pend_cap;
     req *zombies;
     uint64_t next_id, next_order;
-    int next_owner;  /* labels pool blocks (kv_pool.owner) */
+    int next_owner; /* labels pool blocks (kv_pool.owner) */
+    /* A model whose layers keep a recurrent state (model_state_floats > 0,
+     * lfm2): one backend state slot a running sequence, max_running of
+     * them. What the state cannot follow is refused or off (rq.c, eng_new,
+     * scheduler.c's preempt): docs/ARCHITECTURE.md, Recurrent state. */
+    const char *hybrid; /* the architecture's name when it is such a model; NULL */
+    int32_t *slot_free; /* (max_running) the free slots, a stack */
+    int n_slot_free;
     int n_deadlines; /* live requests with a deadline */
     int broken;      /* CK_EBACKEND once the backend failed */
     pfx *pfx;        /* prefix cache, NULL when off */
@@ -202,6 +211,11 @@ void eng__fail_unqueued(eng *e, req *r, int error);
 int eng__start_run(eng *e, req *r);
 /* Reset a sequence to be computed again from hist[0]. */
 void eng__recompute_reset(eng *e, req *r);
+/* A hybrid model's state slot for r as it becomes running: 0, or CK_EBUSY
+ * when none is free (it waits). Giving it back is a no-op without one.
+ * A no-op (0) for any other model. */
+int eng__slot_take(eng *e, req *r);
+void eng__slot_give(eng *e, req *r);
 /* Free a request that never joined the engine's lists, all of it. */
 void eng__free_loose(req *r);
 static inline void finish_req(eng *e, req *r, int reason) { eng__finish(e, r, reason); }

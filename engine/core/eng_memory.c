@@ -74,10 +74,16 @@ int eng_memory_describe(const eng_memory *p, char *buf, size_t len) {
     human(p->be.scratch, sc, sizeof sc);
     human(p->be.scratch_per_thread, spt, sizeof spt);
     human(p->file_bytes, f, sizeof f);
+    char st[64] = "";
+    if (p->be.state) {
+        char s[32];
+        human(p->be.state, s, sizeof s);
+        snprintf(st, sizeof st, ", recurrent state %s", s);
+    }
     return snprintf(buf, len,
                     "planned %s at context %d (weights %s, KV %s, int8 KV %s, warm %s, prefix %s, "
-                    "batch %s, engine %s, scratch %s = %d x %s; file %s mapped)",
-                    t, p->max_ctx, w, kv, kv8, wa, pf, act, h, sc, p->be.n_threads, spt, f);
+                    "batch %s, engine %s, scratch %s = %d x %s%s; file %s mapped)",
+                    t, p->max_ctx, w, kv, kv8, wa, pf, act, h, sc, p->be.n_threads, spt, st, f);
 }
 
 int eng_fit_context(const model *m, int max_context, size_t max_memory_mb, int block_size, eng_plan_cb plan,
@@ -133,7 +139,8 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
                      .block_size = u->bs,
                      .n_threads = c->threads,
                      .max_ctx = ctx,
-                     .n_kv8_blocks = (int)u->n_blocks};
+                     .n_kv8_blocks = (int)u->n_blocks,
+                     .n_state_slots = c->max_running};
     int rc = be_cpu_plan(u->m, &bo, &p->be);
     if (rc) return rc;
     /* tier.c and pfx.c: a slab of whole slots, at least one, capped */
@@ -147,7 +154,7 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
     n = warm_budget / slot;
     n = n > (1u << 30) ? 1u << 30 : n ? n : 1;
     p->warm += n * slot;
-    if (!c->prefix_cache_off) {
+    if (!c->prefix_cache_off && !model_state_floats(mc)) { /* none for a hybrid model (eng_new) */
         size_t budget = c->prefix_cache_bytes ? c->prefix_cache_bytes : u->n_blocks * u->block_bytes;
         n = budget / u->block_bytes;
         n = n > (1u << 24) ? 1u << 24 : n ? n : 1;

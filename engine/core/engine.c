@@ -207,6 +207,7 @@ static void take_out(eng *e, req *r) {
     } else if (r->state == REQ_RUNNING) {
         sched_remove(&e->runq, &r->se);
         e->committed -= r->commit;
+        eng__slot_give(e, r);
     } else if (r->state == REQ_WAITING) {
         sched_remove(&e->waitq, &r->se);
     }
@@ -336,12 +337,17 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->c.block_size = e->bs;
     e->block_bytes = pu.block_bytes;
     size_t n_blocks = pu.n_blocks;
+    if (model_state_floats(mc)) {
+        const arch_info *ai = arch_by_id(mc->arch);
+        e->hybrid = ai ? ai->name : "?";
+    }
     be_options bo = {.max_batch_tokens = c.max_batch_tokens,
                      .n_kv_blocks = (int)n_blocks,
                      .block_size = e->bs,
                      .n_threads = c.threads,
                      .max_ctx = e->max_ctx,
-                     .n_kv8_blocks = (int)n_blocks};
+                     .n_kv8_blocks = (int)n_blocks,
+                     .n_state_slots = c.max_running};
     if ((rc = be_new(c.backend, e->m, &bo, &e->b, err, errlen))) goto fail;
     kvm_config kc = {.b = e->b,
                      .n_blocks = (int)n_blocks,
@@ -354,7 +360,9 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->c.warm_budget_bytes = e->kv.warm_budget_bytes;
     tier_config tc;
     tier_config_default(&tc, e->b);
-    if (!c.prefix_cache_off) {
+    /* a prefix's KV without the state after it is no start for a hybrid
+     * model's sequence: no prefix cache (eng__plan counts none either) */
+    if (!c.prefix_cache_off && !e->hybrid) {
         pfx_config pc = {.shape = tc.shape,
                          .budget_bytes =
                              c.prefix_cache_bytes ? c.prefix_cache_bytes : n_blocks * e->block_bytes,
@@ -393,6 +401,10 @@ int eng_new(const eng_config *cfg, eng **out, char *err, size_t errlen) {
     e->amax = malloc(R * sizeof *e->amax);
     e->scratch = malloc((size_t)e->max_ctx * sizeof *e->scratch);
     rc = CK_ENOMEM;
+    if (e->hybrid) {
+        if (!(e->slot_free = malloc(R * sizeof *e->slot_free))) goto fail;
+        for (int i = 0; i < c.max_running; i++) e->slot_free[e->n_slot_free++] = c.max_running - 1 - i;
+    }
     if (!e->tok || !e->pos || !e->seqix || !e->out_row || !e->views || !e->batch || !e->cand || !e->logits ||
         !e->conf || !e->amax || !e->scratch || ensure_pend(e, 2 * c.max_running + 64))
         goto fail;
@@ -429,6 +441,7 @@ void eng_free(eng *e) {
     tuner_free(&e->tun);
     rq_client_free(e); /* before model_free: the chat template borrows the tokenizer */
     pfx_free(e->pfx);
+    free(e->slot_free);
     sess_free(e->sess);
     tpl_cache_free(e->tpl);
     kvm_free(&e->kv);
@@ -507,6 +520,19 @@ err:
 }
 
 /* ============================================================ scheduling */
+
+int eng__slot_take(eng *e, req *r) {
+    if (!e->hybrid || r->state_slot >= 0) return CK_OK;
+    if (!e->n_slot_free) return CK_EBUSY;
+    r->state_slot = e->slot_free[--e->n_slot_free];
+    return CK_OK;
+}
+
+void eng__slot_give(eng *e, req *r) {
+    if (r->state_slot < 0) return;
+    e->slot_free[e->n_slot_free++] = r->state_slot;
+    r->state_slot = -1;
+}
 
 void eng__recompute_reset(eng *e, req *r) {
     kvm_release(&e->kv, r->pol, &r->seq, 1);
@@ -652,7 +678,8 @@ static int iterate(eng *e) {
         e->views[ns] = (be_seq_view){.blocks = s->hot,
                                      .n_blocks = s->n_blocks,
                                      .blocks8 = s->n_hot8 ? s->hot8 : NULL,
-                                     .mass = s->mass};
+                                     .mass = s->mass,
+                                     .state = r->state_slot >= 0 ? r->state_slot : 0};
         r->step_exact = s->n_hot == s->n_blocks && s->n_hot8 == 0 && r->exact == s->n_tokens;
         int ends = s->n_tokens + r->step_n == r->n_hist;
         for (int i = 0; i < r->step_n; i++, nt++) {

@@ -178,6 +178,18 @@ static int check(eng *e, const eng_request *q, int *n_out, int *limit_out, kvpol
         snprintf(err, errlen, "saving a template takes a name and a prompt text (and no prefix)");
         return reject(reason, ENG_REJECT_INVALID, CK_EINVAL);
     }
+    /* A hybrid model's sequence must be computed from its first token: a
+     * session's context, a template's or a kept prefix's KV is reused from
+     * a cache that holds no recurrent state. */
+    const char *no_state = q->session_id      ? "sessions"
+                           : q->template_name ? "cache templates"
+                           : q->keep_prefix   ? "keep_prefix (the prefix cache)"
+                                              : NULL;
+    if (e->hybrid && no_state) {
+        snprintf(err, errlen, "%s are not supported for architecture %s (its layers keep a recurrent state)",
+                 no_state, e->hybrid);
+        return reject(reason, ENG_REJECT_INVALID, CK_EUNSUPPORTED);
+    }
     int n = 0, rc;
     if (q->prefix && (rc = encode(e, q->prefix, q->prefix_len, 1, e->scratch, e->max_ctx, &n, "prefix",
                                   ENG_REJECT_INVALID, reason, err, errlen)))
@@ -256,6 +268,16 @@ static int check(eng *e, const eng_request *q, int *n_out, int *limit_out, kvpol
     *pc = e->c.policy;
     if (q->policy && (rc = kvpol_parse(q->policy, pc, err, errlen)))
         return reject(reason, ENG_REJECT_INVALID, rc);
+    /* A retry reruns a step's token, whose input the recurrent state has
+     * already taken in: off for a hybrid model, refused when asked for. */
+    if (e->hybrid && q->policy && strstr(q->policy, "retry")) {
+        snprintf(err, errlen,
+                 "policy retries are not supported for architecture %s (its layers keep a "
+                 "recurrent state)",
+                 e->hybrid);
+        return reject(reason, ENG_REJECT_INVALID, CK_EUNSUPPORTED);
+    }
+    if (e->hybrid) pc->retry_entropy = pc->retry_pmax = 0;
     *n_out = n;
     *limit_out = limit;
     return CK_OK;
@@ -570,6 +592,7 @@ int rq_build(eng *e, const eng_request *q, req **out, int *reason, char *err, si
     req *r = calloc(1, sizeof *r);
     if (!r) return reject(reason, ENG_REJECT_ENGINE, CK_ENOMEM);
     r->se.index = -1;
+    r->state_slot = -1;
     r->pc = pc;
     r->warnings = warnings;
     *out = r; /* on failure too: the caller frees it */

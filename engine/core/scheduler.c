@@ -66,13 +66,17 @@ void sched_remove(sched_queue *q, sched_entry *e) {
  * scheduler decides; the KV manager (kvm.h) answers whether blocks can
  * be placed, and moves them. */
 
-/* Running -> waiting: blocks to the warm tier, or reset for recomputation. */
+/* Running -> waiting: blocks to the warm tier, or reset for recomputation.
+ * A hybrid model's sequence is always recomputed: its recurrent state does
+ * not move with parked blocks, and its slot goes back, so it starts over
+ * from position 0, where the backend starts the state from zero. */
 static void preempt(eng *e, req *v) {
     sched_remove(&e->runq, &v->se);
     e->committed -= v->commit;
     e->left += v->step_n;
     v->step_n = 0;
-    int rc = kvm_park(&e->kv, &v->seq, v->moved);
+    eng__slot_give(e, v);
+    int rc = e->hybrid ? CK_EUNSUPPORTED : kvm_park(&e->kv, &v->seq, v->moved);
     v->swapped = rc == CK_OK;
     if (rc) { /* the tier is full (or a block could not be read): start over later */
         eng__recompute_reset(e, v);
@@ -170,12 +174,14 @@ void sched_admit(eng *e) {
             if (!v || !outranks(e, w, v)) return;
             preempt(e, v);
         }
+        if (eng__slot_take(e, w)) return; /* no state slot free: it waits */
         sched_remove(&e->waitq, &w->se);
         int rc = CK_OK;
         if (!w->started) rc = eng__start_run(e, w);
         if (!rc && w->swapped) {
             rc = kvm_resume(&e->kv, &w->seq, w->moved);
             if (rc == CK_EBUSY || rc == CK_ENOSPACE) { /* cold fetch in flight; try later */
+                eng__slot_give(e, w);
                 sched_push(&e->waitq, &w->se);
                 return;
             }
@@ -187,6 +193,7 @@ void sched_admit(eng *e) {
             w->swapped = 0;
         }
         if (rc) {
+            eng__slot_give(e, w);
             eng__fail_unqueued(e, w, rc);
             continue;
         }
