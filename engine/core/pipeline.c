@@ -57,8 +57,11 @@ int pipeline_token(const pipeline_rules *ru, pipeline_seq *s, float *logits, con
         amax = samp_confidence(logits, n_vocab, &conf, &am) ? -1 : am;
     }
     /* 1. An uncertain step under a reduced cache may be worth running again
-     * with the blocks the policy recalls for it; once per step. */
-    if (s->pol && !s->retrying && kvpol_retry(s->pol, s->seq, &conf) > 0) {
+     * with the blocks the policy recalls for it; once per step. Never in a
+     * model whose layers keep a recurrent state (lfm2): the state has taken
+     * in the token's input already, and a rerun would take it twice. */
+    if (s->pol && !s->retrying && !model_state_floats(&ru->m->cfg) &&
+        kvpol_retry(s->pol, s->seq, &conf) > 0) {
         s->seq->n_tokens--; /* the caller rewrites the last position's KV */
         s->retrying = 1;
         s->st.retries++;

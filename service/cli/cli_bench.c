@@ -297,6 +297,11 @@ int cli_bench(int argc, char **argv) {
     if (peak_bw > 0 || peak_flops > 0) {
         bw = bw_dram = bw_best = 1e9 * (double)peak_bw;
         sg = 1e12 * (double)peak_flops;
+    } else if (roofline && model_state_floats(c)) {
+        /* a round runs a step twice (untimed, then timed): a recurrent state
+         * would take the step's tokens in twice, and the backend refuses it */
+        fprintf(stderr, "confkv bench: no roofline rounds for a model with a recurrent state (%s)\n",
+                arch_by_id(c->arch) ? arch_by_id(c->arch)->name : "?");
     } else if (roofline) {
         fprintf(stderr, "confkv bench: measuring this machine (bandwidth, sgemm) ...\n");
         const int isa = cpu_isa_detect();
@@ -354,7 +359,7 @@ int cli_bench(int argc, char **argv) {
             if (row[i] >= 0) row[i] = nout++;
         int last = s < batch && done > 0 ? s : s - 1;
         for (int q = first; q <= last; q++)
-            views[q - first] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks};
+            views[q - first] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks, .state = q};
         be_batch bt = {n, tok, pos, six, row, last - first + 1, views, nout};
         if ((rc = e.b->ops->forward(e.b, &bt, logits))) goto out;
         for (int q = first; q <= last; q++) {
@@ -383,7 +388,7 @@ int cli_bench(int argc, char **argv) {
             pos[q] = seqs[q].n_tokens;
             six[q] = q;
             row[q] = q;
-            views[q] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks};
+            views[q] = (be_seq_view){.blocks = seqs[q].hot, .n_blocks = seqs[q].n_blocks, .state = q};
         }
         be_batch bt = {batch, tok, pos, six, row, batch, views, batch};
         if (r < n_rounds && step == (int)((long)gen * r / n_rounds)) {
@@ -474,6 +479,7 @@ int cli_bench(int argc, char **argv) {
             jw_key(&w, "kv8"), jw_int(&w, (int64_t)plan.kv8);
             jw_key(&w, "activations"), jw_int(&w, (int64_t)plan.activations);
             jw_key(&w, "scratch"), jw_int(&w, (int64_t)plan.scratch);
+            jw_key(&w, "state"), jw_int(&w, (int64_t)plan.state);
             jw_key(&w, "max_batch_tokens"), jw_int(&w, T);
             jw_obj_end(&w);
         }

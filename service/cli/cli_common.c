@@ -150,7 +150,8 @@ static int cli_plan_at(void *ud_, int ctx, eng_memory *p) {
                          .block_size = bs,
                          .n_threads = o->threads,
                          .max_ctx = ctx,
-                         .n_kv8_blocks = o->kv8_blocks < 0 ? (int)n : o->kv8_blocks};
+                         .n_kv8_blocks = o->kv8_blocks < 0 ? (int)n : o->kv8_blocks,
+                         .n_state_slots = o->max_seqs}; /* a recurrent state slot a sequence */
     memset(p, 0, sizeof *p);
     int rc = be_cpu_plan(u->m, &u->bo, &p->be);
     p->total = p->be.total;
