@@ -71,6 +71,9 @@ typedef struct ref_opts {
      * x += out_proj . (C sum_j kern[j] u_{p - (taps - 1) + j}) */
     int conv_taps;     /* the kernel's taps (synth's conv_l) */
     int conv_no_state; /* each token's convolution sees its own u alone (no recurrent state) */
+    /* lfm2moe: layers below dense_lead dense, the others experts chosen by the largest
+     * sigmoid(l) + exp_probs_b (choice_bias; off: without it), weights the sigmoids renormalised */
+    int sigmoid, choice_bias, dense_lead;
 } ref_opts;
 
 static float *f32_of(const model_tensor *t) {
@@ -146,6 +149,7 @@ typedef struct ref_moe_b {
     const float *router;    /* (experts) */
     const float *gate, *up; /* (experts, FE) */
     const float *down;      /* (experts, D) */
+    const float *probs;     /* (experts) lfm2moe's choice bias */
 } ref_moe_b;
 
 /* gpt-oss's activation of one gate/up pair (OpenAI's reference block). */
@@ -173,16 +177,23 @@ static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, 
     matvec_d(p, wr, xn, E, D);
     if (o->exp_bias)
         for (int e = 0; e < E; e++) p[e] += b->router[e];
-    if (!o->top_logits) { /* probabilities first: the order is the logits' either way */
+    double q[64]; /* what chooses: p, or lfm2moe's sigmoids plus their bias */
+    if (o->sigmoid)
+        for (int e = 0; e < E; e++) {
+            p[e] = 1 / (1 + exp(-p[e]));
+            q[e] = p[e] + (o->choice_bias ? b->probs[e] : 0);
+        }
+    else if (!o->top_logits) { /* probabilities first: the order is the logits' either way */
         for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
         for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
         for (int e = 0; e < E; e++) p[e] /= sum;
     }
+    if (!o->sigmoid) memcpy(q, p, (size_t)E * sizeof *q);
     for (int j = 0; j < K; j++) {
         int best = 0;
         while (chosen[best]) best++; /* K <= E: one is left */
         for (int e = best + 1; e < E; e++)
-            if (!chosen[e] && p[e] > p[best]) best = e;
+            if (!chosen[e] && q[e] > q[best]) best = e;
         chosen[best] = 1;
         sel[j] = best;
         ws += p[best];
@@ -237,13 +248,14 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                   *wd = f32_of(&ly->down_exps);
             float *bo = f32_of(&ly->bo), *sk = f32_of(&ly->sinks), *rb = f32_of(&ly->router_b),
                   *gb = f32_of(&ly->gate_exps_b), *ub = f32_of(&ly->up_exps_b),
-                  *db = f32_of(&ly->down_exps_b);
-            const ref_moe_b mb = {rb, gb, ub, db};
+                  *db = f32_of(&ly->down_exps_b), *pb = f32_of(&ly->probs_b);
+            const ref_moe_b mb = {rb, gb, ub, db, pb};
+            const int moe = o->experts && l >= o->dense_lead; /* this layer's feed-forward */
             float *ci = f32_of(&ly->sc_in), *co = f32_of(&ly->sc_out), *ck = f32_of(&ly->sc_conv);
             if (ci) { /* an lfm2 convolution layer: the lfm2 block, then the FFN below */
                 const int taps = o->conv_taps;
                 double *u = uh + (size_t)l * n_tok * D; /* (n_tok, D) this layer's u by position */
-                ok = an && co && ck && fn && w1 && w2 && w3 && !wq;
+                ok = an && co && ck && fn && !wq;
                 if (ok) {
                     rmsnorm_d(xb, x, an, D, c->norm_eps);
                     matvec_d(bcx, ci, xb, 3 * D, D);
@@ -264,9 +276,9 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
             free(co);
             free(ck);
             ok = ok && (ly->sc_in.n || (an && wq && wk && wv && wo)) && fn &&
-                 (o->experts ? wr && wg && wu && wd : w1 && w2 && w3) && (!o->bias || (bq && bk && bv)) &&
-                 (!o->qk_norm || ly->sc_in.n || (qn && kn)) && (!o->out_bias || bo) && (!o->sinks || sk) &&
-                 (!o->exp_bias || (rb && gb && ub && db));
+                 (moe ? wr && wg && wu && wd && (!o->choice_bias || pb) : w1 && w2 && w3) &&
+                 (!o->bias || (bq && bk && bv)) && (!o->qk_norm || ly->sc_in.n || (qn && kn)) &&
+                 (!o->out_bias || bo) && (!o->sinks || sk) && (!o->exp_bias || (rb && gb && ub && db));
             /* the first position this layer's queries at p see */
             const int swa = o->window > 0 && (o->swa_period <= 0 || l % o->swa_period < o->swa_period - 1);
             const int t0 = swa && p - o->window + 1 > 0 ? p - o->window + 1 : 0;
@@ -315,7 +327,7 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
             }
             if (ok) {
                 rmsnorm_d(xb, x, fn, D, c->norm_eps);
-                if (o->experts) {
+                if (moe) {
                     ref_moe(o, D, wr, wg, wu, wd, &mb, xb, x);
                 } else {
                     matvec_d(h1, w1, xb, F, D);
@@ -325,8 +337,8 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     for (int i = 0; i < D; i++) x[i] += xb[i];
                 }
             }
-            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv,
-                           qn, kn, wr, wg, wu, wd, bo, sk, rb, gb, ub, db};
+            float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn,
+                           kn, wr, wg, wu, wd, bo, sk, rb, gb, ub, db, pb};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
         }
         if (ok) {
@@ -704,6 +716,40 @@ static void test_lfm2(void) {
     CK_CHECK(feature_case("lfm2 q/k norms", sp, on, off) == 0);
 }
 
+/* lfm2moe: lfm2's layers, layer 0 dense, 1..3 with 8 experts of which 2
+ * a token, chosen by sigmoid + exp_probs_b, the sigmoids renormalised.
+ * Off: the choice without its bias; the softmax in place of the sigmoid. */
+static void test_lfm2moe(void) {
+    synth_params sp = base_params(ARCH_LFM2MOE);
+    sp.n_layers = 4;
+    sp.tied = 1;
+    sp.rope_theta = 1000000;
+    sp.n_expert = 8;
+    sp.n_expert_used = 2;
+    sp.expert_ffn = 48;
+    sp.n_dense_lead = 1;
+    ref_opts on = {.theta = 1000000,
+                   .neox = 1,
+                   .qk_norm = 1,
+                   .conv_taps = 3,
+                   .experts = 8,
+                   .used = 2,
+                   .expert_ffn = 48,
+                   .moe_norm = 1,
+                   .sigmoid = 1,
+                   .choice_bias = 1,
+                   .dense_lead = 1},
+             off = on;
+    off.choice_bias = 0;
+    CK_CHECK(feature_case("lfm2moe choice bias", sp, on, off) == 0);
+    off = on;
+    off.sigmoid = off.choice_bias = 0; /* qwen3moe's softmax */
+    CK_CHECK(feature_case("lfm2moe sigmoid gating", sp, on, off) == 0);
+    off = on;
+    off.conv_no_state = 1;
+    CK_CHECK(feature_case("lfm2moe recurrent state", sp, on, off) == 0);
+}
+
 static void test_table(void) {
     const arch_info *a = arch_find("qwen3", 5);
     CK_CHECK(a && a->id == ARCH_QWEN3 && a->rope == ARCH_ROPE_NEOX);
@@ -724,9 +770,12 @@ static void test_table(void) {
     CK_CHECK(arch_has_block(mo, ARCH_BLOCK_MOE) && !arch_has_block(a, ARCH_BLOCK_MOE));
     CK_CHECK(!strcmp(arch_block_name(ARCH_BLOCK_MOE), "moe") && strstr(arch_names(), "qwen3moe"));
     const arch_info *go = arch_find("gpt-oss", 7);
-    for (int i = 0; i < arch_count(); i++) /* only qwen3moe and gpt-oss have experts */
-        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] ==
-                 (arch_at(i) == mo || arch_at(i) == go ? ARCH_REQUIRED : ARCH_NO));
+    for (int i = 0; i < arch_count(); i++) /* only qwen3moe and gpt-oss have experts, and lfm2moe's
+                                              layers after its dense lead */
+        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] == (arch_at(i) == mo || arch_at(i) == go
+                                                                ? ARCH_REQUIRED
+                                                            : arch_at(i)->id == ARCH_LFM2MOE ? ARCH_OPTIONAL
+                                                                                             : ARCH_NO));
     /* gpt-oss: its own tensors required, post_attention_norm in the place of ffn_norm, its
      * gating, activation and window as data */
     CK_CHECK(go && go->id == ARCH_GPT_OSS && arch_by_id(ARCH_GPT_OSS) == go && go->rope == ARCH_ROPE_NEOX);
@@ -769,7 +818,7 @@ static void test_table(void) {
     for (int i = 0; i < arch_count(); i++) {
         const arch_info *r = arch_at(i);
         CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
-        if (r != m3 && r != go && r->id != ARCH_LFM2) CK_CHECK(r->keys == 0);
+        if (r != m3 && r != go && r->id != ARCH_LFM2 && r->id != ARCH_LFM2MOE) CK_CHECK(r->keys == 0);
     }
     /* lfm2: per-layer attention or short convolution, token_embd_norm at the output */
     const arch_info *lf = arch_find("lfm2", 4);
@@ -866,6 +915,7 @@ int main(void) {
     CK_RUN(test_qwen3moe_experts);
     CK_RUN(test_gpt_oss);
     CK_RUN(test_lfm2);
+    CK_RUN(test_lfm2moe);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -337,6 +337,37 @@ static void test_refusals_lfm2(void) {
     unlink(bad);
 }
 
+/* lfm2moe: the dense lead past the layers, a gating other than sigmoid, a
+ * layer with the other kind's feed-forward or without its choice bias. */
+static void test_refusals_lfm2moe(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_LFM2MOE);
+    sp.n_layers = 3;
+    sp.n_expert = 4;
+    sp.n_expert_used = 2;
+    sp.n_dense_lead = 1; /* layer 0 dense, 1 and 2 experts */
+    const char *src = tmp("lfm2moe.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(src, NULL, &m, err, sizeof err), "%s", err);
+    CK_CHECK(m && m->cfg.n_dense_lead == 1 && m->cfg.expert_gating == ARCH_GATING_SIGMOID_NORM &&
+             m->layers[0].w1.n && !m->layers[0].router.n && m->layers[1].probs_b.n == 4 &&
+             !m->layers[2].w1.n);
+    model_free(m);
+    CK_CHECK(rewrite_u32(src, bad, "lfm2moe.leading_dense_block_count", 4) == 0);
+    CK_CHECK(refused(bad, "lfm2moe.leading_dense_block_count", "past the 3 layers"));
+    CK_CHECK(rewrite_u32(src, bad, "lfm2moe.expert_gating_func", 1) == 0);
+    CK_CHECK(refused(bad, "lfm2moe.expert_gating_func", "sigmoid"));
+    CK_CHECK(rewrite_u32(src, bad, "lfm2moe.leading_dense_block_count", 2) == 0);
+    CK_CHECK(refused(bad, "layer 1 has the dense feed-forward", "ffn_gate is missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.2.exp_probs_b.bias", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "layer 2 has experts", "exp_probs_b is missing"));
+    sp.n_dense_lead = 4;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "n_dense_lead"));
+    unlink(src);
+    unlink(bad);
+}
+
 /* The CPU backend's recurrent state: a sequence continues its slot exactly
  * or starts at 0; slots distinct and in range; a forward that would read
  * another sequence's state is refused (CK_EINVAL), not computed. */
@@ -400,6 +431,7 @@ int main(void) {
     CK_RUN(test_refusals_gpt_oss);
     CK_RUN(test_refusals_lfm2);
     CK_RUN(test_lfm2_state_slots);
+    CK_RUN(test_refusals_lfm2moe);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

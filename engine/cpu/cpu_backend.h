@@ -113,6 +113,7 @@ typedef struct cpu_moe_w {
     float *router_b;      /* (n_expert) added to the router's logits */
     float *gate_b, *up_b; /* (n_expert, expert_ffn) added to each expert's gate and up outputs */
     float *down_b;        /* (n_expert, dim) added to each expert's output */
+    float *probs_b;       /* (n_expert) added to the sigmoids to choose the experts (lfm2moe) */
 } cpu_moe_w;
 
 /* The short-convolution layer kind's weights (cpu_layer_shortconv.c);
@@ -126,7 +127,8 @@ typedef struct cpu_conv_w {
 } cpu_conv_w;
 
 /* A layer's weights: attn or conv (lfm2's layers have one of the two), and
- * ffn or moe (the other zero) as its architecture's blocks say. */
+ * ffn or moe (the other zero: in lfm2moe the first layers have ffn, the
+ * others moe); a kind skips a layer without its weights (norm NULL). */
 typedef struct cpu_layer {
     cpu_conv_w conv;
     cpu_attn_w attn;

@@ -62,6 +62,7 @@ void cpu_destroy(backend *b) {
             free(w->moe.gate_b);
             free(w->moe.up_b);
             free(w->moe.down_b);
+            free(w->moe.probs_b);
             free(w->ffn.norm);
             free(w->ffn.w1.f.p);
             free(w->ffn.w1.qown);
@@ -309,6 +310,8 @@ static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
 /* The width of the feed-forward buffers (h13, h): the dense one's, or a
  * MoE model's experts'. */
 static size_t ffn_width(const model_config *c) {
+    if (c->n_expert && c->n_dense_lead) /* lfm2moe: both kinds of layer */
+        return (size_t)(c->expert_ffn > c->hidden_dim ? c->expert_ffn : c->hidden_dim);
     return (size_t)(c->n_expert ? c->expert_ffn : c->hidden_dim);
 }
 
@@ -451,7 +454,7 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
 /* A layer's vectors that the backend keeps as f32 copies of their own
  * (gpt-oss's output bias and sinks, its router's and experts' biases), in
  * the order of cpu_layer_vectors' destinations. */
-#define LAYER_VECTORS 6
+#define LAYER_VECTORS 7
 static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
     t[0] = &ml->bo;
     t[1] = &ml->sinks;
@@ -459,14 +462,15 @@ static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VEC
     t[3] = &ml->gate_exps_b;
     t[4] = &ml->up_exps_b;
     t[5] = &ml->down_exps_b;
+    t[6] = &ml->probs_b;
 }
 
 /* Each of layer_vectors' tensors that the file has into an f32 copy of its
  * own in the layer's weights (NULL where it has none). */
 static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
     const model_tensor *t[LAYER_VECTORS];
-    float **dst[LAYER_VECTORS] = {&w->attn.bo,    &w->attn.sinks, &w->moe.router_b,
-                                  &w->moe.gate_b, &w->moe.up_b,   &w->moe.down_b};
+    float **dst[LAYER_VECTORS] = {&w->attn.bo,  &w->attn.sinks, &w->moe.router_b, &w->moe.gate_b,
+                                  &w->moe.up_b, &w->moe.down_b, &w->moe.probs_b};
     layer_vectors(ml, t);
     for (int i = 0; i < LAYER_VECTORS; i++) {
         if (!t[i]->n) continue;

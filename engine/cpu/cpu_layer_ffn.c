@@ -49,6 +49,7 @@ void cpu_ffn_swiglu(cpu_backend *cb, float *h, float *h13, const float *x, int r
 static void ffn_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_ffn_w *w = &cb->layers[s->l].ffn;
+    if (!w->norm) return; /* a layer with experts (lfm2moe) */
     const int D = c->dim, F = c->hidden_dim, i0 = s->i0, M = s->i1 - s->i0;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);

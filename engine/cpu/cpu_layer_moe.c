@@ -75,6 +75,23 @@ static void moe_route_weight(const float *p, int n_expert, int k, int32_t *sel, 
     for (int j = 0; j < k; j++) wt[j] *= inv;
 }
 
+/* lfm2moe's routing of one token (llama.cpp's SIGMOID gating with
+ * exp_probs_b and norm_w): p (n_expert logits) becomes ggml's sigmoid,
+ * 1 / (1 + exp(-l)); sel (k) the k largest p + probs_b, largest first; wt
+ * their p, without the bias, divided by their sum (clamped as moe_route). */
+static void moe_route_sigmoid(float *p, const float *probs_b, int n_expert, int k, int32_t *sel, float *wt) {
+    float biased[MODEL_MAX_EXPERTS];
+    for (int e = 0; e < n_expert; e++) {
+        p[e] = 1.0f / (1.0f + expf(-p[e]));
+        biased[e] = probs_b ? p[e] + probs_b[e] : p[e];
+    }
+    moe_topk(biased, n_expert, k, sel);
+    double ws = 0;
+    for (int j = 0; j < k; j++) ws += p[sel[j]];
+    const float div = (float)ws > MOE_MIN_WEIGHT_SUM ? (float)ws : MOE_MIN_WEIGHT_SUM;
+    for (int j = 0; j < k; j++) wt[j] = p[sel[j]] / div;
+}
+
 /* Token row i's routing from its router logits p (n_expert): the router's
  * bias added, then the model's gating (model_config.expert_gating). */
 static void moe_route_token(const model_config *c, const cpu_moe_w *w, float *p, int32_t *sel, float *wt) {
@@ -83,6 +100,8 @@ static void moe_route_token(const model_config *c, const cpu_moe_w *w, float *p,
         for (int e = 0; e < E; e++) p[e] += w->router_b[e];
     if (c->expert_gating == ARCH_GATING_SOFTMAX_WEIGHT)
         moe_route_weight(p, E, K, sel, wt);
+    else if (c->expert_gating == ARCH_GATING_SIGMOID_NORM)
+        moe_route_sigmoid(p, w->probs_b, E, K, sel, wt);
     else
         moe_route(p, E, K, sel, wt);
 }
@@ -304,6 +323,7 @@ static void moe_experts(cpu_backend *cb, const cpu_span *s, const cpu_moe_w *w) 
 static void moe_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_moe_w *w = &cb->layers[s->l].moe;
+    if (!w->norm) return; /* a dense layer (lfm2moe's leading ones) */
     const int D = c->dim, E = c->n_expert, K = c->n_expert_used;
     const int i0 = s->i0, M = s->i1 - s->i0;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;

@@ -44,6 +44,7 @@ static const struct {
     [ARCH_T_SHORTCONV_CONV] = {"shortconv.conv.weight", 1},
     [ARCH_T_SHORTCONV_IN] = {"shortconv.in_proj.weight", 1},
     [ARCH_T_SHORTCONV_OUT] = {"shortconv.out_proj.weight", 1},
+    [ARCH_T_FFN_EXP_PROBS_B] = {"exp_probs_b.bias", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -207,6 +208,30 @@ static const arch_info table[] = {
      ARCH_GATING_SOFTMAX_NORM,
      ARCH_ACT_SWIGLU,
      0},
+    /* llama.cpp's lfm2moe (LFM2-8B-A1B, LFM2-24B-A2B): lfm2's layers, the
+     * first leading_dense_block_count with the dense feed-forward, the
+     * others with experts chosen by sigmoid + exp_probs_b; model.c requires
+     * each layer's set and refuses the other's, as for the operator. */
+    {"lfm2moe",
+     ARCH_LFM2MOE,
+     ARCH_ROPE_NEOX,
+     {[ARCH_T_TOKEN_EMBD] = R,     [ARCH_T_TOKEN_EMBD_NORM] = R, [ARCH_T_OUTPUT] = O,
+      [ARCH_T_ATTN_NORM] = R,      [ARCH_T_ATTN_Q] = O,          [ARCH_T_ATTN_K] = O,
+      [ARCH_T_ATTN_V] = O,         [ARCH_T_ATTN_OUT] = O,        [ARCH_T_ATTN_Q_NORM] = O,
+      [ARCH_T_ATTN_K_NORM] = O,    [ARCH_T_SHORTCONV_CONV] = O,  [ARCH_T_SHORTCONV_IN] = O,
+      [ARCH_T_SHORTCONV_OUT] = O,  [ARCH_T_FFN_NORM] = R,        [ARCH_T_FFN_GATE] = O,
+      [ARCH_T_FFN_DOWN] = O,       [ARCH_T_FFN_UP] = O,          [ARCH_T_FFN_GATE_INP] = O,
+      [ARCH_T_FFN_GATE_EXPS] = O,  [ARCH_T_FFN_UP_EXPS] = O,     [ARCH_T_FFN_DOWN_EXPS] = O,
+      [ARCH_T_FFN_EXP_PROBS_B] = O},
+     "LFM2 MoE (LFM2-8B-A1B): lfm2's layers, the first leading_dense_block_count with the dense "
+     "SwiGLU, the others with SwiGLU experts chosen by sigmoid + exp_probs_b, their sigmoids "
+     "renormalised",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_SHORTCONV, ARCH_BLOCK_FFN, ARCH_BLOCK_MOE},
+     0,
+     ARCH_READS_SHORTCONV | ARCH_READS_DENSE_LEAD,
+     ARCH_GATING_SIGMOID_NORM,
+     ARCH_ACT_SWIGLU,
+     0},
 };
 #undef R
 #undef O
@@ -232,7 +257,9 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2"; }
+const char *arch_names(void) {
+    return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe";
+}
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
 

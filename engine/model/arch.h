@@ -29,7 +29,8 @@ enum arch_id {
     ARCH_MISTRAL3 = 5,
     ARCH_QWEN3MOE = 6,
     ARCH_GPT_OSS = 7,
-    ARCH_LFM2 = 8
+    ARCH_LFM2 = 8,
+    ARCH_LFM2MOE = 9
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
@@ -84,6 +85,8 @@ enum arch_tensor {
                                causal kernel, its last tap on the current token */
     ARCH_T_SHORTCONV_IN,    /* blk.N.shortconv.in_proj.weight  (3 * dim, dim): B, C, x rows */
     ARCH_T_SHORTCONV_OUT,   /* blk.N.shortconv.out_proj.weight (dim, dim) */
+    ARCH_T_FFN_EXP_PROBS_B, /* blk.N.exp_probs_b.bias (E): lfm2moe's bias added to the router's
+                               probabilities to choose the experts (not to weigh them) */
     ARCH_T_COUNT
 };
 
@@ -120,7 +123,15 @@ enum arch_block {
  * most probable, their p divided by their sum (clamped below at 2^-14).
  * SOFTMAX_WEIGHT (gpt-oss): the k largest logits, weights the softmax over
  * those k alone. */
-enum arch_gating { ARCH_GATING_SOFTMAX_NORM = 0, ARCH_GATING_SOFTMAX_WEIGHT = 1 };
+enum arch_gating {
+    ARCH_GATING_SOFTMAX_NORM = 0,
+    ARCH_GATING_SOFTMAX_WEIGHT = 1,
+    ARCH_GATING_SIGMOID_NORM = 2
+};
+/* SIGMOID_NORM (lfm2moe, llama.cpp's gating func 2 with exp_probs_b and
+ * norm_w): p = sigmoid of each logit, the k largest p + exp_probs_b chosen,
+ * their p (without the bias) divided by their sum (clamped below at
+ * 2^-14). */
 
 /* The gated activation of a MOE block's experts, h = act(gate, up).
  * SWIGLU: silu(gate) * up. SWIGLU_OAI (gpt-oss; ggml's swiglu_oai with
@@ -147,6 +158,14 @@ enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
  * optional, is refused when above 0 (not computed). */
 #define ARCH_READS_SHORTCONV 8u
 #define ARCH_KEY_SHORTCONV_L_CACHE "shortconv.l_cache"
+/* leading_dense_block_count (default 0): the first layers have the dense
+ * feed-forward, the others the experts (lfm2moe); expert_gating_func
+ * (required) must be the row's gating (2, sigmoid, for lfm2moe). A row
+ * with both FFN and MOE blocks reads them; each layer has one of the two. */
+#define ARCH_READS_DENSE_LEAD 16u
+#define ARCH_KEY_DENSE_LEAD "leading_dense_block_count"
+#define ARCH_KEY_EXPERT_GATING "expert_gating_func"
+#define ARCH_LLAMA_GATING_SIGMOID 2 /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID */
 #define ARCH_MAX_CONV_L 16
 
 typedef struct arch_info {

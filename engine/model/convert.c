@@ -569,6 +569,13 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  conv ? "needs conv_l in 2..16" : "has no short-convolution layers");
         return CK_EINVAL;
     }
+    const int lead = (a->keys & ARCH_READS_DENSE_LEAD) != 0;
+    if ((!lead && p->n_dense_lead) || p->n_dense_lead < 0 || p->n_dense_lead > p->n_layers) {
+        snprintf(err, errlen, "synth: architecture %s %s", a->name,
+                 lead ? "needs n_dense_lead in 0..n_layers" : "has no leading dense layers");
+        return CK_EINVAL;
+    }
+    c.n_dense_lead = p->n_dense_lead;
     if (conv) {
         c.conv_l = p->conv_l ? p->conv_l : 3;
         for (int l = 0; l < c.n_layers; l++) c.n_conv_layers += !synth_lfm2_attn(p->attn_layers, l);
@@ -632,6 +639,15 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
             goto out;
         }
     }
+    if (lead) { /* lfm2moe: the dense lead, llama.cpp's sigmoid gating */
+        char k[128];
+        if (gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_DENSE_LEAD), (uint32_t)c.n_dense_lead) ||
+            gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_EXPERT_GATING),
+                                ARCH_LLAMA_GATING_SIGMOID)) {
+            rc = CK_ENOMEM;
+            goto out;
+        }
+    }
     uint64_t D = (uint64_t)c.dim, F = (uint64_t)c.hidden_dim, V = (uint64_t)c.vocab_size;
     uint64_t HD = (uint64_t)c.head_dim;
     uint64_t Q = (uint64_t)c.n_heads * HD;
@@ -670,8 +686,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         };
         /* lfm2's convolution layer: its three tensors in the place of attention's four */
         const int conv_layer = conv && !synth_lfm2_attn(p->attn_layers, l);
+        const int layer_moe = moe && l >= c.n_dense_lead; /* lfm2moe: experts after the dense lead */
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-            if (moe && !strncmp(t[i].n, "ffn_", 4) && strcmp(t[i].n, "ffn_norm")) continue; /* experts */
+            if (layer_moe && !strncmp(t[i].n, "ffn_", 4) && strcmp(t[i].n, "ffn_norm"))
+                continue; /* experts */
             if (conv_layer && i >= 1 && i <= 4) continue;
             char tn[96];
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, t[i].n);
@@ -698,8 +716,13 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         }
         /* the router (logits of variance about 1: a spread softmax), then each
          * expert's gate, up and down as a dense layer's */
-        if (moe) {
+        if (layer_moe) {
             char tn[96];
+            if (lead) { /* lfm2moe's choice bias: the size of the sigmoids' spread */
+                arch_tensor_file_name(tn, sizeof tn, ARCH_T_FFN_EXP_PROBS_B, l);
+                fill_uniform(tmp, E, 0.3f, &s);
+                if ((rc = add_f32(w, &bb, tn, tmp, E, 1, QUANT_F32))) goto out;
+            }
             arch_tensor_file_name(tn, sizeof tn, ARCH_T_FFN_GATE_INP, l);
             fill_uniform(tmp, E * D, sqrtf(3.0f / (float)D), &s);
             if ((rc = add_f32(w, &bb, tn, tmp, D, E, QUANT_F32))) goto out;

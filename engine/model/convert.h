@@ -74,6 +74,9 @@ typedef struct synth_params {
      * Refused by the other architectures. */
     int conv_l;
     uint64_t attn_layers;
+    /* lfm2moe's leading_dense_block_count: layers below it dense, the others
+     * experts (with a random exp_probs_b); refused by the other architectures */
+    int n_dense_lead;
 } synth_params;
 
 /* Whether layer l of a synth lfm2 model with attn_layers (synth_params) is

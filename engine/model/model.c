@@ -82,7 +82,7 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
         return CK_EFORMAT;
     }
     if (c->n_swa < 0 || c->n_swa > MODEL_MAX_CTX || c->swa_period < 0 || c->swa_period > MODEL_MAX_LAYERS ||
-        c->expert_gating < ARCH_GATING_SOFTMAX_NORM || c->expert_gating > ARCH_GATING_SOFTMAX_WEIGHT ||
+        c->expert_gating < ARCH_GATING_SOFTMAX_NORM || c->expert_gating > ARCH_GATING_SIGMOID_NORM ||
         c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_SWIGLU_OAI) {
         seterr(err, errlen,
                "sliding window %d (0..%d), its period %d (0..%d), gating %d or activation %d out of range",
@@ -613,6 +613,32 @@ static int conv_layer_check(const model_layer *ly, int l, int conv, const char *
     return CK_OK;
 }
 
+/* Layer l of an lfm2moe file: the dense feed-forward's three tensors, or
+ * (moe) the router, the three expert tensors and exp_probs_b; not both. */
+static int dense_lead_check(const model_layer *ly, int l, int moe, const char *path, char *err,
+                            size_t errlen) {
+    const struct {
+        const model_tensor *t;
+        int moe; /* the kind that has it */
+        const char *name;
+    } k[] = {{&ly->w1, 0, "ffn_gate"},
+             {&ly->w2, 0, "ffn_down"},
+             {&ly->w3, 0, "ffn_up"},
+             {&ly->router, 1, "ffn_gate_inp"},
+             {&ly->gate_exps, 1, "ffn_gate_exps"},
+             {&ly->up_exps, 1, "ffn_up_exps"},
+             {&ly->down_exps, 1, "ffn_down_exps"},
+             {&ly->probs_b, 1, "exp_probs_b"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (!!k[i].t->data == (k[i].moe == moe)) continue;
+        seterr(err, errlen, "%s: layer %d has %s (leading_dense_block_count) but blk.%d.%s %s", path, l,
+               moe ? "experts" : "the dense feed-forward", l, k[i].name,
+               k[i].t->data ? "is there" : "is missing");
+        return CK_EFORMAT;
+    }
+    return CK_OK;
+}
+
 /* Every tensor of the file must be one the table knows and the
  * architecture has: a tensor the engine would not compute is refused, not
  * skipped. */
@@ -674,6 +700,23 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
         (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
         return rc;
+    if (a->keys & ARCH_READS_DENSE_LEAD) { /* lfm2moe: the dense lead, the router's gating */
+        int gating = 0;
+        if ((rc = arch_int(f, a, ARCH_KEY_DENSE_LEAD, 0, 0, &c->n_dense_lead, path, err, errlen)) ||
+            (rc = arch_int(f, a, ARCH_KEY_EXPERT_GATING, 1, 0, &gating, path, err, errlen)))
+            return rc;
+        if (c->n_dense_lead > c->n_layers || gating != ARCH_LLAMA_GATING_SIGMOID) {
+            char key[128];
+            if (c->n_dense_lead > c->n_layers)
+                seterr(err, errlen, "%s: %s = %d is past the %d layers: not computed by the engine", path,
+                       arch_key(key, sizeof key, a, ARCH_KEY_DENSE_LEAD), c->n_dense_lead, c->n_layers);
+            else
+                seterr(err, errlen, "%s: %s = %d: the engine computes %d (sigmoid) alone", path,
+                       arch_key(key, sizeof key, a, ARCH_KEY_EXPERT_GATING), gating,
+                       ARCH_LLAMA_GATING_SIGMOID);
+            return CK_EUNSUPPORTED;
+        }
+    }
     const void *kv_arr = NULL; /* lfm2's per-layer head_count_kv */
     int kv_type = 0;
     if ((rc = a->keys & ARCH_READS_SHORTCONV
@@ -785,6 +828,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_SHORTCONV_CONV, (uint64_t)c->conv_l, D, 0, &ly->sc_conv},
             {ARCH_T_SHORTCONV_IN, D, 3 * D, 0, &ly->sc_in},
             {ARCH_T_SHORTCONV_OUT, D, D, 0, &ly->sc_out},
+            {ARCH_T_FFN_EXP_PROBS_B, E, 0, 0, &ly->probs_b},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if ((rc =
@@ -793,6 +837,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         if (a->keys & ARCH_READS_SHORTCONV &&
             (rc = conv_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
                                    errlen)))
+            return rc;
+        if (a->keys & ARCH_READS_DENSE_LEAD &&
+            (rc = dense_lead_check(ly, l, l >= c->n_dense_lead, path, err, errlen)))
             return rc;
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
@@ -898,70 +945,6 @@ void model_free(model *m) {
     if (m->map_) munmap(m->map_, m->map_len_);
     gguf_close(m->gguf_);
     free(m);
-}
-
-static uint64_t tensor_bytes(const model_tensor *t) {
-    uint64_t nb = 0;
-    quant_row_bytes(t->type, t->n, &nb);
-    return nb;
-}
-
-uint64_t model_weight_bytes(const model *m) {
-    uint64_t b = tensor_bytes(&m->out_norm) + tensor_bytes(&m->wcls);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const model_layer *ly = &m->layers[l];
-        const model_tensor *t[MODEL_LAYER_TENSORS];
-        model_layer_list(ly, t);
-        for (int i = 0; i < MODEL_LAYER_TENSORS; i++) b += tensor_bytes(t[i]);
-        const model_tensor *x[MODEL_LAYER_EXTRAS];
-        model_layer_extras(ly, x);
-        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) b += tensor_bytes(x[i]);
-        const model_tensor *sc[MODEL_LAYER_CONV];
-        model_layer_conv(ly, sc);
-        for (int i = 0; i < MODEL_LAYER_CONV; i++) b += tensor_bytes(sc[i]);
-        /* a token reads the router and only its n_expert_used experts */
-        b += tensor_bytes(&ly->router) + tensor_bytes(&ly->router_b);
-        if (m->cfg.n_expert)
-            b += (tensor_bytes(&ly->gate_exps) + tensor_bytes(&ly->up_exps) + tensor_bytes(&ly->down_exps) +
-                  tensor_bytes(&ly->gate_exps_b) + tensor_bytes(&ly->up_exps_b) +
-                  tensor_bytes(&ly->down_exps_b)) /
-                 (uint64_t)m->cfg.n_expert * (uint64_t)m->cfg.n_expert_used;
-    }
-    /* The embedding is a gather of one row per token, not a full read. */
-    return b + tensor_bytes(&m->tok_emb) / (uint64_t)m->cfg.vocab_size;
-}
-
-size_t model_file_bytes(const model *m) {
-    return m->format == MODEL_FMT_GGUF ? (size_t)gguf_file_size(m->gguf_) : m->map_len_;
-}
-
-uint64_t model_n_params(const model *m) {
-    uint64_t n = m->tok_emb.n + m->out_norm.n + (m->tied ? 0 : m->wcls.n);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const model_tensor *t[MODEL_LAYER_TENSORS];
-        model_layer_list(&m->layers[l], t);
-        for (int i = 0; i < MODEL_LAYER_TENSORS; i++) n += t[i]->n;
-        const model_tensor *x[MODEL_LAYER_EXTRAS];
-        model_layer_extras(&m->layers[l], x);
-        for (int i = 0; i < MODEL_LAYER_EXTRAS; i++) n += x[i]->n;
-        const model_tensor *e[MODEL_LAYER_MOE];
-        model_layer_moe(&m->layers[l], e);
-        for (int i = 0; i < MODEL_LAYER_MOE; i++) n += e[i]->n;
-        const model_tensor *sc[MODEL_LAYER_CONV];
-        model_layer_conv(&m->layers[l], sc);
-        for (int i = 0; i < MODEL_LAYER_CONV; i++) n += sc[i]->n;
-    }
-    return n + m->rope_freqs.n;
-}
-
-model_tensor model_expert(const model_tensor *t, int n_expert, int e) {
-    model_tensor v = {t->type, 0, NULL};
-    uint64_t nb = 0;
-    if (n_expert <= 0 || e < 0 || e >= n_expert || !t->data) return v;
-    v.n = t->n / (uint64_t)n_expert;
-    if (quant_row_bytes(t->type, v.n, &nb)) return (model_tensor){t->type, 0, NULL};
-    v.data = (const char *)t->data + (size_t)nb * (size_t)e;
-    return v;
 }
 
 int model_rope_freqs(const model *m, float *freq, float *mscale) {

@@ -70,6 +70,8 @@ typedef struct model_config {
                           sequence carries through a convolution layer is its last
                           conv_l - 1 inputs (dim floats each) */
     int n_conv_layers; /* the layers that are short convolutions (model_layer.sc_in.n != 0) */
+    int n_dense_lead;  /* lfm2moe's leading_dense_block_count: layers [0, n_dense_lead) have the
+                          dense feed-forward, the others the experts; 0 elsewhere */
 } model_config;
 
 /* Floats of one sequence's recurrent state: every convolution layer's last
@@ -126,6 +128,7 @@ typedef struct model_layer {
     model_tensor gate_exps_b; /* ffn_gate_exps.bias (E, FE) */
     model_tensor up_exps_b;   /* ffn_up_exps.bias   (E, FE) */
     model_tensor down_exps_b; /* ffn_down_exps.bias (E, dim) */
+    model_tensor probs_b;     /* exp_probs_b.bias   (E) lfm2moe's, added to choose the experts */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -164,7 +167,7 @@ static inline void model_layer_conv(const model_layer *l, const model_tensor *t[
 
 /* The mixture-of-experts tensors of a layer (each n == 0 in a dense model;
  * the biases also in a MoE without them). */
-#define MODEL_LAYER_MOE 8
+#define MODEL_LAYER_MOE 9
 static inline void model_layer_moe(const model_layer *l, const model_tensor *t[MODEL_LAYER_MOE]) {
     t[0] = &l->router;
     t[1] = &l->gate_exps;
@@ -174,6 +177,7 @@ static inline void model_layer_moe(const model_layer *l, const model_tensor *t[M
     t[5] = &l->gate_exps_b;
     t[6] = &l->up_exps_b;
     t[7] = &l->down_exps_b;
+    t[8] = &l->probs_b;
 }
 
 /* Expert e's matrix of an expert tensor t of n_expert (gate_exps, up_exps,

@@ -82,10 +82,10 @@ int cli_synth(int argc, char **argv) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|lfm2]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|lfm2|lfm2moe]\n"
                    "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
-                   "       [--swa-pattern P] [--conv-l L] [--attn-layers I,J,...]\n"
+                   "       [--swa-pattern P] [--conv-l L] [--attn-layers I,J,...] [--dense-lead N]\n"
                    "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
@@ -116,7 +116,10 @@ int cli_synth(int argc, char **argv) {
                    "--arch lfm2 (LFM2: short-convolution layers beside attention ones with q/k head\n"
                    "norms) takes --conv-l L (shortconv.l_cache, 2..16, default 3) and --attn-layers\n"
                    "I,J,... (the attention layers, each below 64; default every third from layer 2,\n"
-                   "as LFM2-350M's first ones); the others are convolution layers.\n",
+                   "as LFM2-350M's first ones); the others are convolution layers. --arch lfm2moe\n"
+                   "takes them too, with --experts and --experts-used (sigmoid gating with a random\n"
+                   "exp_probs_b) and --dense-lead N (leading_dense_block_count: the first N layers\n"
+                   "dense, default 0).\n",
                    MODEL_MAX_EXPERTS);
             return 0;
         }
@@ -153,7 +156,8 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--sliding-window", 1, 1 << 20, &p.n_swa) ||
             cli_int(&a, "--swa-pattern", 0, 1024, &swa_pattern) ||
             cli_int(&a, "--conv-l", 2, ARCH_MAX_CONV_L, &p.conv_l) ||
-            cli_str(&a, "--attn-layers", &attn_layers))
+            cli_str(&a, "--attn-layers", &attn_layers) ||
+            cli_int(&a, "--dense-lead", 0, 1024, &p.n_dense_lead))
             continue;
         return cli_unknown(&a);
     }
@@ -174,7 +178,7 @@ int cli_synth(int argc, char **argv) {
     p.arch = ai->id;
     const int moe = arch_has_block(ai, ARCH_BLOCK_MOE);
     if (!moe && (p.n_expert || p.n_expert_used || p.expert_ffn)) {
-        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe or gpt-oss");
+        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe, gpt-oss or lfm2moe");
         return 2;
     }
     if (!(ai->keys & ARCH_READS_SWA) && (p.n_swa || swa_pattern >= 0)) {
@@ -185,6 +189,10 @@ int cli_synth(int argc, char **argv) {
         if (!p.n_swa) p.n_swa = 16;
         /* synth_params: 0 the row's default, -1 the pattern 0 (every layer windowed) */
         p.swa_period = swa_pattern > 0 ? swa_pattern : swa_pattern == 0 ? -1 : 0;
+    }
+    if (!(ai->keys & ARCH_READS_DENSE_LEAD) && p.n_dense_lead) {
+        cli_error(&a, "--dense-lead needs --arch lfm2moe");
+        return 2;
     }
     if (!(ai->keys & ARCH_READS_SHORTCONV) && (p.conv_l || attn_layers)) {
         cli_error(&a, "--conv-l and --attn-layers need --arch lfm2");

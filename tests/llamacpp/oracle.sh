@@ -121,6 +121,14 @@ case "$case_name" in
       --vocab-from "$(vocab qwen2)" --tied --rope-theta 1000000 --conv-l 3 --attn-layers 2,4
     gen_args=(--max-batch-tokens 6)
     steps=16 min_steps=16 ;;
+  synth_lfm2moe) # LFM2-8B-A1B in small: synth_lfm2's layers, layers 0-1 dense, 2-5 with 8
+    # experts of width 128, 2 a token, chosen by sigmoid + exp_probs_b; prefill chunks of 6
+    need_synth --arch --vocab-from --tied --conv-l --attn-layers --dense-lead
+    synth --arch lfm2moe --dim 256 --layers 6 --heads 8 --kv-heads 2 --ffn 768 --ctx 256 \
+      --vocab-from "$(vocab qwen2)" --tied --rope-theta 1000000 --conv-l 3 --attn-layers 2,4 \
+      --experts 8 --experts-used 2 --expert-ffn 128 --dense-lead 2
+    gen_args=(--max-batch-tokens 6)
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
