@@ -3,7 +3,7 @@
  *
  * The GGUF written is what llama.cpp-style readers expect for the
  * architecture of the model (arch.h: llama, qwen2, qwen3, smollm3,
- * mistral3, qwen3moe, gpt-oss, lfm2): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
+ * mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe): the <arch>.* hyperparameters (RoPE scaling keys when scaled,
  * key_length/value_length when head_dim is not dim / n_heads, mistral3's
  * yarn_log_multiplier and temperature_scale when set, gpt-oss's
  * sliding_window), token_embd /

@@ -2,7 +2,7 @@
  *
  * Two file formats load into the same struct:
  *  - GGUF v2/v3, the architectures of arch.h's table (llama, qwen2, qwen3,
- *    smollm3, mistral3, qwen3moe, gpt-oss, lfm2; gguf.h describes the container), read through that
+ *    smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe; gguf.h describes the container), read through that
  *    table: what a file asks for that the engine does not compute is
  *    refused at load;
  *  - the llama2.c checkpoint (seven int32 header fields, then float32 tensors)
