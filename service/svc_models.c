@@ -216,14 +216,14 @@ static void on_slot_loaded(void *ud, int ok, const char *msg) {
     ms->used_bytes += mp->total;
     svc_log(SVC_LOG_INFO, "model_loaded", "model=%s vocab=%d context=%d path=%s", sl->name,
             svc_et_vocab(sl->info.et), svc_et_ctx(sl->info.et), sp->path);
-    char plan[400];
+    char plan[512];
     eng_memory_describe(mp, plan, sizeof plan);
     svc_log(
         SVC_LOG_INFO, "memory_plan",
         "model=%s total=%zu weights=%zu kv=%zu kv8=%zu warm=%zu prefix=%zu batch=%zu engine=%zu scratch=%zu "
-        "threads=%d context=%d max_memory_mb=%zu summary=\"%s\"",
+        "state=%zu threads=%d context=%d max_memory_mb=%zu summary=\"%s\"",
         sl->name, mp->total, mp->be.weights, mp->be.kv, mp->be.kv8, mp->warm, mp->prefix, mp->be.activations,
-        mp->host, mp->be.scratch, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
+        mp->host, mp->be.scratch, mp->be.state, mp->be.n_threads, mp->max_ctx, mp->limit_mb, plan);
     /* The cascade hands token ids from one model to the other: they must
      * mean the same text. Checked once both are in. */
     if (ms->cascade && (sl->ix == ms->small || sl->ix == ms->large) && ms->s[ms->small].info.loaded &&
