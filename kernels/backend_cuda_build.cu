@@ -440,9 +440,23 @@ extern "C" int be_cuda_available(void) {
     return n > 0;
 }
 
-/* What the model's attention asks that the CUDA pass does not compute
- * (gpt-oss's), named for a message, or NULL: nothing. */
+/* What the model's attention and layers ask that the CUDA pass does not
+ * compute (gpt-oss's, gemma4's), named for a message, or NULL: nothing. */
 static const char *cu_attn_extra(const model *m) {
+    /* gemma4's, named first: none has a CUDA kernel */
+    const model_config *c = &m->cfg;
+    if (c->q_dim_max || c->kv_dim_max || c->head_dim_swa) return "per-layer head counts and head sizes";
+    if (c->v_norm) return "RMS-normed V heads";
+    if (c->kq_div != 0) return "unscaled attention scores";
+    if (c->ffn_act != ARCH_ACT_SWIGLU) return "the GELU feed-forward";
+    if (c->emb_scale != 0) return "the embedding scale";
+    if (c->logit_softcap != 0) return "final logit soft-capping";
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *ly = &m->layers[l];
+        if (!ly->wv.n) return "V = K (no attn_v)";
+        if (ly->attn_post_norm.n || ly->ffn_post_norm.n) return "norms after attention and feed-forward";
+        if (ly->out_scale.n) return "the layer output scale";
+    }
     if (m->cfg.n_swa) return "sliding-window attention";
     for (int l = 0; l < m->cfg.n_layers; l++) {
         if (m->layers[l].sinks.n) return "attention sinks";

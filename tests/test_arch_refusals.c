@@ -30,7 +30,6 @@ static const char *tmp(const char *name) {
     return buf[k];
 }
 
-
 /* ------------------------------------------------------------ refusals */
 
 /* A copy of the GGUF at src with key `key` set to the string `val` (or
@@ -289,12 +288,35 @@ static void test_refusals_gpt_oss(void) {
     unlink(bad);
 }
 
+/* gemma4's: the E2B/E4B's shared KV layers and per-layer embeddings, a
+ * windowed layer's RoPE over part of its head, a head count not a multiple
+ * of its layer's KV heads, the 26B-A4B's experts: each by name. */
+static void test_refusals_gemma4(void) {
+    char err[512];
+    synth_params sp = g4_params();
+    const char *src = tmp("g4.gguf"), *bad = tmp("g4bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.shared_kv_layers", 2) == 0);
+    CK_CHECK(refused(bad, "shared_kv_layers", "E2B/E4B"));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.embedding_length_per_layer_input", 256) == 0);
+    CK_CHECK(refused(bad, "embedding_length_per_layer_input", NULL));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.rope.dimension_count_swa", 16) == 0);
+    CK_CHECK(refused(bad, "rope.dimension_count_swa 16", NULL));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.head_count", 3) == 0);
+    CK_CHECK(refused(bad, "head_count 3", "head_count_kv"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_inp.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_gate_inp.weight", "gemma4"));
+    CK_CHECK(rewrite(src, bad, "general.architecture", "gemma4", "blk.1.post_ffw_norm.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.1.post_ffw_norm.weight", "missing"));
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/confkv-arch-refusals-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     CK_RUN(test_refusals);
     CK_RUN(test_refusals_moe);
     CK_RUN(test_refusals_gpt_oss);
+    CK_RUN(test_refusals_gemma4);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

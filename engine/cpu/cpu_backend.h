@@ -80,8 +80,10 @@ static inline int cpu_act_index(int fmt) {
 typedef struct cpu_attn_w {
     float *norm;    /* (dim) attn_norm */
     cpu_mat qkv[3]; /* f32: qkv[0] alone, (q_dim + 2 * kv_dim, dim), wq rows, then wk, then
-                       wv; quantized: wq (q_dim, dim), wk, wv (kv_dim, dim) */
-    int n_qkv;      /* 1 (fused) or 3 */
+                       wv; quantized: wq (q_dim, dim), wk, wv (kv_dim, dim); the layer's
+                       own q_dim and kv_dim (gemma4's differ by layer); without wv (V = K)
+                       no V rows, no wv */
+    int n_qkv;      /* 1 (fused), 3, or 2 (quantized, V = K) */
     float *bqkv;    /* (qkv_dim) q, k, v biases (0 where the file has none); NULL: no bias */
     float *q_norm;  /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
     float *k_norm;  /* (head_dim) the same for each k head */
@@ -92,13 +94,24 @@ typedef struct cpu_attn_w {
     int rope;       /* 1: RoPE on q and k; 0: none (smollm3's every fourth layer, arch.h) */
     int window;     /* a query at p sees keys at (p - window, p] (gpt-oss's windowed layers);
                        0: every earlier key */
+    /* the layer's geometry (model_layer_geom): its q rows are n_heads x head_dim, its K
+     * and V rows n_kv_heads x head_dim, at the start of the KV block's kv_dim-wide rows */
+    int n_heads, n_kv_heads, head_dim;
+    int rope_swa;     /* RoPE from the windowed layers' table (gemma4: rope_swa, inv_freq_swa) */
+    float kq_div;     /* scores are q.k / kq_div: sqrt(head_dim), gemma4's 1 */
+    int v_is_k;       /* no wv: V is the K projection (before k_norm and RoPE) */
+    float *post_norm; /* (dim) RMSNorm of the output projection before it is added (gemma4);
+                         NULL: none */
 } cpu_attn_w;
 
 /* The dense feed-forward layer kind's weights (cpu_layer_ffn.c). */
 typedef struct cpu_ffn_w {
-    float *norm;    /* (dim) ffn_norm */
-    cpu_mat w1, w3; /* (hidden_dim, dim): gate, up (both f32 or both quantized) */
-    cpu_mat w2;     /* (dim, hidden_dim) */
+    float *norm;      /* (dim) ffn_norm */
+    cpu_mat w1, w3;   /* (hidden_dim, dim): gate, up (both f32 or both quantized) */
+    cpu_mat w2;       /* (dim, hidden_dim) */
+    float *post_norm; /* (dim) RMSNorm of the output before it is added (gemma4); NULL: none */
+    float *out_scale; /* (1) the whole residual stream scaled by it after the layer (gemma4's
+                         layer_output_scale); NULL: none */
 } cpu_ffn_w;
 
 /* The mixture-of-experts layer kind's weights (cpu_layer_moe.c). Each
@@ -157,6 +170,8 @@ typedef struct cpu_backend {
                          rope_freqs factors and linear/YaRN scaling folded in) */
     float rope_mscale;    /* cos and sin are scaled by it (YaRN; 1 otherwise) */
     int rope_neox;        /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
+    float *inv_freq_swa;  /* (head_dim_swa / 2) gemma4's windowed layers' frequencies; NULL: none */
+    float *rope_swa;      /* (T, head_dim_swa) their cos, sin (as rope); NULL: none */
     float *q_scale;       /* (T) each token's query scale after RoPE (mistral3's temperature,
                              arch_attn_temp); NULL when the model has none */
     /* KV storage */

@@ -21,6 +21,7 @@
  *    vector lane) is repacked here into a copy of about the same size (Q4_K
  *    2.8 % more) whose mapped pages are then dropped, so memory stays about
  *    the file's size. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,16 +230,19 @@ typedef struct mat_spec {
 static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
-    const int D = c->dim, F = c->hidden_dim, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    int nh, nkv, hd;
+    model_layer_geom(m, l, &nh, &nkv, &hd);
+    const int D = c->dim, F = c->hidden_dim, QD = nh * hd, KVD = nkv * hd;
+    const int has_v = ml->wv.data != NULL; /* gemma4's full layers have none: V = K */
     const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
-                    *qv = mat_qtype(qd, &ml->wv, D);
+                    *qv = has_v ? mat_qtype(qd, &ml->wv, D) : NULL;
     int n = 0;
     if (!qq && !qk && !qv) {
-        sp[n++] = (mat_spec){ml->wq, QD + 2 * KVD, D, NULL};
+        sp[n++] = (mat_spec){ml->wq, QD + (1 + has_v) * KVD, D, NULL};
     } else {
         sp[n++] = (mat_spec){ml->wq, QD, D, qq};
         sp[n++] = (mat_spec){ml->wk, KVD, D, qk};
-        sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
+        if (has_v) sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
     }
     *n_qkv = n;
     sp[n++] = (mat_spec){ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
@@ -387,8 +391,8 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
     }
     int rc = to_f32(tmp, &sp->t);
     if (!rc && fused_k) {
-        const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
-        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)))
+        const size_t q_rows = (size_t)(sp->n - (fused_v ? 2 : 1) * kv_rows);
+        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)) && fused_v)
             rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
     }
     return rc ? rc : pack(cb, &w->f, tmp, sp->n, sp->k);
@@ -435,7 +439,7 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
 /* A layer's vectors that the backend keeps as f32 copies of their own
  * (gpt-oss's output bias and sinks, its router's and experts' biases), in
  * the order of cpu_layer_vectors' destinations. */
-#define LAYER_VECTORS 6
+#define LAYER_VECTORS 9
 static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
     t[0] = &ml->bo;
     t[1] = &ml->sinks;
@@ -443,14 +447,18 @@ static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VEC
     t[3] = &ml->gate_exps_b;
     t[4] = &ml->up_exps_b;
     t[5] = &ml->down_exps_b;
+    t[6] = &ml->attn_post_norm; /* gemma4's */
+    t[7] = &ml->ffn_post_norm;
+    t[8] = &ml->out_scale;
 }
 
 /* Each of layer_vectors' tensors that the file has into an f32 copy of its
  * own in the layer's weights (NULL where it has none). */
 static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
     const model_tensor *t[LAYER_VECTORS];
-    float **dst[LAYER_VECTORS] = {&w->attn.bo,    &w->attn.sinks, &w->moe.router_b,
-                                  &w->moe.gate_b, &w->moe.up_b,   &w->moe.down_b};
+    float **dst[LAYER_VECTORS] = {&w->attn.bo,        &w->attn.sinks,    &w->moe.router_b,
+                                  &w->moe.gate_b,     &w->moe.up_b,      &w->moe.down_b,
+                                  &w->attn.post_norm, &w->ffn.post_norm, &w->ffn.out_scale};
     layer_vectors(ml, t);
     for (int i = 0; i < LAYER_VECTORS; i++) {
         if (!t[i]->n) continue;
@@ -479,8 +487,9 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     const size_t D = (size_t)c->dim, F = ffn_width(c), V = (size_t)c->vocab_size;
     const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;
     const size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
-    const int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    const int q_dim = model_q_dim(c), kv_dim = model_kv_dim(c);
     const int qkv_dim = q_dim + 2 * kv_dim;
+    const size_t hd_swa = (size_t)c->head_dim_swa; /* gemma4's second RoPE table; 0 elsewhere */
     const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
     p->max_ctx = ctx;
     p->n_threads = nt;
@@ -506,15 +515,16 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         if (moe_n_specs(m, l)) w = padd(&a, w, pmul(&a, 3 * E, sizeof(cpu_mat)));
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
-        if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
-        if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
+        if (ml->q_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->q_norm.n));
+        if (ml->k_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->k_norm.n));
         /* gpt-oss's vectors, where present (layer_vectors' order) */
         const model_tensor *vec[LAYER_VECTORS];
         layer_vectors(ml, vec);
         for (int i = 0; i < LAYER_VECTORS; i++)
             if (vec[i]->n) w = padd(&a, w, floats_bytes((size_t)vec[i]->n));
     }
-    p->weights = padd(&a, w, floats_bytes(hd / 2));
+    w = padd(&a, w, floats_bytes(hd / 2));
+    p->weights = hd_swa ? padd(&a, w, floats_bytes(hd_swa / 2)) : w;
     /* KV pools */
     const size_t kv_block_floats = pmul(&a, pmul(&a, L * 2, (size_t)o->block_size), (size_t)kv_dim);
     p->kv = pfloats(&a, (size_t)o->n_kv_blocks, kv_block_floats);
@@ -528,6 +538,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     act = padd(&a, act, pfloats(&a, R, 2 * F));
     act = padd(&a, act, pfloats(&a, R, F));
     act = padd(&a, act, pfloats(&a, T, hd));
+    if (hd_swa) act = padd(&a, act, pfloats(&a, T, hd_swa));
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
@@ -604,8 +615,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     }
     cb->n_threads = plan.n_threads;
     b->opt.n_threads = cb->n_threads;
-    cb->q_dim = c->n_heads * c->head_dim;
-    cb->kv_dim = c->n_kv_heads * c->head_dim;
+    cb->q_dim = model_q_dim(c);
+    cb->kv_dim = model_kv_dim(c);
     cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
     cb->max_ctx = b->opt.max_ctx;
     cb->scores_per_thread = (size_t)c->n_heads * (size_t)cb->max_ctx + (size_t)cb->q_dim;
@@ -674,8 +685,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         }
         if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim)))
             goto fail;
-        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
-            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)c->head_dim))))
+        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)ml->q_norm.n))) ||
+            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)ml->k_norm.n))))
             goto fail;
         if ((ml->bq.n && (rc = to_f32(w->bqkv, &ml->bq))) ||
             (ml->bk.n && (rc = to_f32(w->bqkv + cb->q_dim, &ml->bk))) ||
@@ -687,7 +698,13 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (rc = cpu_layer_vectors(cb, ml, &cb->layers[l])))
             goto fail;
         w->rope = arch_layer_has_rope(c->no_rope_step, l);
-        w->window = c->n_swa > 0 && arch_layer_is_swa(c->swa_period, l) ? c->n_swa : 0;
+        model_layer_geom(m, l, &w->n_heads, &w->n_kv_heads, &w->head_dim);
+        /* gemma4 says per layer which are windowed (and they have their own RoPE) */
+        const int swa = c->head_dim_swa ? ml->swa : arch_layer_is_swa(c->swa_period, l);
+        w->window = c->n_swa > 0 && swa ? c->n_swa : 0;
+        w->rope_swa = c->head_dim_swa && ml->swa;
+        w->kq_div = c->kq_div > 0 ? c->kq_div : sqrtf((float)w->head_dim);
+        w->v_is_k = !ml->wv.data;
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
@@ -695,8 +712,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         dst[w->n_qkv + 3] = &f->w2;
         for (int i = 0; i < n; i++) {
             const int fused = i == 0 && w->n_qkv == 1;
-            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL,
-                               cb->kv_dim)))
+            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL,
+                               fused && !w->v_is_k ? &ml->wv : NULL, w->n_kv_heads * w->head_dim)))
                 goto fail;
             cb->layer_bytes += spec_bytes(&sp[i]);
         }
@@ -723,6 +740,12 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
     if ((rc = model_rope_freqs(m, cb->inv_freq, &cb->rope_mscale))) goto fail;
     rc = CK_ENOMEM;
+    if (c->head_dim_swa) {
+        if (!(cb->inv_freq_swa = alloc_floats(cb, (size_t)c->head_dim_swa / 2)) ||
+            !(cb->rope_swa = alloc_floats(cb, T * (size_t)c->head_dim_swa)))
+            goto fail;
+        model_rope_freqs_swa(m, cb->inv_freq_swa);
+    }
     cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
@@ -760,7 +783,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     /* sinks are per layer: layer_shape (cpu_layer_attn.c) sets them */
     cb->ashape =
         (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads, NULL};
-    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
+    /* the kernels take one head shape and 1 / sqrt(head_dim): not gemma4's */
+    cb->attn = c->q_dim_max || c->kq_div > 0 ? NULL : attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
     if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
         !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||

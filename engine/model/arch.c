@@ -40,6 +40,8 @@ static const struct {
     [ARCH_T_FFN_GATE_EXPS_B] = {"ffn_gate_exps.bias", 1},
     [ARCH_T_FFN_UP_EXPS_B] = {"ffn_up_exps.bias", 1},
     [ARCH_T_FFN_DOWN_EXPS_B] = {"ffn_down_exps.bias", 1},
+    [ARCH_T_FFN_POST_NORM] = {"post_ffw_norm.weight", 1},
+    [ARCH_T_LAYER_OUT_SCALE] = {"layer_output_scale.weight", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -168,6 +170,41 @@ static const arch_info table[] = {
      ARCH_GATING_SOFTMAX_WEIGHT,
      ARCH_ACT_SWIGLU_OAI,
      2},
+    /* llama.cpp's gemma4, its dense form (31B): attn_v optional (V = K),
+     * rope_freqs the full layers' divisors; the experts (26B-A4B) and the
+     * per-layer embeddings (E2B/E4B) are not in the table, so a file with
+     * them is refused. */
+    {"gemma4",
+     ARCH_GEMMA4,
+     ARCH_ROPE_NEOX,
+     {[ARCH_T_TOKEN_EMBD] = R,
+      [ARCH_T_OUTPUT_NORM] = R,
+      [ARCH_T_OUTPUT] = O,
+      [ARCH_T_ROPE_FREQS] = O,
+      [ARCH_T_ATTN_NORM] = R,
+      [ARCH_T_ATTN_Q] = R,
+      [ARCH_T_ATTN_K] = R,
+      [ARCH_T_ATTN_V] = O,
+      [ARCH_T_ATTN_OUT] = R,
+      [ARCH_T_ATTN_Q_NORM] = R,
+      [ARCH_T_ATTN_K_NORM] = R,
+      [ARCH_T_ATTN_POST_NORM] = R,
+      [ARCH_T_FFN_NORM] = R,
+      [ARCH_T_FFN_GATE] = R,
+      [ARCH_T_FFN_DOWN] = R,
+      [ARCH_T_FFN_UP] = R,
+      [ARCH_T_FFN_POST_NORM] = R,
+      [ARCH_T_LAYER_OUT_SCALE] = O},
+     "Gemma 4 (31B layout): windowed and full layers with their own head size, head counts and RoPE "
+     "base (the full ones' partial RoPE by rope_freqs), V = K without attn_v, normed V, unscaled "
+     "scores, GELU, norms after attention and feed-forward, embeddings times sqrt(dim), logits "
+     "soft-capped",
+     LLAMA_BLOCKS,
+     0,
+     ARCH_READS_GEMMA4,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_GELU,
+     0},
 };
 #undef R
 #undef O
@@ -193,7 +230,7 @@ int arch_count(void) { return N_ARCH; }
 
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, gemma4"; }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
 

@@ -28,7 +28,8 @@ enum arch_id {
     ARCH_SMOLLM3 = 4,
     ARCH_MISTRAL3 = 5,
     ARCH_QWEN3MOE = 6,
-    ARCH_GPT_OSS = 7
+    ARCH_GPT_OSS = 7,
+    ARCH_GEMMA4 = 8
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
@@ -76,6 +77,11 @@ enum arch_tensor {
     ARCH_T_FFN_GATE_EXPS_B, /* blk.N.ffn_gate_exps.bias       (E, FE) */
     ARCH_T_FFN_UP_EXPS_B,   /* blk.N.ffn_up_exps.bias         (E, FE) */
     ARCH_T_FFN_DOWN_EXPS_B, /* blk.N.ffn_down_exps.bias       (E, dim) */
+    /* gemma4 (its post_attention_norm is the attention output's norm, before
+     * the residual add; its ffn_norm the one before the feed-forward) */
+    ARCH_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm.weight      (dim): the feed-forward output's norm */
+    ARCH_T_LAYER_OUT_SCALE, /* blk.N.layer_output_scale.weight (1): the residual stream is scaled
+                               by it at the end of the layer */
     ARCH_T_COUNT
 };
 
@@ -105,8 +111,10 @@ enum arch_gating { ARCH_GATING_SOFTMAX_NORM = 0, ARCH_GATING_SOFTMAX_WEIGHT = 1 
 /* The gated activation of a MOE block's experts, h = act(gate, up).
  * SWIGLU: silu(gate) * up. SWIGLU_OAI (gpt-oss; ggml's swiglu_oai with
  * llama.cpp's alpha 1.702 and limit 7): x = min(gate, limit),
- * y = clamp(up, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1). */
-enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
+ * y = clamp(up, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1).
+ * GELU (gemma4, its dense feed-forward too: arch_info.act): h = gelu(gate)
+ * * up, gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) x (1 + 0.044715 x^2))). */
+enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1, ARCH_ACT_GELU = 2 };
 #define ARCH_OAI_ALPHA 1.702f
 #define ARCH_OAI_LIMIT 7.0f
 
@@ -121,6 +129,19 @@ enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
  * value_length, rope.dimension_count and rope.freq_base checked: one that
  * differs from the full layers' value is refused (not computed). */
 #define ARCH_READS_SWA 4u
+/* gemma4 (llama.cpp's gemma4 graph): head_count and head_count_kv per
+ * layer (an integer, or an array of block_count); sliding_window_pattern a
+ * per-layer array (bool or integer; nonzero: windowed), required; the
+ * windowed layers' own key_length_swa (= value_length_swa) and
+ * rope.dimension_count_swa, and rope.freq_base_swa (default 10000); the
+ * full layers' rope_freqs divisors; final_logit_softcapping. Its compute:
+ * embeddings scaled by sqrt(dim), a unit RMSNorm of each V head, V = K
+ * where a layer has no attn_v, attention scores unscaled (1, not
+ * 1/sqrt(head_dim)), the norms after the attention and the feed-forward,
+ * GELU (tanh form) for the gate, logits capped as cap tanh(l / cap).
+ * attention.shared_kv_layers and embedding_length_per_layer_input
+ * (E2B/E4B) other than 0 are refused by name. */
+#define ARCH_READS_GEMMA4 8u
 
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */
@@ -168,6 +189,10 @@ typedef struct arch_info {
 #define ARCH_KEY_VALUE_LENGTH_SWA "attention.value_length_swa"  /* must equal value_length */
 #define ARCH_KEY_ROPE_DIMS_SWA "rope.dimension_count_swa"       /* must equal rope.dimension_count */
 #define ARCH_KEY_ROPE_FREQ_BASE_SWA "rope.freq_base_swa"        /* must equal rope.freq_base */
+/* gemma4 (ARCH_READS_GEMMA4) */
+#define ARCH_KEY_FINAL_SOFTCAP "final_logit_softcapping"          /* default 0: none */
+#define ARCH_KEY_SHARED_KV "attention.shared_kv_layers"           /* 0 only */
+#define ARCH_KEY_EMB_PER_LAYER "embedding_length_per_layer_input" /* 0 only */
 /* Mixture of experts: read for architectures with an ARCH_BLOCK_MOE only. */
 #define ARCH_KEY_EXPERT_COUNT "expert_count"           /* required */
 #define ARCH_KEY_EXPERT_USED_COUNT "expert_used_count" /* required, 1..expert_count */

@@ -67,6 +67,20 @@ typedef struct synth_params {
      * MXFP4 a model with experts is written as llama.cpp's MXFP4_MOE
      * writes it: experts MXFP4, the other matrices Q8_0. */
     int n_swa, swa_period;
+    /* gemma4 (the 31B's layout): n_heads, n_kv_heads and head_dim are the
+     * windowed layers' (head_count, head_count_kv, key_length_swa), these
+     * the full ones': layer l is full when l % swa_period == swa_period - 1
+     * (0: the default 6, as the 31B's five windowed layers to a full one),
+     * its key_length head_dim_full (0: 2 head_dim), its KV heads
+     * n_kv_heads_full (0: n_kv_heads / 2, at least 1), no attn_v (V = K),
+     * RoPE on a quarter of its head through rope_freqs.weight (1e30 for the
+     * pairs left unturned, as llama.cpp's converter writes it). rope_theta
+     * is the full layers' base (0: 1e6), rope_theta_swa the windowed ones'
+     * (0: 1e4); softcap final_logit_softcapping (0: 30). Norms and
+     * layer_output_scale random around 1. n_swa required (attention.
+     * sliding_window). */
+    int head_dim_full, n_kv_heads_full;
+    float rope_theta_swa, softcap;
 } synth_params;
 
 /* A random-weight model of the given shape and architecture, its vocabulary

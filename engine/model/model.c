@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -525,6 +527,146 @@ static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const cha
     return CK_OK;
 }
 
+/* "<arch>.<suffix>" for each of n layers (llama.cpp's get_key_or_arr): one
+ * integer for all of them, or an array of n integers or bools; absent, dflt
+ * for all (or an error when required). Each must lie in lo..hi. */
+static int layer_ints(gguf_file *f, const arch_info *a, const char *suffix, int n, int required, int dflt,
+                      int lo, int hi, int *out, const char *path, char *err, size_t errlen) {
+    char key[128];
+    arch_key(key, sizeof key, a, suffix);
+    int64_t v;
+    int et, rc = gguf_get_int(f, key, &v);
+    uint64_t cnt = 0;
+    const void *data = NULL;
+    if (rc == CK_OK) {
+        for (int l = 0; l < n; l++) out[l] = v >= lo && v <= hi ? (int)v : lo - 1;
+    } else if ((rc = gguf_get_arr(f, key, &et, &cnt, &data)) == CK_ENOTFOUND && !required) {
+        for (int l = 0; l < n; l++) out[l] = dflt;
+        return CK_OK;
+    } else if (rc || cnt != (uint64_t)n ||
+               (et != GGUF_TYPE_BOOL && et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32)) {
+        seterr(err, errlen, "%s: metadata '%s' is %s", path, key,
+               rc == CK_ENOTFOUND ? "missing" : "not an integer nor an array of one per layer");
+        return CK_EFORMAT;
+    } else {
+        const unsigned char *p = data;
+        for (int l = 0; l < n; l++) {
+            int64_t x;
+            if (et == GGUF_TYPE_BOOL) {
+                x = p[l] != 0;
+            } else if (et == GGUF_TYPE_INT32) {
+                int32_t i32;
+                memcpy(&i32, p + 4 * (size_t)l, 4);
+                x = i32;
+            } else {
+                uint32_t u32;
+                memcpy(&u32, p + 4 * (size_t)l, 4);
+                x = u32;
+            }
+            out[l] = x >= lo && x <= hi ? (int)x : lo - 1;
+        }
+    }
+    for (int l = 0; l < n; l++)
+        if (out[l] < lo) {
+            seterr(err, errlen, "%s: metadata '%s' of layer %d is outside %d..%d", path, key, l, lo, hi);
+            return CK_EFORMAT;
+        }
+    return CK_OK;
+}
+
+/* gemma4's keys (ARCH_READS_GEMMA4): the per-layer head counts, which
+ * layers are windowed, the windowed layers' head size and RoPE, the final
+ * soft cap; what the engine does not compute (shared KV layers, per-layer
+ * embeddings, RoPE over part of a head other than by rope_freqs, RoPE
+ * scaling) refused by name. Fills the layers' geometry (m->layers exists)
+ * and the config's maxima. Called once head_dim and rope_theta are final. */
+static int gguf_gemma4(gguf_file *f, const arch_info *a, model *m, const char *path, char *err,
+                       size_t errlen) {
+    model_config *c = &m->cfg;
+    const int L = c->n_layers;
+    int *nh = NULL, *nkv = NULL, *swa = NULL, rc = CK_ENOMEM;
+    if (!(nh = malloc(3 * (size_t)L * sizeof *nh))) return CK_ENOMEM;
+    nkv = nh + L;
+    swa = nkv + L;
+    int shared = 0, pl = 0, rd = 0, rd_swa = 0, kl_swa = 0, vl_swa = 0;
+    float cap = 0;
+    if ((rc = layer_ints(f, a, ARCH_KEY_HEAD_COUNT, L, 1, 0, 1, MODEL_MAX_HEADS, nh, path, err, errlen)) ||
+        (rc = layer_ints(f, a, ARCH_KEY_HEAD_COUNT_KV, L, 0, -1, 1, MODEL_MAX_HEADS, nkv, path, err,
+                         errlen)) ||
+        (rc = layer_ints(f, a, ARCH_KEY_SWA_PATTERN, L, 1, 0, 0, INT32_MAX, swa, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, 0, c->head_dim, &kl_swa, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, 0, kl_swa, &vl_swa, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, c->head_dim, &rd, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, 0, rd, &rd_swa, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta_swa, path,
+                         err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_FINAL_SOFTCAP, 0, &cap, path, err, errlen)))
+        goto out;
+    /* the E2B/E4B's: read as llama.cpp does (absent is 0), computed only at 0 */
+    int64_t v;
+    char key[128];
+    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_SHARED_KV), &v)) shared = v != 0;
+    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_EMB_PER_LAYER), &v)) pl = v != 0;
+    rc = CK_EUNSUPPORTED;
+    if (shared || pl) {
+        seterr(err, errlen, "%s: gemma4's %s (E2B/E4B) is not computed by the engine", path,
+               shared ? ARCH_KEY_SHARED_KV : ARCH_KEY_EMB_PER_LAYER);
+        goto out;
+    }
+    if (kl_swa != vl_swa || kl_swa % 2 || kl_swa > MODEL_MAX_HEAD_DIM || rd != c->head_dim ||
+        rd_swa != kl_swa) {
+        seterr(err, errlen,
+               "%s: gemma4 key_length_swa %d, value_length_swa %d, rope.dimension_count %d (head %d), "
+               "rope.dimension_count_swa %d: only whole even heads up to %d turned whole are computed",
+               path, kl_swa, vl_swa, rd, c->head_dim, rd_swa, MODEL_MAX_HEAD_DIM);
+        goto out;
+    }
+    if (c->rope_scaling != ARCH_SCALING_NONE && c->rope_factor > 0 && c->rope_factor != 1) {
+        seterr(err, errlen, "%s: gemma4 with rope scaling %s is not computed by the engine", path,
+               arch_scaling_name(c->rope_scaling));
+        goto out;
+    }
+    if (!(c->rope_theta_swa > 1 && c->rope_theta_swa < 1e12) || !(cap >= 0)) {
+        seterr(err, errlen, "%s: gemma4 rope.freq_base_swa %g or final_logit_softcapping %g out of range",
+               path, c->rope_theta_swa, cap);
+        rc = CK_EFORMAT;
+        goto out;
+    }
+    c->head_dim_swa = kl_swa;
+    c->n_heads = c->n_kv_heads = 1;
+    c->q_dim_max = c->kv_dim_max = 0;
+    for (int l = 0; l < L; l++) {
+        model_layer *ly = &m->layers[l];
+        ly->swa = swa[l] != 0;
+        ly->n_heads = nh[l];
+        ly->n_kv_heads = nkv[l] < 0 ? nh[l] : nkv[l];
+        ly->head_dim = ly->swa ? kl_swa : c->head_dim;
+        if (ly->n_heads % ly->n_kv_heads) {
+            seterr(err, errlen, "%s: layer %d: head_count %d is not a multiple of head_count_kv %d", path, l,
+                   ly->n_heads, ly->n_kv_heads);
+            rc = CK_EFORMAT;
+            goto out;
+        }
+        if (ly->n_heads > c->n_heads) {
+            c->n_heads = ly->n_heads;
+            c->n_kv_heads = ly->n_kv_heads;
+        }
+        if (ly->n_heads * ly->head_dim > c->q_dim_max) c->q_dim_max = ly->n_heads * ly->head_dim;
+        if (ly->n_kv_heads * ly->head_dim > c->kv_dim_max) c->kv_dim_max = ly->n_kv_heads * ly->head_dim;
+    }
+    if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
+    c->emb_scale = sqrtf((float)c->dim);
+    c->logit_softcap = cap;
+    c->kq_div = 1.0f;
+    c->v_norm = 1;
+    c->ffn_act = a->act;
+    rc = CK_OK;
+out:
+    free(nh);
+    return rc;
+}
+
 /* Every tensor of the file must be one the table knows and the
  * architecture has: a tensor the engine would not compute is refused, not
  * skipped. */
@@ -579,12 +721,15 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     c->arch = a->id;
     c->rope_style = a->rope;
     const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
+    const int g4 = (a->keys & ARCH_READS_GEMMA4) != 0;
+    if (g4) c->n_heads = c->n_kv_heads = 1; /* per layer: gguf_gemma4, once the layers exist */
     if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe, 0, &c->hidden_dim, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)) ||
+        (!g4 && (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
+        (!g4 &&
+         (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen))) ||
         (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
@@ -597,6 +742,11 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         seterr(err, errlen, "%s: %s.%s %d differs from key_length %d: not computed by the engine", path,
                a->name, ARCH_KEY_VALUE_LENGTH, vl, kl);
         return CK_EUNSUPPORTED;
+    }
+    if (g4 && !kl) {
+        seterr(err, errlen, "%s: gemma4 needs %s.%s (its full layers' head size)", path, a->name,
+               ARCH_KEY_KEY_LENGTH);
+        return CK_EFORMAT;
     }
     c->head_dim = kl;
     if ((rc = arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err, errlen)) ||
@@ -631,13 +781,12 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen)))
         return rc;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
-    uint64_t HD = (uint64_t)c->head_dim;
-    uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
+    const uint64_t HDF = (uint64_t)c->head_dim; /* the full layers' (rope_freqs) */
     uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
     if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, 0, &m->tok_emb, path, err, errlen)) ||
         (rc = arch_weight(f, a, ARCH_T_OUTPUT_NORM, -1, D, 0, 0, &m->out_norm, path, err, errlen)) ||
         (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, 0, &m->wcls, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
+        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HDF / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
         return rc;
     if (!m->wcls.data) { /* no output.weight: the classifier is the embedding */
         m->tied = 1;
@@ -652,11 +801,16 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
-    const uint64_t H = (uint64_t)c->n_heads;
-    /* the norm before the feed-forward: gpt-oss names it post_attention_norm */
-    const int ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] != ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
+    if (g4 && (rc = gguf_gemma4(f, a, m, path, err, errlen))) return rc;
+    /* the norm before the feed-forward: gpt-oss names it post_attention_norm
+     * (and has no ffn_norm); gemma4's post_attention_norm is its own */
+    const int ffn_norm = a->need[ARCH_T_FFN_NORM] == ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
+        int nhl, nkvl, hdl;
+        model_layer_geom(m, l, &nhl, &nkvl, &hdl);
+        const uint64_t H = (uint64_t)nhl, HD = (uint64_t)hdl;
+        const uint64_t Q = H * HD, KV = (uint64_t)nkvl * HD;
         struct {
             int t;
             uint64_t ne0, ne1, ne2;
@@ -686,11 +840,16 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_FFN_GATE_EXPS_B, FE, E, 0, &ly->gate_exps_b},
             {ARCH_T_FFN_UP_EXPS_B, FE, E, 0, &ly->up_exps_b},
             {ARCH_T_FFN_DOWN_EXPS_B, D, E, 0, &ly->down_exps_b},
+            {ARCH_T_FFN_POST_NORM, D, 0, 0, &ly->ffn_post_norm},
+            {ARCH_T_LAYER_OUT_SCALE, 1, 0, 0, &ly->out_scale},
+            {ffn_norm == ARCH_T_FFN_NORM ? ARCH_T_ATTN_POST_NORM : ARCH_T_COUNT, D, 0, 0,
+             &ly->attn_post_norm},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if ((rc =
-                     arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2, w[i].dst, path, err, errlen)))
+            if (w[i].t != ARCH_T_COUNT && (rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2,
+                                                            w[i].dst, path, err, errlen)))
                 return rc;
+        if (g4 && !ly->wv.data) ly->wv = (model_tensor){0}; /* V = K (gemma4's full layers) */
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
     }
@@ -749,6 +908,12 @@ static void fingerprint(model *m) {
         model_layer_moe(&m->layers[l], e);
         for (int i = 0; i < MODEL_LAYER_MOE; i++)
             if (e[i]->n) h = tensor_hash(h, e[i]);
+    }
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_tensor *g[3] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale};
+        for (int i = 0; i < 3; i++)
+            if (g[i]->n) h = tensor_hash(h, g[i]);
     }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
@@ -860,7 +1025,9 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
         int rc = quant_to_f32(m->rope_freqs.type, m->rope_freqs.data, ff, m->rope_freqs.n);
         if (rc) return rc;
         for (int i = 0; i < half; i++)
-            if (!(ff[i] > 0 && ff[i] < 1e30f)) return CK_EFORMAT; /* divisors of the angle */
+            if (!(ff[i] > 0 && ff[i] <= FLT_MAX))
+                return CK_EFORMAT; /* divisors of the angle (gemma4's
+                                                                       1e30: a pair left unturned) */
     }
     arch_rope_params p = {
         .n_dims = c->head_dim,
@@ -876,6 +1043,18 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
     };
     arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
     return CK_OK;
+}
+
+void model_rope_freqs_swa(const model *m, float *freq) {
+    const model_config *c = &m->cfg;
+    arch_rope_params p = {.n_dims = c->head_dim_swa,
+                          .freq_base = c->rope_theta_swa,
+                          .scaling = ARCH_SCALING_NONE,
+                          .factor = 1.0f,
+                          .orig_ctx = c->seq_len,
+                          .attn_factor = 1.0f};
+    float mscale;
+    arch_rope_freqs(&p, NULL, freq, &mscale);
 }
 
 int model_weights_in_file_map(const model *m) { return m && m->format == MODEL_FMT_GGUF && m->gguf_; }

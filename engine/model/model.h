@@ -65,7 +65,30 @@ typedef struct model_config {
      * windowed layer's query at position p sees keys at (p - n_swa, p]. */
     int n_swa;      /* attention.sliding_window, in tokens; 0: no layer is windowed */
     int swa_period; /* attention.sliding_window_pattern: which layers (arch_layer_is_swa) */
+    /* gemma4 (arch.h's ARCH_READS_GEMMA4); all zero elsewhere. Its layers'
+     * own head counts and head sizes are model_layer's (model_layer_geom);
+     * n_heads is then the most any layer has, n_kv_heads that layer's,
+     * head_dim the full layers' key_length. */
+    int head_dim_swa;     /* windowed layers' key_length_swa (their RoPE turns all of it) */
+    float rope_theta_swa; /* their RoPE base (rope.freq_base_swa) */
+    int q_dim_max;        /* the widest layer's query row (n_heads x head_dim of that layer) */
+    int kv_dim_max;       /* the widest layer's K (= V) row: a KV block's row for every layer */
+    float emb_scale;      /* token embeddings multiplied by it (sqrt(dim)); 0: not scaled */
+    float logit_softcap;  /* logits become cap tanh(logit / cap); 0: not capped */
+    float kq_div;         /* scores are q.k / kq_div (gemma4: 1); 0: q.k / sqrt(head_dim) */
+    int v_norm;           /* each V head RMS-normed with unit weight before it is stored */
+    int ffn_act;          /* the dense feed-forward's ARCH_ACT_* (0: SwiGLU; gemma4: GELU) */
 } model_config;
+
+/* Floats of a query row and of a K (= V) row at their widest: every layer
+ * of a KV block has rows of model_kv_dim floats, a layer with fewer (gemma4)
+ * filling their start. */
+static inline int model_q_dim(const model_config *c) {
+    return c->q_dim_max ? c->q_dim_max : c->n_heads * c->head_dim;
+}
+static inline int model_kv_dim(const model_config *c) {
+    return c->kv_dim_max ? c->kv_dim_max : c->n_kv_heads * c->head_dim;
+}
 
 /* Most experts a layer may have (Qwen3's MoEs have 128; llama.cpp allows
  * more, and the CPU backend's scratch grows with the count). */
@@ -110,6 +133,14 @@ typedef struct model_layer {
     model_tensor gate_exps_b; /* ffn_gate_exps.bias (E, FE) */
     model_tensor up_exps_b;   /* ffn_up_exps.bias   (E, FE) */
     model_tensor down_exps_b; /* ffn_down_exps.bias (E, dim) */
+    /* gemma4 (n == 0 elsewhere) */
+    model_tensor attn_post_norm; /* post_attention_norm (dim): the attention output's norm */
+    model_tensor ffn_post_norm;  /* post_ffw_norm (dim): the feed-forward output's norm */
+    model_tensor out_scale;      /* layer_output_scale (1): the residual stream scaled at the end */
+    /* gemma4's per-layer attention geometry; 0 elsewhere (the config's:
+     * model_layer_geom) */
+    int n_heads, n_kv_heads, head_dim;
+    int swa; /* windowed (gemma4; elsewhere arch_layer_is_swa of the config's period) */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -184,6 +215,15 @@ typedef struct model {
     void *gguf_; /* gguf_file* for GGUF models */
 } model;
 
+/* Layer l's query heads, KV heads and head size: its own (gemma4), else
+ * the config's. */
+static inline void model_layer_geom(const model *m, int l, int *n_heads, int *n_kv_heads, int *head_dim) {
+    const model_layer *ly = &m->layers[l];
+    *n_heads = ly->head_dim ? ly->n_heads : m->cfg.n_heads;
+    *n_kv_heads = ly->head_dim ? ly->n_kv_heads : m->cfg.n_kv_heads;
+    *head_dim = ly->head_dim ? ly->head_dim : m->cfg.head_dim;
+}
+
 /* Load a model. tokenizer_path is required for llama2.c checkpoints and
  * ignored (may be NULL) for GGUF, whose tokenizer is inside the file.
  * Returns 0 and sets *out, or a CK_E* code with a sentence in err. */
@@ -208,6 +248,10 @@ uint64_t model_n_params(const model *m);
  * m, from its config and rope_freqs (arch_rope_freqs). Backends call it once
  * at creation. Returns 0, or CK_E* when rope_freqs cannot be read. */
 int model_rope_freqs(const model *m, float *freq, float *mscale);
+
+/* gemma4's windowed layers' RoPE frequencies (head_dim_swa / 2 floats):
+ * base rope_theta_swa over the whole head, no divisors, no scaling. */
+void model_rope_freqs_swa(const model *m, float *freq);
 
 /* Validate a config: positive sizes, divisibility, limits that keep every
  * size computation inside int and size_t. head_dim 0 means dim / n_heads
