@@ -441,9 +441,10 @@ extern "C" int be_cuda_available(void) {
 }
 
 /* What the model's attention and layers ask that the CUDA pass does not
- * compute (gpt-oss's, gemma4's), named for a message, or NULL: nothing. */
-static const char *cu_attn_extra(const model *m) {
-    /* gemma4's, named first: none has a CUDA kernel */
+ * compute, named for a message, or NULL: nothing. cu_gemma_extra:
+ * gemma4's; cu_attn_extra: gpt-oss's attention. */
+static const char *cu_gemma_extra(const model *m) {
+    /* gemma4's, named before its layer kinds: none has a CUDA kernel */
     const model_config *c = &m->cfg;
     if (c->q_dim_max || c->kv_dim_max || c->head_dim_swa) return "per-layer head counts and head sizes";
     if (c->v_norm) return "RMS-normed V heads";
@@ -457,6 +458,10 @@ static const char *cu_attn_extra(const model *m) {
         if (ly->attn_post_norm.n || ly->ffn_post_norm.n) return "norms after attention and feed-forward";
         if (ly->out_scale.n) return "the layer output scale";
     }
+    return NULL;
+}
+
+static const char *cu_attn_extra(const model *m) {
     if (m->cfg.n_swa) return "sliding-window attention";
     for (int l = 0; l < m->cfg.n_layers; l++) {
         if (m->layers[l].sinks.n) return "attention sinks";
@@ -484,6 +489,15 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
      * backend computes it. */
     const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
     if (!ai) return cu_seterr(err, errlen, CK_EUNSUPPORTED, "architecture", "not in the table");
+    const char *g4 = cu_gemma_extra(m);
+    if (g4) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "cuda backend: architecture %s: %s has no CUDA kernel (the CPU backend computes it: "
+                     "--backend cpu)",
+                     ai->name, g4);
+        return CK_EUNSUPPORTED;
+    }
     for (int k = 0; k < ARCH_MAX_BLOCKS; k++) {
         const int want = k == 0 ? ARCH_BLOCK_ATTN : k == 1 ? ARCH_BLOCK_FFN : ARCH_BLOCK_END;
         if (ai->blocks[k] != want) {

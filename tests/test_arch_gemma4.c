@@ -49,9 +49,11 @@ typedef struct g4_ref {
     int out_scale;  /* layer_output_scale */
     int emb_scale;  /* embeddings times sqrt(dim) */
     int softcap;    /* cap tanh(l / cap) */
+    int moe_router; /* the experts' router input rms(x) / sqrt(dim) x scale (off: their normed input) */
+    int moe_scale;  /* each expert's output times ffn_down_exps.scale */
 } g4_ref;
 
-static const g4_ref g4_on = {NULL, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const g4_ref g4_on = {NULL, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 static float *f32_of(const model_tensor *t) {
     if (!t->n) return NULL;
@@ -93,6 +95,55 @@ static void rope_d(double *v, int n, int hd, int pos, double theta, int turned) 
 
 static double gelu_d(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * x * (1 + 0.044715 * x * x))); }
 
+/* The 26B-A4B's experts of one token: xa the layer's stream after attention
+ * (D), y (D) their output before post_ffw_norm_2: the router over
+ * rms(xa) / sqrt(D) x scale (o->moe_router), softmax, the top `used`, their
+ * probabilities renormalised, each expert's GELU feed-forward on
+ * pre_ffw_norm_2(xa), times its scale, weighted. */
+static int ref_g4_moe(const model_layer *ly, const g4_ref *o, const synth_params *sp, int D, const double *xa,
+                      double *y) {
+    const int E = sp->n_expert, K = sp->n_expert_used, FE = sp->expert_ffn;
+    float *wr = f32_of(&ly->router), *rs = f32_of(&ly->router_scale), *pn = f32_of(&ly->pre_norm_2),
+          *wg = f32_of(&ly->gate_exps), *wu = f32_of(&ly->up_exps), *wd = f32_of(&ly->down_exps),
+          *ds = f32_of(&ly->down_exps_s);
+    double *xn = malloc(D * sizeof *xn), *r = malloc(D * sizeof *r), *p = malloc(E * sizeof *p),
+           *g = malloc(FE * sizeof *g), *u = malloc(FE * sizeof *u), *d = malloc(D * sizeof *d);
+    int ok = wr && rs && pn && wg && wu && wd && ds && xn && r && p && g && u && d;
+    if (ok) {
+        rms_d(xn, xa, pn, D, 1e-6);
+        rms_d(r, xa, NULL, D, 1e-6);
+        for (int i = 0; i < D; i++) r[i] = o->moe_router ? r[i] / sqrt((double)D) * rs[i] : xn[i];
+        matvec_d(p, wr, r, E, D);
+        double mx = -INFINITY, sum = 0, wsum = 0;
+        for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
+        for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
+        int sel[64];
+        for (int k = 0; k < K; k++) { /* the k-th most probable, the lower index first on a tie */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            wsum += p[best] / sum;
+        }
+        for (int i = 0; i < D; i++) y[i] = 0;
+        for (int k = 0; k < K; k++) {
+            const int e = sel[k];
+            matvec_d(g, wg + (size_t)e * FE * D, xn, FE, D);
+            matvec_d(u, wu + (size_t)e * FE * D, xn, FE, D);
+            for (int i = 0; i < FE; i++) g[i] = gelu_d(g[i]) * u[i];
+            matvec_d(d, wd + (size_t)e * D * FE, g, D, FE);
+            const double w = p[e] / sum / wsum * (o->moe_scale ? ds[e] : 1);
+            for (int i = 0; i < D; i++) y[i] += w * d[i];
+        }
+    }
+    void *fr[] = {wr, rs, pn, wg, wu, wd, ds, xn, r, p, g, u, d};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+    return ok ? 0 : -1;
+}
+
 /* Logits (n_tok, V) of tokens tok at positions 0.. by the reference. */
 static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok, double *out) {
     const synth_params *sp = o->sp;
@@ -106,8 +157,8 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
     double *x = malloc(D * sizeof *x), *xb = malloc((D > QMAX ? D : QMAX) * sizeof *xb),
            *q = malloc(QMAX * sizeof *q), *k = malloc(KMAX * sizeof *k), *v = malloc(KMAX * sizeof *v),
            *ao = malloc(QMAX * sizeof *ao), *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1),
-           *h3 = malloc(F * sizeof *h3);
-    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3;
+           *h3 = malloc(F * sizeof *h3), *ym = malloc(D * sizeof *ym);
+    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3 && ym;
     for (int p = 0; ok && p < n_tok; p++) {
         for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i] * (o->emb_scale ? sqrt((double)D) : 1);
         for (int l = 0; ok && l < L; l++) {
@@ -120,7 +171,8 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                   *wv = f32_of(&ly->wv), *wo = f32_of(&ly->wo), *qn = f32_of(&ly->q_norm),
                   *kn = f32_of(&ly->k_norm), *pa = f32_of(&ly->attn_post_norm), *fn = f32_of(&ly->ffn_norm),
                   *w1 = f32_of(&ly->w1), *w2 = f32_of(&ly->w2), *w3 = f32_of(&ly->w3),
-                  *pf = f32_of(&ly->ffn_post_norm), *os = f32_of(&ly->out_scale);
+                  *pf = f32_of(&ly->ffn_post_norm), *os = f32_of(&ly->out_scale),
+                  *p1 = f32_of(&ly->post_norm_1), *p2 = f32_of(&ly->post_norm_2);
             ok = an && wq && wk && (full || wv) && wo && qn && kn && pa && fn && w1 && w2 && w3 && pf && os;
             const int t0 = !full && o->window && p - sp->n_swa + 1 > 0 ? p - sp->n_swa + 1 : 0;
             const double theta = full || !o->theta_swa ? sp->rope_theta : sp->rope_theta_swa;
@@ -168,10 +220,18 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                 for (int i = 0; i < F; i++)
                     h1[i] = (o->gelu ? gelu_d(h1[i]) : h1[i] / (1 + exp(-h1[i]))) * h3[i];
                 matvec_d(xb, w2, h1, D, F);
+                if (sp->n_expert) { /* the 26B-A4B: the dense part and the experts, each normed, summed */
+                    ok = p1 && p2 && !ref_g4_moe(ly, o, sp, D, x, ym);
+                    if (ok) {
+                        rms_d(xb, xb, p1, D, eps);
+                        rms_d(ym, ym, p2, D, eps);
+                        for (int i = 0; i < D; i++) xb[i] += ym[i];
+                    }
+                }
                 if (o->post_norms) rms_d(xb, xb, pf, D, eps);
                 for (int i = 0; i < D; i++) x[i] = (x[i] + xb[i]) * (o->out_scale ? os[0] : 1);
             }
-            float *fr[] = {an, wq, wk, wv, wo, qn, kn, pa, fn, w1, w2, w3, pf, os};
+            float *fr[] = {an, wq, wk, wv, wo, qn, kn, pa, fn, w1, w2, w3, pf, os, p1, p2};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
         }
         if (ok) {
@@ -181,7 +241,7 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                 for (int i = 0; i < V; i++) out[(size_t)p * V + i] = cap * tanh(out[(size_t)p * V + i] / cap);
         }
     }
-    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3};
+    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, ym};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
     return ok ? 0 : -1;
 }
@@ -246,6 +306,29 @@ static void test_gemma4_features(void) {
     }
 }
 
+/* The 26B-A4B's layout: 8 GELU experts of width 48, 2 a token, beside the
+ * dense part on every layer; the router's own input and the per-expert
+ * scale each switched off far off. */
+static void test_gemma4_experts(void) {
+    synth_params sp = g4_params();
+    sp.n_expert = 8;
+    sp.n_expert_used = 2;
+    sp.expert_ffn = 48;
+    static const struct {
+        const char *label;
+        size_t off;
+    } f[] = {
+        {"gemma4 experts: router input", offsetof(g4_ref, moe_router)},
+        {"gemma4 experts: output scale", offsetof(g4_ref, moe_scale)},
+        {"gemma4 experts: post-norms", offsetof(g4_ref, post_norms)},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        g4_ref off = g4_on;
+        *(int *)((char *)&off + f[i].off) = 0;
+        CK_CHECK_MSG(g4_case(f[i].label, &sp, off) == 0, "%s", f[i].label);
+    }
+}
+
 /* The loader's view: per-layer head counts and sizes, the windowed layers,
  * V = K on the full ones, the config's maxima (the KV row is the widest
  * layer's), and the row. */
@@ -253,7 +336,7 @@ static void test_gemma4_load(void) {
     const arch_info *a = arch_find("gemma4", 6);
     CK_CHECK(a && a->id == ARCH_GEMMA4 && (a->keys & ARCH_READS_GEMMA4) && a->act == ARCH_ACT_GELU);
     CK_CHECK(a && a->need[ARCH_T_ATTN_V] == ARCH_OPTIONAL && a->need[ARCH_T_FFN_POST_NORM] == ARCH_REQUIRED &&
-             a->need[ARCH_T_FFN_GATE_INP] == ARCH_NO);
+             a->need[ARCH_T_FFN_GATE_INP] == ARCH_OPTIONAL && arch_has_block(a, ARCH_BLOCK_MOE));
     const synth_params sp = g4_params();
     char err[512];
     model *m = NULL;
@@ -280,6 +363,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     CK_RUN(test_gemma4_load);
     CK_RUN(test_gemma4_features);
+    CK_RUN(test_gemma4_experts);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -290,7 +290,8 @@ static void test_refusals_gpt_oss(void) {
 
 /* gemma4's: the E2B/E4B's shared KV layers and per-layer embeddings, a
  * windowed layer's RoPE over part of its head, a head count not a multiple
- * of its layer's KV heads, the 26B-A4B's experts: each by name. */
+ * of its layer's KV heads, a router without the rest of the experts, the
+ * fused ffn_gate_up_exps: each by name. */
 static void test_refusals_gemma4(void) {
     char err[512];
     synth_params sp = g4_params();
@@ -305,7 +306,9 @@ static void test_refusals_gemma4(void) {
     CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.head_count", 3) == 0);
     CK_CHECK(refused(bad, "head_count 3", "head_count_kv"));
     CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_inp.weight", 64) == 0);
-    CK_CHECK(refused(bad, "blk.0.ffn_gate_inp.weight", "gemma4"));
+    CK_CHECK(refused(bad, "ffn_gate_inp.weight", "other expert tensors"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_up_exps.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_gate_up_exps.weight", "gemma4"));
     CK_CHECK(rewrite(src, bad, "general.architecture", "gemma4", "blk.1.post_ffw_norm.weight", NULL, 0) == 0);
     CK_CHECK(refused(bad, "blk.1.post_ffw_norm.weight", "missing"));
 }

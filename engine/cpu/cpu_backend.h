@@ -126,6 +126,11 @@ typedef struct cpu_moe_w {
     float *router_b;      /* (n_expert) added to the router's logits */
     float *gate_b, *up_b; /* (n_expert, expert_ffn) added to each expert's gate and up outputs */
     float *down_b;        /* (n_expert, dim) added to each expert's output */
+    /* gemma4's (26B-A4B), norm then being pre_ffw_norm_2; NULL elsewhere */
+    float *router_scale; /* (dim) the router's input: rms-normed x / sqrt(dim) times it */
+    float *post_norm_1;  /* (dim) the dense part's output norm (cpu_layer_ffn.c) */
+    float *post_norm_2;  /* (dim) the experts' output norm */
+    float *down_scale;   /* (n_expert) each expert's output times its own; NULL: none */
 } cpu_moe_w;
 
 /* A layer's weights: attn, and ffn or moe (the other zero) as its
@@ -202,6 +207,9 @@ typedef struct cpu_backend {
     unsigned char *moe_hq; /* (T x n_expert_used) rows of moe_hrow bytes: each pair's
                               SwiGLU in its down matrix's form, in moe_tok's order */
     float *moe_y;          /* (T, dim) one expert's outputs (a batch shares it by columns) */
+    float *moe_acc;        /* (T, dim) gemma4's experts beside a dense part: the router's input,
+                              then the experts' sum (the dense part's output is in xo); NULL
+                              elsewhere */
     size_t moe_xrow, moe_hrow;
     float *rope;   /* (T, head_dim) cos, sin interleaved per pair */
     float *scores; /* (n_threads, scores_per_thread) per thread: attention scores

@@ -297,6 +297,8 @@ static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
 /* The width of the feed-forward buffers (h13, h): the dense one's, or a
  * MoE model's experts'. */
 static size_t ffn_width(const model_config *c) {
+    /* gemma4's experts run beside a dense part: the wider of the two */
+    if (c->n_expert && c->arch == ARCH_GEMMA4 && c->hidden_dim > c->expert_ffn) return (size_t)c->hidden_dim;
     return (size_t)(c->n_expert ? c->expert_ffn : c->hidden_dim);
 }
 
@@ -439,7 +441,7 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
 /* A layer's vectors that the backend keeps as f32 copies of their own
  * (gpt-oss's output bias and sinks, its router's and experts' biases), in
  * the order of cpu_layer_vectors' destinations. */
-#define LAYER_VECTORS 9
+#define LAYER_VECTORS 14
 static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
     t[0] = &ml->bo;
     t[1] = &ml->sinks;
@@ -450,15 +452,21 @@ static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VEC
     t[6] = &ml->attn_post_norm; /* gemma4's */
     t[7] = &ml->ffn_post_norm;
     t[8] = &ml->out_scale;
+    t[9] = &ml->pre_norm_2; /* gemma4's experts' */
+    t[10] = &ml->post_norm_1;
+    t[11] = &ml->post_norm_2;
+    t[12] = &ml->router_scale;
+    t[13] = &ml->down_exps_s;
 }
 
 /* Each of layer_vectors' tensors that the file has into an f32 copy of its
  * own in the layer's weights (NULL where it has none). */
 static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
     const model_tensor *t[LAYER_VECTORS];
-    float **dst[LAYER_VECTORS] = {&w->attn.bo,        &w->attn.sinks,    &w->moe.router_b,
-                                  &w->moe.gate_b,     &w->moe.up_b,      &w->moe.down_b,
-                                  &w->attn.post_norm, &w->ffn.post_norm, &w->ffn.out_scale};
+    float **dst[LAYER_VECTORS] = {
+        &w->attn.bo,         &w->attn.sinks,      &w->moe.router_b,     &w->moe.gate_b,    &w->moe.up_b,
+        &w->moe.down_b,      &w->attn.post_norm,  &w->ffn.post_norm,    &w->ffn.out_scale, &w->moe.norm,
+        &w->moe.post_norm_1, &w->moe.post_norm_2, &w->moe.router_scale, &w->moe.down_scale};
     layer_vectors(ml, t);
     for (int i = 0; i < LAYER_VECTORS; i++) {
         if (!t[i]->n) continue;
@@ -552,6 +560,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         act = padd(&a, act, pfloats(&a, R, xrow / 4));
         act = padd(&a, act, pfloats(&a, pmul(&a, T, K), hrow / 4));
         act = padd(&a, act, pfloats(&a, T, D));
+        if (c->arch == ARCH_GEMMA4) act = padd(&a, act, pfloats(&a, T, D)); /* moe_acc */
         act = padd(&a, act, pmul(&a, pmul(&a, T, 2 * K), sizeof(int32_t)));
         act = padd(&a, act, pmul(&a, pmul(&a, (size_t)nt, 2 * E + 1), sizeof(int32_t)));
     }
@@ -676,7 +685,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cpu_ffn_w *f = &cb->layers[l].ffn;
         cpu_moe_w *mo = &cb->layers[l].moe;
         const int n_moe = moe_n_specs(m, l);
-        float **ffn_norm = n_moe ? &mo->norm : &f->norm; /* the norm before either feed-forward */
+        /* the norm before either feed-forward (gemma4's experts' own: a layer vector) */
+        float **ffn_norm = n_moe && !ml->w1.n ? &mo->norm : &f->norm;
         rc = CK_ENOMEM;
         if (!(w->norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
         if (n_moe) {
@@ -758,6 +768,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
           !(cb->moe_xg = (unsigned char *)alloc_floats(cb, R * (cb->moe_xrow / 4))) ||
           !(cb->moe_hq = (unsigned char *)alloc_floats(cb, T * K * (cb->moe_hrow / 4))) ||
           !(cb->moe_y = alloc_floats(cb, T * D)) ||
+          (c->arch == ARCH_GEMMA4 && !(cb->moe_acc = alloc_floats(cb, T * D))) ||
           !(cb->moe_sel = alloc_bytes(cb, T * K * sizeof *cb->moe_sel)) ||
           !(cb->moe_tok = alloc_bytes(cb, T * K * sizeof *cb->moe_tok)) ||
           !(cb->moe_off = alloc_bytes(cb, (size_t)cb->n_threads * (2 * E + 1) * sizeof *cb->moe_off)))) ||

@@ -1,7 +1,10 @@
 /* cpu_layer_ffn.c - the dense feed-forward layer kind (cpu_layer.h):
  * x += W2 . SwiGLU(W1 . norm(x), W3 . norm(x)), llama2.c's FFN; gemma4's
  * with GELU for the gate, the output normed before it is added, and the
- * residual stream scaled at the end of the layer (layer_output_scale). */
+ * residual stream scaled at the end of the layer (layer_output_scale). On
+ * a gemma4 layer with experts the output, normed by post_ffw_norm_1, goes
+ * to xo instead, and the experts' kind (cpu_layer_moe.c) finishes the
+ * layer. */
 #include <math.h>
 
 #include "cpu_layer.h"
@@ -24,7 +27,7 @@ static void swiglu_part(const cpu_backend *cb, float *h, float *h13, const float
     cpu_mat_part(cb, h13 + F, 2 * F, x, row0, w3, M, u0, u1, 0);
     int n0, n1;
     cpu_unit_cols(w1, u0, u1, &n0, &n1);
-    const int gelu = cb->base.m->cfg.ffn_act == ARCH_ACT_GELU && cb->moe_p == NULL;
+    const int gelu = cb->base.m->cfg.ffn_act == ARCH_ACT_GELU;
     for (int i = 0; i < M; i++) {
         const float *g = h13 + (size_t)i * 2 * F, *u = g + F;
         if (gelu)
@@ -72,6 +75,14 @@ static void ffn_forward(cpu_backend *cb, const cpu_span *s) {
     cpu_ffn_swiglu(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M,
                    s->threads);
     const cpu_mat *w2 = &w->w2;
+    const cpu_moe_w *mo = &cb->layers[s->l].moe;
+    if (mo->post_norm_1) { /* gemma4's experts follow: this part's output, normed, into xo for them */
+        float *y = cb->xo + (size_t)i0 * D;
+        cpu_matmul(cb, y, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 0, s->threads);
+        for (int i = 0; i < M; i++)
+            cpu_rmsnorm(y + (size_t)i * D, y + (size_t)i * D, mo->post_norm_1, D, c->norm_eps);
+        return;
+    }
     if (w->post_norm) { /* gemma4: the output normed, then added */
         cpu_matmul(cb, xb, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 0, s->threads);
         for (int i = 0; i < M; i++) {

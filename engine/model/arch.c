@@ -42,6 +42,11 @@ static const struct {
     [ARCH_T_FFN_DOWN_EXPS_B] = {"ffn_down_exps.bias", 1},
     [ARCH_T_FFN_POST_NORM] = {"post_ffw_norm.weight", 1},
     [ARCH_T_LAYER_OUT_SCALE] = {"layer_output_scale.weight", 1},
+    [ARCH_T_FFN_GATE_INP_S] = {"ffn_gate_inp.scale", 1},
+    [ARCH_T_FFN_PRE_NORM_2] = {"pre_ffw_norm_2.weight", 1},
+    [ARCH_T_FFN_POST_NORM_1] = {"post_ffw_norm_1.weight", 1},
+    [ARCH_T_FFN_POST_NORM_2] = {"post_ffw_norm_2.weight", 1},
+    [ARCH_T_FFN_DOWN_EXPS_S] = {"ffn_down_exps.scale", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -170,36 +175,28 @@ static const arch_info table[] = {
      ARCH_GATING_SOFTMAX_WEIGHT,
      ARCH_ACT_SWIGLU_OAI,
      2},
-    /* llama.cpp's gemma4, its dense form (31B): attn_v optional (V = K),
-     * rope_freqs the full layers' divisors; the experts (26B-A4B) and the
-     * per-layer embeddings (E2B/E4B) are not in the table, so a file with
-     * them is refused. */
+    /* llama.cpp's gemma4: attn_v optional (V = K), rope_freqs the full
+     * layers' divisors; the 26B-A4B's experts optional, beside the dense
+     * feed-forward on the layers with a router (their tensors all there or
+     * none: model.c); the fused ffn_gate_up_exps and the E2B/E4B's per-layer
+     * embeddings are not in the table, so a file with them is refused. */
     {"gemma4",
      ARCH_GEMMA4,
      ARCH_ROPE_NEOX,
-     {[ARCH_T_TOKEN_EMBD] = R,
-      [ARCH_T_OUTPUT_NORM] = R,
-      [ARCH_T_OUTPUT] = O,
-      [ARCH_T_ROPE_FREQS] = O,
-      [ARCH_T_ATTN_NORM] = R,
-      [ARCH_T_ATTN_Q] = R,
-      [ARCH_T_ATTN_K] = R,
-      [ARCH_T_ATTN_V] = O,
-      [ARCH_T_ATTN_OUT] = R,
-      [ARCH_T_ATTN_Q_NORM] = R,
-      [ARCH_T_ATTN_K_NORM] = R,
-      [ARCH_T_ATTN_POST_NORM] = R,
-      [ARCH_T_FFN_NORM] = R,
-      [ARCH_T_FFN_GATE] = R,
-      [ARCH_T_FFN_DOWN] = R,
-      [ARCH_T_FFN_UP] = R,
-      [ARCH_T_FFN_POST_NORM] = R,
-      [ARCH_T_LAYER_OUT_SCALE] = O},
-     "Gemma 4 (31B layout): windowed and full layers with their own head size, head counts and RoPE "
-     "base (the full ones' partial RoPE by rope_freqs), V = K without attn_v, normed V, unscaled "
-     "scores, GELU, norms after attention and feed-forward, embeddings times sqrt(dim), logits "
-     "soft-capped",
-     LLAMA_BLOCKS,
+     {[ARCH_T_TOKEN_EMBD] = R,     [ARCH_T_OUTPUT_NORM] = R,     [ARCH_T_OUTPUT] = O,
+      [ARCH_T_ROPE_FREQS] = O,     [ARCH_T_ATTN_NORM] = R,       [ARCH_T_ATTN_Q] = R,
+      [ARCH_T_ATTN_K] = R,         [ARCH_T_ATTN_V] = O,          [ARCH_T_ATTN_OUT] = R,
+      [ARCH_T_ATTN_Q_NORM] = R,    [ARCH_T_ATTN_K_NORM] = R,     [ARCH_T_ATTN_POST_NORM] = R,
+      [ARCH_T_FFN_NORM] = R,       [ARCH_T_FFN_GATE] = R,        [ARCH_T_FFN_DOWN] = R,
+      [ARCH_T_FFN_UP] = R,         [ARCH_T_FFN_POST_NORM] = R,   [ARCH_T_LAYER_OUT_SCALE] = O,
+      [ARCH_T_FFN_GATE_INP] = O,   [ARCH_T_FFN_GATE_INP_S] = O,  [ARCH_T_FFN_GATE_EXPS] = O,
+      [ARCH_T_FFN_UP_EXPS] = O,    [ARCH_T_FFN_DOWN_EXPS] = O,   [ARCH_T_FFN_DOWN_EXPS_S] = O,
+      [ARCH_T_FFN_PRE_NORM_2] = O, [ARCH_T_FFN_POST_NORM_1] = O, [ARCH_T_FFN_POST_NORM_2] = O},
+     "Gemma 4 (31B, 26B-A4B): windowed and full layers with their own head size, head counts and "
+     "RoPE base (the full ones' partial RoPE by rope_freqs), V = K without attn_v, normed V, "
+     "unscaled scores, GELU, norms after attention and feed-forward, experts beside the dense "
+     "feed-forward where a layer has a router, embeddings times sqrt(dim), logits soft-capped",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_FFN, ARCH_BLOCK_MOE},
      0,
      ARCH_READS_GEMMA4,
      ARCH_GATING_SOFTMAX_NORM,

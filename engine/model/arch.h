@@ -82,6 +82,13 @@ enum arch_tensor {
     ARCH_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm.weight      (dim): the feed-forward output's norm */
     ARCH_T_LAYER_OUT_SCALE, /* blk.N.layer_output_scale.weight (1): the residual stream is scaled
                                by it at the end of the layer */
+    /* gemma4's experts beside its dense feed-forward (26B-A4B) */
+    ARCH_T_FFN_GATE_INP_S,  /* blk.N.ffn_gate_inp.scale   (dim): the router's input, rms(x) / sqrt(dim),
+                               times it */
+    ARCH_T_FFN_PRE_NORM_2,  /* blk.N.pre_ffw_norm_2.weight  (dim): the experts' input norm */
+    ARCH_T_FFN_POST_NORM_1, /* blk.N.post_ffw_norm_1.weight (dim): the dense part's output norm */
+    ARCH_T_FFN_POST_NORM_2, /* blk.N.post_ffw_norm_2.weight (dim): the experts' output norm */
+    ARCH_T_FFN_DOWN_EXPS_S, /* blk.N.ffn_down_exps.scale    (E): each expert's output times its own */
     ARCH_T_COUNT
 };
 
@@ -98,6 +105,10 @@ enum arch_need { ARCH_NO = 0, ARCH_OPTIONAL = 1, ARCH_REQUIRED = 2 };
  * weighted and summed (llama.cpp's build_moe_ffn). A backend refuses a
  * model with a block it has no kind for, naming it. */
 enum arch_block { ARCH_BLOCK_END = 0, ARCH_BLOCK_ATTN = 1, ARCH_BLOCK_FFN = 2, ARCH_BLOCK_MOE = 3 };
+/* gemma4's rows are attention, ffn, moe: the MOE block runs on the layers
+ * with a router only (the 26B-A4B's; the 31B has none), beside the dense
+ * one, their outputs each normed, summed, normed again and added
+ * (arch_info.keys ARCH_READS_GEMMA4). */
 #define ARCH_MAX_BLOCKS 4
 
 /* How a MOE block picks its experts and weighs them (llama.cpp's

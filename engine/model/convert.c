@@ -124,6 +124,11 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_BLOCK_COUNT), (uint32_t)c->n_layers);
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_FEED_FORWARD_LENGTH), (uint32_t)c->hidden_dim);
     if (c->arch == ARCH_GEMMA4) { /* its head keys: synth_gemma4_keys */
+        if (c->n_expert) {
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_COUNT), (uint32_t)c->n_expert);
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_USED_COUNT), (uint32_t)c->n_expert_used);
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_FFN), (uint32_t)c->expert_ffn);
+        }
         rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_RMS_EPS), c->norm_eps);
         rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_FREQ_BASE), c->rope_theta);
@@ -595,7 +600,40 @@ static int synth_gemma4_layer(gguf_writer *w, bufs *bb, const synth_params *p, c
         }
         if (rc) return rc;
     }
-    return CK_OK;
+    if (!c->n_expert) return CK_OK;
+    /* the 26B-A4B's experts beside the dense part: the router (logits of
+     * variance about 1 from its input rms(x) / sqrt(dim) x scale), its
+     * scale, each expert's gate, up, down, the per-expert output scale and
+     * the three norms around 1 */
+    const uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
+    char tn[96];
+    arch_tensor_file_name(tn, sizeof tn, ARCH_T_FFN_GATE_INP, l);
+    fill_uniform(tmp, E * D, sqrtf(3.0f), s);
+    int rc = add_f32(w, bb, tn, tmp, D, E, QUANT_F32);
+    struct {
+        int at;
+        uint64_t cols, rows;
+    } e[] = {{ARCH_T_FFN_GATE_EXPS, D, FE}, {ARCH_T_FFN_UP_EXPS, D, FE}, {ARCH_T_FFN_DOWN_EXPS, FE, D}};
+    for (size_t i = 0; !rc && i < sizeof e / sizeof e[0]; i++) {
+        arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+        rc = add_experts(w, bb, tn, e[i].cols, e[i].rows, E, p->type, NULL, sqrtf(3.0f / (float)e[i].cols), s,
+                         tmp);
+    }
+    const struct {
+        int at;
+        uint64_t n;
+    } v[] = {{ARCH_T_FFN_GATE_INP_S, D},
+             {ARCH_T_FFN_DOWN_EXPS_S, E},
+             {ARCH_T_FFN_PRE_NORM_2, D},
+             {ARCH_T_FFN_POST_NORM_1, D},
+             {ARCH_T_FFN_POST_NORM_2, D}};
+    for (size_t i = 0; !rc && i < sizeof v / sizeof v[0]; i++) {
+        arch_tensor_file_name(tn, sizeof tn, v[i].at, l);
+        fill_uniform(tmp, v[i].n, 0.5f, s);
+        for (uint64_t k = 0; k < v[i].n; k++) tmp[k] += 1.0f;
+        rc = add_f32(w, bb, tn, tmp, v[i].n, 1, QUANT_F32);
+    }
+    return rc;
 }
 
 int convert_synth(const synth_params *p, const char *path, char *err, size_t errlen) {
@@ -636,8 +674,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  p->yarn_log_mul != 0 ? ARCH_KEY_YARN_LOG_MUL : ARCH_KEY_ATTN_TEMP_SCALE);
         return CK_EINVAL;
     }
-    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
-    if (moe != (p->n_expert > 0) || (!moe && (p->n_expert_used || p->expert_ffn))) {
+    /* gemma4's experts are optional (the 26B-A4B has them, the 31B not) */
+    const int moe = arch_has_block(a, ARCH_BLOCK_MOE) && (c.arch != ARCH_GEMMA4 || p->n_expert > 0);
+    if ((c.arch != ARCH_GEMMA4 && moe != (p->n_expert > 0)) ||
+        (!moe && (p->n_expert_used || p->expert_ffn))) {
         snprintf(err, errlen, "synth: architecture %s %s", a->name,
                  moe ? "needs experts (n_expert, n_expert_used)" : "has no experts");
         return CK_EINVAL;

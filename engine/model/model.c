@@ -86,7 +86,7 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
     }
     if (c->n_swa < 0 || c->n_swa > MODEL_MAX_CTX || c->swa_period < 0 || c->swa_period > MODEL_MAX_LAYERS ||
         c->expert_gating < ARCH_GATING_SOFTMAX_NORM || c->expert_gating > ARCH_GATING_SOFTMAX_WEIGHT ||
-        c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_SWIGLU_OAI) {
+        c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_GELU) {
         seterr(err, errlen,
                "sliding window %d (0..%d), its period %d (0..%d), gating %d or activation %d out of range",
                c->n_swa, MODEL_MAX_CTX, c->swa_period, MODEL_MAX_LAYERS, c->expert_gating, c->expert_act);
@@ -720,13 +720,19 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     model_config *c = &m->cfg;
     c->arch = a->id;
     c->rope_style = a->rope;
-    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
     const int g4 = (a->keys & ARCH_READS_GEMMA4) != 0;
+    /* gemma4's experts are optional: read where the file has expert_count */
+    char ekey[128];
+    int64_t ev;
+    const int moe =
+        arch_has_block(a, ARCH_BLOCK_MOE) &&
+        (!g4 || gguf_get_int(f, arch_key(ekey, sizeof ekey, a, ARCH_KEY_EXPERT_COUNT), &ev) != CK_ENOTFOUND);
     if (g4) c->n_heads = c->n_kv_heads = 1; /* per layer: gguf_gemma4, once the layers exist */
     if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
         (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe, 0, &c->hidden_dim, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe || g4, 0, &c->hidden_dim, path, err,
+                       errlen)) ||
         (!g4 && (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
         (!g4 &&
          (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen))) ||
@@ -842,6 +848,11 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_FFN_DOWN_EXPS_B, D, E, 0, &ly->down_exps_b},
             {ARCH_T_FFN_POST_NORM, D, 0, 0, &ly->ffn_post_norm},
             {ARCH_T_LAYER_OUT_SCALE, 1, 0, 0, &ly->out_scale},
+            {ARCH_T_FFN_GATE_INP_S, D, 0, 0, &ly->router_scale},
+            {ARCH_T_FFN_PRE_NORM_2, D, 0, 0, &ly->pre_norm_2},
+            {ARCH_T_FFN_POST_NORM_1, D, 0, 0, &ly->post_norm_1},
+            {ARCH_T_FFN_POST_NORM_2, D, 0, 0, &ly->post_norm_2},
+            {ARCH_T_FFN_DOWN_EXPS_S, E, 0, 0, &ly->down_exps_s},
             {ffn_norm == ARCH_T_FFN_NORM ? ARCH_T_ATTN_POST_NORM : ARCH_T_COUNT, D, 0, 0,
              &ly->attn_post_norm},
         };
@@ -850,6 +861,19 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                                                             w[i].dst, path, err, errlen)))
                 return rc;
         if (g4 && !ly->wv.data) ly->wv = (model_tensor){0}; /* V = K (gemma4's full layers) */
+        if (g4) { /* a layer's experts: all their tensors, or none of them */
+            const int r = ly->router.n != 0;
+            const model_tensor *e[7] = {&ly->router_scale, &ly->gate_exps,   &ly->up_exps,    &ly->down_exps,
+                                        &ly->pre_norm_2,   &ly->post_norm_1, &ly->post_norm_2};
+            for (int i = 0; i < 7; i++)
+                if ((e[i]->n != 0) != r) {
+                    seterr(err, errlen,
+                           "%s: gemma4 layer %d has %s ffn_gate_inp.weight but %s its other expert tensors "
+                           "(ffn_gate_inp.scale, ffn_{gate,up,down}_exps, pre_ffw_norm_2, post_ffw_norm_1/2)",
+                           path, l, r ? "an" : "no", r ? "not all of" : "some of");
+                    return CK_EFORMAT;
+                }
+        }
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
     }
@@ -911,8 +935,10 @@ static void fingerprint(model *m) {
     }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const model_layer *ly = &m->layers[l];
-        const model_tensor *g[3] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale};
-        for (int i = 0; i < 3; i++)
+        const model_tensor *g[8] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale,
+                                    &ly->router_scale,   &ly->pre_norm_2,    &ly->post_norm_1,
+                                    &ly->post_norm_2,    &ly->down_exps_s};
+        for (int i = 0; i < 8; i++)
             if (g[i]->n) h = tensor_hash(h, g[i]);
     }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);

@@ -137,6 +137,12 @@ typedef struct model_layer {
     model_tensor attn_post_norm; /* post_attention_norm (dim): the attention output's norm */
     model_tensor ffn_post_norm;  /* post_ffw_norm (dim): the feed-forward output's norm */
     model_tensor out_scale;      /* layer_output_scale (1): the residual stream scaled at the end */
+    /* gemma4's experts beside its dense feed-forward (26B-A4B; n == 0 elsewhere) */
+    model_tensor router_scale; /* ffn_gate_inp.scale (dim): the router's input rms(x) / sqrt(dim) times it */
+    model_tensor pre_norm_2;   /* pre_ffw_norm_2 (dim): the experts' input norm */
+    model_tensor post_norm_1;  /* post_ffw_norm_1 (dim): the dense part's output norm */
+    model_tensor post_norm_2;  /* post_ffw_norm_2 (dim): the experts' output norm */
+    model_tensor down_exps_s;  /* ffn_down_exps.scale (E): expert e's output times its own; optional */
     /* gemma4's per-layer attention geometry; 0 elsewhere (the config's:
      * model_layer_geom) */
     int n_heads, n_kv_heads, head_dim;

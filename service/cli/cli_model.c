@@ -116,7 +116,8 @@ int cli_synth(int argc, char **argv) {
                    "with no attn_v (V = K) and RoPE on a quarter of its head (rope_freqs);\n"
                    "--sliding-window N (default 16); --rope-theta the full layers' base (default 1e6),\n"
                    "--rope-theta-swa the windowed ones' (default 1e4); --softcap the final logit cap\n"
-                   "(default 30).\n"
+                   "(default 30). With --experts N --experts-used K [--expert-ffn F] it is the\n"
+                   "26B-A4B's layout: on every layer N GELU experts beside the dense feed-forward.\n"
                    "--type mxfp4 with experts is llama.cpp's MXFP4_MOE: the experts MXFP4, the other\n"
                    "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n",
                    MODEL_MAX_EXPERTS);
@@ -178,7 +179,7 @@ int cli_synth(int argc, char **argv) {
     p.arch = ai->id;
     const int moe = arch_has_block(ai, ARCH_BLOCK_MOE);
     if (!moe && (p.n_expert || p.n_expert_used || p.expert_ffn)) {
-        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe or gpt-oss");
+        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe, gpt-oss or gemma4");
         return 2;
     }
     const int g4 = ai->id == ARCH_GEMMA4;
@@ -200,7 +201,7 @@ int cli_synth(int argc, char **argv) {
         /* synth_params: 0 the row's default, -1 the pattern 0 (every layer windowed) */
         p.swa_period = swa_pattern > 0 ? swa_pattern : swa_pattern == 0 ? -1 : 0;
     }
-    if (moe && (!p.n_expert || !p.n_expert_used)) {
+    if (moe && ai->id != ARCH_GEMMA4 && (!p.n_expert || !p.n_expert_used)) {
         cli_error(&a, "--arch %s needs --experts N and --experts-used K", ai->name);
         return 2;
     }

@@ -125,6 +125,14 @@ case "$case_name" in
       --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 768 --vocab 2048 --ctx 256 \
       --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
     steps=16 min_steps=16 tol=2.5e-4 ;;
+  synth_gemma4_moe) # the 26B-A4B's layout in small: synth_gemma4's layers, each with 8 GELU experts
+    # of width 128 (2 a token, chosen by a router over rms(x) / sqrt(dim) x its scale, each output
+    # times its own scale) beside a dense part of 512, the two normed, summed, normed again
+    need_synth --arch --head-dim --sliding-window --head-dim-full --experts --experts-used --expert-ffn
+    synth --arch gemma4 --dim 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --head-dim-full 64 \
+      --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 512 --experts 8 --experts-used 2 \
+      --expert-ffn 128 --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
+    steps=16 min_steps=16 tol=2.5e-4 ;;
   synth_gemma4_vocab) # the same block under Gemma 4's own tokenizer (262144 pieces, llama.cpp's
     # vocabulary file): both engines read the same prompt ids and agree on 8 steps
     need_synth --arch --head-dim --sliding-window --head-dim-full --vocab-from
