@@ -446,6 +446,8 @@ extern "C" int be_cuda_available(void) {
 static const char *cu_gemma_extra(const model *m) {
     /* gemma4's, named before its layer kinds: none has a CUDA kernel */
     const model_config *c = &m->cfg;
+    if (c->n_embd_pl) return "per-layer embeddings";
+    if (c->n_kv_shared) return "shared KV layers";
     if (c->q_dim_max || c->kv_dim_max || c->head_dim_swa) return "per-layer head counts and head sizes";
     if (c->v_norm) return "RMS-normed V heads";
     if (c->kq_div != 0) return "unscaled attention scores";

@@ -51,9 +51,11 @@ typedef struct g4_ref {
     int softcap;    /* cap tanh(l / cap) */
     int moe_router; /* the experts' router input rms(x) / sqrt(dim) x scale (off: their normed input) */
     int moe_scale;  /* each expert's output times ffn_down_exps.scale */
+    int ple;        /* the per-layer embeddings (E2B/E4B) */
+    int kv_share;   /* shared layers read the last earlier layer of their kind (off: the first) */
 } g4_ref;
 
-static const g4_ref g4_on = {NULL, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const g4_ref g4_on = {NULL, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 static float *f32_of(const model_tensor *t) {
     if (!t->n) return NULL;
@@ -159,8 +161,23 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
            *ao = malloc(QMAX * sizeof *ao), *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1),
            *h3 = malloc(F * sizeof *h3), *ym = malloc(D * sizeof *ym);
     int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3 && ym;
+    /* the per-layer embeddings: inputs pl (L x P) of the token, the layer's gated rows */
+    const int P = sp->n_embd_pl, LP = L * P;
+    float *ptok = f32_of(&m->ple_tok), *pmod = f32_of(&m->ple_model), *pnorm = f32_of(&m->ple_norm);
+    double *pl = malloc((LP ? LP : 1) * sizeof *pl), *pg = malloc((P ? P : 1) * sizeof *pg);
+    ok = ok && pl && pg && (!P || (ptok && pmod && pnorm));
     for (int p = 0; ok && p < n_tok; p++) {
         for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i] * (o->emb_scale ? sqrt((double)D) : 1);
+        if (P) {
+            matvec_d(pl, pmod, x, LP, D);
+            for (int l = 0; l < L; l++) {
+                double *r = pl + (size_t)l * P;
+                for (int j = 0; j < P; j++) r[j] /= sqrt((double)D);
+                rms_d(r, r, pnorm, P, eps);
+                for (int j = 0; j < P; j++)
+                    r[j] = (r[j] + ptok[(size_t)tok[p] * LP + l * P + j] * sqrt((double)P)) / sqrt(2.0);
+            }
+        }
         for (int l = 0; ok && l < L; l++) {
             const model_layer *ly = &m->layers[l];
             const int full = l % sp->swa_period == sp->swa_period - 1;
@@ -173,28 +190,38 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                   *w1 = f32_of(&ly->w1), *w2 = f32_of(&ly->w2), *w3 = f32_of(&ly->w3),
                   *pf = f32_of(&ly->ffn_post_norm), *os = f32_of(&ly->out_scale),
                   *p1 = f32_of(&ly->post_norm_1), *p2 = f32_of(&ly->post_norm_2);
-            ok = an && wq && wk && (full || wv) && wo && qn && kn && pa && fn && w1 && w2 && w3 && pf && os;
             const int t0 = !full && o->window && p - sp->n_swa + 1 > 0 ? p - sp->n_swa + 1 : 0;
+            /* a shared-KV layer reads the last earlier layer of its kind (llama.cpp's reuse) */
+            const int start = L - sp->n_kv_shared, shared = l >= start;
+            const int src = !shared       ? l
+                            : o->kv_share ? start - (full ? 1 : 2)
+                                          : (full ? sp->swa_period - 1 : 0);
+            float *pgw = f32_of(&ly->ple_gate), *ppw = f32_of(&ly->ple_proj),
+                  *ppn = f32_of(&ly->ple_post_norm);
+            ok = an && wq && (shared || (wk && (full || wv) && kn)) && wo && qn && pa && fn && w1 && w2 &&
+                 w3 && pf && os && (!P || (pgw && ppw && ppn));
             const double theta = full || !o->theta_swa ? sp->rope_theta : sp->rope_theta_swa;
             if (ok) {
                 rms_d(xb, x, an, D, eps);
                 matvec_d(q, wq, xb, QD, D);
-                matvec_d(k, wk, xb, KVD, D);
-                if (full)
-                    memcpy(v, k, KVD * sizeof *v); /* V = K, before its norm and RoPE */
-                else
-                    matvec_d(v, wv, xb, KVD, D);
                 for (int h = 0; h < H; h++) rms_d(q + h * hd, q + h * hd, qn, hd, eps);
-                for (int h = 0; h < KH; h++) {
-                    rms_d(k + h * hd, k + h * hd, kn, hd, eps);
-                    if (o->v_norm) rms_d(v + h * hd, v + h * hd, NULL, hd, eps);
-                }
                 const int turned = full && o->partial ? hd / 8 : hd / 2;
                 rope_d(q, H, hd, p, theta, turned);
-                rope_d(k, KH, hd, p, theta, turned);
-                double *kl = kc + (size_t)l * n_tok * KMAX, *vl = vc + (size_t)l * n_tok * KMAX;
-                memcpy(kl + (size_t)p * KMAX, k, KVD * sizeof *k);
-                memcpy(vl + (size_t)p * KMAX, v, KVD * sizeof *v);
+                if (!shared) {
+                    matvec_d(k, wk, xb, KVD, D);
+                    if (full)
+                        memcpy(v, k, KVD * sizeof *v); /* V = K, before its norm and RoPE */
+                    else
+                        matvec_d(v, wv, xb, KVD, D);
+                    for (int h = 0; h < KH; h++) {
+                        rms_d(k + h * hd, k + h * hd, kn, hd, eps);
+                        if (o->v_norm) rms_d(v + h * hd, v + h * hd, NULL, hd, eps);
+                    }
+                    rope_d(k, KH, hd, p, theta, turned);
+                    memcpy(kc + ((size_t)l * n_tok + p) * KMAX, k, KVD * sizeof *k);
+                    memcpy(vc + ((size_t)l * n_tok + p) * KMAX, v, KVD * sizeof *v);
+                }
+                const double *kl = kc + (size_t)src * n_tok * KMAX, *vl = vc + (size_t)src * n_tok * KMAX;
                 for (int h = 0; h < H; h++) {
                     const int g = h / (H / KH);
                     double mx = -INFINITY, sum = 0;
@@ -229,9 +256,17 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                     }
                 }
                 if (o->post_norms) rms_d(xb, xb, pf, D, eps);
-                for (int i = 0; i < D; i++) x[i] = (x[i] + xb[i]) * (o->out_scale ? os[0] : 1);
+                for (int i = 0; i < D; i++) x[i] += xb[i];
+                if (P && o->ple) { /* x += norm(proj . (gelu(gate . x) * pl_l)) */
+                    matvec_d(pg, pgw, x, P, D);
+                    for (int j = 0; j < P; j++) pg[j] = gelu_d(pg[j]) * pl[(size_t)l * P + j];
+                    matvec_d(xb, ppw, pg, D, P);
+                    rms_d(xb, xb, ppn, D, eps);
+                    for (int i = 0; i < D; i++) x[i] += xb[i];
+                }
+                for (int i = 0; i < D; i++) x[i] *= o->out_scale ? os[0] : 1;
             }
-            float *fr[] = {an, wq, wk, wv, wo, qn, kn, pa, fn, w1, w2, w3, pf, os, p1, p2};
+            float *fr[] = {an, wq, wk, wv, wo, qn, kn, pa, fn, w1, w2, w3, pf, os, p1, p2, pgw, ppw, ppn};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
         }
         if (ok) {
@@ -241,7 +276,7 @@ static int ref_g4(const model *m, const g4_ref *o, const int32_t *tok, int n_tok
                 for (int i = 0; i < V; i++) out[(size_t)p * V + i] = cap * tanh(out[(size_t)p * V + i] / cap);
         }
     }
-    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, ym};
+    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, ym, ptok, pmod, pnorm, pl, pg};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
     return ok ? 0 : -1;
 }
@@ -329,6 +364,28 @@ static void test_gemma4_experts(void) {
     }
 }
 
+/* The E2B/E4B's: per-layer embeddings of 32 a layer, and the last 3 of 6
+ * layers (3 and 4 windowed, reading layer 1's KV; 5 full, layer 2's)
+ * without K or V of their own; each switched off far off. */
+static void test_gemma4_ple_shared(void) {
+    synth_params sp = g4_params();
+    sp.n_embd_pl = 32;
+    sp.n_kv_shared = 3;
+    static const struct {
+        const char *label;
+        size_t off;
+    } f[] = {
+        {"gemma4 per-layer embeddings", offsetof(g4_ref, ple)},
+        {"gemma4 shared KV layers", offsetof(g4_ref, kv_share)},
+        {"gemma4 E2B-like: window", offsetof(g4_ref, window)},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        g4_ref off = g4_on;
+        *(int *)((char *)&off + f[i].off) = 0;
+        CK_CHECK_MSG(g4_case(f[i].label, &sp, off) == 0, "%s", f[i].label);
+    }
+}
+
 /* The loader's view: per-layer head counts and sizes, the windowed layers,
  * V = K on the full ones, the config's maxima (the KV row is the widest
  * layer's), and the row. */
@@ -364,6 +421,7 @@ int main(void) {
     CK_RUN(test_gemma4_load);
     CK_RUN(test_gemma4_features);
     CK_RUN(test_gemma4_experts);
+    CK_RUN(test_gemma4_ple_shared);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

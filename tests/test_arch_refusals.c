@@ -288,7 +288,8 @@ static void test_refusals_gpt_oss(void) {
     unlink(bad);
 }
 
-/* gemma4's: the E2B/E4B's shared KV layers and per-layer embeddings, a
+/* gemma4's: shared KV layers whose source is not of their kind, per-layer
+ * embeddings the key asks for and the file lacks, a
  * windowed layer's RoPE over part of its head, a head count not a multiple
  * of its layer's KV heads, a router without the rest of the experts, the
  * fused ffn_gate_up_exps: each by name. */
@@ -298,9 +299,13 @@ static void test_refusals_gemma4(void) {
     const char *src = tmp("g4.gguf"), *bad = tmp("g4bad.gguf");
     CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
     CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.shared_kv_layers", 2) == 0);
-    CK_CHECK(refused(bad, "shared_kv_layers", "E2B/E4B"));
+    CK_CHECK(refused(bad, "shares the KV of layer 2", "not of its kind"));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.shared_kv_layers", 5) == 0);
+    CK_CHECK(refused(bad, "shared_kv_layers", "at most"));
     CK_CHECK(rewrite_u32(src, bad, "gemma4.embedding_length_per_layer_input", 256) == 0);
-    CK_CHECK(refused(bad, "embedding_length_per_layer_input", NULL));
+    CK_CHECK(refused(bad, "embedding_length_per_layer_input", "disagree"));
+    CK_CHECK(rewrite(src, bad, "general.architecture", "gemma4", "blk.0.attn_k.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.0.attn_k.weight", "missing"));
     CK_CHECK(rewrite_u32(src, bad, "gemma4.rope.dimension_count_swa", 16) == 0);
     CK_CHECK(refused(bad, "rope.dimension_count_swa 16", NULL));
     CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.head_count", 3) == 0);

@@ -102,6 +102,8 @@ typedef struct cpu_attn_w {
     int v_is_k;       /* no wv: V is the K projection (before k_norm and RoPE) */
     float *post_norm; /* (dim) RMSNorm of the output projection before it is added (gemma4);
                          NULL: none */
+    int kv_layer;     /* the layer whose KV rows it writes and reads: its own, or (gemma4's
+                         shared-KV layers, which write none and have only wq) an earlier one's */
 } cpu_attn_w;
 
 /* The dense feed-forward layer kind's weights (cpu_layer_ffn.c). */
@@ -133,12 +135,20 @@ typedef struct cpu_moe_w {
     float *down_scale;   /* (n_expert) each expert's output times its own; NULL: none */
 } cpu_moe_w;
 
+/* gemma4's per-layer embedding of a layer (cpu_layer_norm.c); zero elsewhere. */
+typedef struct cpu_ple_w {
+    cpu_mat gate;     /* (P, dim) inp_gate */
+    cpu_mat proj;     /* (dim, P) proj */
+    float *post_norm; /* (dim); NULL: the model has none */
+} cpu_ple_w;
+
 /* A layer's weights: attn, and ffn or moe (the other zero) as its
- * architecture's blocks say. */
+ * architecture's blocks say (gemma4's: both where it has experts). */
 typedef struct cpu_layer {
     cpu_attn_w attn;
     cpu_ffn_w ffn;
     cpu_moe_w moe;
+    cpu_ple_w ple;
 } cpu_layer;
 
 struct cpu_layer_kind;
@@ -207,7 +217,12 @@ typedef struct cpu_backend {
     unsigned char *moe_hq; /* (T x n_expert_used) rows of moe_hrow bytes: each pair's
                               SwiGLU in its down matrix's form, in moe_tok's order */
     float *moe_y;          /* (T, dim) one expert's outputs (a batch shares it by columns) */
-    float *moe_acc;        /* (T, dim) gemma4's experts beside a dense part: the router's input,
+    /* gemma4's per-layer embeddings (cpu_layer_norm.c); NULL / zero elsewhere */
+    cpu_mat ple_model; /* (L x P, dim) per_layer_model_proj */
+    float *ple_norm;   /* (P) per_layer_proj_norm */
+    float *ple;        /* (T, L x P) each token's inputs of every layer, from the batch's start */
+    float *ple_h;      /* (T, P) a layer's gated rows */
+    float *moe_acc;    /* (T, dim) gemma4's experts beside a dense part: the router's input,
                               then the experts' sum (the dense part's output is in xo); NULL
                               elsewhere */
     size_t moe_xrow, moe_hrow;

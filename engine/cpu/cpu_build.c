@@ -237,7 +237,9 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
     const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
                     *qv = has_v ? mat_qtype(qd, &ml->wv, D) : NULL;
     int n = 0;
-    if (!qq && !qk && !qv) {
+    if (ml->kv_src) { /* gemma4's shared-KV layer: queries only */
+        sp[n++] = (mat_spec){ml->wq, QD, D, qq};
+    } else if (!qq && !qk && !qv) {
         sp[n++] = (mat_spec){ml->wq, QD + (1 + has_v) * KVD, D, NULL};
     } else {
         sp[n++] = (mat_spec){ml->wq, QD, D, qq};
@@ -280,18 +282,31 @@ static mat_spec moe_spec(const cpu_qdot *qd, const model *m, int l, int i) {
     return r == 0 ? (mat_spec){g, FE, D, qg} : (mat_spec){u, FE, D, qu};
 }
 
+/* gemma4's per-layer embedding matrices of layer l: its gate and proj,
+ * and with layer 0's the model's per_layer_model_proj; 0 elsewhere. */
+static int ple_n_specs(const model *m, int l) { return m->layers[l].ple_gate.n ? (l == 0 ? 3 : 2) : 0; }
+
+static mat_spec ple_spec(const cpu_qdot *qd, const model *m, int l, int i) {
+    const model_config *c = &m->cfg;
+    const model_layer *ml = &m->layers[l];
+    const int D = c->dim, P = c->n_embd_pl;
+    if (i == 0) return (mat_spec){ml->ple_gate, P, D, mat_qtype(qd, &ml->ple_gate, D)};
+    if (i == 1) return (mat_spec){ml->ple_proj, D, P, mat_qtype(qd, &ml->ple_proj, P)};
+    return (mat_spec){m->ple_model, c->n_layers * P, D, mat_qtype(qd, &m->ple_model, D)};
+}
+
 /* Every matrix of layer l, in the order be_cpu_new builds them: n_specs
  * of them, spec i by layer_spec. */
 static int layer_n_specs(const cpu_qdot *qd, const model *m, int l) {
     mat_spec sp[7];
     int nq;
-    return layer_specs(qd, m, l, sp, &nq) + moe_n_specs(m, l);
+    return layer_specs(qd, m, l, sp, &nq) + moe_n_specs(m, l) + ple_n_specs(m, l);
 }
 
 static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
     mat_spec sp[7];
-    int nq, n = layer_specs(qd, m, l, sp, &nq);
-    return i < n ? sp[i] : moe_spec(qd, m, l, i - n);
+    int nq, n = layer_specs(qd, m, l, sp, &nq), nm = moe_n_specs(m, l);
+    return i < n ? sp[i] : i < n + nm ? moe_spec(qd, m, l, i - n) : ple_spec(qd, m, l, i - n - nm);
 }
 
 /* The width of the feed-forward buffers (h13, h): the dense one's, or a
@@ -441,7 +456,7 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
 /* A layer's vectors that the backend keeps as f32 copies of their own
  * (gpt-oss's output bias and sinks, its router's and experts' biases), in
  * the order of cpu_layer_vectors' destinations. */
-#define LAYER_VECTORS 14
+#define LAYER_VECTORS 15
 static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
     t[0] = &ml->bo;
     t[1] = &ml->sinks;
@@ -457,16 +472,18 @@ static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VEC
     t[11] = &ml->post_norm_2;
     t[12] = &ml->router_scale;
     t[13] = &ml->down_exps_s;
+    t[14] = &ml->ple_post_norm;
 }
 
 /* Each of layer_vectors' tensors that the file has into an f32 copy of its
  * own in the layer's weights (NULL where it has none). */
 static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
     const model_tensor *t[LAYER_VECTORS];
-    float **dst[LAYER_VECTORS] = {
-        &w->attn.bo,         &w->attn.sinks,      &w->moe.router_b,     &w->moe.gate_b,    &w->moe.up_b,
-        &w->moe.down_b,      &w->attn.post_norm,  &w->ffn.post_norm,    &w->ffn.out_scale, &w->moe.norm,
-        &w->moe.post_norm_1, &w->moe.post_norm_2, &w->moe.router_scale, &w->moe.down_scale};
+    float **dst[LAYER_VECTORS] = {&w->attn.bo,          &w->attn.sinks,      &w->moe.router_b,
+                                  &w->moe.gate_b,       &w->moe.up_b,        &w->moe.down_b,
+                                  &w->attn.post_norm,   &w->ffn.post_norm,   &w->ffn.out_scale,
+                                  &w->moe.norm,         &w->moe.post_norm_1, &w->moe.post_norm_2,
+                                  &w->moe.router_scale, &w->moe.down_scale,  &w->ple.post_norm};
     layer_vectors(ml, t);
     for (int i = 0; i < LAYER_VECTORS; i++) {
         if (!t[i]->n) continue;
@@ -532,6 +549,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
             if (vec[i]->n) w = padd(&a, w, floats_bytes((size_t)vec[i]->n));
     }
     w = padd(&a, w, floats_bytes(hd / 2));
+    if (m->ple_norm.n) w = padd(&a, w, floats_bytes((size_t)m->ple_norm.n)); /* gemma4's ple_norm */
     p->weights = hd_swa ? padd(&a, w, floats_bytes(hd_swa / 2)) : w;
     /* KV pools */
     const size_t kv_block_floats = pmul(&a, pmul(&a, L * 2, (size_t)o->block_size), (size_t)kv_dim);
@@ -547,6 +565,10 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     act = padd(&a, act, pfloats(&a, R, F));
     act = padd(&a, act, pfloats(&a, T, hd));
     if (hd_swa) act = padd(&a, act, pfloats(&a, T, hd_swa));
+    if (c->n_embd_pl) { /* gemma4's ple, ple_h */
+        act = padd(&a, act, pfloats(&a, T, pmul(&a, L, (size_t)c->n_embd_pl)));
+        act = padd(&a, act, pfloats(&a, T, (size_t)c->n_embd_pl));
+    }
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
@@ -721,7 +743,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         dst[w->n_qkv] = &w->wo, dst[w->n_qkv + 1] = &f->w1, dst[w->n_qkv + 2] = &f->w3,
         dst[w->n_qkv + 3] = &f->w2;
         for (int i = 0; i < n; i++) {
-            const int fused = i == 0 && w->n_qkv == 1;
+            const int fused = i == 0 && w->n_qkv == 1 && !ml->kv_src;
             if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL,
                                fused && !w->v_is_k ? &ml->wv : NULL, w->n_kv_heads * w->head_dim)))
                 goto fail;
@@ -732,6 +754,15 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             if ((rc = make_mat(cb, i ? &mo->exps[i - 1] : &mo->router, &ms, tmp, NULL, NULL, 0))) goto fail;
             cb->layer_bytes += spec_bytes(&ms);
         }
+        for (int i = 0, np = ple_n_specs(m, l); i < np; i++) {
+            const mat_spec ps = ple_spec(&cb->qd, m, l, i);
+            cpu_mat *pd = i == 0   ? &cb->layers[l].ple.gate
+                          : i == 1 ? &cb->layers[l].ple.proj
+                                   : &cb->ple_model;
+            if ((rc = make_mat(cb, pd, &ps, tmp, NULL, NULL, 0))) goto fail;
+            cb->layer_bytes += spec_bytes(&ps);
+        }
+        w->kv_layer = ml->kv_src ? ml->kv_src - 1 : l;
     }
     free(tmp);
     tmp = NULL;
@@ -755,6 +786,21 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             !(cb->rope_swa = alloc_floats(cb, T * (size_t)c->head_dim_swa)))
             goto fail;
         model_rope_freqs_swa(m, cb->inv_freq_swa);
+    }
+    if (c->n_embd_pl) { /* gemma4's per-layer embeddings: a layer's slice of a token's row is whole blocks */
+        const size_t P = (size_t)c->n_embd_pl;
+        uint64_t rb;
+        rc = CK_EUNSUPPORTED;
+        if ((P % (size_t)quant_block_size(m->ple_tok.type)) ||
+            quant_row_bytes(m->ple_tok.type, (uint64_t)P * (uint64_t)c->n_layers, &rb))
+            goto fail;
+        rc = CK_ENOMEM;
+        if (!(cb->ple_norm = alloc_floats(cb, P)) ||
+            !(cb->ple = alloc_floats(cb, T * (size_t)c->n_layers * P)) ||
+            !(cb->ple_h = alloc_floats(cb, T * P)))
+            goto fail;
+        if ((rc = to_f32(cb->ple_norm, &m->ple_norm))) goto fail;
+        rc = CK_ENOMEM;
     }
     cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||

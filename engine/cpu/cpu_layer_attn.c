@@ -14,6 +14,8 @@
  * is_masked_swa). The mask is a range of rows: blocks wholly before the
  * window are skipped, the first one read from its first visible row, so
  * nothing outside it is computed; the KV cache itself keeps every block.
+ * gemma4's shared-KV layers (E2B/E4B) compute queries only and attend over
+ * an earlier layer's rows (cpu_attn_w.kv_layer).
  *
  * Attention walks each sequence's block table: cpu_attn.h's kernels when
  * every block it reads is f32, the general code here otherwise. A lone
@@ -283,10 +285,10 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
         const char *pf = NULL; /* the next block's rows */
         size_t pf_bytes = 0;
         if (li + 1 < n_list && list[li + 1] <= last) {
-            block_ref(cb, v, list[li + 1], layer, &r);
+            block_ref(cb, v, list[li + 1], w->kv_layer, &r);
             pf = block_span(&r, bs, kvd, &pf_bytes);
         }
-        block_ref(cb, v, j, layer, &r);
+        block_ref(cb, v, j, w->kv_layer, &r);
         if (r.f) {
             cb->gk->qk(att + n, (size_t)ctx, q, r.f + (size_t)t0 * kvd, kvd, tn - t0, H, hd, gqa, scale, pf,
                        pf_bytes);
@@ -315,7 +317,7 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
         if (!block_rows(bs, j, pos, first, &t0, &tn)) continue;
-        block_ref(cb, v, j, layer, &r);
+        block_ref(cb, v, j, w->kv_layer, &r);
         float m = 0.0f;
         if (r.f) {
             m = cb->gk->av(out, att + n, (size_t)ctx, r.f + (size_t)(bs + t0) * kvd, kvd, tn - t0, H, hd,
@@ -406,9 +408,16 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);
     const cpu_mat *qkv_mats[3] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
     cpu_matmul(cb, qkv, QKV, xb, i0, qkv_mats, w->n_qkv, M, 0, threads);
+    const int own_kv = w->kv_layer == l; /* gemma4's shared-KV layers have queries only */
     for (int i = i0; i < i1; i++) {
         float *q = cb->qkv + (size_t)i * QKV;
         const float *cs = (w->rope_swa ? cb->rope_swa : cb->rope) + (size_t)i * hd;
+        if (!own_kv) {
+            for (int h = 0; h < H; h++)
+                cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, w->q_norm, hd, c->norm_eps);
+            if (w->rope) rope_rotate_neox(q, cs, hd, H);
+            continue;
+        }
         if (w->v_is_k) /* gemma4's full layers: V is K's projection, before its norm and RoPE */
             memcpy(q + QD + KVL, q + QD, (size_t)KVL * sizeof(float));
         if (w->bqkv)

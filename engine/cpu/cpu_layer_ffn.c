@@ -93,6 +93,7 @@ static void ffn_forward(cpu_backend *cb, const cpu_span *s) {
     } else {
         cpu_matmul(cb, x, D, cb->h + (size_t)i0 * F, i0, &w2, 1, M, 1, s->threads);
     }
+    cpu_ple_apply(cb, s->l, i0, M, s->threads); /* gemma4's E2B/E4B */
     if (w->out_scale)
         for (size_t j = 0; j < (size_t)M * D; j++) x[j] *= w->out_scale[0];
 }

@@ -345,7 +345,7 @@ static void moe_router_in(cpu_backend *cb, const cpu_moe_w *w, int i0, int M) {
 /* gemma4's end of a layer with experts: their sum normed (post_ffw_norm_2),
  * the dense part's (xo, cpu_layer_ffn.c) added, that normed
  * (post_ffw_norm) and added to x, then x scaled (layer_output_scale). */
-static void moe_gemma4_end(cpu_backend *cb, int l, int i0, int M) {
+static void moe_gemma4_end(cpu_backend *cb, int l, int i0, int M, int threads) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_layer *ly = &cb->layers[l];
     const int D = c->dim;
@@ -356,9 +356,10 @@ static void moe_gemma4_end(cpu_backend *cb, int l, int i0, int M) {
         for (int d = 0; d < D; d++) a[d] = y[d] + a[d];
         cpu_rmsnorm(a, a, ly->ffn.post_norm, D, c->norm_eps);
         for (int d = 0; d < D; d++) x[d] += a[d];
-        if (ly->ffn.out_scale)
-            for (int d = 0; d < D; d++) x[d] *= ly->ffn.out_scale[0];
     }
+    cpu_ple_apply(cb, l, i0, M, threads);
+    if (ly->ffn.out_scale)
+        for (size_t j = 0; j < (size_t)M * D; j++) cb->x[(size_t)i0 * D + j] *= ly->ffn.out_scale[0];
 }
 
 static void moe_forward(cpu_backend *cb, const cpu_span *s) {
@@ -379,7 +380,7 @@ static void moe_forward(cpu_backend *cb, const cpu_span *s) {
         moe_route_token(c, w, cb->moe_p + (size_t)i * E, cb->moe_sel + (size_t)i * K,
                         cb->moe_wt + (size_t)i * K);
     moe_experts(cb, s, w);
-    if (g4) moe_gemma4_end(cb, s->l, i0, M);
+    if (g4) moe_gemma4_end(cb, s->l, i0, M, s->threads);
 }
 
 const cpu_layer_kind cpu_layer_moe = {.name = "moe", .prepare = NULL, .forward = moe_forward};

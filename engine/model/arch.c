@@ -47,6 +47,12 @@ static const struct {
     [ARCH_T_FFN_POST_NORM_1] = {"post_ffw_norm_1.weight", 1},
     [ARCH_T_FFN_POST_NORM_2] = {"post_ffw_norm_2.weight", 1},
     [ARCH_T_FFN_DOWN_EXPS_S] = {"ffn_down_exps.scale", 1},
+    [ARCH_T_PLE_TOKEN_EMBD] = {"per_layer_token_embd.weight", 0},
+    [ARCH_T_PLE_MODEL_PROJ] = {"per_layer_model_proj.weight", 0},
+    [ARCH_T_PLE_PROJ_NORM] = {"per_layer_proj_norm.weight", 0},
+    [ARCH_T_PLE_INP_GATE] = {"inp_gate.weight", 1},
+    [ARCH_T_PLE_PROJ] = {"proj.weight", 1},
+    [ARCH_T_PLE_POST_NORM] = {"post_norm.weight", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -185,13 +191,15 @@ static const arch_info table[] = {
      ARCH_ROPE_NEOX,
      {[ARCH_T_TOKEN_EMBD] = R,     [ARCH_T_OUTPUT_NORM] = R,     [ARCH_T_OUTPUT] = O,
       [ARCH_T_ROPE_FREQS] = O,     [ARCH_T_ATTN_NORM] = R,       [ARCH_T_ATTN_Q] = R,
-      [ARCH_T_ATTN_K] = R,         [ARCH_T_ATTN_V] = O,          [ARCH_T_ATTN_OUT] = R,
-      [ARCH_T_ATTN_Q_NORM] = R,    [ARCH_T_ATTN_K_NORM] = R,     [ARCH_T_ATTN_POST_NORM] = R,
+      [ARCH_T_ATTN_K] = O,         [ARCH_T_ATTN_V] = O,          [ARCH_T_ATTN_OUT] = R,
+      [ARCH_T_ATTN_Q_NORM] = R,    [ARCH_T_ATTN_K_NORM] = O,     [ARCH_T_ATTN_POST_NORM] = R,
       [ARCH_T_FFN_NORM] = R,       [ARCH_T_FFN_GATE] = R,        [ARCH_T_FFN_DOWN] = R,
       [ARCH_T_FFN_UP] = R,         [ARCH_T_FFN_POST_NORM] = R,   [ARCH_T_LAYER_OUT_SCALE] = O,
       [ARCH_T_FFN_GATE_INP] = O,   [ARCH_T_FFN_GATE_INP_S] = O,  [ARCH_T_FFN_GATE_EXPS] = O,
       [ARCH_T_FFN_UP_EXPS] = O,    [ARCH_T_FFN_DOWN_EXPS] = O,   [ARCH_T_FFN_DOWN_EXPS_S] = O,
-      [ARCH_T_FFN_PRE_NORM_2] = O, [ARCH_T_FFN_POST_NORM_1] = O, [ARCH_T_FFN_POST_NORM_2] = O},
+      [ARCH_T_FFN_PRE_NORM_2] = O, [ARCH_T_FFN_POST_NORM_1] = O, [ARCH_T_FFN_POST_NORM_2] = O,
+      [ARCH_T_PLE_TOKEN_EMBD] = O, [ARCH_T_PLE_MODEL_PROJ] = O,  [ARCH_T_PLE_PROJ_NORM] = O,
+      [ARCH_T_PLE_INP_GATE] = O,   [ARCH_T_PLE_PROJ] = O,        [ARCH_T_PLE_POST_NORM] = O},
      "Gemma 4 (31B, 26B-A4B): windowed and full layers with their own head size, head counts and "
      "RoPE base (the full ones' partial RoPE by rope_freqs), V = K without attn_v, normed V, "
      "unscaled scores, GELU, norms after attention and feed-forward, experts beside the dense "

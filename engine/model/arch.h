@@ -89,6 +89,13 @@ enum arch_tensor {
     ARCH_T_FFN_POST_NORM_1, /* blk.N.post_ffw_norm_1.weight (dim): the dense part's output norm */
     ARCH_T_FFN_POST_NORM_2, /* blk.N.post_ffw_norm_2.weight (dim): the experts' output norm */
     ARCH_T_FFN_DOWN_EXPS_S, /* blk.N.ffn_down_exps.scale    (E): each expert's output times its own */
+    /* gemma4's per-layer embeddings (E2B/E4B; P = embedding_length_per_layer_input, L layers) */
+    ARCH_T_PLE_TOKEN_EMBD, /* per_layer_token_embd.weight (vocab, L x P): each token's P a layer */
+    ARCH_T_PLE_MODEL_PROJ, /* per_layer_model_proj.weight (L x P, dim): the embedding's share */
+    ARCH_T_PLE_PROJ_NORM,  /* per_layer_proj_norm.weight  (P): its norm, a layer's P at a time */
+    ARCH_T_PLE_INP_GATE,   /* blk.N.inp_gate.weight       (P, dim): the layer's output, gated */
+    ARCH_T_PLE_PROJ,       /* blk.N.proj.weight           (dim, P): back to the stream */
+    ARCH_T_PLE_POST_NORM,  /* blk.N.post_norm.weight      (dim): its norm before the add */
     ARCH_T_COUNT
 };
 
@@ -201,9 +208,13 @@ typedef struct arch_info {
 #define ARCH_KEY_ROPE_DIMS_SWA "rope.dimension_count_swa"       /* must equal rope.dimension_count */
 #define ARCH_KEY_ROPE_FREQ_BASE_SWA "rope.freq_base_swa"        /* must equal rope.freq_base */
 /* gemma4 (ARCH_READS_GEMMA4) */
-#define ARCH_KEY_FINAL_SOFTCAP "final_logit_softcapping"          /* default 0: none */
-#define ARCH_KEY_SHARED_KV "attention.shared_kv_layers"           /* 0 only */
-#define ARCH_KEY_EMB_PER_LAYER "embedding_length_per_layer_input" /* 0 only */
+#define ARCH_KEY_FINAL_SOFTCAP "final_logit_softcapping" /* default 0: none */
+#define ARCH_KEY_SHARED_KV \
+    "attention.shared_kv_layers" /* default 0: the last N layers
+                                                                     attend over an earlier one's KV */
+#define ARCH_KEY_EMB_PER_LAYER \
+    "embedding_length_per_layer_input" /* default 0: no per-layer
+                                                                     embeddings */
 /* Mixture of experts: read for architectures with an ARCH_BLOCK_MOE only. */
 #define ARCH_KEY_EXPERT_COUNT "expert_count"           /* required */
 #define ARCH_KEY_EXPERT_USED_COUNT "expert_used_count" /* required, 1..expert_count */

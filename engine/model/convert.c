@@ -556,8 +556,8 @@ static int synth_gemma4_keys(gguf_writer *w, const synth_params *p, const model_
     rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_FREQ_BASE_SWA),
                               p->rope_theta_swa > 0 ? p->rope_theta_swa : 10000.0f);
     rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_FINAL_SOFTCAP), p->softcap > 0 ? p->softcap : 30.0f);
-    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SHARED_KV), 0);
-    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EMB_PER_LAYER), 0);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SHARED_KV), (uint32_t)p->n_kv_shared);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EMB_PER_LAYER), (uint32_t)p->n_embd_pl);
 #undef KEY
     free(kv);
     free(swa);
@@ -585,8 +585,11 @@ static int synth_gemma4_layer(gguf_writer *w, bufs *bb, const synth_params *p, c
         {ARCH_T_FFN_GATE, D, F},      {ARCH_T_FFN_UP, D, F},          {ARCH_T_FFN_DOWN, F, D},
         {ARCH_T_FFN_POST_NORM, D, 0}, {ARCH_T_LAYER_OUT_SCALE, 1, 0},
     };
+    const int shared = l >= c->n_layers - p->n_kv_shared; /* no K, V of its own */
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (t[i].at == ARCH_T_ATTN_V && full) continue; /* V = K */
+        if (shared && (t[i].at == ARCH_T_ATTN_K || t[i].at == ARCH_T_ATTN_V || t[i].at == ARCH_T_ATTN_K_NORM))
+            continue;
         char tn[96];
         arch_tensor_file_name(tn, sizeof tn, t[i].at, l);
         int rc;
@@ -599,6 +602,27 @@ static int synth_gemma4_layer(gguf_writer *w, bufs *bb, const synth_params *p, c
             rc = add_f32(w, bb, tn, tmp, t[i].cols, t[i].rows, dtype);
         }
         if (rc) return rc;
+    }
+    if (p->n_embd_pl) { /* the per-layer embedding's gate, projection and norm */
+        const uint64_t P = (uint64_t)p->n_embd_pl;
+        const struct {
+            int at;
+            uint64_t cols, rows;
+        } e[] = {{ARCH_T_PLE_INP_GATE, D, P}, {ARCH_T_PLE_PROJ, P, D}, {ARCH_T_PLE_POST_NORM, D, 0}};
+        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+            char tn[96];
+            arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+            int rc;
+            if (!e[i].rows) {
+                fill_uniform(tmp, e[i].cols, 0.5f, s);
+                for (uint64_t k = 0; k < e[i].cols; k++) tmp[k] += 1.0f;
+                rc = add_f32(w, bb, tn, tmp, e[i].cols, 1, QUANT_F32);
+            } else {
+                fill_uniform(tmp, e[i].cols * e[i].rows, sqrtf(3.0f / (float)e[i].cols), s);
+                rc = add_f32(w, bb, tn, tmp, e[i].cols, e[i].rows, dtype);
+            }
+            if (rc) return rc;
+        }
     }
     if (!c->n_expert) return CK_OK;
     /* the 26B-A4B's experts beside the dense part: the router (logits of
@@ -709,7 +733,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  "rope_freqs, no rope scaling");
         return CK_EINVAL;
     }
-    if (!g4 && (p->head_dim_full || p->n_kv_heads_full || p->rope_theta_swa > 0 || p->softcap > 0)) {
+    if (!g4 && (p->head_dim_full || p->n_kv_heads_full || p->rope_theta_swa > 0 || p->softcap > 0 ||
+                p->n_embd_pl || p->n_kv_shared)) {
         snprintf(err, errlen,
                  "synth: architecture %s has no full-layer head shape, second RoPE base or soft cap",
                  a->name);
@@ -778,10 +803,12 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (E * D > biggest) biggest = E * D;   /* the router */
     if (FE * D > biggest) biggest = FE * D; /* one expert's matrix */
     if (E * FE > biggest) biggest = E * FE; /* the experts' gate and up biases */
-    if (g4) {                               /* the full layers' wider heads */
+    if (g4) {                               /* the full layers' wider heads, the per-layer embeddings */
         const g4_shape g = g4_of(p, &c);
+        const uint64_t LP = (uint64_t)p->n_embd_pl * (uint64_t)c.n_layers;
         if ((uint64_t)c.n_heads * (uint64_t)g.hd_full * D > biggest)
             biggest = (uint64_t)c.n_heads * (uint64_t)g.hd_full * D;
+        if (LP * (V > D ? V : D) > biggest) biggest = LP * (V > D ? V : D);
     }
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
@@ -792,6 +819,17 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (p->rope_freqs) {
         arch_llama3_freq_factors(c.head_dim, c.rope_theta, 8.0f, 1.0f, 4.0f, 8192, tmp);
         if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, HD / 2, 1, QUANT_F32))) goto out;
+    }
+    if (g4 && p->n_embd_pl) { /* the per-layer embeddings' token rows, projection and norm */
+        const uint64_t LP = (uint64_t)p->n_embd_pl * (uint64_t)c.n_layers;
+        fill_uniform(tmp, V * LP, 1.0f, &s);
+        if ((rc = add_f32(w, &bb, "per_layer_token_embd.weight", tmp, LP, V, dtype))) goto out;
+        fill_uniform(tmp, LP * D, sqrtf(3.0f / (float)D), &s);
+        if ((rc = add_f32(w, &bb, "per_layer_model_proj.weight", tmp, D, LP, dtype))) goto out;
+        fill_uniform(tmp, (uint64_t)p->n_embd_pl, 0.5f, &s);
+        for (int k = 0; k < p->n_embd_pl; k++) tmp[k] += 1.0f;
+        if ((rc = add_f32(w, &bb, "per_layer_proj_norm.weight", tmp, (uint64_t)p->n_embd_pl, 1, QUANT_F32)))
+            goto out;
     }
     if (g4) { /* the full layers' "proportional" RoPE: a quarter of each head turns */
         const g4_shape g = g4_of(p, &c);

@@ -81,6 +81,12 @@ typedef struct synth_params {
      * sliding_window). */
     int head_dim_full, n_kv_heads_full;
     float rope_theta_swa, softcap;
+    /* gemma4's E2B/E4B: n_embd_pl values a layer of per-layer embeddings
+     * (embedding_length_per_layer_input), and the last n_kv_shared layers
+     * without K or V of their own (attention.shared_kv_layers: layer
+     * block_count - n_kv_shared - 1 must be full, the one before windowed);
+     * 0: none */
+    int n_embd_pl, n_kv_shared;
 } synth_params;
 
 /* A random-weight model of the given shape and architecture, its vocabulary

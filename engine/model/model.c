@@ -603,17 +603,28 @@ static int gguf_gemma4(gguf_file *f, const arch_info *a, model *m, const char *p
                          err, errlen)) ||
         (rc = arch_float(f, a, ARCH_KEY_FINAL_SOFTCAP, 0, &cap, path, err, errlen)))
         goto out;
-    /* the E2B/E4B's: read as llama.cpp does (absent is 0), computed only at 0 */
+    /* the E2B/E4B's: absent is 0, as llama.cpp reads them (its converter writes 0) */
     int64_t v;
     char key[128];
-    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_SHARED_KV), &v)) shared = v != 0;
-    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_EMB_PER_LAYER), &v)) pl = v != 0;
-    rc = CK_EUNSUPPORTED;
-    if (shared || pl) {
-        seterr(err, errlen, "%s: gemma4's %s (E2B/E4B) is not computed by the engine", path,
-               shared ? ARCH_KEY_SHARED_KV : ARCH_KEY_EMB_PER_LAYER);
-        goto out;
+    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_SHARED_KV), &v)) {
+        if (v < 0 || v > L - 2) {
+            seterr(err, errlen, "%s: gemma4 %s = %lld: at most block_count - 2 (%d)", path,
+                   ARCH_KEY_SHARED_KV, (long long)v, L - 2);
+            rc = CK_EFORMAT;
+            goto out;
+        }
+        shared = (int)v;
     }
+    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_EMB_PER_LAYER), &v)) {
+        if (v < 0 || v > MODEL_MAX_DIM) {
+            seterr(err, errlen, "%s: gemma4 %s = %lld out of 0..%d", path, ARCH_KEY_EMB_PER_LAYER,
+                   (long long)v, MODEL_MAX_DIM);
+            rc = CK_EFORMAT;
+            goto out;
+        }
+        pl = (int)v;
+    }
+    rc = CK_EUNSUPPORTED;
     if (kl_swa != vl_swa || kl_swa % 2 || kl_swa > MODEL_MAX_HEAD_DIM || rd != c->head_dim ||
         rd_swa != kl_swa) {
         seterr(err, errlen,
@@ -655,6 +666,23 @@ static int gguf_gemma4(gguf_file *f, const arch_info *a, model *m, const char *p
         if (ly->n_heads * ly->head_dim > c->q_dim_max) c->q_dim_max = ly->n_heads * ly->head_dim;
         if (ly->n_kv_heads * ly->head_dim > c->kv_dim_max) c->kv_dim_max = ly->n_kv_heads * ly->head_dim;
     }
+    /* the last `shared` layers attend over the KV of the last earlier layer of their kind
+     * (llama.cpp's reuse: n_layer - shared - 2 for a windowed one, - 1 for a full one) */
+    for (int l = L - shared; l < L; l++) {
+        const int src = L - shared - (m->layers[l].swa ? 2 : 1);
+        const model_layer *s = &m->layers[src];
+        if (s->swa != m->layers[l].swa || s->n_kv_heads != m->layers[l].n_kv_heads) {
+            seterr(
+                err, errlen,
+                "%s: gemma4 layer %d shares the KV of layer %d, which is not of its kind (%s): not computed",
+                path, l, src, m->layers[l].swa ? "windowed" : "full");
+            rc = CK_EUNSUPPORTED;
+            goto out;
+        }
+        m->layers[l].kv_src = src + 1;
+    }
+    c->n_kv_shared = shared;
+    c->n_embd_pl = pl;
     if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
     c->emb_scale = sqrtf((float)c->dim);
     c->logit_softcap = cap;
@@ -808,6 +836,17 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
     if (g4 && (rc = gguf_gemma4(f, a, m, path, err, errlen))) return rc;
+    const uint64_t PL = (uint64_t)c->n_embd_pl, LP = PL * (uint64_t)c->n_layers;
+    if (g4 &&
+        ((rc = arch_weight(f, a, ARCH_T_PLE_TOKEN_EMBD, -1, LP, V, 0, &m->ple_tok, path, err, errlen)) ||
+         (rc = arch_weight(f, a, ARCH_T_PLE_MODEL_PROJ, -1, D, LP, 0, &m->ple_model, path, err, errlen)) ||
+         (rc = arch_weight(f, a, ARCH_T_PLE_PROJ_NORM, -1, PL, 0, 0, &m->ple_norm, path, err, errlen))))
+        return rc;
+    if (g4 && (!m->ple_tok.n != !PL || !m->ple_model.n != !PL || !m->ple_norm.n != !PL)) {
+        seterr(err, errlen, "%s: gemma4's per-layer embedding tensors and %s %llu disagree", path,
+               ARCH_KEY_EMB_PER_LAYER, (unsigned long long)PL);
+        return CK_EFORMAT;
+    }
     /* the norm before the feed-forward: gpt-oss names it post_attention_norm
      * (and has no ffn_norm); gemma4's post_attention_norm is its own */
     const int ffn_norm = a->need[ARCH_T_FFN_NORM] == ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
@@ -853,6 +892,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_FFN_POST_NORM_1, D, 0, 0, &ly->post_norm_1},
             {ARCH_T_FFN_POST_NORM_2, D, 0, 0, &ly->post_norm_2},
             {ARCH_T_FFN_DOWN_EXPS_S, E, 0, 0, &ly->down_exps_s},
+            {ARCH_T_PLE_INP_GATE, D, PL, 0, &ly->ple_gate},
+            {ARCH_T_PLE_PROJ, PL, D, 0, &ly->ple_proj},
+            {ARCH_T_PLE_POST_NORM, D, 0, 0, &ly->ple_post_norm},
             {ffn_norm == ARCH_T_FFN_NORM ? ARCH_T_ATTN_POST_NORM : ARCH_T_COUNT, D, 0, 0,
              &ly->attn_post_norm},
         };
@@ -861,6 +903,18 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                                                             w[i].dst, path, err, errlen)))
                 return rc;
         if (g4 && !ly->wv.data) ly->wv = (model_tensor){0}; /* V = K (gemma4's full layers) */
+        if (g4 && ly->kv_src) /* a shared-KV layer: any K and V of its own go unused */
+            ly->wk = ly->wv = ly->k_norm = (model_tensor){0};
+        if (g4 && !ly->kv_src && (!ly->wk.data || !ly->k_norm.data)) {
+            seterr(err, errlen, "%s: tensor 'blk.%d.%s' is missing", path, l,
+                   arch_tensor_name(ly->wk.data ? ARCH_T_ATTN_K_NORM : ARCH_T_ATTN_K));
+            return CK_EFORMAT;
+        }
+        if (g4 && (!ly->ple_gate.n != !PL || !ly->ple_proj.n != !PL || !ly->ple_post_norm.n != !PL)) {
+            seterr(err, errlen, "%s: gemma4 layer %d's per-layer embedding tensors and %s %llu disagree",
+                   path, l, ARCH_KEY_EMB_PER_LAYER, (unsigned long long)PL);
+            return CK_EFORMAT;
+        }
         if (g4) { /* a layer's experts: all their tensors, or none of them */
             const int r = ly->router.n != 0;
             const model_tensor *e[7] = {&ly->router_scale, &ly->gate_exps,   &ly->up_exps,    &ly->down_exps,
@@ -935,13 +989,15 @@ static void fingerprint(model *m) {
     }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const model_layer *ly = &m->layers[l];
-        const model_tensor *g[8] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale,
-                                    &ly->router_scale,   &ly->pre_norm_2,    &ly->post_norm_1,
-                                    &ly->post_norm_2,    &ly->down_exps_s};
-        for (int i = 0; i < 8; i++)
+        const model_tensor *g[11] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale,
+                                     &ly->router_scale,   &ly->pre_norm_2,    &ly->post_norm_1,
+                                     &ly->post_norm_2,    &ly->down_exps_s,   &ly->ple_gate,
+                                     &ly->ple_proj,       &ly->ple_post_norm};
+        for (int i = 0; i < 11; i++)
             if (g[i]->n) h = tensor_hash(h, g[i]);
     }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
+    if (m->ple_tok.n) h = tensor_hash(tensor_hash(tensor_hash(h, &m->ple_tok), &m->ple_model), &m->ple_norm);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
 }
 

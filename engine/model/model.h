@@ -78,6 +78,9 @@ typedef struct model_config {
     float kq_div;         /* scores are q.k / kq_div (gemma4: 1); 0: q.k / sqrt(head_dim) */
     int v_norm;           /* each V head RMS-normed with unit weight before it is stored */
     int ffn_act;          /* the dense feed-forward's ARCH_ACT_* (0: SwiGLU; gemma4: GELU) */
+    int n_embd_pl;        /* gemma4's per-layer embeddings: P values a layer (E2B/E4B); 0: none */
+    int n_kv_shared;      /* gemma4's last layers that attend over an earlier one's KV
+                             (model_layer.kv_src); 0: none */
 } model_config;
 
 /* Floats of a query row and of a K (= V) row at their widest: every layer
@@ -146,7 +149,13 @@ typedef struct model_layer {
     /* gemma4's per-layer attention geometry; 0 elsewhere (the config's:
      * model_layer_geom) */
     int n_heads, n_kv_heads, head_dim;
-    int swa; /* windowed (gemma4; elsewhere arch_layer_is_swa of the config's period) */
+    int swa;    /* windowed (gemma4; elsewhere arch_layer_is_swa of the config's period) */
+    int kv_src; /* gemma4's shared-KV layers: 1 + the layer whose KV it attends over (it writes
+                   none and computes no K or V); 0: its own */
+    /* gemma4's per-layer embedding (n == 0 elsewhere; P = n_embd_pl) */
+    model_tensor ple_gate;      /* inp_gate (P, dim) */
+    model_tensor ple_proj;      /* proj (dim, P) */
+    model_tensor ple_post_norm; /* post_norm (dim) */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -208,13 +217,17 @@ typedef struct model {
     model_tensor out_norm;   /* (dim) */
     model_tensor wcls;       /* (vocab_size, dim); == tok_emb when tied */
     model_tensor rope_freqs; /* (head_dim / 2) RoPE frequency divisors; n == 0 when absent */
-    int has_bias;            /* some layer has a q, k or v bias */
-    int has_qk_norm;         /* the layers have q/k head norms */
-    model_layer *layers;     /* (n_layers) */
-    tokenizer *tok;          /* owned */
-    char name[64];           /* general.name, or the file's base name */
-    char fingerprint[17];    /* 16 hex digits identifying config + weights */
-    int stop_on_bos;         /* stories are separated by BOS: stop on it too */
+    /* gemma4's per-layer embeddings (n == 0 elsewhere; P = n_embd_pl, L layers) */
+    model_tensor ple_tok;   /* per_layer_token_embd (vocab, L x P) */
+    model_tensor ple_model; /* per_layer_model_proj (L x P, dim) */
+    model_tensor ple_norm;  /* per_layer_proj_norm (P) */
+    int has_bias;           /* some layer has a q, k or v bias */
+    int has_qk_norm;        /* the layers have q/k head norms */
+    model_layer *layers;    /* (n_layers) */
+    tokenizer *tok;         /* owned */
+    char name[64];          /* general.name, or the file's base name */
+    char fingerprint[17];   /* 16 hex digits identifying config + weights */
+    int stop_on_bos;        /* stories are separated by BOS: stop on it too */
     /* private */
     void *map_;
     size_t map_len_;

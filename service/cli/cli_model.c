@@ -84,7 +84,7 @@ int cli_synth(int argc, char **argv) {
                    "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
                    "       [--swa-pattern P] [--head-dim-full N] [--kv-heads-full K]\n"
-                   "       [--rope-theta-swa X] [--softcap C]\n"
+                   "       [--rope-theta-swa X] [--softcap C] [--ple P] [--kv-shared N]\n"
                    "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
@@ -118,6 +118,9 @@ int cli_synth(int argc, char **argv) {
                    "--rope-theta-swa the windowed ones' (default 1e4); --softcap the final logit cap\n"
                    "(default 30). With --experts N --experts-used K [--expert-ffn F] it is the\n"
                    "26B-A4B's layout: on every layer N GELU experts beside the dense feed-forward.\n"
+                   "--ple P and --kv-shared N give the E2B/E4B's per-layer embeddings (P a layer) and\n"
+                   "N last layers attending over an earlier layer's KV (layer L - N - 1 must be full,\n"
+                   "the one before it windowed).\n"
                    "--type mxfp4 with experts is llama.cpp's MXFP4_MOE: the experts MXFP4, the other\n"
                    "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n",
                    MODEL_MAX_EXPERTS);
@@ -158,7 +161,9 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--head-dim-full", 2, MODEL_MAX_HEAD_DIM, &p.head_dim_full) ||
             cli_int(&a, "--kv-heads-full", 1, 1024, &p.n_kv_heads_full) ||
             cli_float(&a, "--rope-theta-swa", 1.0001, 1e11, &p.rope_theta_swa) ||
-            cli_float(&a, "--softcap", 1e-3, 1e6, &p.softcap))
+            cli_float(&a, "--softcap", 1e-3, 1e6, &p.softcap) ||
+            cli_int(&a, "--ple", 1, 1 << 16, &p.n_embd_pl) ||
+            cli_int(&a, "--kv-shared", 1, 1022, &p.n_kv_shared))
             continue;
         return cli_unknown(&a);
     }
@@ -187,8 +192,11 @@ int cli_synth(int argc, char **argv) {
         cli_error(&a, "--sliding-window and --swa-pattern need --arch gpt-oss or gemma4");
         return 2;
     }
-    if (!g4 && (p.head_dim_full || p.n_kv_heads_full || p.rope_theta_swa > 0 || p.softcap > 0)) {
-        cli_error(&a, "--head-dim-full, --kv-heads-full, --rope-theta-swa and --softcap need --arch gemma4");
+    if (!g4 && (p.head_dim_full || p.n_kv_heads_full || p.rope_theta_swa > 0 || p.softcap > 0 ||
+                p.n_embd_pl || p.n_kv_shared)) {
+        cli_error(&a,
+                  "--head-dim-full, --kv-heads-full, --rope-theta-swa, --softcap, --ple and --kv-shared need "
+                  "--arch gemma4");
         return 2;
     }
     if (g4) {

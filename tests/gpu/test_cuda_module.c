@@ -211,6 +211,13 @@ static void test_gemma4_refused(void) {
         CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED &&
                  strstr(err, "soft-capping"));
         m->cfg = keep;
+        m->cfg.n_embd_pl = 64;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED &&
+                 strstr(err, "per-layer embed"));
+        m->cfg = keep;
+        m->cfg.n_kv_shared = 1;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "shared KV"));
+        m->cfg = keep;
         m->layers[0].ffn_post_norm = (model_tensor){QUANT_F32, 64, one};
         CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "norms after"));
         m->layers[0].ffn_post_norm = (model_tensor){0, 0, NULL};

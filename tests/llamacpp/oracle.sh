@@ -133,6 +133,14 @@ case "$case_name" in
       --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 512 --experts 8 --experts-used 2 \
       --expert-ffn 128 --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
     steps=16 min_steps=16 tol=2.5e-4 ;;
+  synth_gemma4_e2b) # the E2B/E4B's layout in small: synth_gemma4's layers with per-layer embeddings
+    # of 64 a layer (a token's rows and the embedding's projection, gated into each layer's output)
+    # and the last 3 layers without K or V of their own (3 and 4 read layer 1's KV, 5 layer 2's)
+    need_synth --arch --head-dim --sliding-window --head-dim-full --ple --kv-shared
+    synth --arch gemma4 --dim 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --head-dim-full 64 \
+      --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 512 --ple 64 --kv-shared 3 \
+      --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
+    steps=16 min_steps=16 tol=2.5e-4 ;;
   synth_gemma4_vocab) # the same block under Gemma 4's own tokenizer (262144 pieces, llama.cpp's
     # vocabulary file): both engines read the same prompt ids and agree on 8 steps
     need_synth --arch --head-dim --sliding-window --head-dim-full --vocab-from
