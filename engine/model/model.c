@@ -16,16 +16,8 @@
 #include "arch.h"
 #include "ck_err.h"
 #include "gguf.h"
+#include "model_keys.h"
 #include "quant.h"
-
-/* Limits that keep every size computation of the engine inside int range
- * and reject absurd headers before anything is allocated. */
-#define MODEL_MAX_DIM (1 << 16)
-#define MODEL_MAX_HIDDEN (1 << 18)
-#define MODEL_MAX_LAYERS 1024
-#define MODEL_MAX_HEADS 1024
-#define MODEL_MAX_VOCAB (1 << 22)
-#define MODEL_MAX_CTX (1 << 20)
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
@@ -247,27 +239,6 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
 
 /* -------------------------------------------------------------------- GGUF */
 
-static int gguf_int_key(gguf_file *f, const char *key, int required, int dflt, int *out, const char *path,
-                        char *err, size_t errlen) {
-    int64_t v;
-    int rc = gguf_get_int(f, key, &v);
-    if (rc == CK_ENOTFOUND && !required) {
-        *out = dflt;
-        return CK_OK;
-    }
-    if (rc) {
-        seterr(err, errlen, "%s: metadata '%s': %s", path, key,
-               rc == CK_ENOTFOUND ? "missing" : "not an integer in range");
-        return CK_EFORMAT;
-    }
-    if (v <= 0 || v > INT32_MAX) {
-        seterr(err, errlen, "%s: metadata '%s' = %lld out of range", path, key, (long long)v);
-        return CK_EFORMAT;
-    }
-    *out = (int)v;
-    return CK_OK;
-}
-
 /* Find tensor `name`, check its shape (ne0 = in, ne1 = out, ne2 = the
  * experts of a 3-D expert tensor; ne1 = 0 for a vector, ne2 = 0 for a 2-D
  * one) and a type we can compute with, and fill a view. */
@@ -318,31 +289,6 @@ static int gguf_tokenizer(model *m, gguf_file *f, const char *path, char *err, s
     return CK_OK;
 }
 
-/* "<arch>.<suffix>" as an int (gguf_int_key's rules). */
-static int arch_int(gguf_file *f, const arch_info *a, const char *suffix, int required, int dflt, int *out,
-                    const char *path, char *err, size_t errlen) {
-    char key[128];
-    return gguf_int_key(f, arch_key(key, sizeof key, a, suffix), required, dflt, out, path, err, errlen);
-}
-
-/* "<arch>.<suffix>" as a finite float, dflt when absent. */
-static int arch_float(gguf_file *f, const arch_info *a, const char *suffix, float dflt, float *out,
-                      const char *path, char *err, size_t errlen) {
-    char key[128];
-    double d;
-    int rc = gguf_get_float(f, arch_key(key, sizeof key, a, suffix), &d);
-    if (rc == CK_ENOTFOUND) {
-        *out = dflt;
-        return CK_OK;
-    }
-    if (rc || !(d > -1e30 && d < 1e30)) {
-        seterr(err, errlen, "%s: metadata '%s' is not a finite number", path, key);
-        return CK_EFORMAT;
-    }
-    *out = (float)d;
-    return CK_OK;
-}
-
 /* RoPE scaling keys, as llama.cpp's llama_model::load_hparams and
  * llama_context read them: the type defaults to "linear", whose factor
  * defaults to 0 (no scaling); "none" ignores the factor; YaRN's mix is 1
@@ -367,14 +313,14 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     }
     float factor = 0, lm = 0;
     arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
-    if ((rc = arch_float(
+    if ((rc = model_arch_float(
              f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR : ARCH_KEY_ROPE_SCALE_LINEAR, 0,
              &factor, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
-                         errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path, err,
-                       errlen)))
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
+                               errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path,
+                             err, errlen)))
         return rc;
     if (factor == 0) factor = 1; /* llama.cpp: factor 0 means no scaling */
     if (type == ARCH_SCALING_NONE) factor = 1;
@@ -403,11 +349,11 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     c->yarn_beta_fast = ARCH_DEFAULT_BETA_FAST;
     c->yarn_beta_slow = ARCH_DEFAULT_BETA_SLOW;
     if (type == ARCH_SCALING_YARN &&
-        ((rc = arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
-         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast, path,
-                          err, errlen)) ||
-         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow, path,
-                          err, errlen))))
+        ((rc = model_arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast,
+                                path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow,
+                                path, err, errlen))))
         return rc;
     if (type == ARCH_SCALING_YARN && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0)) {
         seterr(err, errlen, "%s: yarn beta_fast %g / beta_slow %g must be positive", path, c->yarn_beta_fast,
@@ -425,7 +371,7 @@ static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, con
     c->attn_temp_scale = 0;
     c->attn_temp_floor = 0;
     if (!(a->keys & ARCH_READS_ATTN_TEMP)) return CK_OK;
-    int rc = arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
+    int rc = model_arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
     if (rc) return rc;
     if (!(c->attn_temp_scale > -1e3f && c->attn_temp_scale < 1e3f)) {
         seterr(err, errlen, "%s: %s.%s = %g is outside -1000..1000", path, a->name, ARCH_KEY_ATTN_TEMP_SCALE,
@@ -444,8 +390,8 @@ static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, con
 static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
                         size_t errlen) {
     int rc;
-    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
         return rc;
     if (c->n_expert > MODEL_MAX_EXPERTS) {
         seterr(err, errlen, "%s: %s.%s = %d is above the %d experts the engine allows", path, a->name,
@@ -458,7 +404,8 @@ static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const
         return CK_EFORMAT;
     }
     const int dflt = c->hidden_dim / c->n_expert_used;
-    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen))) return rc;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen)))
+        return rc;
     if (!c->hidden_dim) c->hidden_dim = c->expert_ffn;
     return CK_OK;
 }
@@ -467,7 +414,7 @@ static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const
  * want: a *_swa variant the engine does not compute apart. */
 static int swa_same_int(gguf_file *f, const arch_info *a, const char *suffix, int want, const char *path,
                         char *err, size_t errlen) {
-    int v = want, rc = arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
+    int v = want, rc = model_arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
     if (rc) return rc;
     if (v != want) {
         seterr(err, errlen, "%s: %s.%s = %d differs from the full layers' %d: not computed by the engine",
@@ -510,12 +457,12 @@ static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const cha
     if (!(a->keys & ARCH_READS_SWA)) return CK_OK;
     int rc;
     float base = c->rope_theta;
-    if ((rc = arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
         (rc = swa_pattern(f, a, &c->swa_period, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, c->head_dim, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
         return rc;
     if (base != c->rope_theta) {
         seterr(err, errlen, "%s: %s.%s = %g differs from rope.freq_base %g: not computed by the engine", path,
@@ -525,174 +472,6 @@ static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const cha
     /* a window past the context masks nothing: bounded by it, so sizes from it stay small */
     if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
     return CK_OK;
-}
-
-/* "<arch>.<suffix>" for each of n layers (llama.cpp's get_key_or_arr): one
- * integer for all of them, or an array of n integers or bools; absent, dflt
- * for all (or an error when required). Each must lie in lo..hi. */
-static int layer_ints(gguf_file *f, const arch_info *a, const char *suffix, int n, int required, int dflt,
-                      int lo, int hi, int *out, const char *path, char *err, size_t errlen) {
-    char key[128];
-    arch_key(key, sizeof key, a, suffix);
-    int64_t v;
-    int et, rc = gguf_get_int(f, key, &v);
-    uint64_t cnt = 0;
-    const void *data = NULL;
-    if (rc == CK_OK) {
-        for (int l = 0; l < n; l++) out[l] = v >= lo && v <= hi ? (int)v : lo - 1;
-    } else if ((rc = gguf_get_arr(f, key, &et, &cnt, &data)) == CK_ENOTFOUND && !required) {
-        for (int l = 0; l < n; l++) out[l] = dflt;
-        return CK_OK;
-    } else if (rc || cnt != (uint64_t)n ||
-               (et != GGUF_TYPE_BOOL && et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32)) {
-        seterr(err, errlen, "%s: metadata '%s' is %s", path, key,
-               rc == CK_ENOTFOUND ? "missing" : "not an integer nor an array of one per layer");
-        return CK_EFORMAT;
-    } else {
-        const unsigned char *p = data;
-        for (int l = 0; l < n; l++) {
-            int64_t x;
-            if (et == GGUF_TYPE_BOOL) {
-                x = p[l] != 0;
-            } else if (et == GGUF_TYPE_INT32) {
-                int32_t i32;
-                memcpy(&i32, p + 4 * (size_t)l, 4);
-                x = i32;
-            } else {
-                uint32_t u32;
-                memcpy(&u32, p + 4 * (size_t)l, 4);
-                x = u32;
-            }
-            out[l] = x >= lo && x <= hi ? (int)x : lo - 1;
-        }
-    }
-    for (int l = 0; l < n; l++)
-        if (out[l] < lo) {
-            seterr(err, errlen, "%s: metadata '%s' of layer %d is outside %d..%d", path, key, l, lo, hi);
-            return CK_EFORMAT;
-        }
-    return CK_OK;
-}
-
-/* gemma4's keys (ARCH_READS_GEMMA4): the per-layer head counts, which
- * layers are windowed, the windowed layers' head size and RoPE, the final
- * soft cap; what the engine does not compute (shared KV layers, per-layer
- * embeddings, RoPE over part of a head other than by rope_freqs, RoPE
- * scaling) refused by name. Fills the layers' geometry (m->layers exists)
- * and the config's maxima. Called once head_dim and rope_theta are final. */
-static int gguf_gemma4(gguf_file *f, const arch_info *a, model *m, const char *path, char *err,
-                       size_t errlen) {
-    model_config *c = &m->cfg;
-    const int L = c->n_layers;
-    int *nh = NULL, *nkv = NULL, *swa = NULL, rc = CK_ENOMEM;
-    if (!(nh = malloc(3 * (size_t)L * sizeof *nh))) return CK_ENOMEM;
-    nkv = nh + L;
-    swa = nkv + L;
-    int shared = 0, pl = 0, rd = 0, rd_swa = 0, kl_swa = 0, vl_swa = 0;
-    float cap = 0;
-    if ((rc = layer_ints(f, a, ARCH_KEY_HEAD_COUNT, L, 1, 0, 1, MODEL_MAX_HEADS, nh, path, err, errlen)) ||
-        (rc = layer_ints(f, a, ARCH_KEY_HEAD_COUNT_KV, L, 0, -1, 1, MODEL_MAX_HEADS, nkv, path, err,
-                         errlen)) ||
-        (rc = layer_ints(f, a, ARCH_KEY_SWA_PATTERN, L, 1, 0, 0, INT32_MAX, swa, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, 0, c->head_dim, &kl_swa, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, 0, kl_swa, &vl_swa, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, c->head_dim, &rd, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, 0, rd, &rd_swa, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta_swa, path,
-                         err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_FINAL_SOFTCAP, 0, &cap, path, err, errlen)))
-        goto out;
-    /* the E2B/E4B's: absent is 0, as llama.cpp reads them (its converter writes 0) */
-    int64_t v;
-    char key[128];
-    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_SHARED_KV), &v)) {
-        if (v < 0 || v > L - 2) {
-            seterr(err, errlen, "%s: gemma4 %s = %lld: at most block_count - 2 (%d)", path,
-                   ARCH_KEY_SHARED_KV, (long long)v, L - 2);
-            rc = CK_EFORMAT;
-            goto out;
-        }
-        shared = (int)v;
-    }
-    if (!gguf_get_int(f, arch_key(key, sizeof key, a, ARCH_KEY_EMB_PER_LAYER), &v)) {
-        if (v < 0 || v > MODEL_MAX_DIM) {
-            seterr(err, errlen, "%s: gemma4 %s = %lld out of 0..%d", path, ARCH_KEY_EMB_PER_LAYER,
-                   (long long)v, MODEL_MAX_DIM);
-            rc = CK_EFORMAT;
-            goto out;
-        }
-        pl = (int)v;
-    }
-    rc = CK_EUNSUPPORTED;
-    if (kl_swa != vl_swa || kl_swa % 2 || kl_swa > MODEL_MAX_HEAD_DIM || rd != c->head_dim ||
-        rd_swa != kl_swa) {
-        seterr(err, errlen,
-               "%s: gemma4 key_length_swa %d, value_length_swa %d, rope.dimension_count %d (head %d), "
-               "rope.dimension_count_swa %d: only whole even heads up to %d turned whole are computed",
-               path, kl_swa, vl_swa, rd, c->head_dim, rd_swa, MODEL_MAX_HEAD_DIM);
-        goto out;
-    }
-    if (c->rope_scaling != ARCH_SCALING_NONE && c->rope_factor > 0 && c->rope_factor != 1) {
-        seterr(err, errlen, "%s: gemma4 with rope scaling %s is not computed by the engine", path,
-               arch_scaling_name(c->rope_scaling));
-        goto out;
-    }
-    if (!(c->rope_theta_swa > 1 && c->rope_theta_swa < 1e12) || !(cap >= 0)) {
-        seterr(err, errlen, "%s: gemma4 rope.freq_base_swa %g or final_logit_softcapping %g out of range",
-               path, c->rope_theta_swa, cap);
-        rc = CK_EFORMAT;
-        goto out;
-    }
-    c->head_dim_swa = kl_swa;
-    c->n_heads = c->n_kv_heads = 1;
-    c->q_dim_max = c->kv_dim_max = 0;
-    for (int l = 0; l < L; l++) {
-        model_layer *ly = &m->layers[l];
-        ly->swa = swa[l] != 0;
-        ly->n_heads = nh[l];
-        ly->n_kv_heads = nkv[l] < 0 ? nh[l] : nkv[l];
-        ly->head_dim = ly->swa ? kl_swa : c->head_dim;
-        if (ly->n_heads % ly->n_kv_heads) {
-            seterr(err, errlen, "%s: layer %d: head_count %d is not a multiple of head_count_kv %d", path, l,
-                   ly->n_heads, ly->n_kv_heads);
-            rc = CK_EFORMAT;
-            goto out;
-        }
-        if (ly->n_heads > c->n_heads) {
-            c->n_heads = ly->n_heads;
-            c->n_kv_heads = ly->n_kv_heads;
-        }
-        if (ly->n_heads * ly->head_dim > c->q_dim_max) c->q_dim_max = ly->n_heads * ly->head_dim;
-        if (ly->n_kv_heads * ly->head_dim > c->kv_dim_max) c->kv_dim_max = ly->n_kv_heads * ly->head_dim;
-    }
-    /* the last `shared` layers attend over the KV of the last earlier layer of their kind
-     * (llama.cpp's reuse: n_layer - shared - 2 for a windowed one, - 1 for a full one) */
-    for (int l = L - shared; l < L; l++) {
-        const int src = L - shared - (m->layers[l].swa ? 2 : 1);
-        const model_layer *s = &m->layers[src];
-        if (s->swa != m->layers[l].swa || s->n_kv_heads != m->layers[l].n_kv_heads) {
-            seterr(
-                err, errlen,
-                "%s: gemma4 layer %d shares the KV of layer %d, which is not of its kind (%s): not computed",
-                path, l, src, m->layers[l].swa ? "windowed" : "full");
-            rc = CK_EUNSUPPORTED;
-            goto out;
-        }
-        m->layers[l].kv_src = src + 1;
-    }
-    c->n_kv_shared = shared;
-    c->n_embd_pl = pl;
-    if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
-    c->emb_scale = sqrtf((float)c->dim);
-    c->logit_softcap = cap;
-    c->kq_div = 1.0f;
-    c->v_norm = 1;
-    c->ffn_act = a->act;
-    rc = CK_OK;
-out:
-    free(nh);
-    return rc;
 }
 
 /* Every tensor of the file must be one the table knows and the
@@ -756,21 +535,21 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         arch_has_block(a, ARCH_BLOCK_MOE) &&
         (!g4 || gguf_get_int(f, arch_key(ekey, sizeof ekey, a, ARCH_KEY_EXPERT_COUNT), &ev) != CK_ENOTFOUND);
     if (g4) c->n_heads = c->n_kv_heads = 1; /* per layer: gguf_gemma4, once the layers exist */
-    if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe || g4, 0, &c->hidden_dim, path, err,
-                       errlen)) ||
-        (!g4 && (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
-        (!g4 &&
-         (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen))) ||
+    if ((rc = model_arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe || g4, 0, &c->hidden_dim, path, err,
+                             errlen)) ||
+        (!g4 && (rc = model_arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
+        (!g4 && (rc = model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err,
+                                     errlen))) ||
         (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
     int kl = 0, vl = 0, rd = 0;
-    if ((rc = arch_int(f, a, ARCH_KEY_KEY_LENGTH, 0, 0, &kl, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_VALUE_LENGTH, 0, kl, &vl, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, 0, &rd, path, err, errlen)))
+    if ((rc = model_arch_int(f, a, ARCH_KEY_KEY_LENGTH, 0, 0, &kl, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_VALUE_LENGTH, 0, kl, &vl, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, 0, &rd, path, err, errlen)))
         return rc;
     if (kl != vl) {
         seterr(err, errlen, "%s: %s.%s %d differs from key_length %d: not computed by the engine", path,
@@ -783,9 +562,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         return CK_EFORMAT;
     }
     c->head_dim = kl;
-    if ((rc = arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path, err,
-                         errlen)) ||
+    if ((rc = model_arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err,
+                               errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path,
+                               err, errlen)) ||
         (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
         return rc;
     c->no_rope_step = a->no_rope_step;
@@ -835,7 +615,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
-    if (g4 && (rc = gguf_gemma4(f, a, m, path, err, errlen))) return rc;
+    if (g4 && (rc = model_gemma4_keys(f, a, m, path, err, errlen))) return rc;
     const uint64_t PL = (uint64_t)c->n_embd_pl, LP = PL * (uint64_t)c->n_layers;
     if (g4 &&
         ((rc = arch_weight(f, a, ARCH_T_PLE_TOKEN_EMBD, -1, LP, V, 0, &m->ple_tok, path, err, errlen)) ||
