@@ -440,8 +440,29 @@ extern "C" int be_cuda_available(void) {
     return n > 0;
 }
 
-/* What the model's attention asks that the CUDA pass does not compute
- * (gpt-oss's), named for a message, or NULL: nothing. */
+/* What the model's attention and layers ask that the CUDA pass does not
+ * compute, named for a message, or NULL: nothing. cu_gemma_extra:
+ * gemma4's; cu_attn_extra: gpt-oss's attention. */
+static const char *cu_gemma_extra(const model *m) {
+    /* gemma4's, named before its layer kinds: none has a CUDA kernel */
+    const model_config *c = &m->cfg;
+    if (c->n_embd_pl) return "per-layer embeddings";
+    if (c->n_kv_shared) return "shared KV layers";
+    if (c->q_dim_max || c->kv_dim_max || c->head_dim_swa) return "per-layer head counts and head sizes";
+    if (c->v_norm) return "RMS-normed V heads";
+    if (c->kq_div != 0) return "unscaled attention scores";
+    if (c->ffn_act != ARCH_ACT_SWIGLU) return "the GELU feed-forward";
+    if (c->emb_scale != 0) return "the embedding scale";
+    if (c->logit_softcap != 0) return "final logit soft-capping";
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *ly = &m->layers[l];
+        if (!ly->wv.n) return "V = K (no attn_v)";
+        if (ly->attn_post_norm.n || ly->ffn_post_norm.n) return "norms after attention and feed-forward";
+        if (ly->out_scale.n) return "the layer output scale";
+    }
+    return NULL;
+}
+
 static const char *cu_attn_extra(const model *m) {
     if (m->cfg.n_swa) return "sliding-window attention";
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -470,6 +491,15 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
      * backend computes it. */
     const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
     if (!ai) return cu_seterr(err, errlen, CK_EUNSUPPORTED, "architecture", "not in the table");
+    const char *g4 = cu_gemma_extra(m);
+    if (g4) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "cuda backend: architecture %s: %s has no CUDA kernel (the CPU backend computes it: "
+                     "--backend cpu)",
+                     ai->name, g4);
+        return CK_EUNSUPPORTED;
+    }
     for (int k = 0; k < ARCH_MAX_BLOCKS; k++) {
         const int want = k == 0 ? ARCH_BLOCK_ATTN : k == 1 ? ARCH_BLOCK_FFN : ARCH_BLOCK_END;
         if (ai->blocks[k] != want) {

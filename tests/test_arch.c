@@ -14,7 +14,8 @@
  * graph computes it), driven by the parameters the test asked synth for, not by
  * what model.c read back. Each case also runs the reference with its
  * feature switched off and requires that to be far off: a feature the
- * backend ignored could not pass. The refusals are test_arch_refusals.c's. */
+ * backend ignored could not pass. The refusals are test_arch_refusals.c's,
+ * gemma4's case test_arch_gemma4.c's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "model.h"
 #include "quant.h"
 #include "test_arch_params.h"
+#include "test_arch_run.h"
 
 static char dir[64];
 
@@ -352,79 +354,6 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
 }
 
 /* ----------------------------------------------------------- the backend */
-
-enum { NTOK = 40, BS = 16, NKV = 8 };
-
-/* The CPU backend's logits (NTOK, V): one token a call (single = 1) or the
- * whole sequence in one prefill batch. */
-static int cpu_logits(const model *m, const int32_t *tok, int single, float *out) {
-    char err[256];
-    backend *b = NULL;
-    be_options o = {.max_batch_tokens = NTOK,
-                    .n_kv_blocks = NKV,
-                    .block_size = BS,
-                    .n_threads = 2,
-                    .max_ctx = m->cfg.seq_len < 256 ? m->cfg.seq_len : 256};
-    if (be_cpu_new(m, &o, &b, err, sizeof err)) {
-        fprintf(stderr, "  %s\n", err);
-        return -1;
-    }
-    kv_pool pool;
-    kv_seq q;
-    int rc = -1, V = m->cfg.vocab_size;
-    /* the memory plan counts the biases and head norms too */
-    be_memory plan;
-    if (be_cpu_plan(m, &o, &plan) || plan.total != b->ops->memory_bytes(b)) {
-        fprintf(stderr, "  plan %zu bytes, backend %zu\n", plan.total, b->ops->memory_bytes(b));
-        goto out_b;
-    }
-    if (kv_pool_init(&pool, NKV, BS)) goto out_b;
-    if (kv_seq_init(&q, 0, o.max_ctx, BS)) goto out_p;
-    rc = 0;
-    if (single) {
-        for (int p = 0; p < NTOK && !rc; p++) {
-            int32_t t = tok[p], pos = p, six = 0, row = 0;
-            if ((rc = kv_seq_reserve(&q, &pool, 1))) break;
-            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
-            be_batch bt = {1, &t, &pos, &six, &row, 1, &v, 1};
-            rc = b->ops->forward(b, &bt, out + (size_t)p * V);
-            kv_seq_commit(&q, 1);
-        }
-    } else {
-        int32_t pos[NTOK], six[NTOK] = {0}, row[NTOK];
-        for (int p = 0; p < NTOK; p++) pos[p] = row[p] = p;
-        if (!(rc = kv_seq_reserve(&q, &pool, NTOK))) {
-            be_seq_view v = {.blocks = q.hot, .n_blocks = q.n_blocks};
-            be_batch bt = {NTOK, tok, pos, six, row, 1, &v, NTOK};
-            rc = b->ops->forward(b, &bt, out);
-            kv_seq_commit(&q, NTOK);
-        }
-    }
-    kv_seq_reset(&q, &pool);
-    kv_seq_free(&q);
-out_p:
-    kv_pool_free(&pool);
-out_b:
-    be_free(b);
-    return rc ? -1 : 0;
-}
-
-/* max over positions of max |got - ref| / max |ref|. */
-static double worst(const float *got, const double *ref, int V) {
-    double w = 0;
-    for (int p = 0; p < NTOK; p++) {
-        double d = 0, mx = 0;
-        for (int i = 0; i < V; i++) {
-            d = fmax(d, fabs(got[(size_t)p * V + i] - ref[(size_t)p * V + i]));
-            mx = fmax(mx, fabs(ref[(size_t)p * V + i]));
-        }
-        double e = d / (mx > 0 ? mx : 1);
-        w = e > w || isnan(e) ? e : w;
-    }
-    return w;
-}
-
-#define BOUND 2e-5 /* f32 backend against the double reference */
 
 /* synth sp, load it, and hold the backend to the reference with `on`, and
  * away from it with `off` (the feature under test switched off). */
@@ -770,12 +699,12 @@ static void test_table(void) {
     CK_CHECK(arch_has_block(mo, ARCH_BLOCK_MOE) && !arch_has_block(a, ARCH_BLOCK_MOE));
     CK_CHECK(!strcmp(arch_block_name(ARCH_BLOCK_MOE), "moe") && strstr(arch_names(), "qwen3moe"));
     const arch_info *go = arch_find("gpt-oss", 7);
-    for (int i = 0; i < arch_count(); i++) /* only qwen3moe and gpt-oss have experts, and lfm2moe's
-                                              layers after its dense lead */
-        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] == (arch_at(i) == mo || arch_at(i) == go
-                                                                ? ARCH_REQUIRED
-                                                            : arch_at(i)->id == ARCH_LFM2MOE ? ARCH_OPTIONAL
-                                                                                             : ARCH_NO));
+    for (int i = 0; i < arch_count(); i++) /* only qwen3moe and gpt-oss have experts; gemma4 may, and
+                                              lfm2moe's layers after its dense lead */
+        CK_CHECK(arch_at(i)->need[ARCH_T_FFN_GATE_EXPS] ==
+                 (arch_at(i) == mo || arch_at(i) == go                              ? ARCH_REQUIRED
+                  : arch_at(i)->id == ARCH_LFM2MOE || arch_at(i)->id == ARCH_GEMMA4 ? ARCH_OPTIONAL
+                                                                                    : ARCH_NO));
     /* gpt-oss: its own tensors required, post_attention_norm in the place of ffn_norm, its
      * gating, activation and window as data */
     CK_CHECK(go && go->id == ARCH_GPT_OSS && arch_by_id(ARCH_GPT_OSS) == go && go->rope == ARCH_ROPE_NEOX);
@@ -818,7 +747,8 @@ static void test_table(void) {
     for (int i = 0; i < arch_count(); i++) {
         const arch_info *r = arch_at(i);
         CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
-        if (r != m3 && r != go && r->id != ARCH_LFM2 && r->id != ARCH_LFM2MOE) CK_CHECK(r->keys == 0);
+        if (r != m3 && r != go && r->id != ARCH_LFM2 && r->id != ARCH_LFM2MOE && r->id != ARCH_GEMMA4)
+            CK_CHECK(r->keys == 0); /* gemma4's: test_arch_gemma4 */
     }
     /* lfm2: per-layer attention or short convolution, token_embd_norm at the output */
     const arch_info *lf = arch_find("lfm2", 4);

@@ -40,4 +40,21 @@ static inline synth_params gpt_oss_params(void) {
     return sp;
 }
 
+/* gemma4 in small: 6 layers, 2 and 5 full (period 3); windowed ones head 32
+ * with 2 KV heads for 4 query heads, full ones head 64 with one KV head;
+ * a window of 11 over 40 tokens in blocks of 16. */
+static inline synth_params g4_params(void) {
+    synth_params sp = base_params(ARCH_GEMMA4);
+    sp.n_layers = 6;
+    sp.head_dim = 32;
+    sp.head_dim_full = 64;
+    sp.n_kv_heads_full = 1;
+    sp.swa_period = 3;
+    sp.n_swa = 11;
+    sp.rope_theta = 1000000;
+    sp.rope_theta_swa = 10000;
+    sp.softcap = 5; /* low enough that the cap bends the logits */
+    return sp;
+}
+
 #endif

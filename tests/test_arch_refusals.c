@@ -423,6 +423,36 @@ static void test_lfm2_state_slots(void) {
     unlink(src);
 }
 
+/* gemma4's: shared KV layers whose source is not of their kind, per-layer
+ * embeddings the key asks for and the file lacks, a
+ * windowed layer's RoPE over part of its head, a head count not a multiple
+ * of its layer's KV heads, a router without the rest of the experts, the
+ * fused ffn_gate_up_exps: each by name. */
+static void test_refusals_gemma4(void) {
+    char err[512];
+    synth_params sp = g4_params();
+    const char *src = tmp("g4.gguf"), *bad = tmp("g4bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.shared_kv_layers", 2) == 0);
+    CK_CHECK(refused(bad, "shares the KV of layer 2", "not of its kind"));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.shared_kv_layers", 5) == 0);
+    CK_CHECK(refused(bad, "shared_kv_layers", "at most"));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.embedding_length_per_layer_input", 256) == 0);
+    CK_CHECK(refused(bad, "embedding_length_per_layer_input", "disagree"));
+    CK_CHECK(rewrite(src, bad, "general.architecture", "gemma4", "blk.0.attn_k.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.0.attn_k.weight", "missing"));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.rope.dimension_count_swa", 16) == 0);
+    CK_CHECK(refused(bad, "rope.dimension_count_swa 16", NULL));
+    CK_CHECK(rewrite_u32(src, bad, "gemma4.attention.head_count", 3) == 0);
+    CK_CHECK(refused(bad, "head_count 3", "head_count_kv"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_inp.weight", 64) == 0);
+    CK_CHECK(refused(bad, "ffn_gate_inp.weight", "other expert tensors"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_up_exps.weight", 64) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_gate_up_exps.weight", "gemma4"));
+    CK_CHECK(rewrite(src, bad, "general.architecture", "gemma4", "blk.1.post_ffw_norm.weight", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "blk.1.post_ffw_norm.weight", "missing"));
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/confkv-arch-refusals-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -432,6 +462,7 @@ int main(void) {
     CK_RUN(test_refusals_lfm2);
     CK_RUN(test_lfm2_state_slots);
     CK_RUN(test_refusals_lfm2moe);
+    CK_RUN(test_refusals_gemma4);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -144,7 +144,7 @@ static int eng_plan_at(void *ud_, int ctx, eng_memory *p) {
     int rc = be_cpu_plan(u->m, &bo, &p->be);
     if (rc) return rc;
     /* tier.c and pfx.c: a slab of whole slots, at least one, capped */
-    kvq_shape shape = {mc->n_layers, u->bs, mc->n_kv_heads * mc->head_dim};
+    kvq_shape shape = {mc->n_layers, u->bs, model_kv_dim(mc)};
     size_t warm_budget = c->warm_budget_bytes ? c->warm_budget_bytes : 4 * u->n_blocks * u->block_bytes;
     size_t slot = kvq_f32_bytes(&shape), n = warm_budget / slot;
     n = n > (1u << 30) ? 1u << 30 : n ? n : 1;
@@ -180,8 +180,7 @@ int eng__plan(const eng_config *c, const model *m, eng_memory *p, eng_plan_ud *u
     u->c = c;
     u->m = m;
     u->bs = c->block_size > 0 ? c->block_size : kv_default_block_size(mc->seq_len);
-    u->block_bytes =
-        (size_t)mc->n_layers * 2 * (size_t)u->bs * (size_t)(mc->n_kv_heads * mc->head_dim) * sizeof(float);
+    u->block_bytes = (size_t)mc->n_layers * 2 * (size_t)u->bs * (size_t)model_kv_dim(mc) * sizeof(float);
     u->n_blocks = c->kv_budget_bytes / u->block_bytes;
     if (u->n_blocks < 1 || u->n_blocks > (1u << 30)) {
         snprintf(err, errlen, "a KV budget of %zu bytes holds %zu blocks of %zu bytes", c->kv_budget_bytes,

@@ -25,6 +25,7 @@
  * own team (cpu_team.h: waits that spin as long as they usually last, then
  * sleep); batched decode splits the batch by sequence instead
  * (token_split) and a batch's attention by token, in OpenMP regions. */
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 #include <time.h>
@@ -153,7 +154,7 @@ static void split_learn(double *share, const int *cut, int parts, double *done) 
     for (int p = 0; p < parts; p++) share[p] /= tot;
 }
 
-static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
+static int cpu_forward_rows(backend *b, const be_batch *bt, float *logits) {
     cpu_backend *cb = (cpu_backend *)b;
     const model_config *c = &b->m->cfg;
     int rc = cpu_check_batch(cb, bt);
@@ -206,6 +207,18 @@ static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
         split_learn(cb->share, cb->pcut, parts, cb->cls_s);
     else if (bt->n_out)
         cpu_classify(cb, logits, bt->n_out);
+    return CK_OK;
+}
+
+/* The step, and gemma4's soft cap on its logits: cap tanh(l / cap), in
+ * ggml's operations (l times 1 / cap, tanh, times cap). */
+static int cpu_forward(backend *b, const be_batch *bt, float *logits) {
+    int rc = cpu_forward_rows(b, bt, logits);
+    const float cap = b->m->cfg.logit_softcap;
+    if (rc || cap <= 0 || !bt->n_tokens) return rc;
+    const float inv = 1.0f / cap;
+    const size_t n = (size_t)bt->n_out * (size_t)b->m->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++) logits[i] = tanhf(logits[i] * inv) * cap;
     return CK_OK;
 }
 

@@ -80,8 +80,10 @@ static inline int cpu_act_index(int fmt) {
 typedef struct cpu_attn_w {
     float *norm;    /* (dim) attn_norm */
     cpu_mat qkv[3]; /* f32: qkv[0] alone, (q_dim + 2 * kv_dim, dim), wq rows, then wk, then
-                       wv; quantized: wq (q_dim, dim), wk, wv (kv_dim, dim) */
-    int n_qkv;      /* 1 (fused) or 3 */
+                       wv; quantized: wq (q_dim, dim), wk, wv (kv_dim, dim); the layer's
+                       own q_dim and kv_dim (gemma4's differ by layer); without wv (V = K)
+                       no V rows, no wv */
+    int n_qkv;      /* 1 (fused), 3, or 2 (quantized, V = K) */
     float *bqkv;    /* (qkv_dim) q, k, v biases (0 where the file has none); NULL: no bias */
     float *q_norm;  /* (head_dim) RMSNorm weight of each q head (qwen3); NULL: none */
     float *k_norm;  /* (head_dim) the same for each k head */
@@ -92,13 +94,26 @@ typedef struct cpu_attn_w {
     int rope;       /* 1: RoPE on q and k; 0: none (smollm3's every fourth layer, arch.h) */
     int window;     /* a query at p sees keys at (p - window, p] (gpt-oss's windowed layers);
                        0: every earlier key */
+    /* the layer's geometry (model_layer_geom): its q rows are n_heads x head_dim, its K
+     * and V rows n_kv_heads x head_dim, at the start of the KV block's kv_dim-wide rows */
+    int n_heads, n_kv_heads, head_dim;
+    int rope_swa;     /* RoPE from the windowed layers' table (gemma4: rope_swa, inv_freq_swa) */
+    float kq_div;     /* scores are q.k / kq_div: sqrt(head_dim), gemma4's 1 */
+    int v_is_k;       /* no wv: V is the K projection (before k_norm and RoPE) */
+    float *post_norm; /* (dim) RMSNorm of the output projection before it is added (gemma4);
+                         NULL: none */
+    int kv_layer;     /* the layer whose KV rows it writes and reads: its own, or (gemma4's
+                         shared-KV layers, which write none and have only wq) an earlier one's */
 } cpu_attn_w;
 
 /* The dense feed-forward layer kind's weights (cpu_layer_ffn.c). */
 typedef struct cpu_ffn_w {
-    float *norm;    /* (dim) ffn_norm */
-    cpu_mat w1, w3; /* (hidden_dim, dim): gate, up (both f32 or both quantized) */
-    cpu_mat w2;     /* (dim, hidden_dim) */
+    float *norm;      /* (dim) ffn_norm */
+    cpu_mat w1, w3;   /* (hidden_dim, dim): gate, up (both f32 or both quantized) */
+    cpu_mat w2;       /* (dim, hidden_dim) */
+    float *post_norm; /* (dim) RMSNorm of the output before it is added (gemma4); NULL: none */
+    float *out_scale; /* (1) the whole residual stream scaled by it after the layer (gemma4's
+                         layer_output_scale); NULL: none */
 } cpu_ffn_w;
 
 /* The mixture-of-experts layer kind's weights (cpu_layer_moe.c). Each
@@ -114,6 +129,11 @@ typedef struct cpu_moe_w {
     float *gate_b, *up_b; /* (n_expert, expert_ffn) added to each expert's gate and up outputs */
     float *down_b;        /* (n_expert, dim) added to each expert's output */
     float *probs_b;       /* (n_expert) added to the sigmoids to choose the experts (lfm2moe) */
+    /* gemma4's (26B-A4B), norm then being pre_ffw_norm_2; NULL elsewhere */
+    float *router_scale; /* (dim) the router's input: rms-normed x / sqrt(dim) times it */
+    float *post_norm_1;  /* (dim) the dense part's output norm (cpu_layer_ffn.c) */
+    float *post_norm_2;  /* (dim) the experts' output norm */
+    float *down_scale;   /* (n_expert) each expert's output times its own; NULL: none */
 } cpu_moe_w;
 
 /* The short-convolution layer kind's weights (cpu_layer_shortconv.c);
@@ -126,14 +146,23 @@ typedef struct cpu_conv_w {
     int state_off; /* floats from a slot's start to this layer's (conv_l - 1, dim) state */
 } cpu_conv_w;
 
+/* gemma4's per-layer embedding of a layer (cpu_layer_norm.c); zero elsewhere. */
+typedef struct cpu_ple_w {
+    cpu_mat gate;     /* (P, dim) inp_gate */
+    cpu_mat proj;     /* (dim, P) proj */
+    float *post_norm; /* (dim); NULL: the model has none */
+} cpu_ple_w;
+
 /* A layer's weights: attn or conv (lfm2's layers have one of the two), and
- * ffn or moe (the other zero: in lfm2moe the first layers have ffn, the
- * others moe); a kind skips a layer without its weights (norm NULL). */
+ * ffn or moe as its architecture's blocks say (lfm2moe: the first layers
+ * ffn, the others moe; gemma4: both where it has experts); a kind skips a
+ * layer without its weights (norm NULL). */
 typedef struct cpu_layer {
     cpu_conv_w conv;
     cpu_attn_w attn;
     cpu_ffn_w ffn;
     cpu_moe_w moe;
+    cpu_ple_w ple;
 } cpu_layer;
 
 struct cpu_layer_kind;
@@ -170,6 +199,8 @@ typedef struct cpu_backend {
                          rope_freqs factors and linear/YaRN scaling folded in) */
     float rope_mscale;    /* cos and sin are scaled by it (YaRN; 1 otherwise) */
     int rope_neox;        /* pairs (i, i + head_dim / 2) instead of (2i, 2i + 1) */
+    float *inv_freq_swa;  /* (head_dim_swa / 2) gemma4's windowed layers' frequencies; NULL: none */
+    float *rope_swa;      /* (T, head_dim_swa) their cos, sin (as rope); NULL: none */
     float *q_scale;       /* (T) each token's query scale after RoPE (mistral3's temperature,
                              arch_attn_temp); NULL when the model has none */
     /* KV storage */
@@ -200,6 +231,14 @@ typedef struct cpu_backend {
     unsigned char *moe_hq; /* (T x n_expert_used) rows of moe_hrow bytes: each pair's
                               SwiGLU in its down matrix's form, in moe_tok's order */
     float *moe_y;          /* (T, dim) one expert's outputs (a batch shares it by columns) */
+    /* gemma4's per-layer embeddings (cpu_layer_norm.c); NULL / zero elsewhere */
+    cpu_mat ple_model; /* (L x P, dim) per_layer_model_proj */
+    float *ple_norm;   /* (P) per_layer_proj_norm */
+    float *ple;        /* (T, L x P) each token's inputs of every layer, from the batch's start */
+    float *ple_h;      /* (T, P) a layer's gated rows */
+    float *moe_acc;    /* (T, dim) gemma4's experts beside a dense part: the router's input,
+                              then the experts' sum (the dense part's output is in xo); NULL
+                              elsewhere */
     size_t moe_xrow, moe_hrow;
     float *rope;   /* (T, head_dim) cos, sin interleaved per pair */
     float *scores; /* (n_threads, scores_per_thread) per thread: attention scores

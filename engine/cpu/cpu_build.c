@@ -21,6 +21,7 @@
  *    vector lane) is repacked here into a copy of about the same size (Q4_K
  *    2.8 % more) whose mapped pages are then dropped, so memory stays about
  *    the file's size. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,20 +241,25 @@ typedef struct mat_spec {
 static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
-    const int D = c->dim, F = c->hidden_dim, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    int nh, nkv, hd;
+    model_layer_geom(m, l, &nh, &nkv, &hd);
+    const int D = c->dim, F = c->hidden_dim, QD = nh * hd, KVD = nkv * hd;
+    const int has_v = ml->wv.data != NULL; /* gemma4's full layers have none: V = K */
     const cpu_qtype *qq = mat_qtype(qd, &ml->wq, D), *qk = mat_qtype(qd, &ml->wk, D),
-                    *qv = mat_qtype(qd, &ml->wv, D);
+                    *qv = has_v ? mat_qtype(qd, &ml->wv, D) : NULL;
     int n = 0;
     if (ml->sc_in.n) { /* a short-convolution layer: in_proj, out_proj in the place of q/k/v, wo */
         sp[n++] = (mat_spec){ml->sc_in, 3 * D, D, mat_qtype(qd, &ml->sc_in, D)};
         sp[n++] = (mat_spec){ml->sc_out, D, D, mat_qtype(qd, &ml->sc_out, D)};
         *n_qkv = 0;
+    } else if (ml->kv_src) { /* gemma4's shared-KV layer: queries only */
+        sp[n++] = (mat_spec){ml->wq, QD, D, qq};
     } else if (!qq && !qk && !qv) {
-        sp[n++] = (mat_spec){ml->wq, QD + 2 * KVD, D, NULL};
+        sp[n++] = (mat_spec){ml->wq, QD + (1 + has_v) * KVD, D, NULL};
     } else {
         sp[n++] = (mat_spec){ml->wq, QD, D, qq};
         sp[n++] = (mat_spec){ml->wk, KVD, D, qk};
-        sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
+        if (has_v) sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
     }
     if (!ml->sc_in.n) {
         *n_qkv = n;
@@ -293,18 +299,31 @@ static mat_spec moe_spec(const cpu_qdot *qd, const model *m, int l, int i) {
     return r == 0 ? (mat_spec){g, FE, D, qg} : (mat_spec){u, FE, D, qu};
 }
 
+/* gemma4's per-layer embedding matrices of layer l: its gate and proj,
+ * and with layer 0's the model's per_layer_model_proj; 0 elsewhere. */
+static int ple_n_specs(const model *m, int l) { return m->layers[l].ple_gate.n ? (l == 0 ? 3 : 2) : 0; }
+
+static mat_spec ple_spec(const cpu_qdot *qd, const model *m, int l, int i) {
+    const model_config *c = &m->cfg;
+    const model_layer *ml = &m->layers[l];
+    const int D = c->dim, P = c->n_embd_pl;
+    if (i == 0) return (mat_spec){ml->ple_gate, P, D, mat_qtype(qd, &ml->ple_gate, D)};
+    if (i == 1) return (mat_spec){ml->ple_proj, D, P, mat_qtype(qd, &ml->ple_proj, P)};
+    return (mat_spec){m->ple_model, c->n_layers * P, D, mat_qtype(qd, &m->ple_model, D)};
+}
+
 /* Every matrix of layer l, in the order be_cpu_new builds them: n_specs
  * of them, spec i by layer_spec. */
 static int layer_n_specs(const cpu_qdot *qd, const model *m, int l) {
     mat_spec sp[7];
     int nq;
-    return layer_specs(qd, m, l, sp, &nq) + moe_n_specs(m, l);
+    return layer_specs(qd, m, l, sp, &nq) + moe_n_specs(m, l) + ple_n_specs(m, l);
 }
 
 static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
     mat_spec sp[7];
-    int nq, n = layer_specs(qd, m, l, sp, &nq);
-    return i < n ? sp[i] : moe_spec(qd, m, l, i - n);
+    int nq, n = layer_specs(qd, m, l, sp, &nq), nm = moe_n_specs(m, l);
+    return i < n ? sp[i] : i < n + nm ? moe_spec(qd, m, l, i - n) : ple_spec(qd, m, l, i - n - nm);
 }
 
 /* The width of the feed-forward buffers (h13, h): the dense one's, or a
@@ -312,6 +331,8 @@ static mat_spec layer_spec(const cpu_qdot *qd, const model *m, int l, int i) {
 static size_t ffn_width(const model_config *c) {
     if (c->n_expert && c->n_dense_lead) /* lfm2moe: both kinds of layer */
         return (size_t)(c->expert_ffn > c->hidden_dim ? c->expert_ffn : c->hidden_dim);
+    /* gemma4's experts run beside a dense part: the wider of the two */
+    if (c->n_expert && c->arch == ARCH_GEMMA4 && c->hidden_dim > c->expert_ffn) return (size_t)c->hidden_dim;
     return (size_t)(c->n_expert ? c->expert_ffn : c->hidden_dim);
 }
 
@@ -406,8 +427,8 @@ static int make_mat(cpu_backend *cb, cpu_mat *w, const mat_spec *sp, float *tmp,
     }
     int rc = to_f32(tmp, &sp->t);
     if (!rc && fused_k) {
-        const size_t q_rows = (size_t)(sp->n - 2 * kv_rows);
-        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)))
+        const size_t q_rows = (size_t)(sp->n - (fused_v ? 2 : 1) * kv_rows);
+        if (!(rc = to_f32(tmp + q_rows * sp->k, fused_k)) && fused_v)
             rc = to_f32(tmp + (q_rows + kv_rows) * sp->k, fused_v);
     }
     return rc ? rc : pack(cb, &w->f, tmp, sp->n, sp->k);
@@ -454,7 +475,7 @@ static size_t pfloats(plan_acc *a, size_t x, size_t y) {
 /* A layer's vectors that the backend keeps as f32 copies of their own
  * (gpt-oss's output bias and sinks, its router's and experts' biases), in
  * the order of cpu_layer_vectors' destinations. */
-#define LAYER_VECTORS 7
+#define LAYER_VECTORS 16
 static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VECTORS]) {
     t[0] = &ml->bo;
     t[1] = &ml->sinks;
@@ -462,15 +483,27 @@ static void layer_vectors(const model_layer *ml, const model_tensor *t[LAYER_VEC
     t[3] = &ml->gate_exps_b;
     t[4] = &ml->up_exps_b;
     t[5] = &ml->down_exps_b;
-    t[6] = &ml->probs_b;
+    t[6] = &ml->attn_post_norm; /* gemma4's */
+    t[7] = &ml->ffn_post_norm;
+    t[8] = &ml->out_scale;
+    t[9] = &ml->pre_norm_2; /* gemma4's experts' */
+    t[10] = &ml->post_norm_1;
+    t[11] = &ml->post_norm_2;
+    t[12] = &ml->router_scale;
+    t[13] = &ml->down_exps_s;
+    t[14] = &ml->ple_post_norm;
+    t[15] = &ml->probs_b; /* lfm2moe's */
 }
 
 /* Each of layer_vectors' tensors that the file has into an f32 copy of its
  * own in the layer's weights (NULL where it has none). */
 static int cpu_layer_vectors(cpu_backend *cb, const model_layer *ml, cpu_layer *w) {
     const model_tensor *t[LAYER_VECTORS];
-    float **dst[LAYER_VECTORS] = {&w->attn.bo,  &w->attn.sinks, &w->moe.router_b, &w->moe.gate_b,
-                                  &w->moe.up_b, &w->moe.down_b, &w->moe.probs_b};
+    float **dst[LAYER_VECTORS] = {
+        &w->attn.bo,          &w->attn.sinks,     &w->moe.router_b,    &w->moe.gate_b,
+        &w->moe.up_b,         &w->moe.down_b,     &w->attn.post_norm,  &w->ffn.post_norm,
+        &w->ffn.out_scale,    &w->moe.norm,       &w->moe.post_norm_1, &w->moe.post_norm_2,
+        &w->moe.router_scale, &w->moe.down_scale, &w->ple.post_norm,   &w->moe.probs_b};
     layer_vectors(ml, t);
     for (int i = 0; i < LAYER_VECTORS; i++) {
         if (!t[i]->n) continue;
@@ -499,8 +532,9 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     const size_t D = (size_t)c->dim, F = ffn_width(c), V = (size_t)c->vocab_size;
     const size_t L = (size_t)c->n_layers, hd = (size_t)c->head_dim, T = (size_t)o->max_batch_tokens;
     const size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
-    const int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    const int q_dim = model_q_dim(c), kv_dim = model_kv_dim(c);
     const int qkv_dim = q_dim + 2 * kv_dim;
+    const size_t hd_swa = (size_t)c->head_dim_swa; /* gemma4's second RoPE table; 0 elsewhere */
     const size_t max_blocks = ((size_t)ctx + (size_t)o->block_size - 1) / (size_t)o->block_size;
     p->max_ctx = ctx;
     p->n_threads = nt;
@@ -527,15 +561,17 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->sc_conv.n) w = padd(&a, w, floats_bytes((size_t)ml->sc_conv.n)); /* the taps */
-        if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
-        if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
+        if (ml->q_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->q_norm.n));
+        if (ml->k_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->k_norm.n));
         /* gpt-oss's vectors, where present (layer_vectors' order) */
         const model_tensor *vec[LAYER_VECTORS];
         layer_vectors(ml, vec);
         for (int i = 0; i < LAYER_VECTORS; i++)
             if (vec[i]->n) w = padd(&a, w, floats_bytes((size_t)vec[i]->n));
     }
-    p->weights = padd(&a, w, floats_bytes(hd / 2));
+    w = padd(&a, w, floats_bytes(hd / 2));
+    if (m->ple_norm.n) w = padd(&a, w, floats_bytes((size_t)m->ple_norm.n)); /* gemma4's ple_norm */
+    p->weights = hd_swa ? padd(&a, w, floats_bytes(hd_swa / 2)) : w;
     /* KV pools */
     const size_t kv_block_floats = pmul(&a, pmul(&a, L * 2, (size_t)o->block_size), (size_t)kv_dim);
     p->kv = pfloats(&a, (size_t)o->n_kv_blocks, kv_block_floats);
@@ -549,6 +585,11 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     act = padd(&a, act, pfloats(&a, R, 2 * F));
     act = padd(&a, act, pfloats(&a, R, F));
     act = padd(&a, act, pfloats(&a, T, hd));
+    if (hd_swa) act = padd(&a, act, pfloats(&a, T, hd_swa));
+    if (c->n_embd_pl) { /* gemma4's ple, ple_h */
+        act = padd(&a, act, pfloats(&a, T, pmul(&a, L, (size_t)c->n_embd_pl)));
+        act = padd(&a, act, pfloats(&a, T, (size_t)c->n_embd_pl));
+    }
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     if (c->n_conv_layers) act = padd(&a, act, pfloats(&a, T, 4 * D));    /* conv_bcx, conv_y */
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
@@ -563,6 +604,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         act = padd(&a, act, pfloats(&a, R, xrow / 4));
         act = padd(&a, act, pfloats(&a, pmul(&a, T, K), hrow / 4));
         act = padd(&a, act, pfloats(&a, T, D));
+        if (c->arch == ARCH_GEMMA4) act = padd(&a, act, pfloats(&a, T, D)); /* moe_acc */
         act = padd(&a, act, pmul(&a, pmul(&a, T, 2 * K), sizeof(int32_t)));
         act = padd(&a, act, pmul(&a, pmul(&a, (size_t)nt, 2 * E + 1), sizeof(int32_t)));
     }
@@ -630,8 +672,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     }
     cb->n_threads = plan.n_threads;
     b->opt.n_threads = cb->n_threads;
-    cb->q_dim = c->n_heads * c->head_dim;
-    cb->kv_dim = c->n_kv_heads * c->head_dim;
+    cb->q_dim = model_q_dim(c);
+    cb->kv_dim = model_kv_dim(c);
     cb->qkv_dim = cb->q_dim + 2 * cb->kv_dim;
     cb->max_ctx = b->opt.max_ctx;
     cb->scores_per_thread = (size_t)c->n_heads * (size_t)cb->max_ctx + (size_t)cb->q_dim;
@@ -693,7 +735,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cpu_moe_w *mo = &cb->layers[l].moe;
         cpu_conv_w *cv = &cb->layers[l].conv;
         const int n_moe = moe_n_specs(m, l);
-        float **ffn_norm = n_moe ? &mo->norm : &f->norm;      /* the norm before either feed-forward */
+        /* the norm before either feed-forward (gemma4's experts' own: a layer vector) */
+        float **ffn_norm = n_moe && !ml->w1.n ? &mo->norm : &f->norm;
         float **op_norm = ml->sc_in.n ? &cv->norm : &w->norm; /* attention's or the convolution's */
         rc = CK_ENOMEM;
         if (!(*op_norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
@@ -708,8 +751,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         }
         if ((ml->bq.n || ml->bk.n || ml->bv.n) && !(w->bqkv = alloc_floats(cb, (size_t)cb->qkv_dim)))
             goto fail;
-        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)c->head_dim))) ||
-            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)c->head_dim))))
+        if ((ml->q_norm.n && !(w->q_norm = alloc_floats(cb, (size_t)ml->q_norm.n))) ||
+            (ml->k_norm.n && !(w->k_norm = alloc_floats(cb, (size_t)ml->k_norm.n))))
             goto fail;
         if ((ml->bq.n && (rc = to_f32(w->bqkv, &ml->bq))) ||
             (ml->bk.n && (rc = to_f32(w->bqkv + cb->q_dim, &ml->bk))) ||
@@ -721,7 +764,13 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             (rc = cpu_layer_vectors(cb, ml, &cb->layers[l])))
             goto fail;
         w->rope = arch_layer_has_rope(c->no_rope_step, l);
-        w->window = c->n_swa > 0 && arch_layer_is_swa(c->swa_period, l) ? c->n_swa : 0;
+        model_layer_geom(m, l, &w->n_heads, &w->n_kv_heads, &w->head_dim);
+        /* gemma4 says per layer which are windowed (and they have their own RoPE) */
+        const int swa = c->head_dim_swa ? ml->swa : arch_layer_is_swa(c->swa_period, l);
+        w->window = c->n_swa > 0 && swa ? c->n_swa : 0;
+        w->rope_swa = c->head_dim_swa && ml->swa;
+        w->kq_div = c->kq_div > 0 ? c->kq_div : sqrtf((float)w->head_dim);
+        w->v_is_k = !ml->wv.data;
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
@@ -732,9 +781,9 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             dst[w->n_qkv] = &w->wo;
         dst[first_ffn] = &f->w1, dst[first_ffn + 1] = &f->w3, dst[first_ffn + 2] = &f->w2;
         for (int i = 0; i < n; i++) {
-            const int fused = i == 0 && w->n_qkv == 1;
-            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL, fused ? &ml->wv : NULL,
-                               cb->kv_dim)))
+            const int fused = i == 0 && w->n_qkv == 1 && !ml->kv_src;
+            if ((rc = make_mat(cb, dst[i], &sp[i], tmp, fused ? &ml->wk : NULL,
+                               fused && !w->v_is_k ? &ml->wv : NULL, w->n_kv_heads * w->head_dim)))
                 goto fail;
             cb->layer_bytes += spec_bytes(&sp[i]);
         }
@@ -743,6 +792,15 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
             if ((rc = make_mat(cb, i ? &mo->exps[i - 1] : &mo->router, &ms, tmp, NULL, NULL, 0))) goto fail;
             cb->layer_bytes += spec_bytes(&ms);
         }
+        for (int i = 0, np = ple_n_specs(m, l); i < np; i++) {
+            const mat_spec ps = ple_spec(&cb->qd, m, l, i);
+            cpu_mat *pd = i == 0   ? &cb->layers[l].ple.gate
+                          : i == 1 ? &cb->layers[l].ple.proj
+                                   : &cb->ple_model;
+            if ((rc = make_mat(cb, pd, &ps, tmp, NULL, NULL, 0))) goto fail;
+            cb->layer_bytes += spec_bytes(&ps);
+        }
+        w->kv_layer = ml->kv_src ? ml->kv_src - 1 : l;
     }
     free(tmp);
     tmp = NULL;
@@ -761,6 +819,27 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     if (!(cb->inv_freq = alloc_floats(cb, (size_t)c->head_dim / 2))) goto fail;
     if ((rc = model_rope_freqs(m, cb->inv_freq, &cb->rope_mscale))) goto fail;
     rc = CK_ENOMEM;
+    if (c->head_dim_swa) {
+        if (!(cb->inv_freq_swa = alloc_floats(cb, (size_t)c->head_dim_swa / 2)) ||
+            !(cb->rope_swa = alloc_floats(cb, T * (size_t)c->head_dim_swa)))
+            goto fail;
+        model_rope_freqs_swa(m, cb->inv_freq_swa);
+    }
+    if (c->n_embd_pl) { /* gemma4's per-layer embeddings: a layer's slice of a token's row is whole blocks */
+        const size_t P = (size_t)c->n_embd_pl;
+        uint64_t rb;
+        rc = CK_EUNSUPPORTED;
+        if ((P % (size_t)quant_block_size(m->ple_tok.type)) ||
+            quant_row_bytes(m->ple_tok.type, (uint64_t)P * (uint64_t)c->n_layers, &rb))
+            goto fail;
+        rc = CK_ENOMEM;
+        if (!(cb->ple_norm = alloc_floats(cb, P)) ||
+            !(cb->ple = alloc_floats(cb, T * (size_t)c->n_layers * P)) ||
+            !(cb->ple_h = alloc_floats(cb, T * P)))
+            goto fail;
+        if ((rc = to_f32(cb->ple_norm, &m->ple_norm))) goto fail;
+        rc = CK_ENOMEM;
+    }
     cb->rope_neox = c->rope_style == ARCH_ROPE_NEOX;
     if (!(cb->kv = alloc_floats(cb, (size_t)o->n_kv_blocks * b->kv_block_floats)) ||
         !(cb->x = alloc_floats(cb, T * D)) || !(cb->xb = alloc_floats(cb, T * D)) ||
@@ -773,6 +852,7 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
           !(cb->moe_xg = (unsigned char *)alloc_floats(cb, R * (cb->moe_xrow / 4))) ||
           !(cb->moe_hq = (unsigned char *)alloc_floats(cb, T * K * (cb->moe_hrow / 4))) ||
           !(cb->moe_y = alloc_floats(cb, T * D)) ||
+          (c->arch == ARCH_GEMMA4 && !(cb->moe_acc = alloc_floats(cb, T * D))) ||
           !(cb->moe_sel = alloc_bytes(cb, T * K * sizeof *cb->moe_sel)) ||
           !(cb->moe_tok = alloc_bytes(cb, T * K * sizeof *cb->moe_tok)) ||
           !(cb->moe_off = alloc_bytes(cb, (size_t)cb->n_threads * (2 * E + 1) * sizeof *cb->moe_off)))) ||
@@ -808,7 +888,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     /* sinks are per layer: layer_shape (cpu_layer_attn.c) sets them */
     cb->ashape =
         (attn_shape){c->n_heads, c->head_dim, cb->kv_dim, o->block_size, c->n_heads / c->n_kv_heads, NULL};
-    cb->attn = attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
+    /* the kernels take one head shape and 1 / sqrt(head_dim): not gemma4's */
+    cb->attn = c->q_dim_max || c->kq_div > 0 ? NULL : attn_f32_kernel(&cb->ashape, cb->isa, &cb->attn_name);
     const size_t nb = (size_t)cb->n_threads * cb->max_blocks;
     if (!(cb->att_blk = alloc_bytes(cb, nb * sizeof *cb->att_blk)) ||
         !(cb->att_rows = alloc_bytes(cb, nb * sizeof *cb->att_rows)) ||

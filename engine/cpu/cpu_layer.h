@@ -82,8 +82,13 @@ struct cpu_glu {
 
 /* llama2.c's rmsnorm, operation for operation: o = w * x / rms(x). */
 void cpu_rmsnorm(float *o, const float *x, const float *w, int n, float eps);
-/* The token embedding's rows of the batch's tokens into cb->x. */
+/* The token embedding's rows of the batch's tokens into cb->x (gemma4:
+ * times sqrt(dim), then its per-layer inputs into cb->ple). */
 void cpu_embed(cpu_backend *cb, const be_batch *bt);
+/* gemma4's per-layer embedding of layer l on rows [i0, i0 + M) at the end
+ * of the layer: x += RMSNorm(proj . (gelu(gate . x) * ple_l)); none when
+ * the model has none. */
+void cpu_ple_apply(cpu_backend *cb, int l, int i0, int M, int threads);
 /* The final norm of tokens [i0, i1) that have an output row, into xo (and
  * its quantized form for a quantized classifier). */
 void cpu_out_norm(cpu_backend *cb, const be_batch *bt, int i0, int i1);

@@ -14,6 +14,8 @@
  * is_masked_swa). The mask is a range of rows: blocks wholly before the
  * window are skipped, the first one read from its first visible row, so
  * nothing outside it is computed; the KV cache itself keeps every block.
+ * gemma4's shared-KV layers (E2B/E4B) compute queries only and attend over
+ * an earlier layer's rows (cpu_attn_w.kv_layer).
  *
  * Attention walks each sequence's block table: cpu_attn.h's kernels when
  * every block it reads is f32, the general code here otherwise. A lone
@@ -55,6 +57,16 @@ static void rope_rotate_neox(float *v, const float *cs, int head_dim, int n_head
             p[i + half] = v0 * fci + v1 * fcr;
         }
     }
+}
+
+/* v (n) scaled to unit RMS, no weight: ggml_rms_norm's (gemma4's V heads). */
+static void rms_unit(float *v, int n, float eps) {
+    float ss = 0.0f;
+    for (int j = 0; j < n; j++) ss += v[j] * v[j];
+    ss /= n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int j = 0; j < n; j++) v[j] *= ss;
 }
 
 /* Where logical block j of a view lives: f32 pointer, or int8 block. */
@@ -257,12 +269,11 @@ static void heads_softmax(float *att, size_t ctx, int H, int n, const float *sin
 static void attend_token(const cpu_backend *cb, int layer, const float *q, float *restrict out, int pos,
                          const be_seq_view *v, const int32_t *list, int n_list, float *restrict att,
                          float *restrict qs, float mass_scale, int slot) {
-    const model_config *c = &cb->base.m->cfg;
     const cpu_attn_w *w = &cb->layers[layer].attn;
-    const int bs = cb->base.opt.block_size, hd = c->head_dim, kvd = cb->kv_dim;
-    const int H = c->n_heads, gqa = c->n_heads / c->n_kv_heads, ctx = cb->max_ctx;
+    const int bs = cb->base.opt.block_size, hd = w->head_dim, kvd = cb->kv_dim;
+    const int H = w->n_heads, gqa = w->n_heads / w->n_kv_heads, ctx = cb->max_ctx;
     const int first = first_pos(w, pos);
-    const float scale = sqrtf((float)hd);
+    const float scale = w->kq_div;
     int last = pos / bs, t0, tn;
     if (last >= v->n_blocks) last = v->n_blocks - 1;
     int n = 0;
@@ -274,10 +285,10 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
         const char *pf = NULL; /* the next block's rows */
         size_t pf_bytes = 0;
         if (li + 1 < n_list && list[li + 1] <= last) {
-            block_ref(cb, v, list[li + 1], layer, &r);
+            block_ref(cb, v, list[li + 1], w->kv_layer, &r);
             pf = block_span(&r, bs, kvd, &pf_bytes);
         }
-        block_ref(cb, v, j, layer, &r);
+        block_ref(cb, v, j, w->kv_layer, &r);
         if (r.f) {
             cb->gk->qk(att + n, (size_t)ctx, q, r.f + (size_t)t0 * kvd, kvd, tn - t0, H, hd, gqa, scale, pf,
                        pf_bytes);
@@ -306,7 +317,7 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
     for (int li = 0; li < n_list && list[li] <= last; li++) {
         int j = list[li];
         if (!block_rows(bs, j, pos, first, &t0, &tn)) continue;
-        block_ref(cb, v, j, layer, &r);
+        block_ref(cb, v, j, w->kv_layer, &r);
         float m = 0.0f;
         if (r.f) {
             m = cb->gk->av(out, att + n, (size_t)ctx, r.f + (size_t)(bs + t0) * kvd, kvd, tn - t0, H, hd,
@@ -337,10 +348,12 @@ static void attend_token(const cpu_backend *cb, int layer, const float *q, float
 static void attend_batch_token(cpu_backend *cb, const be_batch *bt, int l, int i, int slot,
                                float mass_scale) {
     const model_config *c = &cb->base.m->cfg;
+    const cpu_attn_w *w = &cb->layers[l].attn;
     float *att = cb->scores + (size_t)slot * cb->scores_per_thread;
     int q = bt->seq[i];
-    attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * cb->q_dim, bt->pos[i],
-                 &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q], att,
+    /* the output rows at the layer's q width: wo's input rows, one after another */
+    attend_token(cb, l, cb->qkv + (size_t)i * cb->qkv_dim, cb->att_out + (size_t)i * w->n_heads * w->head_dim,
+                 bt->pos[i], &bt->seqs[q], cb->hot_list + (size_t)q * cb->max_blocks, cb->n_list[q], att,
                  att + (size_t)c->n_heads * cb->max_ctx, mass_scale, slot);
 }
 
@@ -361,6 +374,15 @@ static void attn_prepare(cpu_backend *cb, const be_batch *bt) {
             cs[2 * k + 1] = sinf(val) * ms;
         }
     }
+    const int hs = c->head_dim_swa; /* gemma4's windowed layers: their own table, unscaled */
+    for (int i = 0; cb->rope_swa && i < bt->n_tokens; i++) {
+        float *cs = cb->rope_swa + (size_t)i * hs;
+        for (int k = 0; k < hs / 2; k++) {
+            float val = bt->pos[i] * cb->inv_freq_swa[k];
+            cs[2 * k] = cosf(val);
+            cs[2 * k + 1] = sinf(val);
+        }
+    }
     for (int q = 0; q < bt->n_seqs; q++) {
         const be_seq_view *v = &bt->seqs[q];
         int32_t *list = cb->hot_list + (size_t)q * cb->max_blocks, n = 0;
@@ -377,31 +399,44 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     if (!w->n_qkv) return; /* a short-convolution layer (lfm2) */
     const be_batch *bt = s->bt;
     const int l = s->l, i0 = s->i0, i1 = s->i1, threads = s->threads;
-    const int D = c->dim, hd = c->head_dim, M = i1 - i0;
-    const int QD = cb->q_dim, KVD = cb->kv_dim, QKV = cb->qkv_dim, bs = cb->base.opt.block_size;
+    const int D = c->dim, hd = w->head_dim, H = w->n_heads, HKV = w->n_kv_heads, M = i1 - i0;
+    /* the layer's q and K/V widths; KVD the KV block's row, the widest layer's */
+    const int QD = H * hd, KVL = HKV * hd, KVD = cb->kv_dim, QKV = cb->qkv_dim;
+    const int bs = cb->base.opt.block_size;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     float *qkv = cb->qkv + (size_t)i0 * QKV, *att_out = cb->att_out + (size_t)i0 * QD;
 
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);
     const cpu_mat *qkv_mats[3] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
     cpu_matmul(cb, qkv, QKV, xb, i0, qkv_mats, w->n_qkv, M, 0, threads);
+    const int own_kv = w->kv_layer == l; /* gemma4's shared-KV layers have queries only */
     for (int i = i0; i < i1; i++) {
         float *q = cb->qkv + (size_t)i * QKV;
-        const float *cs = cb->rope + (size_t)i * hd;
+        const float *cs = (w->rope_swa ? cb->rope_swa : cb->rope) + (size_t)i * hd;
+        if (!own_kv) {
+            for (int h = 0; h < H; h++)
+                cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, w->q_norm, hd, c->norm_eps);
+            if (w->rope) rope_rotate_neox(q, cs, hd, H);
+            continue;
+        }
+        if (w->v_is_k) /* gemma4's full layers: V is K's projection, before its norm and RoPE */
+            memcpy(q + QD + KVL, q + QD, (size_t)KVL * sizeof(float));
         if (w->bqkv)
-            for (int j = 0; j < QKV; j++) q[j] += w->bqkv[j];
+            for (int j = 0; j < QD + 2 * KVL; j++) q[j] += w->bqkv[j];
         if (w->q_norm) /* qwen3: each head normed on its own, before RoPE */
-            for (int h = 0; h < c->n_heads; h++)
+            for (int h = 0; h < H; h++)
                 cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, w->q_norm, hd, c->norm_eps);
         if (w->k_norm)
-            for (int h = 0; h < c->n_kv_heads; h++)
+            for (int h = 0; h < HKV; h++)
                 cpu_rmsnorm(q + QD + (size_t)h * hd, q + QD + (size_t)h * hd, w->k_norm, hd, c->norm_eps);
+        if (c->v_norm) /* gemma4: each V head RMS-normed, no weight */
+            for (int h = 0; h < HKV; h++) rms_unit(q + QD + KVL + (size_t)h * hd, hd, c->norm_eps);
         if (w->rope && cb->rope_neox) {
-            rope_rotate_neox(q, cs, hd, c->n_heads);
-            rope_rotate_neox(q + QD, cs, hd, c->n_kv_heads);
+            rope_rotate_neox(q, cs, hd, H);
+            rope_rotate_neox(q + QD, cs, hd, HKV);
         } else if (w->rope) {
-            rope_rotate(q, cs, hd, c->n_heads);
-            rope_rotate(q + QD, cs, hd, c->n_kv_heads);
+            rope_rotate(q, cs, hd, H);
+            rope_rotate(q + QD, cs, hd, HKV);
         }
         if (cb->q_scale) /* after RoPE, the queries only, where llama.cpp's graph scales them */
             for (int j = 0; j < QD; j++) q[j] *= cb->q_scale[i];
@@ -409,8 +444,13 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
         int p = bt->pos[i];
         float *dst = cb->kv + (size_t)v->blocks[p / bs] * cb->base.kv_block_floats +
                      (size_t)l * 2 * bs * KVD + (size_t)(p % bs) * KVD;
-        memcpy(dst, q + QD, (size_t)KVD * sizeof(float));
-        memcpy(dst + (size_t)bs * KVD, q + QD + KVD, (size_t)KVD * sizeof(float));
+        memcpy(dst, q + QD, (size_t)KVL * sizeof(float));
+        memcpy(dst + (size_t)bs * KVD, q + QD + KVL, (size_t)KVL * sizeof(float));
+        if (KVL < KVD) { /* a narrower layer (gemma4): the row's rest zero, never read, but
+                            defined for int8 compression's per-token scale */
+            memset(dst + KVL, 0, (size_t)(KVD - KVL) * sizeof(float));
+            memset(dst + (size_t)bs * KVD + KVL, 0, (size_t)(KVD - KVL) * sizeof(float));
+        }
     }
     /* Parallel only when there is enough work to pay for waking threads: a
      * tiny model at batch 1 runs faster on one. Inside a token-split region
@@ -427,7 +467,16 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, s->slot, s->mass_scale);
     }
     const cpu_mat *wo = &w->wo;
-    cpu_matmul(cb, x, D, att_out, i0, &wo, 1, M, 1, threads);
+    if (w->post_norm) { /* gemma4: the output normed, then added */
+        cpu_matmul(cb, xb, D, att_out, i0, &wo, 1, M, 0, threads);
+        for (int i = 0; i < M; i++) {
+            float *o = xb + (size_t)i * D, *r = x + (size_t)i * D;
+            cpu_rmsnorm(o, o, w->post_norm, D, c->norm_eps);
+            for (int d = 0; d < D; d++) r[d] += o[d];
+        }
+    } else {
+        cpu_matmul(cb, x, D, att_out, i0, &wo, 1, M, 1, threads);
+    }
     if (w->bo)
         for (int i = 0; i < M; i++)
             for (int d = 0; d < D; d++) x[(size_t)i * D + d] += w->bo[d];

@@ -10,6 +10,13 @@
  *   w_e = softmax over S of l;  g = W1_e . xn + b1_e;  u = W3_e . xn + b3_e;
  *   x += sum over e in S of w_e * (W2_e . oai(g, u) + b2_e),
  *   oai(g, u) = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1).
+ * gemma4's (26B-A4B; softmax gating, norm_w, GELU) run beside its dense
+ * part (cpu_layer_ffn.c, whose output waits in xo), on a layer with a
+ * router only:
+ *   p = softmax(W_router . (rms(x) / sqrt(dim) * s_router)), S and w_e as
+ *   qwen3moe's; xn = RMSNorm_pre2(x);
+ *   m = sum over e in S of w_e * s_e * W2_e . (gelu(W1_e . xn) * W3_e . xn);
+ *   x += RMSNorm_post(xo + RMSNorm_post2(m)), then x *= layer_output_scale.
  *
  * A span's tokens are grouped by expert: every expert some token chose runs
  * one product over the rows of the tokens that chose it, so a batch reads
@@ -131,6 +138,17 @@ static void moe_glu_silu(const cpu_glu *glu, float *h, float *g, float *u, int n
     }
 }
 
+/* gemma4's: ggml's gelu (tanh form) of the gate times the up, biases first
+ * where the expert has them. */
+static void moe_glu_gelu(const cpu_glu *glu, float *h, float *g, float *u, int n0, int n1) {
+    const float k = 0.79788456080286535587989211986876f, a = 0.044715f; /* sqrt(2 / pi) */
+    for (int i = n0; i < n1; i++) {
+        const float x = glu->gate_b ? g[i] + glu->gate_b[i] : g[i];
+        const float ub = glu->up_b ? u[i] + glu->up_b[i] : u[i];
+        h[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + a * x * x))) * ub;
+    }
+}
+
 /* Expert e's activation for moe_up: gpt-oss's, or SwiGLU (plain, the
  * product's own kernel, when the expert has no biases: fn NULL). */
 static cpu_glu moe_glu(const model_config *c, const cpu_moe_w *w, int e) {
@@ -139,6 +157,8 @@ static cpu_glu moe_glu(const model_config *c, const cpu_moe_w *w, int e) {
                  w->up_b ? w->up_b + (size_t)e * FE : NULL, ARCH_OAI_ALPHA, ARCH_OAI_LIMIT};
     if (c->expert_act == ARCH_ACT_SWIGLU_OAI)
         g.fn = moe_glu_oai;
+    else if (c->expert_act == ARCH_ACT_GELU)
+        g.fn = moe_glu_gelu;
     else if (g.gate_b || g.up_b)
         g.fn = moe_glu_silu;
     return g;
@@ -263,10 +283,14 @@ static void moe_down(const moe_job *j, int u0, int u1) {
         const float *gw = cb->moe_gw + (size_t)i0 * K + p0;
         /* gpt-oss's down bias joins the expert's output before its weight */
         const float *bias = j->w->down_b ? j->w->down_b + (size_t)e * D : NULL;
+        float *dst = cb->moe_acc && j->w->post_norm_2 ? cb->moe_acc : cb->x; /* gemma4's: a sum apart */
         for (int g = 0; g < n; g++) {
-            float *xr = cb->x + (size_t)tok[g] * D;
+            float *xr = dst + (size_t)tok[g] * D;
             const float *yr = y + (size_t)g * D;
-            if (bias)
+            if (j->w->down_scale) { /* gemma4's per-expert scale, then the weight */
+                const float sc = j->w->down_scale[e];
+                for (int d = c0; d < c1; d++) xr[d] += gw[g] * (yr[d] * sc);
+            } else if (bias)
                 for (int d = c0; d < c1; d++) xr[d] += gw[g] * (yr[d] + bias[d]);
             else
                 for (int d = c0; d < c1; d++) xr[d] += gw[g] * yr[d];
@@ -320,20 +344,62 @@ static void moe_experts(cpu_backend *cb, const cpu_span *s, const cpu_moe_w *w) 
     cpu_team_run(cb->team, par, moe_down_units, &j);
 }
 
+/* gemma4's router input of token rows [i0, i0 + M): rms(x) / sqrt(dim) times
+ * ffn_gate_inp.scale (ggml's rms_norm, scale, mul), into moe_acc. */
+static void moe_router_in(cpu_backend *cb, const cpu_moe_w *w, int i0, int M) {
+    const model_config *c = &cb->base.m->cfg;
+    const int D = c->dim;
+    const float inv = 1.0f / sqrtf((float)D);
+    for (int i = i0; i < i0 + M; i++) {
+        const float *x = cb->x + (size_t)i * D;
+        float *r = cb->moe_acc + (size_t)i * D, ss = 0.0f;
+        for (int d = 0; d < D; d++) ss += x[d] * x[d];
+        ss /= D;
+        ss += c->norm_eps;
+        ss = 1.0f / sqrtf(ss);
+        for (int d = 0; d < D; d++) r[d] = x[d] * ss * inv * w->router_scale[d];
+    }
+}
+
+/* gemma4's end of a layer with experts: their sum normed (post_ffw_norm_2),
+ * the dense part's (xo, cpu_layer_ffn.c) added, that normed
+ * (post_ffw_norm) and added to x, then x scaled (layer_output_scale). */
+static void moe_gemma4_end(cpu_backend *cb, int l, int i0, int M, int threads) {
+    const model_config *c = &cb->base.m->cfg;
+    const cpu_layer *ly = &cb->layers[l];
+    const int D = c->dim;
+    for (int i = i0; i < i0 + M; i++) {
+        float *a = cb->moe_acc + (size_t)i * D, *x = cb->x + (size_t)i * D;
+        const float *y = cb->xo + (size_t)i * D;
+        cpu_rmsnorm(a, a, ly->moe.post_norm_2, D, c->norm_eps);
+        for (int d = 0; d < D; d++) a[d] = y[d] + a[d];
+        cpu_rmsnorm(a, a, ly->ffn.post_norm, D, c->norm_eps);
+        for (int d = 0; d < D; d++) x[d] += a[d];
+    }
+    cpu_ple_apply(cb, l, i0, M, threads);
+    if (ly->ffn.out_scale)
+        for (size_t j = 0; j < (size_t)M * D; j++) cb->x[(size_t)i0 * D + j] *= ly->ffn.out_scale[0];
+}
+
 static void moe_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_moe_w *w = &cb->layers[s->l].moe;
-    if (!w->norm) return; /* a dense layer (lfm2moe's leading ones) */
+    if (!w->norm || !w->exps) return; /* a dense layer (lfm2moe's leading ones; gemma4's without experts) */
     const int D = c->dim, E = c->n_expert, K = c->n_expert_used;
     const int i0 = s->i0, M = s->i1 - s->i0;
     float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D;
     for (int i = 0; i < M; i++) cpu_rmsnorm(xb + (size_t)i * D, x + (size_t)i * D, w->norm, D, c->norm_eps);
     const cpu_mat *router = &w->router;
-    cpu_matmul(cb, cb->moe_p + (size_t)i0 * E, E, xb, i0, &router, 1, M, 0, s->threads);
+    const int g4 = w->router_scale != NULL;
+    if (g4) moe_router_in(cb, w, i0, M);
+    cpu_matmul(cb, cb->moe_p + (size_t)i0 * E, E, g4 ? cb->moe_acc + (size_t)i0 * D : xb, i0, &router, 1, M,
+               0, s->threads);
+    if (g4) memset(cb->moe_acc + (size_t)i0 * D, 0, (size_t)M * D * sizeof(float));
     for (int i = i0; i < s->i1; i++)
         moe_route_token(c, w, cb->moe_p + (size_t)i * E, cb->moe_sel + (size_t)i * K,
                         cb->moe_wt + (size_t)i * K);
     moe_experts(cb, s, w);
+    if (g4) moe_gemma4_end(cb, s->l, i0, M, s->threads);
 }
 
 const cpu_layer_kind cpu_layer_moe = {.name = "moe", .prepare = NULL, .forward = moe_forward};

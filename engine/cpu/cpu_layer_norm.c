@@ -17,6 +17,35 @@ void cpu_rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
     for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
 }
 
+/* gemma4's per-layer inputs of the batch's tokens (llama.cpp's
+ * project_per_layer_inputs): for each layer l, with P values a layer,
+ *   ple_l = (RMSNorm_pl((W_model . x)_l / sqrt(dim)) + tok_pl_l * sqrt(P)) / sqrt(2),
+ * x the scaled embedding, tok_pl the token's row of per_layer_token_embd. */
+static void ple_inputs(cpu_backend *cb, const be_batch *bt) {
+    const model *m = cb->base.m;
+    const model_config *c = &m->cfg;
+    const int D = c->dim, P = c->n_embd_pl, T = bt->n_tokens;
+    const size_t LP = (size_t)c->n_layers * P;
+    const cpu_mat *pm = &cb->ple_model;
+    cpu_matmul(cb, cb->ple, (int)LP, cb->x, 0, &pm, 1, T, 0, cb->n_threads);
+    const float inv_d = 1.0f / sqrtf((float)D), sp = sqrtf((float)P), inv2 = 1.0f / sqrtf(2.0f);
+    uint64_t rb = 0;
+    quant_row_bytes(m->ple_tok.type, (uint64_t)LP, &rb); /* checked at creation */
+    for (int i = 0; i < T; i++) {
+        const char *trow = (const char *)m->ple_tok.data + (size_t)bt->token[i] * (size_t)rb;
+        float *tok = cb->ple_h + (size_t)i * P; /* a layer's P of the token's row */
+        for (int l = 0; l < c->n_layers; l++) {
+            float *r = cb->ple + (size_t)i * LP + (size_t)l * P;
+            uint64_t off = 0;
+            quant_row_bytes(m->ple_tok.type, (uint64_t)l * P, &off);
+            quant_to_f32(m->ple_tok.type, trow + off, tok, (uint64_t)P);
+            for (int j = 0; j < P; j++) r[j] *= inv_d;
+            cpu_rmsnorm(r, r, cb->ple_norm, P, c->norm_eps);
+            for (int j = 0; j < P; j++) r[j] = (r[j] + tok[j] * sp) * inv2;
+        }
+    }
+}
+
 /* Rows from the f32 copy, from the tied classifier's panels, or (quantized)
  * from the file mapping (the shape was checked at creation). */
 void cpu_embed(cpu_backend *cb, const be_batch *bt) {
@@ -31,6 +60,37 @@ void cpu_embed(cpu_backend *cb, const be_batch *bt) {
             quant_to_f32(b->m->tok_emb.type,
                          (const char *)b->m->tok_emb.data + (size_t)bt->token[i] * cb->emb_row_bytes,
                          cb->x + (size_t)i * D, (uint64_t)D);
+        const float es = b->m->cfg.emb_scale; /* gemma4: sqrt(dim) */
+        if (es > 0)
+            for (int d = 0; d < D; d++) cb->x[(size_t)i * D + d] *= es;
+    }
+    if (cb->ple) ple_inputs(cb, bt);
+}
+
+/* ggml's gelu, the tanh form. */
+static float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+}
+
+void cpu_ple_apply(cpu_backend *cb, int l, int i0, int M, int threads) {
+    if (!cb->ple) return;
+    const model_config *c = &cb->base.m->cfg;
+    const cpu_ple_w *p = &cb->layers[l].ple;
+    const int D = c->dim, P = c->n_embd_pl;
+    const size_t LP = (size_t)c->n_layers * P;
+    float *x = cb->x + (size_t)i0 * D, *xb = cb->xb + (size_t)i0 * D, *g = cb->ple_h + (size_t)i0 * P;
+    const cpu_mat *gm = &p->gate, *pm = &p->proj;
+    cpu_matmul(cb, g, P, x, i0, &gm, 1, M, 0, threads);
+    for (int i = 0; i < M; i++) {
+        const float *in = cb->ple + (size_t)(i0 + i) * LP + (size_t)l * P;
+        float *gr = g + (size_t)i * P;
+        for (int j = 0; j < P; j++) gr[j] = gelu(gr[j]) * in[j];
+    }
+    cpu_matmul(cb, xb, D, g, i0, &pm, 1, M, 0, threads);
+    for (int i = 0; i < M; i++) {
+        float *o = xb + (size_t)i * D, *r = x + (size_t)i * D;
+        cpu_rmsnorm(o, o, p->post_norm, D, c->norm_eps);
+        for (int d = 0; d < D; d++) r[d] += o[d];
     }
 }
 

@@ -52,7 +52,7 @@ void tier_config_default(tier_config *c, const backend *b) {
     memset(c, 0, sizeof *c);
     c->shape.n_layers = b->m->cfg.n_layers;
     c->shape.block_size = b->opt.block_size;
-    c->shape.kv_dim = b->m->cfg.n_kv_heads * b->m->cfg.head_dim;
+    c->shape.kv_dim = model_kv_dim(&b->m->cfg);
     c->budget_bytes = 4 * (size_t)b->opt.n_kv_blocks * b->kv_block_floats * sizeof(float);
     c->max_cold = 1 << 16;
     c->fingerprint = b->m->fingerprint;

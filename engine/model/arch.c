@@ -45,6 +45,19 @@ static const struct {
     [ARCH_T_SHORTCONV_IN] = {"shortconv.in_proj.weight", 1},
     [ARCH_T_SHORTCONV_OUT] = {"shortconv.out_proj.weight", 1},
     [ARCH_T_FFN_EXP_PROBS_B] = {"exp_probs_b.bias", 1},
+    [ARCH_T_FFN_POST_NORM] = {"post_ffw_norm.weight", 1},
+    [ARCH_T_LAYER_OUT_SCALE] = {"layer_output_scale.weight", 1},
+    [ARCH_T_FFN_GATE_INP_S] = {"ffn_gate_inp.scale", 1},
+    [ARCH_T_FFN_PRE_NORM_2] = {"pre_ffw_norm_2.weight", 1},
+    [ARCH_T_FFN_POST_NORM_1] = {"post_ffw_norm_1.weight", 1},
+    [ARCH_T_FFN_POST_NORM_2] = {"post_ffw_norm_2.weight", 1},
+    [ARCH_T_FFN_DOWN_EXPS_S] = {"ffn_down_exps.scale", 1},
+    [ARCH_T_PLE_TOKEN_EMBD] = {"per_layer_token_embd.weight", 0},
+    [ARCH_T_PLE_MODEL_PROJ] = {"per_layer_model_proj.weight", 0},
+    [ARCH_T_PLE_PROJ_NORM] = {"per_layer_proj_norm.weight", 0},
+    [ARCH_T_PLE_INP_GATE] = {"inp_gate.weight", 1},
+    [ARCH_T_PLE_PROJ] = {"proj.weight", 1},
+    [ARCH_T_PLE_POST_NORM] = {"post_norm.weight", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -232,6 +245,35 @@ static const arch_info table[] = {
      ARCH_GATING_SIGMOID_NORM,
      ARCH_ACT_SWIGLU,
      0},
+    /* llama.cpp's gemma4: attn_v optional (V = K), rope_freqs the full
+     * layers' divisors; the 26B-A4B's experts optional, beside the dense
+     * feed-forward on the layers with a router (their tensors all there or
+     * none: model.c); the fused ffn_gate_up_exps and the E2B/E4B's per-layer
+     * embeddings are not in the table, so a file with them is refused. */
+    {"gemma4",
+     ARCH_GEMMA4,
+     ARCH_ROPE_NEOX,
+     {[ARCH_T_TOKEN_EMBD] = R,     [ARCH_T_OUTPUT_NORM] = R,     [ARCH_T_OUTPUT] = O,
+      [ARCH_T_ROPE_FREQS] = O,     [ARCH_T_ATTN_NORM] = R,       [ARCH_T_ATTN_Q] = R,
+      [ARCH_T_ATTN_K] = O,         [ARCH_T_ATTN_V] = O,          [ARCH_T_ATTN_OUT] = R,
+      [ARCH_T_ATTN_Q_NORM] = R,    [ARCH_T_ATTN_K_NORM] = O,     [ARCH_T_ATTN_POST_NORM] = R,
+      [ARCH_T_FFN_NORM] = R,       [ARCH_T_FFN_GATE] = R,        [ARCH_T_FFN_DOWN] = R,
+      [ARCH_T_FFN_UP] = R,         [ARCH_T_FFN_POST_NORM] = R,   [ARCH_T_LAYER_OUT_SCALE] = O,
+      [ARCH_T_FFN_GATE_INP] = O,   [ARCH_T_FFN_GATE_INP_S] = O,  [ARCH_T_FFN_GATE_EXPS] = O,
+      [ARCH_T_FFN_UP_EXPS] = O,    [ARCH_T_FFN_DOWN_EXPS] = O,   [ARCH_T_FFN_DOWN_EXPS_S] = O,
+      [ARCH_T_FFN_PRE_NORM_2] = O, [ARCH_T_FFN_POST_NORM_1] = O, [ARCH_T_FFN_POST_NORM_2] = O,
+      [ARCH_T_PLE_TOKEN_EMBD] = O, [ARCH_T_PLE_MODEL_PROJ] = O,  [ARCH_T_PLE_PROJ_NORM] = O,
+      [ARCH_T_PLE_INP_GATE] = O,   [ARCH_T_PLE_PROJ] = O,        [ARCH_T_PLE_POST_NORM] = O},
+     "Gemma 4 (31B, 26B-A4B): windowed and full layers with their own head size, head counts and "
+     "RoPE base (the full ones' partial RoPE by rope_freqs), V = K without attn_v, normed V, "
+     "unscaled scores, GELU, norms after attention and feed-forward, experts beside the dense "
+     "feed-forward where a layer has a router, embeddings times sqrt(dim), logits soft-capped",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_FFN, ARCH_BLOCK_MOE},
+     0,
+     ARCH_READS_GEMMA4,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_GELU,
+     0},
 };
 #undef R
 #undef O
@@ -258,7 +300,7 @@ int arch_count(void) { return N_ARCH; }
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
 const char *arch_names(void) {
-    return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe";
+    return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe, gemma4";
 }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }

@@ -30,7 +30,8 @@ enum arch_id {
     ARCH_QWEN3MOE = 6,
     ARCH_GPT_OSS = 7,
     ARCH_LFM2 = 8,
-    ARCH_LFM2MOE = 9
+    ARCH_LFM2MOE = 9,
+    ARCH_GEMMA4 = 10
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
@@ -87,6 +88,25 @@ enum arch_tensor {
     ARCH_T_SHORTCONV_OUT,   /* blk.N.shortconv.out_proj.weight (dim, dim) */
     ARCH_T_FFN_EXP_PROBS_B, /* blk.N.exp_probs_b.bias (E): lfm2moe's bias added to the router's
                                probabilities to choose the experts (not to weigh them) */
+    /* gemma4 (its post_attention_norm is the attention output's norm, before
+     * the residual add; its ffn_norm the one before the feed-forward) */
+    ARCH_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm.weight      (dim): the feed-forward output's norm */
+    ARCH_T_LAYER_OUT_SCALE, /* blk.N.layer_output_scale.weight (1): the residual stream is scaled
+                               by it at the end of the layer */
+    /* gemma4's experts beside its dense feed-forward (26B-A4B) */
+    ARCH_T_FFN_GATE_INP_S,  /* blk.N.ffn_gate_inp.scale   (dim): the router's input, rms(x) / sqrt(dim),
+                               times it */
+    ARCH_T_FFN_PRE_NORM_2,  /* blk.N.pre_ffw_norm_2.weight  (dim): the experts' input norm */
+    ARCH_T_FFN_POST_NORM_1, /* blk.N.post_ffw_norm_1.weight (dim): the dense part's output norm */
+    ARCH_T_FFN_POST_NORM_2, /* blk.N.post_ffw_norm_2.weight (dim): the experts' output norm */
+    ARCH_T_FFN_DOWN_EXPS_S, /* blk.N.ffn_down_exps.scale    (E): each expert's output times its own */
+    /* gemma4's per-layer embeddings (E2B/E4B; P = embedding_length_per_layer_input, L layers) */
+    ARCH_T_PLE_TOKEN_EMBD, /* per_layer_token_embd.weight (vocab, L x P): each token's P a layer */
+    ARCH_T_PLE_MODEL_PROJ, /* per_layer_model_proj.weight (L x P, dim): the embedding's share */
+    ARCH_T_PLE_PROJ_NORM,  /* per_layer_proj_norm.weight  (P): its norm, a layer's P at a time */
+    ARCH_T_PLE_INP_GATE,   /* blk.N.inp_gate.weight       (P, dim): the layer's output, gated */
+    ARCH_T_PLE_PROJ,       /* blk.N.proj.weight           (dim, P): back to the stream */
+    ARCH_T_PLE_POST_NORM,  /* blk.N.post_norm.weight      (dim): its norm before the add */
     ARCH_T_COUNT
 };
 
@@ -115,6 +135,10 @@ enum arch_block {
  * out_proj. In a row with both ATTN and SHORTCONV each layer has one of the
  * two (per-layer head_count_kv: 0 for a convolution layer); the kind a
  * layer has not is skipped. */
+/* gemma4's rows are attention, ffn, moe: the MOE block runs on the layers
+ * with a router only (the 26B-A4B's; the 31B has none), beside the dense
+ * one, their outputs each normed, summed, normed again and added
+ * (arch_info.keys ARCH_READS_GEMMA4). */
 #define ARCH_MAX_BLOCKS 4
 
 /* How a MOE block picks its experts and weighs them (llama.cpp's
@@ -136,8 +160,10 @@ enum arch_gating {
 /* The gated activation of a MOE block's experts, h = act(gate, up).
  * SWIGLU: silu(gate) * up. SWIGLU_OAI (gpt-oss; ggml's swiglu_oai with
  * llama.cpp's alpha 1.702 and limit 7): x = min(gate, limit),
- * y = clamp(up, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1). */
-enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
+ * y = clamp(up, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1).
+ * GELU (gemma4, its dense feed-forward too: arch_info.act): h = gelu(gate)
+ * * up, gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) x (1 + 0.044715 x^2))). */
+enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1, ARCH_ACT_GELU = 2 };
 #define ARCH_OAI_ALPHA 1.702f
 #define ARCH_OAI_LIMIT 7.0f
 
@@ -167,6 +193,19 @@ enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1 };
 #define ARCH_KEY_EXPERT_GATING "expert_gating_func"
 #define ARCH_LLAMA_GATING_SIGMOID 2 /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID */
 #define ARCH_MAX_CONV_L 16
+/* gemma4 (llama.cpp's gemma4 graph): head_count and head_count_kv per
+ * layer (an integer, or an array of block_count); sliding_window_pattern a
+ * per-layer array (bool or integer; nonzero: windowed), required; the
+ * windowed layers' own key_length_swa (= value_length_swa) and
+ * rope.dimension_count_swa, and rope.freq_base_swa (default 10000); the
+ * full layers' rope_freqs divisors; final_logit_softcapping. Its compute:
+ * embeddings scaled by sqrt(dim), a unit RMSNorm of each V head, V = K
+ * where a layer has no attn_v, attention scores unscaled (1, not
+ * 1/sqrt(head_dim)), the norms after the attention and the feed-forward,
+ * GELU (tanh form) for the gate, logits capped as cap tanh(l / cap).
+ * attention.shared_kv_layers and embedding_length_per_layer_input
+ * (E2B/E4B) other than 0 are refused by name. */
+#define ARCH_READS_GEMMA4 32u
 
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */
@@ -214,6 +253,14 @@ typedef struct arch_info {
 #define ARCH_KEY_VALUE_LENGTH_SWA "attention.value_length_swa"  /* must equal value_length */
 #define ARCH_KEY_ROPE_DIMS_SWA "rope.dimension_count_swa"       /* must equal rope.dimension_count */
 #define ARCH_KEY_ROPE_FREQ_BASE_SWA "rope.freq_base_swa"        /* must equal rope.freq_base */
+/* gemma4 (ARCH_READS_GEMMA4) */
+#define ARCH_KEY_FINAL_SOFTCAP "final_logit_softcapping" /* default 0: none */
+#define ARCH_KEY_SHARED_KV \
+    "attention.shared_kv_layers" /* default 0: the last N layers
+                                                                     attend over an earlier one's KV */
+#define ARCH_KEY_EMB_PER_LAYER \
+    "embedding_length_per_layer_input" /* default 0: no per-layer
+                                                                     embeddings */
 /* Mixture of experts: read for architectures with an ARCH_BLOCK_MOE only. */
 #define ARCH_KEY_EXPERT_COUNT "expert_count"           /* required */
 #define ARCH_KEY_EXPERT_USED_COUNT "expert_used_count" /* required, 1..expert_count */

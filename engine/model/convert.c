@@ -123,6 +123,18 @@ static int write_hparams(gguf_writer *w, const model_config *c, const char *name
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EMBEDDING_LENGTH), (uint32_t)c->dim);
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_BLOCK_COUNT), (uint32_t)c->n_layers);
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_FEED_FORWARD_LENGTH), (uint32_t)c->hidden_dim);
+    if (c->arch == ARCH_GEMMA4) { /* its head keys: synth_gemma4_keys */
+        if (c->n_expert) {
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_COUNT), (uint32_t)c->n_expert);
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_USED_COUNT), (uint32_t)c->n_expert_used);
+            rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EXPERT_FFN), (uint32_t)c->expert_ffn);
+        }
+        rc |= gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_RMS_EPS), c->norm_eps);
+        rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_FREQ_BASE), c->rope_theta);
+        rc |= gguf_writer_set_bool(w, "confkv.stop_on_bos", stop_on_bos);
+        return rc ? CK_ENOMEM : CK_OK;
+    }
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_ROPE_DIMS), (uint32_t)c->head_dim);
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_HEAD_COUNT), (uint32_t)c->n_heads);
     rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_HEAD_COUNT_KV), (uint32_t)c->n_kv_heads);
@@ -228,6 +240,10 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
                  "convert: architecture %s (short-convolution layers) is not written by the "
                  "converter; llama.cpp's writes it",
                  arch_by_id(c->arch) ? arch_by_id(c->arch)->name : "?");
+        return CK_EUNSUPPORTED;
+    }
+    if (c->arch == ARCH_GEMMA4) { /* per-layer shapes and keys this writer does not know */
+        snprintf(err, errlen, "convert: writing a gemma4 model is not implemented");
         return CK_EUNSUPPORTED;
     }
     gguf_writer *w = NULL;
@@ -498,6 +514,159 @@ static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, char *err,
     return rc;
 }
 
+/* gemma4's geometry of synth_params (convert.h): whether layer l is a full
+ * (unwindowed) one, its head size and KV heads. */
+typedef struct g4_shape {
+    int period, hd_swa, hd_full, kv_swa, kv_full;
+} g4_shape;
+
+static g4_shape g4_of(const synth_params *p, const model_config *c) {
+    g4_shape g = {c->swa_period > 0 ? c->swa_period : 6, c->head_dim,
+                  p->head_dim_full ? p->head_dim_full : 2 * c->head_dim, c->n_kv_heads,
+                  p->n_kv_heads_full ? p->n_kv_heads_full : (c->n_kv_heads / 2 > 0 ? c->n_kv_heads / 2 : 1)};
+    return g;
+}
+
+static int g4_full(const g4_shape *g, int l) { return l % g->period == g->period - 1; }
+
+/* gemma4's keys as llama.cpp's converter writes them: head_count one
+ * integer, head_count_kv and sliding_window_pattern one per layer, the two
+ * head sizes and RoPE widths, the windowed layers' base, the soft cap, and
+ * the E2B/E4B keys at 0. */
+static int synth_gemma4_keys(gguf_writer *w, const synth_params *p, const model_config *c) {
+    const arch_info *a = arch_by_id(ARCH_GEMMA4);
+    const g4_shape g = g4_of(p, c);
+    char k[128];
+    int rc = 0;
+    uint32_t *kv = malloc((size_t)c->n_layers * sizeof *kv);
+    uint8_t *swa = malloc((size_t)c->n_layers);
+    if (!kv || !swa) {
+        free(kv);
+        free(swa);
+        return CK_ENOMEM;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        swa[l] = !g4_full(&g, l);
+        kv[l] = (uint32_t)(swa[l] ? g.kv_swa : g.kv_full);
+    }
+#define KEY(suffix) arch_key(k, sizeof k, a, suffix)
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_HEAD_COUNT), (uint32_t)c->n_heads);
+    rc |= gguf_writer_set_arr(w, KEY(ARCH_KEY_HEAD_COUNT_KV), GGUF_TYPE_UINT32, kv, (uint64_t)c->n_layers);
+    rc |= gguf_writer_set_arr(w, KEY(ARCH_KEY_SWA_PATTERN), GGUF_TYPE_BOOL, swa, (uint64_t)c->n_layers);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SWA), (uint32_t)c->n_swa);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_KEY_LENGTH), (uint32_t)g.hd_full);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_VALUE_LENGTH), (uint32_t)g.hd_full);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_KEY_LENGTH_SWA), (uint32_t)g.hd_swa);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_VALUE_LENGTH_SWA), (uint32_t)g.hd_swa);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_ROPE_DIMS), (uint32_t)g.hd_full);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_ROPE_DIMS_SWA), (uint32_t)g.hd_swa);
+    rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_ROPE_FREQ_BASE_SWA),
+                              p->rope_theta_swa > 0 ? p->rope_theta_swa : 10000.0f);
+    rc |= gguf_writer_set_f32(w, KEY(ARCH_KEY_FINAL_SOFTCAP), p->softcap > 0 ? p->softcap : 30.0f);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_SHARED_KV), (uint32_t)p->n_kv_shared);
+    rc |= gguf_writer_set_u32(w, KEY(ARCH_KEY_EMB_PER_LAYER), (uint32_t)p->n_embd_pl);
+#undef KEY
+    free(kv);
+    free(swa);
+    return rc ? CK_ENOMEM : CK_OK;
+}
+
+/* One gemma4 layer's tensors: the projections (no attn_v on a full layer),
+ * the q/k head norms, the four norms and layer_output_scale random around
+ * 1 (unequal, so a norm left out or misplaced shows), the GELU
+ * feed-forward. */
+static int synth_gemma4_layer(gguf_writer *w, bufs *bb, const synth_params *p, const model_config *c, int l,
+                              float *tmp, uint64_t *s, int dtype) {
+    const g4_shape g = g4_of(p, c);
+    const int full = g4_full(&g, l);
+    const uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim;
+    const uint64_t HD = (uint64_t)(full ? g.hd_full : g.hd_swa);
+    const uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)(full ? g.kv_full : g.kv_swa) * HD;
+    struct {
+        int at;
+        uint64_t cols, rows; /* rows 0: a vector around 1 */
+    } t[] = {
+        {ARCH_T_ATTN_NORM, D, 0},     {ARCH_T_ATTN_Q, D, Q},          {ARCH_T_ATTN_K, D, KV},
+        {ARCH_T_ATTN_V, D, KV},       {ARCH_T_ATTN_OUT, Q, D},        {ARCH_T_ATTN_Q_NORM, HD, 0},
+        {ARCH_T_ATTN_K_NORM, HD, 0},  {ARCH_T_ATTN_POST_NORM, D, 0},  {ARCH_T_FFN_NORM, D, 0},
+        {ARCH_T_FFN_GATE, D, F},      {ARCH_T_FFN_UP, D, F},          {ARCH_T_FFN_DOWN, F, D},
+        {ARCH_T_FFN_POST_NORM, D, 0}, {ARCH_T_LAYER_OUT_SCALE, 1, 0},
+    };
+    const int shared = l >= c->n_layers - p->n_kv_shared; /* no K, V of its own */
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (t[i].at == ARCH_T_ATTN_V && full) continue; /* V = K */
+        if (shared && (t[i].at == ARCH_T_ATTN_K || t[i].at == ARCH_T_ATTN_V || t[i].at == ARCH_T_ATTN_K_NORM))
+            continue;
+        char tn[96];
+        arch_tensor_file_name(tn, sizeof tn, t[i].at, l);
+        int rc;
+        if (!t[i].rows) {
+            fill_uniform(tmp, t[i].cols, 0.5f, s);
+            for (uint64_t k = 0; k < t[i].cols; k++) tmp[k] += 1.0f;
+            rc = add_f32(w, bb, tn, tmp, t[i].cols, 1, QUANT_F32);
+        } else {
+            fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), s);
+            rc = add_f32(w, bb, tn, tmp, t[i].cols, t[i].rows, dtype);
+        }
+        if (rc) return rc;
+    }
+    if (p->n_embd_pl) { /* the per-layer embedding's gate, projection and norm */
+        const uint64_t P = (uint64_t)p->n_embd_pl;
+        const struct {
+            int at;
+            uint64_t cols, rows;
+        } e[] = {{ARCH_T_PLE_INP_GATE, D, P}, {ARCH_T_PLE_PROJ, P, D}, {ARCH_T_PLE_POST_NORM, D, 0}};
+        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+            char tn[96];
+            arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+            int rc;
+            if (!e[i].rows) {
+                fill_uniform(tmp, e[i].cols, 0.5f, s);
+                for (uint64_t k = 0; k < e[i].cols; k++) tmp[k] += 1.0f;
+                rc = add_f32(w, bb, tn, tmp, e[i].cols, 1, QUANT_F32);
+            } else {
+                fill_uniform(tmp, e[i].cols * e[i].rows, sqrtf(3.0f / (float)e[i].cols), s);
+                rc = add_f32(w, bb, tn, tmp, e[i].cols, e[i].rows, dtype);
+            }
+            if (rc) return rc;
+        }
+    }
+    if (!c->n_expert) return CK_OK;
+    /* the 26B-A4B's experts beside the dense part: the router (logits of
+     * variance about 1 from its input rms(x) / sqrt(dim) x scale), its
+     * scale, each expert's gate, up, down, the per-expert output scale and
+     * the three norms around 1 */
+    const uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
+    char tn[96];
+    arch_tensor_file_name(tn, sizeof tn, ARCH_T_FFN_GATE_INP, l);
+    fill_uniform(tmp, E * D, sqrtf(3.0f), s);
+    int rc = add_f32(w, bb, tn, tmp, D, E, QUANT_F32);
+    struct {
+        int at;
+        uint64_t cols, rows;
+    } e[] = {{ARCH_T_FFN_GATE_EXPS, D, FE}, {ARCH_T_FFN_UP_EXPS, D, FE}, {ARCH_T_FFN_DOWN_EXPS, FE, D}};
+    for (size_t i = 0; !rc && i < sizeof e / sizeof e[0]; i++) {
+        arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
+        rc = add_experts(w, bb, tn, e[i].cols, e[i].rows, E, p->type, NULL, sqrtf(3.0f / (float)e[i].cols), s,
+                         tmp);
+    }
+    const struct {
+        int at;
+        uint64_t n;
+    } v[] = {{ARCH_T_FFN_GATE_INP_S, D},
+             {ARCH_T_FFN_DOWN_EXPS_S, E},
+             {ARCH_T_FFN_PRE_NORM_2, D},
+             {ARCH_T_FFN_POST_NORM_1, D},
+             {ARCH_T_FFN_POST_NORM_2, D}};
+    for (size_t i = 0; !rc && i < sizeof v / sizeof v[0]; i++) {
+        arch_tensor_file_name(tn, sizeof tn, v[i].at, l);
+        fill_uniform(tmp, v[i].n, 0.5f, s);
+        for (uint64_t k = 0; k < v[i].n; k++) tmp[k] += 1.0f;
+        rc = add_f32(w, bb, tn, tmp, v[i].n, 1, QUANT_F32);
+    }
+    return rc;
+}
+
 int convert_synth(const synth_params *p, const char *path, char *err, size_t errlen) {
     model_config c = {.dim = p->dim,
                       .hidden_dim = p->hidden_dim,
@@ -536,8 +705,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  p->yarn_log_mul != 0 ? ARCH_KEY_YARN_LOG_MUL : ARCH_KEY_ATTN_TEMP_SCALE);
         return CK_EINVAL;
     }
-    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
-    if (moe != (p->n_expert > 0) || (!moe && (p->n_expert_used || p->expert_ffn))) {
+    /* gemma4's experts are optional (the 26B-A4B has them, the 31B not) */
+    const int moe = arch_has_block(a, ARCH_BLOCK_MOE) && (c.arch != ARCH_GEMMA4 || p->n_expert > 0);
+    if ((c.arch != ARCH_GEMMA4 && moe != (p->n_expert > 0)) ||
+        (!moe && (p->n_expert_used || p->expert_ffn))) {
         snprintf(err, errlen, "synth: architecture %s %s", a->name,
                  moe ? "needs experts (n_expert, n_expert_used)" : "has no experts");
         return CK_EINVAL;
@@ -557,7 +728,7 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         return CK_EINVAL;
     }
     const int swa = (a->keys & ARCH_READS_SWA) != 0;
-    if (swa != (p->n_swa > 0) || p->swa_period < -1 || (!swa && p->swa_period)) {
+    if (c.arch != ARCH_GEMMA4 && (swa != (p->n_swa > 0) || p->swa_period < -1 || (!swa && p->swa_period))) {
         snprintf(err, errlen, "synth: architecture %s %s", a->name,
                  swa ? "needs a sliding window (n_swa > 0, period >= -1)" : "has no sliding window");
         return CK_EINVAL;
@@ -580,8 +751,29 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         c.conv_l = p->conv_l ? p->conv_l : 3;
         for (int l = 0; l < c.n_layers; l++) c.n_conv_layers += !synth_lfm2_attn(p->attn_layers, l);
     }
-    c.n_swa = p->n_swa;
-    c.swa_period = p->swa_period > 0 ? p->swa_period : p->swa_period < 0 ? 0 : a->swa_period;
+    const int g4 = c.arch == ARCH_GEMMA4;
+    if (g4 && (p->n_swa <= 0 || p->swa_period < 0 || p->rope_freqs || p->rope_scaling != ARCH_SCALING_NONE)) {
+        snprintf(err, errlen,
+                 "synth: gemma4 needs a sliding window (n_swa > 0, period >= 0) and writes its own "
+                 "rope_freqs, no rope scaling");
+        return CK_EINVAL;
+    }
+    if (!g4 && (p->head_dim_full || p->n_kv_heads_full || p->rope_theta_swa > 0 || p->softcap > 0 ||
+                p->n_embd_pl || p->n_kv_shared)) {
+        snprintf(err, errlen,
+                 "synth: architecture %s has no full-layer head shape, second RoPE base or soft cap",
+                 a->name);
+        return CK_EINVAL;
+    }
+    if (g4) {
+        c.n_swa = p->n_swa;
+        c.swa_period = p->swa_period;
+        c.norm_eps = 1e-6f; /* Gemma's */
+        if (!(p->rope_theta > 0)) c.rope_theta = 1e6f;
+    } else {
+        c.n_swa = p->n_swa;
+        c.swa_period = p->swa_period > 0 ? p->swa_period : p->swa_period < 0 ? 0 : a->swa_period;
+    }
     c.expert_gating = moe ? a->gating : 0;
     c.expert_act = moe ? a->act : 0;
     gguf_writer *w = NULL;
@@ -623,7 +815,7 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         size_t len = strlen(name);
         snprintf(name + len, sizeof name - len, "-e%d-k%d", c.n_expert, c.n_expert_used);
     }
-    if ((rc = write_hparams(w, &c, name, p->type, 0)) ||
+    if ((rc = write_hparams(w, &c, name, p->type, 0)) || (g4 && (rc = synth_gemma4_keys(w, p, &c))) ||
         (!p->vocab_from && (rc = synth_vocab(w, c.vocab_size))))
         goto out;
     if (conv) { /* l_cache, and head_count_kv per layer: 0 for a convolution layer */
@@ -659,6 +851,13 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (E * D > biggest) biggest = E * D;         /* the router */
     if (FE * D > biggest) biggest = FE * D;       /* one expert's matrix */
     if (E * FE > biggest) biggest = E * FE;       /* the experts' gate and up biases */
+    if (g4) {                                     /* the full layers' wider heads, the per-layer embeddings */
+        const g4_shape g = g4_of(p, &c);
+        const uint64_t LP = (uint64_t)p->n_embd_pl * (uint64_t)c.n_layers;
+        if ((uint64_t)c.n_heads * (uint64_t)g.hd_full * D > biggest)
+            biggest = (uint64_t)c.n_heads * (uint64_t)g.hd_full * D;
+        if (LP * (V > D ? V : D) > biggest) biggest = LP * (V > D ? V : D);
+    }
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
@@ -669,6 +868,23 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         arch_llama3_freq_factors(c.head_dim, c.rope_theta, 8.0f, 1.0f, 4.0f, 8192, tmp);
         if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, HD / 2, 1, QUANT_F32))) goto out;
     }
+    if (g4 && p->n_embd_pl) { /* the per-layer embeddings' token rows, projection and norm */
+        const uint64_t LP = (uint64_t)p->n_embd_pl * (uint64_t)c.n_layers;
+        fill_uniform(tmp, V * LP, 1.0f, &s);
+        if ((rc = add_f32(w, &bb, "per_layer_token_embd.weight", tmp, LP, V, dtype))) goto out;
+        fill_uniform(tmp, LP * D, sqrtf(3.0f / (float)D), &s);
+        if ((rc = add_f32(w, &bb, "per_layer_model_proj.weight", tmp, D, LP, dtype))) goto out;
+        fill_uniform(tmp, (uint64_t)p->n_embd_pl, 0.5f, &s);
+        for (int k = 0; k < p->n_embd_pl; k++) tmp[k] += 1.0f;
+        if ((rc = add_f32(w, &bb, "per_layer_proj_norm.weight", tmp, (uint64_t)p->n_embd_pl, 1, QUANT_F32)))
+            goto out;
+    }
+    if (g4) { /* the full layers' "proportional" RoPE: a quarter of each head turns */
+        const g4_shape g = g4_of(p, &c);
+        const int half = g.hd_full / 2, turned = g.hd_full / 8;
+        for (int i = 0; i < half; i++) tmp[i] = i < turned ? 1.0f : 1e30f;
+        if ((rc = add_f32(w, &bb, "rope_freqs.weight", tmp, (uint64_t)half, 1, QUANT_F32))) goto out;
+    }
     /* gpt-oss's norm before the experts is post_attention_norm */
     const char *ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] ? "post_attention_norm" : "ffn_norm";
     /* gpt-oss's experts: gate and up outputs of standard deviation 3, so
@@ -676,6 +892,10 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
      * the real model) and a backend without it is seen to differ */
     const float gate_up_gain = a->act == ARCH_ACT_SWIGLU_OAI ? 3.0f : 1.0f;
     for (int l = 0; l < c.n_layers; l++) {
+        if (g4) {
+            if ((rc = synth_gemma4_layer(w, &bb, p, &c, l, tmp, &s, dtype))) goto out;
+            continue;
+        }
         struct {
             const char *n;
             uint64_t cols, rows;

@@ -77,6 +77,26 @@ typedef struct synth_params {
     /* lfm2moe's leading_dense_block_count: layers below it dense, the others
      * experts (with a random exp_probs_b); refused by the other architectures */
     int n_dense_lead;
+    /* gemma4 (the 31B's layout): n_heads, n_kv_heads and head_dim are the
+     * windowed layers' (head_count, head_count_kv, key_length_swa), these
+     * the full ones': layer l is full when l % swa_period == swa_period - 1
+     * (0: the default 6, as the 31B's five windowed layers to a full one),
+     * its key_length head_dim_full (0: 2 head_dim), its KV heads
+     * n_kv_heads_full (0: n_kv_heads / 2, at least 1), no attn_v (V = K),
+     * RoPE on a quarter of its head through rope_freqs.weight (1e30 for the
+     * pairs left unturned, as llama.cpp's converter writes it). rope_theta
+     * is the full layers' base (0: 1e6), rope_theta_swa the windowed ones'
+     * (0: 1e4); softcap final_logit_softcapping (0: 30). Norms and
+     * layer_output_scale random around 1. n_swa required (attention.
+     * sliding_window). */
+    int head_dim_full, n_kv_heads_full;
+    float rope_theta_swa, softcap;
+    /* gemma4's E2B/E4B: n_embd_pl values a layer of per-layer embeddings
+     * (embedding_length_per_layer_input), and the last n_kv_shared layers
+     * without K or V of their own (attention.shared_kv_layers: layer
+     * block_count - n_kv_shared - 1 must be full, the one before windowed);
+     * 0: none */
+    int n_embd_pl, n_kv_shared;
 } synth_params;
 
 /* Whether layer l of a synth lfm2 model with attn_layers (synth_params) is

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,15 +16,8 @@
 #include "arch.h"
 #include "ck_err.h"
 #include "gguf.h"
+#include "model_keys.h"
 #include "quant.h"
-
-/* Limits that keep every size computation of the engine inside int range
- * and reject absurd headers before anything is allocated. */
-#define MODEL_MAX_DIM (1 << 16)
-#define MODEL_MAX_HIDDEN (1 << 18)
-#define MODEL_MAX_HEADS 1024
-#define MODEL_MAX_VOCAB (1 << 22)
-#define MODEL_MAX_CTX (1 << 20)
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
@@ -83,7 +78,7 @@ int model_config_check(const model_config *c, char *err, size_t errlen) {
     }
     if (c->n_swa < 0 || c->n_swa > MODEL_MAX_CTX || c->swa_period < 0 || c->swa_period > MODEL_MAX_LAYERS ||
         c->expert_gating < ARCH_GATING_SOFTMAX_NORM || c->expert_gating > ARCH_GATING_SIGMOID_NORM ||
-        c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_SWIGLU_OAI) {
+        c->expert_act < ARCH_ACT_SWIGLU || c->expert_act > ARCH_ACT_GELU) {
         seterr(err, errlen,
                "sliding window %d (0..%d), its period %d (0..%d), gating %d or activation %d out of range",
                c->n_swa, MODEL_MAX_CTX, c->swa_period, MODEL_MAX_LAYERS, c->expert_gating, c->expert_act);
@@ -244,27 +239,6 @@ static int load_llama2c(model *m, const char *path, const char *tok_path, char *
 
 /* -------------------------------------------------------------------- GGUF */
 
-static int gguf_int_key(gguf_file *f, const char *key, int required, int dflt, int *out, const char *path,
-                        char *err, size_t errlen) {
-    int64_t v;
-    int rc = gguf_get_int(f, key, &v);
-    if (rc == CK_ENOTFOUND && !required) {
-        *out = dflt;
-        return CK_OK;
-    }
-    if (rc) {
-        seterr(err, errlen, "%s: metadata '%s': %s", path, key,
-               rc == CK_ENOTFOUND ? "missing" : "not an integer in range");
-        return CK_EFORMAT;
-    }
-    if (v <= 0 || v > INT32_MAX) {
-        seterr(err, errlen, "%s: metadata '%s' = %lld out of range", path, key, (long long)v);
-        return CK_EFORMAT;
-    }
-    *out = (int)v;
-    return CK_OK;
-}
-
 /* Find tensor `name`, check its shape (ne0 = in, ne1 = out, ne2 = the
  * experts of a 3-D expert tensor; ne1 = 0 for a vector, ne2 = 0 for a 2-D
  * one) and a type we can compute with, and fill a view. */
@@ -315,31 +289,6 @@ static int gguf_tokenizer(model *m, gguf_file *f, const char *path, char *err, s
     return CK_OK;
 }
 
-/* "<arch>.<suffix>" as an int (gguf_int_key's rules). */
-static int arch_int(gguf_file *f, const arch_info *a, const char *suffix, int required, int dflt, int *out,
-                    const char *path, char *err, size_t errlen) {
-    char key[128];
-    return gguf_int_key(f, arch_key(key, sizeof key, a, suffix), required, dflt, out, path, err, errlen);
-}
-
-/* "<arch>.<suffix>" as a finite float, dflt when absent. */
-static int arch_float(gguf_file *f, const arch_info *a, const char *suffix, float dflt, float *out,
-                      const char *path, char *err, size_t errlen) {
-    char key[128];
-    double d;
-    int rc = gguf_get_float(f, arch_key(key, sizeof key, a, suffix), &d);
-    if (rc == CK_ENOTFOUND) {
-        *out = dflt;
-        return CK_OK;
-    }
-    if (rc || !(d > -1e30 && d < 1e30)) {
-        seterr(err, errlen, "%s: metadata '%s' is not a finite number", path, key);
-        return CK_EFORMAT;
-    }
-    *out = (float)d;
-    return CK_OK;
-}
-
 /* RoPE scaling keys, as llama.cpp's llama_model::load_hparams and
  * llama_context read them: the type defaults to "linear", whose factor
  * defaults to 0 (no scaling); "none" ignores the factor; YaRN's mix is 1
@@ -364,14 +313,14 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     }
     float factor = 0, lm = 0;
     arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
-    if ((rc = arch_float(
+    if ((rc = model_arch_float(
              f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR : ARCH_KEY_ROPE_SCALE_LINEAR, 0,
              &factor, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
-                         errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path, err,
-                       errlen)))
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
+                               errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path,
+                             err, errlen)))
         return rc;
     if (factor == 0) factor = 1; /* llama.cpp: factor 0 means no scaling */
     if (type == ARCH_SCALING_NONE) factor = 1;
@@ -400,11 +349,11 @@ static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const ch
     c->yarn_beta_fast = ARCH_DEFAULT_BETA_FAST;
     c->yarn_beta_slow = ARCH_DEFAULT_BETA_SLOW;
     if (type == ARCH_SCALING_YARN &&
-        ((rc = arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
-         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast, path,
-                          err, errlen)) ||
-         (rc = arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow, path,
-                          err, errlen))))
+        ((rc = model_arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast,
+                                path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow,
+                                path, err, errlen))))
         return rc;
     if (type == ARCH_SCALING_YARN && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0)) {
         seterr(err, errlen, "%s: yarn beta_fast %g / beta_slow %g must be positive", path, c->yarn_beta_fast,
@@ -422,7 +371,7 @@ static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, con
     c->attn_temp_scale = 0;
     c->attn_temp_floor = 0;
     if (!(a->keys & ARCH_READS_ATTN_TEMP)) return CK_OK;
-    int rc = arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
+    int rc = model_arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
     if (rc) return rc;
     if (!(c->attn_temp_scale > -1e3f && c->attn_temp_scale < 1e3f)) {
         seterr(err, errlen, "%s: %s.%s = %g is outside -1000..1000", path, a->name, ARCH_KEY_ATTN_TEMP_SCALE,
@@ -441,8 +390,8 @@ static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, con
 static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
                         size_t errlen) {
     int rc;
-    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
         return rc;
     if (c->n_expert > MODEL_MAX_EXPERTS) {
         seterr(err, errlen, "%s: %s.%s = %d is above the %d experts the engine allows", path, a->name,
@@ -455,7 +404,8 @@ static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const
         return CK_EFORMAT;
     }
     const int dflt = c->hidden_dim / c->n_expert_used;
-    if ((rc = arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen))) return rc;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen)))
+        return rc;
     if (!c->hidden_dim) c->hidden_dim = c->expert_ffn;
     return CK_OK;
 }
@@ -464,7 +414,7 @@ static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const
  * want: a *_swa variant the engine does not compute apart. */
 static int swa_same_int(gguf_file *f, const arch_info *a, const char *suffix, int want, const char *path,
                         char *err, size_t errlen) {
-    int v = want, rc = arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
+    int v = want, rc = model_arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
     if (rc) return rc;
     if (v != want) {
         seterr(err, errlen, "%s: %s.%s = %d differs from the full layers' %d: not computed by the engine",
@@ -507,12 +457,12 @@ static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const cha
     if (!(a->keys & ARCH_READS_SWA)) return CK_OK;
     int rc;
     float base = c->rope_theta;
-    if ((rc = arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
         (rc = swa_pattern(f, a, &c->swa_period, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
         (rc = swa_same_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, c->head_dim, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
         return rc;
     if (base != c->rope_theta) {
         seterr(err, errlen, "%s: %s.%s = %g differs from rope.freq_base %g: not computed by the engine", path,
@@ -541,8 +491,8 @@ static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, con
     char key[128];
     int rc, swa = 0;
     *kv_arr = NULL;
-    if ((rc = arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_SWA, 0, 0, &swa, path, err, errlen)))
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SWA, 0, 0, &swa, path, err, errlen)))
         return rc;
     if (c->conv_l < 2 || c->conv_l > ARCH_MAX_CONV_L) {
         seterr(err, errlen, "%s: %s.%s = %d is outside 2..%d", path, a->name, ARCH_KEY_SHORTCONV_L_CACHE,
@@ -559,7 +509,7 @@ static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, con
     if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
         *kv_arr = NULL; /* a scalar: every layer is attention */
         c->n_conv_layers = 0;
-        return arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
+        return model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
     }
     if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
         seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
@@ -692,18 +642,26 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     model_config *c = &m->cfg;
     c->arch = a->id;
     c->rope_style = a->rope;
-    const int moe = arch_has_block(a, ARCH_BLOCK_MOE);
-    if ((rc = arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe, 0, &c->hidden_dim, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen)) ||
+    const int g4 = (a->keys & ARCH_READS_GEMMA4) != 0;
+    /* gemma4's experts are optional: read where the file has expert_count */
+    char ekey[128];
+    int64_t ev;
+    const int moe =
+        arch_has_block(a, ARCH_BLOCK_MOE) &&
+        (!g4 || gguf_get_int(f, arch_key(ekey, sizeof ekey, a, ARCH_KEY_EXPERT_COUNT), &ev) != CK_ENOTFOUND);
+    if (g4) c->n_heads = c->n_kv_heads = 1; /* per layer: gguf_gemma4, once the layers exist */
+    if ((rc = model_arch_int(f, a, ARCH_KEY_CONTEXT_LENGTH, 1, 0, &c->seq_len, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_EMBEDDING_LENGTH, 1, 0, &c->dim, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_BLOCK_COUNT, 1, 0, &c->n_layers, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe || g4, 0, &c->hidden_dim, path, err,
+                             errlen)) ||
+        (!g4 && (rc = model_arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
         (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
         return rc;
     if (a->keys & ARCH_READS_DENSE_LEAD) { /* lfm2moe: the dense lead, the router's gating */
         int gating = 0;
-        if ((rc = arch_int(f, a, ARCH_KEY_DENSE_LEAD, 0, 0, &c->n_dense_lead, path, err, errlen)) ||
-            (rc = arch_int(f, a, ARCH_KEY_EXPERT_GATING, 1, 0, &gating, path, err, errlen)))
+        if ((rc = model_arch_int(f, a, ARCH_KEY_DENSE_LEAD, 0, 0, &c->n_dense_lead, path, err, errlen)) ||
+            (rc = model_arch_int(f, a, ARCH_KEY_EXPERT_GATING, 1, 0, &gating, path, err, errlen)))
             return rc;
         if (c->n_dense_lead > c->n_layers || gating != ARCH_LLAMA_GATING_SIGMOID) {
             char key[128];
@@ -719,25 +677,32 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     const void *kv_arr = NULL; /* lfm2's per-layer head_count_kv */
     int kv_type = 0;
-    if ((rc = a->keys & ARCH_READS_SHORTCONV
-                  ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
-                  : arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)))
+    if ((rc = a->keys & ARCH_READS_SHORTCONV ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+              : g4                           ? CK_OK
+                   : model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err,
+                                    errlen)))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
     int kl = 0, vl = 0, rd = 0;
-    if ((rc = arch_int(f, a, ARCH_KEY_KEY_LENGTH, 0, 0, &kl, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_VALUE_LENGTH, 0, kl, &vl, path, err, errlen)) ||
-        (rc = arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, 0, &rd, path, err, errlen)))
+    if ((rc = model_arch_int(f, a, ARCH_KEY_KEY_LENGTH, 0, 0, &kl, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_VALUE_LENGTH, 0, kl, &vl, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_DIMS, 0, 0, &rd, path, err, errlen)))
         return rc;
     if (kl != vl) {
         seterr(err, errlen, "%s: %s.%s %d differs from key_length %d: not computed by the engine", path,
                a->name, ARCH_KEY_VALUE_LENGTH, vl, kl);
         return CK_EUNSUPPORTED;
     }
+    if (g4 && !kl) {
+        seterr(err, errlen, "%s: gemma4 needs %s.%s (its full layers' head size)", path, a->name,
+               ARCH_KEY_KEY_LENGTH);
+        return CK_EFORMAT;
+    }
     c->head_dim = kl;
-    if ((rc = arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err, errlen)) ||
-        (rc = arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path, err,
-                         errlen)) ||
+    if ((rc = model_arch_float(f, a, ARCH_KEY_RMS_EPS, ARCH_DEFAULT_RMS_EPS, &c->norm_eps, path, err,
+                               errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path,
+                               err, errlen)) ||
         (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
         return rc;
     c->no_rope_step = a->no_rope_step;
@@ -767,14 +732,13 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen)))
         return rc;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
-    uint64_t HD = (uint64_t)c->head_dim;
-    uint64_t Q = (uint64_t)c->n_heads * HD, KV = (uint64_t)c->n_kv_heads * HD;
+    const uint64_t HDF = (uint64_t)c->head_dim; /* the full layers' (rope_freqs) */
     uint64_t E = (uint64_t)c->n_expert, FE = (uint64_t)c->expert_ffn;
     if ((rc = arch_weight(f, a, ARCH_T_TOKEN_EMBD, -1, D, V, 0, &m->tok_emb, path, err, errlen)) ||
         (rc = arch_weight(f, a, a->need[ARCH_T_TOKEN_EMBD_NORM] ? ARCH_T_TOKEN_EMBD_NORM : ARCH_T_OUTPUT_NORM,
                           -1, D, 0, 0, &m->out_norm, path, err, errlen)) ||
         (rc = arch_weight(f, a, ARCH_T_OUTPUT, -1, D, V, 0, &m->wcls, path, err, errlen)) ||
-        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HD / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
+        (rc = arch_weight(f, a, ARCH_T_ROPE_FREQS, -1, HDF / 2, 0, 0, &m->rope_freqs, path, err, errlen)))
         return rc;
     if (!m->wcls.data) { /* no output.weight: the classifier is the embedding */
         m->tied = 1;
@@ -791,11 +755,27 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
-    const uint64_t H = (uint64_t)c->n_heads;
-    /* the norm before the feed-forward: gpt-oss names it post_attention_norm */
-    const int ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] != ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
+    if (g4 && (rc = model_gemma4_keys(f, a, m, path, err, errlen))) return rc;
+    const uint64_t PL = (uint64_t)c->n_embd_pl, LP = PL * (uint64_t)c->n_layers;
+    if (g4 &&
+        ((rc = arch_weight(f, a, ARCH_T_PLE_TOKEN_EMBD, -1, LP, V, 0, &m->ple_tok, path, err, errlen)) ||
+         (rc = arch_weight(f, a, ARCH_T_PLE_MODEL_PROJ, -1, D, LP, 0, &m->ple_model, path, err, errlen)) ||
+         (rc = arch_weight(f, a, ARCH_T_PLE_PROJ_NORM, -1, PL, 0, 0, &m->ple_norm, path, err, errlen))))
+        return rc;
+    if (g4 && (!m->ple_tok.n != !PL || !m->ple_model.n != !PL || !m->ple_norm.n != !PL)) {
+        seterr(err, errlen, "%s: gemma4's per-layer embedding tensors and %s %llu disagree", path,
+               ARCH_KEY_EMB_PER_LAYER, (unsigned long long)PL);
+        return CK_EFORMAT;
+    }
+    /* the norm before the feed-forward: gpt-oss names it post_attention_norm
+     * (and has no ffn_norm); gemma4's post_attention_norm is its own */
+    const int ffn_norm = a->need[ARCH_T_FFN_NORM] == ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
+        int nhl, nkvl, hdl;
+        model_layer_geom(m, l, &nhl, &nkvl, &hdl);
+        const uint64_t H = (uint64_t)nhl, HD = (uint64_t)hdl;
+        const uint64_t Q = H * HD, KV = (uint64_t)nkvl * HD;
         struct {
             int t;
             uint64_t ne0, ne1, ne2;
@@ -829,10 +809,22 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_SHORTCONV_IN, D, 3 * D, 0, &ly->sc_in},
             {ARCH_T_SHORTCONV_OUT, D, D, 0, &ly->sc_out},
             {ARCH_T_FFN_EXP_PROBS_B, E, 0, 0, &ly->probs_b},
+            {ARCH_T_FFN_POST_NORM, D, 0, 0, &ly->ffn_post_norm},
+            {ARCH_T_LAYER_OUT_SCALE, 1, 0, 0, &ly->out_scale},
+            {ARCH_T_FFN_GATE_INP_S, D, 0, 0, &ly->router_scale},
+            {ARCH_T_FFN_PRE_NORM_2, D, 0, 0, &ly->pre_norm_2},
+            {ARCH_T_FFN_POST_NORM_1, D, 0, 0, &ly->post_norm_1},
+            {ARCH_T_FFN_POST_NORM_2, D, 0, 0, &ly->post_norm_2},
+            {ARCH_T_FFN_DOWN_EXPS_S, E, 0, 0, &ly->down_exps_s},
+            {ARCH_T_PLE_INP_GATE, D, PL, 0, &ly->ple_gate},
+            {ARCH_T_PLE_PROJ, PL, D, 0, &ly->ple_proj},
+            {ARCH_T_PLE_POST_NORM, D, 0, 0, &ly->ple_post_norm},
+            {ffn_norm == ARCH_T_FFN_NORM ? ARCH_T_ATTN_POST_NORM : ARCH_T_COUNT, D, 0, 0,
+             &ly->attn_post_norm},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if ((rc =
-                     arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2, w[i].dst, path, err, errlen)))
+            if (w[i].t != ARCH_T_COUNT && (rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2,
+                                                            w[i].dst, path, err, errlen)))
                 return rc;
         if (a->keys & ARCH_READS_SHORTCONV &&
             (rc = conv_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
@@ -841,6 +833,32 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         if (a->keys & ARCH_READS_DENSE_LEAD &&
             (rc = dense_lead_check(ly, l, l >= c->n_dense_lead, path, err, errlen)))
             return rc;
+        if (g4 && !ly->wv.data) ly->wv = (model_tensor){0}; /* V = K (gemma4's full layers) */
+        if (g4 && ly->kv_src) /* a shared-KV layer: any K and V of its own go unused */
+            ly->wk = ly->wv = ly->k_norm = (model_tensor){0};
+        if (g4 && !ly->kv_src && (!ly->wk.data || !ly->k_norm.data)) {
+            seterr(err, errlen, "%s: tensor 'blk.%d.%s' is missing", path, l,
+                   arch_tensor_name(ly->wk.data ? ARCH_T_ATTN_K_NORM : ARCH_T_ATTN_K));
+            return CK_EFORMAT;
+        }
+        if (g4 && (!ly->ple_gate.n != !PL || !ly->ple_proj.n != !PL || !ly->ple_post_norm.n != !PL)) {
+            seterr(err, errlen, "%s: gemma4 layer %d's per-layer embedding tensors and %s %llu disagree",
+                   path, l, ARCH_KEY_EMB_PER_LAYER, (unsigned long long)PL);
+            return CK_EFORMAT;
+        }
+        if (g4) { /* a layer's experts: all their tensors, or none of them */
+            const int r = ly->router.n != 0;
+            const model_tensor *e[7] = {&ly->router_scale, &ly->gate_exps,   &ly->up_exps,    &ly->down_exps,
+                                        &ly->pre_norm_2,   &ly->post_norm_1, &ly->post_norm_2};
+            for (int i = 0; i < 7; i++)
+                if ((e[i]->n != 0) != r) {
+                    seterr(err, errlen,
+                           "%s: gemma4 layer %d has %s ffn_gate_inp.weight but %s its other expert tensors "
+                           "(ffn_gate_inp.scale, ffn_{gate,up,down}_exps, pre_ffw_norm_2, post_ffw_norm_1/2)",
+                           path, l, r ? "an" : "no", r ? "not all of" : "some of");
+                    return CK_EFORMAT;
+                }
+        }
         m->has_bias |= ly->bq.data || ly->bk.data || ly->bv.data;
         m->has_qk_norm |= ly->q_norm.data || ly->k_norm.data;
     }
@@ -904,7 +922,17 @@ static void fingerprint(model *m) {
         for (int i = 0; i < MODEL_LAYER_CONV; i++)
             if (sc[i]->n) h = tensor_hash(h, sc[i]);
     }
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_tensor *g[11] = {&ly->attn_post_norm, &ly->ffn_post_norm, &ly->out_scale,
+                                     &ly->router_scale,   &ly->pre_norm_2,    &ly->post_norm_1,
+                                     &ly->post_norm_2,    &ly->down_exps_s,   &ly->ple_gate,
+                                     &ly->ple_proj,       &ly->ple_post_norm};
+        for (int i = 0; i < 11; i++)
+            if (g[i]->n) h = tensor_hash(h, g[i]);
+    }
     if (m->rope_freqs.n) h = tensor_hash(h, &m->rope_freqs);
+    if (m->ple_tok.n) h = tensor_hash(tensor_hash(tensor_hash(h, &m->ple_tok), &m->ple_model), &m->ple_norm);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
 }
 
@@ -956,7 +984,9 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
         int rc = quant_to_f32(m->rope_freqs.type, m->rope_freqs.data, ff, m->rope_freqs.n);
         if (rc) return rc;
         for (int i = 0; i < half; i++)
-            if (!(ff[i] > 0 && ff[i] < 1e30f)) return CK_EFORMAT; /* divisors of the angle */
+            if (!(ff[i] > 0 && ff[i] <= FLT_MAX))
+                return CK_EFORMAT; /* divisors of the angle (gemma4's
+                                                                       1e30: a pair left unturned) */
     }
     arch_rope_params p = {
         .n_dims = c->head_dim,
@@ -972,6 +1002,18 @@ int model_rope_freqs(const model *m, float *freq, float *mscale) {
     };
     arch_rope_freqs(&p, m->rope_freqs.n ? ff : NULL, freq, mscale);
     return CK_OK;
+}
+
+void model_rope_freqs_swa(const model *m, float *freq) {
+    const model_config *c = &m->cfg;
+    arch_rope_params p = {.n_dims = c->head_dim_swa,
+                          .freq_base = c->rope_theta_swa,
+                          .scaling = ARCH_SCALING_NONE,
+                          .factor = 1.0f,
+                          .orig_ctx = c->seq_len,
+                          .attn_factor = 1.0f};
+    float mscale;
+    arch_rope_freqs(&p, NULL, freq, &mscale);
 }
 
 int model_weights_in_file_map(const model *m) { return m && m->format == MODEL_FMT_GGUF && m->gguf_; }

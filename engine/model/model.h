@@ -72,12 +72,38 @@ typedef struct model_config {
     int n_conv_layers; /* the layers that are short convolutions (model_layer.sc_in.n != 0) */
     int n_dense_lead;  /* lfm2moe's leading_dense_block_count: layers [0, n_dense_lead) have the
                           dense feed-forward, the others the experts; 0 elsewhere */
+    /* gemma4 (arch.h's ARCH_READS_GEMMA4); all zero elsewhere. Its layers'
+     * own head counts and head sizes are model_layer's (model_layer_geom);
+     * n_heads is then the most any layer has, n_kv_heads that layer's,
+     * head_dim the full layers' key_length. */
+    int head_dim_swa;     /* windowed layers' key_length_swa (their RoPE turns all of it) */
+    float rope_theta_swa; /* their RoPE base (rope.freq_base_swa) */
+    int q_dim_max;        /* the widest layer's query row (n_heads x head_dim of that layer) */
+    int kv_dim_max;       /* the widest layer's K (= V) row: a KV block's row for every layer */
+    float emb_scale;      /* token embeddings multiplied by it (sqrt(dim)); 0: not scaled */
+    float logit_softcap;  /* logits become cap tanh(logit / cap); 0: not capped */
+    float kq_div;         /* scores are q.k / kq_div (gemma4: 1); 0: q.k / sqrt(head_dim) */
+    int v_norm;           /* each V head RMS-normed with unit weight before it is stored */
+    int ffn_act;          /* the dense feed-forward's ARCH_ACT_* (0: SwiGLU; gemma4: GELU) */
+    int n_embd_pl;        /* gemma4's per-layer embeddings: P values a layer (E2B/E4B); 0: none */
+    int n_kv_shared;      /* gemma4's last layers that attend over an earlier one's KV
+                             (model_layer.kv_src); 0: none */
 } model_config;
 
 /* Floats of one sequence's recurrent state: every convolution layer's last
  * conv_l - 1 inputs of dim channels (0 in a model without any). */
 static inline size_t model_state_floats(const model_config *c) {
     return c->n_conv_layers ? (size_t)c->n_conv_layers * (size_t)(c->conv_l - 1) * (size_t)c->dim : 0;
+}
+
+/* Floats of a query row and of a K (= V) row at their widest: every layer
+ * of a KV block has rows of model_kv_dim floats, a layer with fewer (gemma4)
+ * filling their start. */
+static inline int model_q_dim(const model_config *c) {
+    return c->q_dim_max ? c->q_dim_max : c->n_heads * c->head_dim;
+}
+static inline int model_kv_dim(const model_config *c) {
+    return c->kv_dim_max ? c->kv_dim_max : c->n_kv_heads * c->head_dim;
 }
 
 /* Most experts a layer may have (Qwen3's MoEs have 128; llama.cpp allows
@@ -129,6 +155,26 @@ typedef struct model_layer {
     model_tensor up_exps_b;   /* ffn_up_exps.bias   (E, FE) */
     model_tensor down_exps_b; /* ffn_down_exps.bias (E, dim) */
     model_tensor probs_b;     /* exp_probs_b.bias   (E) lfm2moe's, added to choose the experts */
+    /* gemma4 (n == 0 elsewhere) */
+    model_tensor attn_post_norm; /* post_attention_norm (dim): the attention output's norm */
+    model_tensor ffn_post_norm;  /* post_ffw_norm (dim): the feed-forward output's norm */
+    model_tensor out_scale;      /* layer_output_scale (1): the residual stream scaled at the end */
+    /* gemma4's experts beside its dense feed-forward (26B-A4B; n == 0 elsewhere) */
+    model_tensor router_scale; /* ffn_gate_inp.scale (dim): the router's input rms(x) / sqrt(dim) times it */
+    model_tensor pre_norm_2;   /* pre_ffw_norm_2 (dim): the experts' input norm */
+    model_tensor post_norm_1;  /* post_ffw_norm_1 (dim): the dense part's output norm */
+    model_tensor post_norm_2;  /* post_ffw_norm_2 (dim): the experts' output norm */
+    model_tensor down_exps_s;  /* ffn_down_exps.scale (E): expert e's output times its own; optional */
+    /* gemma4's per-layer attention geometry; 0 elsewhere (the config's:
+     * model_layer_geom) */
+    int n_heads, n_kv_heads, head_dim;
+    int swa;    /* windowed (gemma4; elsewhere arch_layer_is_swa of the config's period) */
+    int kv_src; /* gemma4's shared-KV layers: 1 + the layer whose KV it attends over (it writes
+                   none and computes no K or V); 0: its own */
+    /* gemma4's per-layer embedding (n == 0 elsewhere; P = n_embd_pl) */
+    model_tensor ple_gate;      /* inp_gate (P, dim) */
+    model_tensor ple_proj;      /* proj (dim, P) */
+    model_tensor ple_post_norm; /* post_norm (dim) */
 } model_layer;
 
 /* The nine tensors of a layer, for code that visits each of them. */
@@ -202,18 +248,31 @@ typedef struct model {
     model_tensor out_norm;   /* (dim) */
     model_tensor wcls;       /* (vocab_size, dim); == tok_emb when tied */
     model_tensor rope_freqs; /* (head_dim / 2) RoPE frequency divisors; n == 0 when absent */
-    int has_bias;            /* some layer has a q, k or v bias */
-    int has_qk_norm;         /* the layers have q/k head norms */
-    model_layer *layers;     /* (n_layers) */
-    tokenizer *tok;          /* owned */
-    char name[64];           /* general.name, or the file's base name */
-    char fingerprint[17];    /* 16 hex digits identifying config + weights */
-    int stop_on_bos;         /* stories are separated by BOS: stop on it too */
+    /* gemma4's per-layer embeddings (n == 0 elsewhere; P = n_embd_pl, L layers) */
+    model_tensor ple_tok;   /* per_layer_token_embd (vocab, L x P) */
+    model_tensor ple_model; /* per_layer_model_proj (L x P, dim) */
+    model_tensor ple_norm;  /* per_layer_proj_norm (P) */
+    int has_bias;           /* some layer has a q, k or v bias */
+    int has_qk_norm;        /* the layers have q/k head norms */
+    model_layer *layers;    /* (n_layers) */
+    tokenizer *tok;         /* owned */
+    char name[64];          /* general.name, or the file's base name */
+    char fingerprint[17];   /* 16 hex digits identifying config + weights */
+    int stop_on_bos;        /* stories are separated by BOS: stop on it too */
     /* private */
     void *map_;
     size_t map_len_;
     void *gguf_; /* gguf_file* for GGUF models */
 } model;
+
+/* Layer l's query heads, KV heads and head size: its own (gemma4), else
+ * the config's. */
+static inline void model_layer_geom(const model *m, int l, int *n_heads, int *n_kv_heads, int *head_dim) {
+    const model_layer *ly = &m->layers[l];
+    *n_heads = ly->head_dim ? ly->n_heads : m->cfg.n_heads;
+    *n_kv_heads = ly->head_dim ? ly->n_kv_heads : m->cfg.n_kv_heads;
+    *head_dim = ly->head_dim ? ly->head_dim : m->cfg.head_dim;
+}
 
 /* Load a model. tokenizer_path is required for llama2.c checkpoints and
  * ignored (may be NULL) for GGUF, whose tokenizer is inside the file.
@@ -239,6 +298,10 @@ uint64_t model_n_params(const model *m);
  * m, from its config and rope_freqs (arch_rope_freqs). Backends call it once
  * at creation. Returns 0, or CK_E* when rope_freqs cannot be read. */
 int model_rope_freqs(const model *m, float *freq, float *mscale);
+
+/* gemma4's windowed layers' RoPE frequencies (head_dim_swa / 2 floats):
+ * base rope_theta_swa over the whole head, no divisors, no scaling. */
+void model_rope_freqs_swa(const model *m, float *freq);
 
 /* Validate a config: positive sizes, divisibility, limits that keep every
  * size computation inside int and size_t. head_dim 0 means dim / n_heads

@@ -285,7 +285,7 @@ int cli_bench(int argc, char **argv) {
     const model_config *c = &e.m->cfg;
     const double wbytes = is_cpu ? (double)be_cpu_step_bytes(e.m) : (double)model_weight_bytes(e.m);
     /* a sequence's f32 K and V at one position, all layers */
-    const double kv_pos_bytes = 2.0 * c->n_layers * (double)c->n_kv_heads * c->head_dim * 4.0;
+    const double kv_pos_bytes = 2.0 * c->n_layers * (double)model_kv_dim(c) * 4.0;
     const double avg_ctx = prompt + (gen + 1) / 2.0; /* the mean of a decode step's positions + 1 */
     /* bytes one decode step reads: the weights once, every sequence's KV */
     const double step_bytes = wbytes + batch * kv_pos_bytes * avg_ctx;

@@ -82,10 +82,12 @@ int cli_synth(int argc, char **argv) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|lfm2|lfm2moe]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|gemma4|lfm2|lfm2moe]\n"
                    "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
-                   "       [--swa-pattern P] [--conv-l L] [--attn-layers I,J,...] [--dense-lead N]\n"
+                   "       [--swa-pattern P] [--head-dim-full N] [--kv-heads-full K]\n"
+                   "       [--rope-theta-swa X] [--softcap C] [--ple P] [--kv-shared N]\n"
+                   "       [--conv-l L] [--attn-layers I,J,...] [--dense-lead N]\n"
                    "       [--rope-theta X] [--rope-freqs]\n"
                    "       [--rope-scaling none|linear|yarn] [--rope-scaling-factor F] [--rope-orig-ctx N]\n"
                    "       [--rope-attn-factor A] [--yarn-ext-factor E] [--yarn-beta-fast B]\n"
@@ -111,6 +113,17 @@ int cli_synth(int argc, char **argv) {
                    "(attention.sliding_window, default 16: shorter than a prompt and its steps) and\n"
                    "--swa-pattern P (sliding_window_pattern: layer l is windowed when l %% P < P - 1,\n"
                    "every layer for 0; default 2, not written). It always writes output.weight.\n"
+                   "--arch gemma4 (the 31B's layout): --heads, --kv-heads, --head-dim are the windowed\n"
+                   "layers' (head_dim default 64), --head-dim-full (default 2x) and --kv-heads-full\n"
+                   "(default half) the full ones'; every --swa-pattern P-th layer is full (default 6),\n"
+                   "with no attn_v (V = K) and RoPE on a quarter of its head (rope_freqs);\n"
+                   "--sliding-window N (default 16); --rope-theta the full layers' base (default 1e6),\n"
+                   "--rope-theta-swa the windowed ones' (default 1e4); --softcap the final logit cap\n"
+                   "(default 30). With --experts N --experts-used K [--expert-ffn F] it is the\n"
+                   "26B-A4B's layout: on every layer N GELU experts beside the dense feed-forward.\n"
+                   "--ple P and --kv-shared N give the E2B/E4B's per-layer embeddings (P a layer) and\n"
+                   "N last layers attending over an earlier layer's KV (layer L - N - 1 must be full,\n"
+                   "the one before it windowed).\n"
                    "--type mxfp4 with experts is llama.cpp's MXFP4_MOE: the experts MXFP4, the other\n"
                    "matrices q8_0 (router and vectors f32); without experts every matrix is MXFP4.\n"
                    "--arch lfm2 (LFM2: short-convolution layers beside attention ones with q/k head\n"
@@ -157,7 +170,13 @@ int cli_synth(int argc, char **argv) {
             cli_int(&a, "--swa-pattern", 0, 1024, &swa_pattern) ||
             cli_int(&a, "--conv-l", 2, ARCH_MAX_CONV_L, &p.conv_l) ||
             cli_str(&a, "--attn-layers", &attn_layers) ||
-            cli_int(&a, "--dense-lead", 0, 1024, &p.n_dense_lead))
+            cli_int(&a, "--dense-lead", 0, 1024, &p.n_dense_lead) ||
+            cli_int(&a, "--head-dim-full", 2, MODEL_MAX_HEAD_DIM, &p.head_dim_full) ||
+            cli_int(&a, "--kv-heads-full", 1, 1024, &p.n_kv_heads_full) ||
+            cli_float(&a, "--rope-theta-swa", 1.0001, 1e11, &p.rope_theta_swa) ||
+            cli_float(&a, "--softcap", 1e-3, 1e6, &p.softcap) ||
+            cli_int(&a, "--ple", 1, 1 << 16, &p.n_embd_pl) ||
+            cli_int(&a, "--kv-shared", 1, 1022, &p.n_kv_shared))
             continue;
         return cli_unknown(&a);
     }
@@ -178,12 +197,27 @@ int cli_synth(int argc, char **argv) {
     p.arch = ai->id;
     const int moe = arch_has_block(ai, ARCH_BLOCK_MOE);
     if (!moe && (p.n_expert || p.n_expert_used || p.expert_ffn)) {
-        cli_error(&a, "--experts, --experts-used and --expert-ffn need --arch qwen3moe, gpt-oss or lfm2moe");
+        cli_error(
+            &a,
+            "--experts, --experts-used and --expert-ffn need --arch qwen3moe, gpt-oss, gemma4 or lfm2moe");
         return 2;
     }
-    if (!(ai->keys & ARCH_READS_SWA) && (p.n_swa || swa_pattern >= 0)) {
-        cli_error(&a, "--sliding-window and --swa-pattern need --arch gpt-oss");
+    const int g4 = ai->id == ARCH_GEMMA4;
+    if (!(ai->keys & ARCH_READS_SWA) && !g4 && (p.n_swa || swa_pattern >= 0)) {
+        cli_error(&a, "--sliding-window and --swa-pattern need --arch gpt-oss or gemma4");
         return 2;
+    }
+    if (!g4 && (p.head_dim_full || p.n_kv_heads_full || p.rope_theta_swa > 0 || p.softcap > 0 ||
+                p.n_embd_pl || p.n_kv_shared)) {
+        cli_error(&a,
+                  "--head-dim-full, --kv-heads-full, --rope-theta-swa, --softcap, --ple and --kv-shared need "
+                  "--arch gemma4");
+        return 2;
+    }
+    if (g4) {
+        if (!p.n_swa) p.n_swa = 16;
+        p.swa_period = swa_pattern > 0 ? swa_pattern : 0;
+        if (!p.head_dim) p.head_dim = 64;
     }
     if (ai->keys & ARCH_READS_SWA) {
         if (!p.n_swa) p.n_swa = 16;
@@ -208,7 +242,7 @@ int cli_synth(int argc, char **argv) {
         p.attn_layers |= (uint64_t)1 << l;
         q = *end ? end + 1 : end;
     }
-    if (moe && (!p.n_expert || !p.n_expert_used)) {
+    if (moe && ai->id != ARCH_GEMMA4 && (!p.n_expert || !p.n_expert_used)) {
         cli_error(&a, "--arch %s needs --experts N and --experts-used K", ai->name);
         return 2;
     }

@@ -148,6 +148,85 @@ static void test_moe_refused(void) {
     unlink(path);
 }
 
+/* gemma4: refused naming the first of its features (per-layer head
+ * shapes), `auto` on the CPU; each of its other features, given by hand to
+ * a llama model CUDA otherwise runs, refused by its own name. */
+static void test_gemma4_refused(void) {
+    char path[] = "/tmp/confkv_cuda_g4_XXXXXX", err[512] = "";
+    int fd = mkstemp(path);
+    CK_CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    synth_params sp = {.dim = 64,
+                       .n_layers = 3,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 64,
+                       .vocab_size = 400,
+                       .ctx = 64,
+                       .type = QUANT_F32,
+                       .seed = 1,
+                       .arch = ARCH_GEMMA4,
+                       .head_dim = 16,
+                       .swa_period = 3,
+                       .n_swa = 8};
+    model *m = NULL;
+    be_options o = options();
+    backend *b = NULL;
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
+        CK_CHECK_MSG(strstr(err, "gemma4") && strstr(err, "per-layer head counts"), "err: %s", err);
+        CK_CHECK(be_new("auto", m, &o, &b, err, sizeof err) == 0 && b && !strcmp(b->ops->name, "cpu"));
+        be_free(b);
+        b = NULL;
+    }
+    model_free(m);
+    m = NULL;
+    sp = (synth_params){.dim = 64,
+                        .n_layers = 1,
+                        .n_heads = 4,
+                        .n_kv_heads = 2,
+                        .hidden_dim = 64,
+                        .vocab_size = 400,
+                        .ctx = 64,
+                        .type = QUANT_F32,
+                        .seed = 1};
+    CK_CHECK_MSG(!convert_synth(&sp, path, err, sizeof err) && !model_load(path, NULL, &m, err, sizeof err),
+                 "%s", err);
+    if (m) {
+        static const float one[64] = {1};
+        const model_config keep = m->cfg;
+        m->cfg.v_norm = 1;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "normed V"));
+        m->cfg = keep;
+        m->cfg.kq_div = 1;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "unscaled"));
+        m->cfg = keep;
+        m->cfg.ffn_act = ARCH_ACT_GELU;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "GELU"));
+        m->cfg = keep;
+        m->cfg.logit_softcap = 30;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED &&
+                 strstr(err, "soft-capping"));
+        m->cfg = keep;
+        m->cfg.n_embd_pl = 64;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED &&
+                 strstr(err, "per-layer embed"));
+        m->cfg = keep;
+        m->cfg.n_kv_shared = 1;
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "shared KV"));
+        m->cfg = keep;
+        m->layers[0].ffn_post_norm = (model_tensor){QUANT_F32, 64, one};
+        CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && strstr(err, "norms after"));
+        m->layers[0].ffn_post_norm = (model_tensor){0, 0, NULL};
+        CK_CHECK(!b);
+    }
+    model_free(m);
+    unlink(path);
+}
+
 /* gpt-oss: refused for its experts by name; its attention's window, sinks
  * and output bias refused on a model whose blocks CUDA has (a llama model
  * given them here by hand: no architecture in the table has them without
@@ -265,6 +344,7 @@ int main(void) {
     CK_RUN(test_moe_refused);
     CK_RUN(test_gpt_oss_refused);
     CK_RUN(test_lfm2_refused);
+    CK_RUN(test_gemma4_refused);
     model_free(g_m);
     return ck_test_summary();
 }

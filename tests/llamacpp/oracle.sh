@@ -113,6 +113,41 @@ case "$case_name" in
       --experts 8 --experts-used 2 --expert-ffn 128 --vocab 2048 --ctx 256 --sliding-window 8 \
       --rope-theta 150000 --rope-scaling yarn --rope-scaling-factor 4 --rope-orig-ctx 64
     steps=16 min_steps=16 ;;
+  synth_gemma4) # gemma4 in the 31B's layout, small: layers 2 and 5 full (head 64, one KV head for 8
+    # query heads, no attn_v so V = K, a quarter of each head turned by rope_freqs, base 1e6), the
+    # others windowed (8 tokens; head 32, 4 KV heads, base 1e4); normed V, unscaled scores, GELU,
+    # post-norms, layer_output_scale, embeddings times sqrt(dim), logits capped at 30; the prompt
+    # and 16 steps run well past the window. The tolerance is 2.5e-4, not 1e-4: llama.cpp's CPU
+    # GELU reads a table of f16 (its input rounded to f16, its output f16), confkv computes the
+    # tanh form in f32. Measured: max 1.76e-4 over the 16 steps (mean 1.35e-4); with that f16
+    # rounding put into confkv for the measurement, max 2.9e-5 (mean 1.3e-5).
+    need_synth --arch --head-dim --sliding-window --head-dim-full --kv-heads-full --rope-theta-swa
+    synth --arch gemma4 --dim 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --head-dim-full 64 \
+      --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 768 --vocab 2048 --ctx 256 \
+      --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
+    steps=16 min_steps=16 tol=2.5e-4 ;;
+  synth_gemma4_moe) # the 26B-A4B's layout in small: synth_gemma4's layers, each with 8 GELU experts
+    # of width 128 (2 a token, chosen by a router over rms(x) / sqrt(dim) x its scale, each output
+    # times its own scale) beside a dense part of 512, the two normed, summed, normed again
+    need_synth --arch --head-dim --sliding-window --head-dim-full --experts --experts-used --expert-ffn
+    synth --arch gemma4 --dim 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --head-dim-full 64 \
+      --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 512 --experts 8 --experts-used 2 \
+      --expert-ffn 128 --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
+    steps=16 min_steps=16 tol=2.5e-4 ;;
+  synth_gemma4_e2b) # the E2B/E4B's layout in small: synth_gemma4's layers with per-layer embeddings
+    # of 64 a layer (a token's rows and the embedding's projection, gated into each layer's output)
+    # and the last 3 layers without K or V of their own (3 and 4 read layer 1's KV, 5 layer 2's)
+    need_synth --arch --head-dim --sliding-window --head-dim-full --ple --kv-shared
+    synth --arch gemma4 --dim 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --head-dim-full 64 \
+      --kv-heads-full 1 --swa-pattern 3 --sliding-window 8 --ffn 512 --ple 64 --kv-shared 3 \
+      --vocab 2048 --ctx 256 --rope-theta 1000000 --rope-theta-swa 10000 --softcap 30
+    steps=16 min_steps=16 tol=2.5e-4 ;;
+  synth_gemma4_vocab) # the same block under Gemma 4's own tokenizer (262144 pieces, llama.cpp's
+    # vocabulary file): both engines read the same prompt ids and agree on 8 steps
+    need_synth --arch --head-dim --sliding-window --head-dim-full --vocab-from
+    synth --arch gemma4 --dim 128 --layers 3 --heads 4 --kv-heads 2 --head-dim 32 --swa-pattern 3 \
+      --sliding-window 8 --ffn 256 --ctx 256 --vocab-from "$(vocab gemma-4)"
+    steps=8 min_steps=8 tol=2.5e-4 ;;
   synth_lfm2) # LFM2 in small: short-convolution layers (3 taps) with attention on layers 2 and
     # 4 (q/k head norms), qwen2 vocab, tied as LFM2 is; the prompt prefilled in chunks of 6
     # tokens, so each chunk's convolution starts from the state the previous one left
