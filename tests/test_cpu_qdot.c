@@ -460,6 +460,32 @@ static void test_repack8_layout(void) {
     }
     CK_CHECK(!memcmp(dst8 + (size_t)16 * rb8, src8 + (size_t)16 * rb8, 3 * rb8));
     CK_CHECK(cpu_qdot_repack8(cpu_qdot_type(&qd, QB_Q5_K), dst, src, 8, 256) == CK_EINVAL);
+    /* MXFP4: each element of the x8 groups (2^(e - 128) times the doubled
+     * level, qblock.h) against quant_to_f32 of the source row */
+    {
+        const cpu_qtype *tm = cpu_qdot_type(&qd, QB_MXFP4);
+        const size_t rbm = (size_t)(K / 32) * sizeof(qblock_mxfp4);
+        unsigned char srcm[N * (K / 32) * 17], dstm[sizeof srcm];
+        fill_bytes(&r, srcm, sizeof srcm);
+        for (int b = 0; b < N * (K / 32); b++) srcm[17 * b] = (uint8_t)(100 + b % 50); /* finite scales */
+        CK_CHECK(cpu_qdot_x8_bytes(tm, N, K) == sizeof srcm);
+        CK_CHECK(cpu_qdot_repack8(tm, dstm, srcm, N, K) == 0);
+        for (int row = 0; row < 16; row++) {
+            float xr[K];
+            CK_CHECK(quant_to_f32(QB_MXFP4, srcm + (size_t)row * rbm, xr, K) == 0);
+            const qblock_mxfp4x8 *g = (const qblock_mxfp4x8 *)(dstm + (size_t)(row / 8) * 8 * rbm);
+            const int lr = row % 8;
+            for (int i = 0; i < K / 32; i++)
+                for (int e = 0; e < 32; e++) {
+                    const int j = e % 16, byte = g[i].qs[32 * (j / 4) + 4 * lr + j % 4];
+                    const float got =
+                        ldexpf((float)qblock_mxfp4_values[e < 16 ? byte & 15 : byte >> 4], g[i].e[lr] - 128);
+                    CK_CHECK_MSG(got == xr[32 * i + e], "mxfp4 x8 row %d element %d: %g vs %g", row,
+                                 32 * i + e, got, xr[32 * i + e]);
+                }
+        }
+        CK_CHECK(!memcmp(dstm + (size_t)16 * rbm, srcm + (size_t)16 * rbm, 3 * rbm));
+    }
     /* Q4_K: each element of the x8 groups, dequantized from the unpacked
      * scales and mins, against quant_to_f32 of the source row (the
      * dequantizer checked bit for bit against libggml) */
@@ -528,7 +554,7 @@ done:
 }
 
 /* dot8 and the driver over an x8 matrix at one ISA level: n_rows random
- * Q4_0, Q8_0, Q4_K or Q6_K rows (groups and a tail), every row against the f32 reference and the
+ * Q4_0, Q8_0, Q4_K, Q6_K or MXFP4 rows (groups and a tail), every row against the f32 reference and the
  * one-row kernel, at 1..CPU_QDOT_NCOLS columns and through cpu_qdot_rows
  * with ranges that start and end inside groups. extreme: every weight at
  * its type's extreme and every activation 127 or -127 (the int16 sums'
@@ -549,7 +575,9 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
     if (!w || !w8 || !a || !x || !want || !y || !mag) goto out;
     for (int row = 0; row < n_rows; row++) {
         random_row(r, type, w + row * rb, n);
-        if (extreme) { /* Q4_0: nibbles 15 or 0; Q8_0: 127 or -128; Q4_K: also scales and mins 63;
+        if (type == QB_MXFP4) /* E8M0's subnormal scales (e 0, 1) and a large one, lane by lane */
+            ((qblock_mxfp4 *)(w + row * rb))->e = (uint8_t[]){0, 1, 2, 200}[row % 4];
+        if (extreme) { /* Q4_0: nibbles 15 or 0; Q8_0: 127 or -128; MXFP4: levels +-12; Q4_K: also scales and mins 63;
                           Q6_K: quants 63 or 0 (the int16 pair sums' bound), scales 127 or -128 */
             for (int i = 0; i < n / t->block; i++) {
                 if (type == QB_Q6_K) {
@@ -563,6 +591,8 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
                     memset(b->scales, 0xff, sizeof b->scales);
                 } else if (type == QB_Q4_0)
                     memset(((qblock_q4_0 *)(w + row * rb))[i].qs, row % 2 ? 0xff : 0, 16);
+                else if (type == QB_MXFP4) /* levels 12 (+12: 24, the pair sums' bound) or -12 */
+                    memset(((qblock_mxfp4 *)(w + row * rb))[i].qs, row % 2 ? 0x77 : 0xff, 16);
                 else
                     memset(((qblock_q8_0 *)(w + row * rb))[i].qs, row % 2 ? 0x7f : 0x80, 32);
             }
@@ -595,6 +625,10 @@ static void check_x8(const cpu_qdot *qd, int type, int n, int n_rows, int extrem
                     CK_CHECK_MSG(close_enough(s[8 * c + j], s1, mag[row * M + m]),
                                  "%s dot8 row %d col %d: %.9g, dot %.9g", t->x8_impl, row, m, s[8 * c + j],
                                  s1);
+                    /* MXFP4's C kernels do the same steps in the same order */
+                    if (type == QB_MXFP4 && !strcmp(t->x8_impl, "c") && !strcmp(t->impl, "c"))
+                        CK_CHECK_MSG(s[8 * c + j] == s1, "mxfp4 c dot8 row %d col %d: %.9g, dot %.9g", row, m,
+                                     s[8 * c + j], s1);
                 }
         }
     /* the driver: ranges inside groups, into the tail, accumulating onto 1 */
@@ -626,8 +660,8 @@ static void test_x8_every_isa(void) {
         cpu_qdot_init(&qd, isa);
         rng r = {0xA0761D6478BD642FULL + (uint64_t)isa};
         static const int ns[] = {32, 96, 256, 768, 2048};
-        static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
-        for (int ty = 0; ty < 4; ty++) {
+        static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K, QB_MXFP4};
+        for (int ty = 0; ty < 5; ty++) {
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 if (ns[k] % cpu_qdot_type(&qd, x8types[ty])->block) continue;
                 check_x8(&qd, x8types[ty], ns[k], 19, 0, &r);
@@ -649,10 +683,10 @@ static void test_x8_same_bits_as_avx2(void) {
     }
     cpu_qdot q2;
     cpu_qdot_init(&q2, CPU_ISA_AVX2);
-    static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+    static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K, QB_MXFP4};
     enum { N = 2048, ROWS = 8 };
     rng r = {0x94D049BB133111EBULL};
-    for (int ty = 0; ty < 4; ty++) {
+    for (int ty = 0; ty < 5; ty++) {
         const cpu_qtype *t2 = cpu_qdot_type(&q2, x8types[ty]);
         const size_t rb = (size_t)(N / t2->block) * t2->block_bytes, ab = qact_row_bytes(t2->act, N);
         unsigned char *w = malloc(rb * ROWS), *w8 = malloc(cpu_qdot_x8_bytes(t2, ROWS, N)),
@@ -693,7 +727,7 @@ static void test_table(void) {
         {QB_Q5_0, QB_Q8_0, 32, 22},    {QB_Q5_1, QB_Q8_1, 32, 24},    {QB_IQ4_NL, QB_Q8_0, 32, 18},
         {QB_Q2_K, QB_Q8_K, 256, 84},   {QB_Q3_K, QB_Q8_K, 256, 110},  {QB_Q4_K, QB_Q8_K, 256, 144},
         {QB_Q5_K, QB_Q8_K, 256, 176},  {QB_Q6_K, QB_Q8_K, 256, 210},  {QB_IQ4_XS, QB_Q8_K, 256, 136},
-        {QB_MXFP4, QB_Q8_0, 32, 17},
+        {QB_MXFP4, QACT_Q8_0S, 32, 17},
     };
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         cpu_qdot qd;
@@ -715,16 +749,16 @@ static void test_table(void) {
         if (isa == CPU_ISA_C) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "c"));
         if (isa >= CPU_ISA_AVX2) CK_CHECK(!strcmp(cpu_qdot_type(&qd, QB_Q4_K)->impl, "avx2"));
         /* MXFP4 has a kernel of its own at C, AVX2 and AVX-512 (VNNI runs
-         * the AVX-512 one), never the generic code; no x8 layout */
+         * the AVX-512 one), never the generic code; x8 at every level */
         const cpu_qtype *mx = cpu_qdot_type(&qd, QB_MXFP4);
         const char *mx_want = isa == CPU_ISA_C      ? "c"
                               : isa == CPU_ISA_AVX2 ? "avx2"
                                                     : cpu_isa_name(CPU_ISA_AVX512);
-        CK_CHECK_MSG(mx && !strcmp(mx->impl, mx_want) && !mx->dot8 && !mx->x8_impl, "isa %d mxfp4 %s", isa,
-                     mx ? mx->impl : "none");
+        CK_CHECK_MSG(mx && !strcmp(mx->impl, mx_want) && mx->dot8 && mx->x8_bytes == 136, "isa %d mxfp4 %s",
+                     isa, mx ? mx->impl : "none");
         /* the x8 kernels exist at every level: each level runs its own */
-        for (int ty = 0; ty < 4; ty++) {
-            static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K};
+        for (int ty = 0; ty < 5; ty++) {
+            static const int x8types[] = {QB_Q4_0, QB_Q8_0, QB_Q4_K, QB_Q6_K, QB_MXFP4};
             const cpu_qtype *t = cpu_qdot_type(&qd, x8types[ty]);
             CK_CHECK_MSG(t->x8_impl && !strcmp(t->x8_impl, cpu_isa_name(isa)), "isa %d type %d x8 %s", isa,
                          x8types[ty], t->x8_impl ? t->x8_impl : "none");

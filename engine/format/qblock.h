@@ -165,6 +165,13 @@ typedef struct qblock_q8_0x8 {
     uint16_t d[8];
     int8_t qs[8 * QBLOCK_32];
 } qblock_q8_0x8;
+/* Likewise 8 rows' MXFP4 blocks: e[r] is row r's E8M0 scale, qs as
+ * qblock_q4_0x8's (qs[32 h + 4 r + b] is row r's qs[4 h + b]). 136 bytes,
+ * as the 8 blocks. */
+typedef struct qblock_mxfp4x8 {
+    uint8_t e[8];
+    uint8_t qs[8 * QBLOCK_32 / 2];
+} qblock_mxfp4x8;
 /* 8 rows' Q4_K super-blocks, their 6-bit scales and mins unpacked to bytes
  * (a product then reads them as vectors instead of unpacking 12 bytes a
  * row): sc[s][r] the scale of sub-block s (of 32 elements) of row r;
@@ -197,6 +204,7 @@ typedef struct qblock_q6_Kx8 {
 QBLOCK_ASSERT(sizeof(qblock_q6_Kx8) == 8 * 210, "q6_Kx8");
 QBLOCK_ASSERT(sizeof(qblock_q4_0x8) == 8 * 18, "q4_0x8");
 QBLOCK_ASSERT(sizeof(qblock_q8_0x8) == 8 * 34, "q8_0x8");
+QBLOCK_ASSERT(sizeof(qblock_mxfp4x8) == 8 * 17, "mxfp4x8");
 QBLOCK_ASSERT(sizeof(qblock_q4_Kx8) == 1184, "q4_Kx8");
 QBLOCK_ASSERT(sizeof(qblock_q4_0) == 18, "q4_0");
 QBLOCK_ASSERT(sizeof(qblock_q4_1) == 20, "q4_1");

@@ -177,7 +177,21 @@ static const qdot_row rows[] = {
     ROW_MORE(Q3_K, q3_K, QB_Q8_K, QBLOCK_K, qblock_q3_K),
     ROW_MORE(Q5_K, q5_K, QB_Q8_K, QBLOCK_K, qblock_q5_K),
     ROW_MORE(IQ4_XS, iq4_xs, QB_Q8_K, QBLOCK_K, qblock_iq4_xs),
-    ROW_MORE(MXFP4, mxfp4, QB_Q8_0, QBLOCK_32, qblock_mxfp4),
+    /* MXFP4 runs repacked too (gpt-oss's experts). Its x8 kernels take the
+     * levels plus 12 (unsigned bytes, what vpdpbusd / maddubs multiply) and
+     * take 12 sum(y) off from the q8_0s row's block sums, as Q4_0's take
+     * their -8 off; the one-row kernel reads those rows as q8_0. */
+    {QB_MXFP4,
+     QACT_Q8_0S,
+     QBLOCK_32,
+     (int)sizeof(qblock_mxfp4),
+     generic_MXFP4,
+     {cpu_vdot_mxfp4_c, X86(MORE2(cpu_vdot_mxfp4_avx2)), X86(MORE5(cpu_vdot_mxfp4_avx512)), NULL},
+     {NULL, NULL, NULL, NULL},
+     {NULL, NULL, NULL, NULL},
+     0,
+     {cpu_vdot8_mxfp4_c, X86(cpu_vdot8_mxfp4_avx2), X86(cpu_vdot8_mxfp4_avx512), X86(cpu_vdot8_mxfp4_vnni)},
+     (int)sizeof(qblock_mxfp4x8)},
 };
 _Static_assert(sizeof rows / sizeof rows[0] <= CPU_QDOT_MAX_TYPES, "CPU_QDOT_MAX_TYPES");
 
@@ -281,7 +295,8 @@ static void pack8_q6_K(qblock_q6_Kx8 *o, const unsigned char *b, size_t rb) {
 
 int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int k) {
     if (!t || !t->dot8 || n < 0 || k <= 0 || k % t->block ||
-        (t->type != QB_Q4_0 && t->type != QB_Q8_0 && t->type != QB_Q4_K && t->type != QB_Q6_K))
+        (t->type != QB_Q4_0 && t->type != QB_Q8_0 && t->type != QB_Q4_K && t->type != QB_Q6_K &&
+         t->type != QB_MXFP4))
         return CK_EINVAL;
     const int nb = k / t->block;
     const size_t bb = (size_t)t->block_bytes, rb = (size_t)nb * bb, xb = (size_t)t->x8_bytes;
@@ -298,11 +313,12 @@ int cpu_qdot_repack8(const cpu_qtype *t, void *dst, const void *src, int n, int 
                 pack8_q6_K((qblock_q6_Kx8 *)o, x + (size_t)i * bb, rb);
                 continue;
             }
-            const int h_n = t->type == QB_Q4_0 ? 4 : 8; /* Q4_0, Q8_0: d, then 4-byte groups of qs */
+            /* Q4_0, Q8_0, MXFP4: the rows' scales (f16 d, or E8M0 e), then 4-byte groups of qs */
+            const int h_n = t->type == QB_Q8_0 ? 8 : 4, sb = t->type == QB_MXFP4 ? 1 : 2;
             for (int r = 0; r < 8; r++) {
                 const unsigned char *b = x + (size_t)r * rb + (size_t)i * bb;
-                memcpy(o + 2 * r, b, 2);
-                for (int h = 0; h < h_n; h++) memcpy(o + 16 + 32 * h + 4 * r, b + 2 + 4 * h, 4);
+                memcpy(o + sb * r, b, (size_t)sb);
+                for (int h = 0; h < h_n; h++) memcpy(o + 8 * sb + 32 * h + 4 * r, b + sb + 4 * h, 4);
             }
         }
     }

@@ -16,9 +16,9 @@
  * cpu_vdotn_* variants that take up to CPU_QDOT_NCOLS activation rows at
  * once (one weight row unpacked once for all of them: batches) and, for
  * Q8_0, Q4_0 and Q4_K, cpu_vdot2_* that take two weight rows with them
- * (batches of dot2_min_m rows and more, prefill). Q8_0, Q4_0, Q4_K and
- * Q6_K matrices are repacked at load into groups of 8 interleaved rows
- * (cpu_qdot_repack8, qblock.h's _x8 blocks) and run on cpu_vdot8_*, one
+ * (batches of dot2_min_m rows and more, prefill). Q8_0, Q4_0, Q4_K,
+ * Q6_K and MXFP4 matrices are repacked at load into groups of 8
+ * interleaved rows (cpu_qdot_repack8, qblock.h's _x8 blocks) and run on cpu_vdot8_*, one
  * row a vector lane, at every batch size: the kernels above then serve
  * only a matrix's n % 8 last rows (and callers that keep the file's
  * layout). The x8 kernels have AVX-512 and VNNI versions too (512 bits,
@@ -168,6 +168,12 @@ void cpu_vdot8_q4_K_c(int n, int ncols, float *s, const void *w, const void *a, 
 void cpu_vdot8_q4_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q6_K_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q6_K_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+/* MXFP4 x8 (a: QACT_Q8_0S rows): C in cpu_qdot_legacy_c.c, AVX2 in
+ * cpu_qdot_base_avx2.c, AVX-512 and VNNI in cpu_qdot_x8_body.h */
+void cpu_vdot8_mxfp4_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_mxfp4_avx2(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_mxfp4_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
+void cpu_vdot8_mxfp4_vnni(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 /* the same at 512 bits (cpu_qdot_x8_body.h), without and with VNNI */
 void cpu_vdot8_q4_0_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);
 void cpu_vdot8_q8_0_avx512(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride);

@@ -656,6 +656,54 @@ static inline __attribute__((always_inline)) void dot8_q4_0(int n, const int nco
 
 X8_ENTRY(q4_0)
 
+/* MXFP4, 8 interleaved rows (qblock_mxfp4x8, Q4_0's nibble layout): each
+ * nibble looked up as its level + 12 (x8_mxfp4_u, one shuffle for the 8
+ * rows), then Q4_0's products. A maddubs pair reaches 2 x 24 x 127, so the
+ * int16 sums take two of the four groups (4 x 6096 fits) before a madd
+ * makes them int32; 12 sum(y) comes off with the block's float step. */
+static inline __attribute__((always_inline)) void dot8_mxfp4(int n, const int ncols, float *s, const void *w,
+                                                             const void *a, size_t a_stride) {
+    const qblock_mxfp4x8 *x = w;
+    const int nb = n / QBLOCK_32;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x8_mxfp4_u));
+    const qblock_q8_0 *y[CPU_QDOT_NCOLS];
+    const int16_t *ys[CPU_QDOT_NCOLS];
+    __m256 acc[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) {
+        acc[c] = _mm256_setzero_ps();
+        y[c] = (const qblock_q8_0 *)((const char *)a + (size_t)(c < ncols ? c : 0) * a_stride);
+        ys[c] = (const int16_t *)(y[c] + nb);
+    }
+    for (int i = 0; i < nb; i++) {
+        for (int l = 0; l < 3; l++) x8_prefetch((const char *)&x[i] + 64 * l); /* the block's 136 bytes */
+        const __m256 dx = x8_e8m0_half(x[i].e);
+        __m256i p[CPU_QDOT_NCOLS], p16[CPU_QDOT_NCOLS];
+        for (int c = 0; c < CPU_QDOT_NCOLS; c++) p[c] = p16[c] = _mm256_setzero_si256();
+        for (int h = 0; h < 4; h++) {
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, m4));
+            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
+            for (int c = 0; c < ncols; c++) {
+                int32_t l4, h4;
+                memcpy(&l4, y[c][i].qs + 4 * h, 4);
+                memcpy(&h4, y[c][i].qs + 16 + 4 * h, 4);
+                p16[c] = _mm256_add_epi16(p16[c],
+                                          _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(l4)),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(h4))));
+                if (h % 2) {
+                    p[c] = _mm256_add_epi32(p[c], _mm256_madd_epi16(p16[c], ones));
+                    p16[c] = _mm256_setzero_si256();
+                }
+            }
+        }
+        for (int c = 0; c < ncols; c++) acc[c] = x8_mxfp4_tail(acc[c], dx, f16(y[c][i].d), p[c], ys[c][i]);
+    }
+    for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
+}
+
+X8_ENTRY(mxfp4)
+
 /* Q8_0, 8 interleaved rows: signed weights, so the sign trick per 4
  * elements (|w| shared by the columns); a maddubs pair reaches 2 x 127 x
  * 127, so each is made int32 at once (no int16 sums as Q4_0's). */

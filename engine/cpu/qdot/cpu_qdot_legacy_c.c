@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_qdot.h"
 #include "cpu_qdot_more.h"
 #include "qblock.h"
 #include "quant.h"
@@ -113,4 +114,34 @@ void cpu_vdot_mxfp4_c(int n, float *s, const void *w, const void *a) {
         sum += quant_f16_to_f32(y[b].d) * de * (float)isum;
     }
     *s = sum;
+}
+
+/* MXFP4 x8 (cpu_qdot.h, qblock_mxfp4x8): each row as cpu_vdot_mxfp4_c
+ * computes it, the same integer sum and the same float steps, so the two
+ * give the same bits. a: QACT_Q8_0S rows, read as q8_0 (the vector x8
+ * kernels use their block sums). */
+void cpu_vdot8_mxfp4_c(int n, int ncols, float *s, const void *w, const void *a, size_t a_stride) {
+    const qblock_mxfp4x8 *x = w;
+    const int nb = n / QBLOCK_32;
+    for (int c = 0; c < ncols; c++) {
+        const qblock_q8_0 *y = (const qblock_q8_0 *)((const char *)a + (size_t)c * a_stride);
+        float sum[8] = {0};
+        for (int i = 0; i < nb; i++) {
+            const float dy = quant_f16_to_f32(y[i].d);
+            for (int r = 0; r < 8; r++) {
+                int si = 0;
+                for (int h = 0; h < 4; h++)
+                    for (int b = 0; b < 4; b++) {
+                        const int q = x[i].qs[32 * h + 4 * r + b];
+                        si += qblock_mxfp4_values[q & 0x0f] * y[i].qs[4 * h + b] +
+                              qblock_mxfp4_values[q >> 4] * y[i].qs[16 + 4 * h + b];
+                    }
+                const uint32_t eb = qblock_e8m0_half_bits(x[i].e[r]);
+                float de;
+                memcpy(&de, &eb, 4);
+                sum[r] += dy * de * (float)si;
+            }
+        }
+        for (int r = 0; r < 8; r++) s[8 * c + r] = sum[r];
+    }
 }

@@ -1,5 +1,5 @@
 /* cpu_qdot_x8_body.h - the 8-row (x8) products at 512 bits: cpu_vdot8_*
- * for Q4_0, Q8_0, Q4_K and Q6_K (cpu_qdot.h's contract, qblock.h's x8
+ * for Q4_0, Q8_0, Q4_K, Q6_K and MXFP4 (cpu_qdot.h's contract, qblock.h's x8
  * layouts), included by cpu_qdot_x8_avx512.c (AVX-512 F/BW/VL/DQ) and by
  * cpu_qdot_x8_vnni.c (the same plus VNNI), which define X8_ISA to their
  * suffix. With __AVX512VNNI__ the byte products go straight to int32 sums
@@ -93,6 +93,48 @@ static inline __attribute__((always_inline)) void x8_q4_0(int n, const int ncols
             p = x8_dpbusd(p, h1, X8_PAIR(yv, 6, 7));
             acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(x8_f16(y[c][i].d))),
                                      _mm256_cvtepi32_ps(x8_fold(p)), acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
+}
+
+/* --------------------------------------------------------------- MXFP4 */
+
+/* qblock_mxfp4x8: Q4_0's nibble layout, each nibble looked up as its
+ * level + 12 (x8_mxfp4_u: one byte shuffle a vector for the 8 rows), so the
+ * products are Q4_0's, and 12 sum(y) comes off after (-6 sum(y) in each
+ * half, as Q4_0's -4). Without VNNI maddubs's pair sums reach 2 x 24 x 127:
+ * no saturation. */
+static inline __attribute__((always_inline)) void x8_mxfp4(int n, const int ncols, float *s, const void *w,
+                                                           const void *a, size_t a_stride) {
+    const qblock_mxfp4x8 *x = w;
+    const int nb = n / QBLOCK_32;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x8_mxfp4_u));
+    const qblock_q8_0 *y[CPU_QDOT_NCOLS];
+    const int16_t *ys[CPU_QDOT_NCOLS];
+    __m256 acc[CPU_QDOT_NCOLS];
+    for (int c = 0; c < CPU_QDOT_NCOLS; c++) {
+        acc[c] = _mm256_setzero_ps();
+        y[c] = (const qblock_q8_0 *)((const char *)a + (size_t)(c < ncols ? c : 0) * a_stride);
+        ys[c] = (const int16_t *)(y[c] + nb);
+    }
+    for (int i = 0; i < nb; i++) {
+        for (int l = 0; l < 3; l++) x8_prefetch((const char *)&x[i] + 64 * l); /* the block's 136 bytes */
+        const __m256 dx = x8_e8m0_half(x[i].e);
+        const __m512i b0 = _mm512_loadu_si512(x[i].qs), b1 = _mm512_loadu_si512(x[i].qs + 64);
+        const __m512i l0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(b0, m4));
+        const __m512i h0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b0, 4), m4));
+        const __m512i l1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(b1, m4));
+        const __m512i h1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4));
+        for (int c = 0; c < ncols; c++) {
+            const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[c][i].qs));
+            __m512i p = _mm512_setzero_si512();
+            p = x8_dpbusd(p, l0, X8_PAIR(yv, 0, 1));
+            p = x8_dpbusd(p, h0, X8_PAIR(yv, 4, 5));
+            p = x8_dpbusd(p, l1, X8_PAIR(yv, 2, 3));
+            p = x8_dpbusd(p, h1, X8_PAIR(yv, 6, 7));
+            acc[c] = x8_mxfp4_tail(acc[c], dx, x8_f16(y[c][i].d), x8_fold(p), ys[c][i]);
         }
     }
     for (int c = 0; c < ncols; c++) _mm256_storeu_ps(s + 8 * c, acc[c]);
@@ -318,5 +360,6 @@ X8_ENTRY(q4_0)
 X8_ENTRY(q8_0)
 X8_ENTRY(q4_K)
 X8_ENTRY(q6_K)
+X8_ENTRY(mxfp4)
 
 #endif

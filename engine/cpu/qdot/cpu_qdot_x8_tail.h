@@ -1,5 +1,5 @@
 /* cpu_qdot_x8_tail.h - the float end of a super-block in the Q4_K and Q6_K
- * 8-row (x8) kernels, one column at a time: shared by the AVX2 ones
+ * 8-row (x8) kernels (and of an MXFP4 block, with its scales' decoding), one column at a time: shared by the AVX2 ones
  * (cpu_qdot_base_avx2.c) and the 512-bit ones (cpu_qdot_x8_body.h, built
  * twice: AVX-512 and VNNI). Each of them makes a block's exact int32 sums
  * of the 8 rows its own way; from there on the work is this, in this
@@ -11,6 +11,8 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+#include <stdint.h>
 
 #include "qblock.h"
 
@@ -41,6 +43,30 @@ static inline __attribute__((always_inline)) __m256 x8_q6_K_tail(__m256 acc, __m
                                                                  __m256i sumi, __m256i off) {
     const __m256i si = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
     return _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(yd)), _mm256_cvtepi32_ps(si), acc);
+}
+
+/* MXFP4's levels plus 12 (qblock_mxfp4_values[q] + 12, 0..24): unsigned
+ * bytes, the operand maddubs and vpdpbusd take unsigned, looked up by
+ * nibble with one byte shuffle. The x8 kernels take 12 sum(y) off a block's
+ * sum after (the q8_0s row's block sums), so it stays exact. */
+static const uint8_t x8_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+/* The 8 rows' MXFP4 scales 2^(e - 128) (qblock_e8m0_half_bits) from their
+ * E8M0 bytes: (e - 1) << 23 as f32 bits, below e = 2 the subnormals
+ * 2^21 << e. */
+static inline __attribute__((always_inline)) __m256 x8_e8m0_half(const uint8_t *e) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(nrm, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v)));
+}
+
+/* MXFP4: acc + (dx dy) (sumi - 12 ysum), dx the rows' scales of the block
+ * (x8_e8m0_half), ysum the activation block's sum (the levels' +12 off). */
+static inline __attribute__((always_inline)) __m256 x8_mxfp4_tail(__m256 acc, __m256 dx, float dy,
+                                                                  __m256i sumi, int ysum) {
+    const __m256i si = _mm256_sub_epi32(sumi, _mm256_set1_epi32(12 * ysum));
+    return _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(si), acc);
 }
 
 #endif
