@@ -17,7 +17,7 @@
  *    type's 8-bit partner (cpu_qact.h) into scratch sized here, and
  *    cpu_qdot.c's integer kernels multiply the blocks directly; at batch 1
  *    that streams the file's bytes, not 4 a weight. A type with an
- *    interleaved layout (Q4_0, Q8_0, Q4_K: 8 rows a block, one row a
+ *    interleaved layout (Q4_0, Q8_0, Q4_K, Q6_K, MXFP4: 8 rows a block, one row a
  *    vector lane) is repacked here into a copy of about the same size (Q4_K
  *    2.8 % more) whose mapped pages are then dropped, so memory stays about
  *    the file's size. */

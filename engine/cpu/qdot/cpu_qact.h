@@ -13,7 +13,8 @@
  *         for byte, then one int16 per block, sum(q) of that block. Q4_0's
  *         interleaved kernels take it: sum (q4 - 8) y = sum q4 y - 8 sum y,
  *         and the second term, the same for every weight row, is then read
- *         instead of computed per row. Kernels that want q8_0 read its
+ *         instead of computed per row; MXFP4's likewise (its levels + 12,
+ *         then 12 sum y off). Kernels that want q8_0 read its
  *         blocks unchanged (the row is just longer).
  *
  * Pure functions: no state, no allocation, thread-safe. x and y must not
