@@ -191,7 +191,8 @@ static const qdot_row rows[] = {
      {NULL, NULL, NULL, NULL},
      0,
      {cpu_vdot8_mxfp4_c, X86(cpu_vdot8_mxfp4_avx2), X86(cpu_vdot8_mxfp4_avx512), X86(cpu_vdot8_mxfp4_vnni)},
-     (int)sizeof(qblock_mxfp4x8)},
+     (int)sizeof(qblock_mxfp4x8),
+     {NULL, NULL, NULL, NULL}}, /* no tiles: many rows run the x8 kernels */
 };
 _Static_assert(sizeof rows / sizeof rows[0] <= CPU_QDOT_MAX_TYPES, "CPU_QDOT_MAX_TYPES");
 
