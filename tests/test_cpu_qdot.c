@@ -723,10 +723,10 @@ static void test_table(void) {
     static const struct {
         int type, act, block, bytes;
     } want[] = {
-        {QB_Q8_0, QACT_Q8_0S, 32, 34}, {QB_Q4_0, QACT_Q8_0S, 32, 18}, {QB_Q4_1, QB_Q8_1, 32, 20},
-        {QB_Q5_0, QB_Q8_0, 32, 22},    {QB_Q5_1, QB_Q8_1, 32, 24},    {QB_IQ4_NL, QB_Q8_0, 32, 18},
-        {QB_Q2_K, QB_Q8_K, 256, 84},   {QB_Q3_K, QB_Q8_K, 256, 110},  {QB_Q4_K, QB_Q8_K, 256, 144},
-        {QB_Q5_K, QB_Q8_K, 256, 176},  {QB_Q6_K, QB_Q8_K, 256, 210},  {QB_IQ4_XS, QB_Q8_K, 256, 136},
+        {QB_Q8_0, QACT_Q8_0S, 32, 34},  {QB_Q4_0, QACT_Q8_0S, 32, 18}, {QB_Q4_1, QB_Q8_1, 32, 20},
+        {QB_Q5_0, QB_Q8_0, 32, 22},     {QB_Q5_1, QB_Q8_1, 32, 24},    {QB_IQ4_NL, QB_Q8_0, 32, 18},
+        {QB_Q2_K, QB_Q8_K, 256, 84},    {QB_Q3_K, QB_Q8_K, 256, 110},  {QB_Q4_K, QB_Q8_K, 256, 144},
+        {QB_Q5_K, QB_Q8_K, 256, 176},   {QB_Q6_K, QB_Q8_K, 256, 210},  {QB_IQ4_XS, QB_Q8_K, 256, 136},
         {QB_MXFP4, QACT_Q8_0S, 32, 17},
     };
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
