@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "cpu_attn_chunk.h"
 #include "cpu_layer.h"
 #include "cpu_prefetch.h"
 #include "kv.h"
@@ -460,6 +461,8 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     if (threads > 1 && M == 1 && cb->attn && att_macs >= PAR_MIN_HEAD_MACS &&
         attend_heads(cb, bt, l, i0, threads, s->mass_scale)) {
         /* done, split by heads */
+    } else if (M > 1 && cpu_attn_chunk(cb, s) == 1) {
+        /* done by tiles: each KV block read once per tile of queries */
     } else if (threads > 1 && att_macs >= PAR_MIN_ATT_MACS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, omp_get_thread_num(), s->mass_scale);
