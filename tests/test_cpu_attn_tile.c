@@ -38,7 +38,8 @@ static int run_case(const tcase *c, int isa) {
     const int H = c->H, hd = c->hd, gqa = c->gqa, kvd = H / gqa * hd, bs = c->bs, M = c->M;
     const int P = c->ctx0 + M, nb = (P + bs - 1) / bs, qd = H * hd;
     attn_shape s = {H, hd, kvd, bs, gqa, NULL};
-    float *kv = malloc(sizeof(float) * (size_t)nb * 2 * bs * kvd), *q = malloc(sizeof(float) * (size_t)M * qd);
+    float *kv = malloc(sizeof(float) * (size_t)nb * 2 * bs * kvd),
+          *q = malloc(sizeof(float) * (size_t)M * qd);
     float *out_t = calloc((size_t)M * qd, sizeof(float)), *out_k = calloc((size_t)M * qd, sizeof(float));
     float sinks[16], *mass_t = calloc((size_t)nb, sizeof(float)), *mass_k = calloc((size_t)nb, sizeof(float));
     double *mass_r = calloc((size_t)nb, sizeof(double)), *out_r = calloc((size_t)M * qd, sizeof(double));
@@ -126,14 +127,14 @@ static int run_case(const tcase *c, int isa) {
     for (int b = 0; b < nb && !bad; b++) {
         const double tol = 1e-5 * (1.0 + mass_r[b]);
         if (fabs(mass_t[b] - mass_r[b]) > tol || (kern && fabs(mass_t[b] - mass_k[b]) > tol)) {
-            fprintf(stderr, "  mass[%d]: tiles %.9g, token kernel %.9g, double %.9g\n", b, mass_t[b], mass_k[b],
-                    mass_r[b]);
+            fprintf(stderr, "  mass[%d]: tiles %.9g, token kernel %.9g, double %.9g\n", b, mass_t[b],
+                    mass_k[b], mass_r[b]);
             bad = 1;
         }
     }
     if (bad)
-        fprintf(stderr, "  case H %d gqa %d hd %d bs %d ctx0 %d M %d window %d sinks %d isa %s\n", H, gqa, hd, bs,
-                c->ctx0, M, c->window, c->sinks, cpu_isa_name(isa));
+        fprintf(stderr, "  case H %d gqa %d hd %d bs %d ctx0 %d M %d window %d sinks %d isa %s\n", H, gqa, hd,
+                bs, c->ctx0, M, c->window, c->sinks, cpu_isa_name(isa));
     free(kv), free(q), free(out_t), free(out_k), free(mass_t), free(mass_k), free(mass_r), free(out_r);
     free(blk), free(blk_j), free(pos), free(rows), free(att), free(scr), free(mass1), free(sc);
     return bad;

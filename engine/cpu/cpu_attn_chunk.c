@@ -32,7 +32,8 @@ static void run_of(const be_batch *bt, int i0, int i_end, int *i1, int *pmin, in
  * or a query's own block is not listed. */
 static int run_blocks(const cpu_backend *cb, int l, const be_batch *bt, int i0, int i1, int pmin, int pmax,
                       const float **blk, int *blk_j) {
-    const int q = bt->seq[i0], bs = cb->base.opt.block_size, kvd = cb->kv_dim, window = cb->layers[l].attn.window;
+    const int q = bt->seq[i0], bs = cb->base.opt.block_size, kvd = cb->kv_dim,
+              window = cb->layers[l].attn.window;
     const be_seq_view *v = &bt->seqs[q];
     const int32_t *list = cb->hot_list + (size_t)q * cb->max_blocks;
     const int first = window > 0 && pmin - window + 1 > 0 ? pmin - window + 1 : 0;
@@ -57,7 +58,8 @@ static int run_blocks(const cpu_backend *cb, int l, const be_batch *bt, int i0, 
 /* Queries a tile takes so that its scratch and mass fit a slot; 0: none fit. */
 static int tile_tokens(const cpu_backend *cb, int nb, int mass) {
     for (int t = CHUNK_TILE; t >= 1; t /= 2)
-        if (attn_tile_scratch(&cb->ashape, t * cb->ashape.gqa, nb, mass) + (size_t)nb <= cb->scores_per_thread)
+        if (attn_tile_scratch(&cb->ashape, t * cb->ashape.gqa, nb, mass) + (size_t)nb <=
+            cb->scores_per_thread)
             return t;
     return 0;
 }
@@ -89,15 +91,37 @@ static void chunk_item(chunk_job *j, int it, int slot) {
         }
 }
 
-int cpu_attn_chunk(cpu_backend *cb, const cpu_span *s) {
+/* Whether token i of the span is a run of its own (a decode step's token). */
+static int alone(const be_batch *bt, const cpu_span *s, int i) {
+    return (i == s->i0 || bt->seq[i - 1] != bt->seq[i]) && (i + 1 == s->i1 || bt->seq[i + 1] != bt->seq[i]);
+}
+
+int cpu_attn_chunk(cpu_backend *cb, const cpu_span *s, cpu_attn_token_fn token) {
     const be_batch *bt = s->bt;
     const int l = s->l;
     if (!cb->attn || s->i1 - s->i0 < 2) return 0;
     /* every run first: a refusal must come before anything is written */
+    int tiled = 0;
     for (int i0 = s->i0, i1, pmin, pmax; i0 < s->i1; i0 = i1) {
         run_of(bt, i0, s->i1, &i1, &pmin, &pmax);
+        if (i1 - i0 < 2) continue;
         const int nb = run_blocks(cb, l, bt, i0, i1, pmin, pmax, NULL, NULL);
         if (nb < 1 || !tile_tokens(cb, nb, bt->seqs[bt->seq[i0]].mass != NULL)) return 0;
+        tiled = 1;
+    }
+    if (!tiled) return 0; /* a decode batch: the token path as it is */
+    /* the lone tokens (decode steps batched with a prefill chunk) by the
+     * token path, split over the threads as attn_forward splits a batch */
+    size_t macs = 0;
+    for (int i = s->i0; i < s->i1; i++)
+        if (alone(bt, s, i)) macs += 2 * (size_t)cb->q_dim * (size_t)(bt->pos[i] + 1);
+    if (s->threads > 1 && macs >= PAR_MIN_ATT_MACS) {
+#pragma omp parallel for num_threads(s->threads) schedule(dynamic, 1)
+        for (int i = s->i0; i < s->i1; i++)
+            if (alone(bt, s, i)) token(cb, bt, l, i, omp_get_thread_num(), s->mass_scale);
+    } else {
+        for (int i = s->i0; i < s->i1; i++)
+            if (alone(bt, s, i)) token(cb, bt, l, i, s->slot, s->mass_scale);
     }
     /* the span's slot: spans of a token split run at once, each with its own */
     const float **blk = cb->att_blk + (size_t)s->slot * cb->max_blocks;
@@ -105,6 +129,7 @@ int cpu_attn_chunk(cpu_backend *cb, const cpu_span *s) {
     const int n_kv = cb->ashape.n_heads / cb->ashape.gqa;
     for (int i0 = s->i0, i1, pmin, pmax; i0 < s->i1; i0 = i1) {
         run_of(bt, i0, s->i1, &i1, &pmin, &pmax);
+        if (i1 - i0 < 2) continue; /* done above */
         const be_seq_view *v = &bt->seqs[bt->seq[i0]];
         const int nb = run_blocks(cb, l, bt, i0, i1, pmin, pmax, blk, blk_j);
         attn_shape sh = cb->ashape;

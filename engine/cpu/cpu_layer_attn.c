@@ -461,7 +461,7 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     if (threads > 1 && M == 1 && cb->attn && att_macs >= PAR_MIN_HEAD_MACS &&
         attend_heads(cb, bt, l, i0, threads, s->mass_scale)) {
         /* done, split by heads */
-    } else if (M > 1 && cpu_attn_chunk(cb, s) == 1) {
+    } else if (M > 1 && cpu_attn_chunk(cb, s, attend_batch_token) == 1) {
         /* done by tiles: each KV block read once per tile of queries */
     } else if (threads > 1 && att_macs >= PAR_MIN_ATT_MACS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

@@ -65,8 +65,8 @@ static float step_gk(const gemm_kernels *gk, const float *qh, const float *k, co
 }
 
 #if defined(__x86_64__)
-static float step_avx512(const gemm_kernels *gk, const float *qh, const float *k, const float *v, int kvd, int hd,
-                         int t0, int tn, float scale, float *o, float *mx, float *sum, float *sc) {
+static float step_avx512(const gemm_kernels *gk, const float *qh, const float *k, const float *v, int kvd,
+                         int hd, int t0, int tn, float scale, float *o, float *mx, float *sum, float *sc) {
     (void)gk;
     return attn_tile_step_avx512(qh, k, v, kvd, hd, t0, tn, scale, o, mx, sum, sc);
 }
@@ -104,7 +104,8 @@ int attn_tile_run(const gemm_kernels *gk, int isa, const attn_tile *a, int g, in
             if (mass) bsum[(size_t)r * nb + b] = 0.0f;
             if (!rows_of(base, bs, a->pos[i], a->window, &t0, &tn)) continue;
             const float *qh = a->q + (size_t)i * a->q_stride + (size_t)h * hd;
-            const float e = step(gk, qh, k, v, kvd, hd, t0, tn, scale, acc + (size_t)r * hd, mx + r, sum + r, sc);
+            const float e =
+                step(gk, qh, k, v, kvd, hd, t0, tn, scale, acc + (size_t)r * hd, mx + r, sum + r, sc);
             if (mass) {
                 bmx[(size_t)r * nb + b] = mx[r];
                 bsum[(size_t)r * nb + b] = e;

@@ -39,17 +39,17 @@
 #include "cpu_gemm.h"
 
 typedef struct attn_tile {
-    attn_shape s;             /* the layer's shape (its sinks) */
-    int window;               /* > 0: a query at p sees (p - window, p]; 0: everything to p */
-    const float *q;           /* n_tok rows, row i at q + i * q_stride: n_heads * head_dim */
-    size_t q_stride;          /* floats */
-    const int *pos;           /* (n_tok) each query's position */
-    int n_tok;                /* queries */
-    const float *const *blk;  /* (n_blk) each block's K rows (block_size x kv_dim, V rows after) */
-    const int *blk_j;         /* (n_blk) each block's logical index: positions j * block_size.. */
-    int n_blk;                /* blocks, in increasing blk_j; every block a query reads is here */
-    float *out;               /* n_tok rows at out + i * out_stride: n_heads * head_dim */
-    size_t out_stride;        /* floats */
+    attn_shape s;            /* the layer's shape (its sinks) */
+    int window;              /* > 0: a query at p sees (p - window, p]; 0: everything to p */
+    const float *q;          /* n_tok rows, row i at q + i * q_stride: n_heads * head_dim */
+    size_t q_stride;         /* floats */
+    const int *pos;          /* (n_tok) each query's position */
+    int n_tok;               /* queries */
+    const float *const *blk; /* (n_blk) each block's K rows (block_size x kv_dim, V rows after) */
+    const int *blk_j;        /* (n_blk) each block's logical index: positions j * block_size.. */
+    int n_blk;               /* blocks, in increasing blk_j; every block a query reads is here */
+    float *out;              /* n_tok rows at out + i * out_stride: n_heads * head_dim */
+    size_t out_stride;       /* floats */
 } attn_tile;
 
 /* Floats of scratch attn_tile_run needs for rows query rows (tokens x gqa)
