@@ -31,6 +31,8 @@ void cpu_embed(cpu_backend *cb, const be_batch *bt) {
             quant_to_f32(b->m->tok_emb.type,
                          (const char *)b->m->tok_emb.data + (size_t)bt->token[i] * cb->emb_row_bytes,
                          cb->x + (size_t)i * D, (uint64_t)D);
+        if (b->m->cfg.embd_scale != 0) /* Granite's embedding_scale */
+            for (int d = 0; d < D; d++) cb->x[(size_t)i * D + d] *= b->m->cfg.embd_scale;
     }
 }
 

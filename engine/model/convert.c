@@ -223,9 +223,9 @@ int convert_write_gguf(const model *m, int type, const char *path, char *err, si
         return CK_EUNSUPPORTED;
     }
     const model_config *c = &m->cfg;
-    if (c->conv_l) {
+    if (c->conv_l || c->ssm_d_conv) {
         snprintf(err, errlen,
-                 "convert: architecture %s (short-convolution layers) is not written by the "
+                 "convert: architecture %s (short-convolution or Mamba2 layers) is not written by the "
                  "converter; llama.cpp's writes it",
                  arch_by_id(c->arch) ? arch_by_id(c->arch)->name : "?");
         return CK_EUNSUPPORTED;
@@ -562,8 +562,12 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                  swa ? "needs a sliding window (n_swa > 0, period >= -1)" : "has no sliding window");
         return CK_EINVAL;
     }
-    const int conv = (a->keys & ARCH_READS_SHORTCONV) != 0;
-    if ((!conv && (p->conv_l || p->attn_layers)) ||
+    const int conv = (a->keys & ARCH_READS_SHORTCONV) != 0, ssm = (a->keys & ARCH_READS_MAMBA2) != 0;
+    if (!ssm && (p->ssm_d_state || p->ssm_n_group || p->ssm_n_head || p->ssm_d_conv)) {
+        snprintf(err, errlen, "synth: architecture %s has no Mamba2 layers", a->name);
+        return CK_EINVAL;
+    }
+    if ((!conv && (p->conv_l || (p->attn_layers && !ssm))) ||
         (conv && (p->conv_l == 1 || p->conv_l < 0 || p->conv_l > ARCH_MAX_CONV_L))) {
         snprintf(err, errlen, "synth: architecture %s %s", a->name,
                  conv ? "needs conv_l in 2..16" : "has no short-convolution layers");
@@ -579,6 +583,26 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if (conv) {
         c.conv_l = p->conv_l ? p->conv_l : 3;
         for (int l = 0; l < c.n_layers; l++) c.n_conv_layers += !synth_lfm2_attn(p->attn_layers, l);
+    }
+    if (ssm) { /* granitehybrid: Mamba2 where lfm2 has convolutions, Granite's scalars */
+        c.ssm_d_conv = p->ssm_d_conv ? p->ssm_d_conv : 4;
+        c.ssm_d_inner = 2 * c.dim;
+        c.ssm_d_state = p->ssm_d_state ? p->ssm_d_state : 16;
+        c.ssm_n_group = p->ssm_n_group ? p->ssm_n_group : 2;
+        c.ssm_n_head = p->ssm_n_head ? p->ssm_n_head : c.ssm_d_inner / 16;
+        if (c.ssm_d_conv < 2 || c.ssm_d_conv > ARCH_MAX_CONV_L || c.ssm_d_state < 1 ||
+            c.ssm_d_state > ARCH_MAX_SSM_STATE || c.ssm_n_group < 1 || c.ssm_n_head < 1 ||
+            c.ssm_d_inner % c.ssm_n_head || c.ssm_n_head % c.ssm_n_group) {
+            snprintf(err, errlen,
+                     "synth: Mamba2 conv_kernel %d (2..%d), state_size %d (1..%d), time_step_rank %d (a "
+                     "divisor of 2 dim = %d), group_count %d (a divisor of time_step_rank)",
+                     c.ssm_d_conv, ARCH_MAX_CONV_L, c.ssm_d_state, ARCH_MAX_SSM_STATE, c.ssm_n_head,
+                     c.ssm_d_inner, c.ssm_n_group);
+            return CK_EINVAL;
+        }
+        for (int l = 0; l < c.n_layers; l++) c.n_ssm_layers += !synth_lfm2_attn(p->attn_layers, l);
+        c.no_rope_step = 1;
+        c.embd_scale = 4.0f, c.resid_scale = 0.5f, c.logit_scale = 6.0f;
     }
     c.n_swa = p->n_swa;
     c.swa_period = p->swa_period > 0 ? p->swa_period : p->swa_period < 0 ? 0 : a->swa_period;
@@ -626,15 +650,32 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     if ((rc = write_hparams(w, &c, name, p->type, 0)) ||
         (!p->vocab_from && (rc = synth_vocab(w, c.vocab_size))))
         goto out;
-    if (conv) { /* l_cache, and head_count_kv per layer: 0 for a convolution layer */
+    if (conv || ssm) { /* head_count_kv per layer: 0 for a recurrent layer */
         char k[128];
         uint32_t kv[MODEL_MAX_LAYERS];
         for (int l = 0; l < c.n_layers; l++)
             kv[l] = synth_lfm2_attn(p->attn_layers, l) ? (uint32_t)c.n_kv_heads : 0;
-        if (gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SHORTCONV_L_CACHE),
-                                (uint32_t)c.conv_l) ||
+        if ((conv && gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SHORTCONV_L_CACHE),
+                                         (uint32_t)c.conv_l)) ||
             gguf_writer_set_arr(w, arch_key(k, sizeof k, a, ARCH_KEY_HEAD_COUNT_KV), GGUF_TYPE_UINT32, kv,
                                 (uint64_t)c.n_layers)) {
+            rc = CK_ENOMEM;
+            goto out;
+        }
+    }
+    if (ssm) {
+        char k[128];
+        c.attn_scale = 1.0f / (float)(c.head_dim ? c.head_dim : c.dim / c.n_heads);
+        if (gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SSM_CONV), (uint32_t)c.ssm_d_conv) ||
+            gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SSM_INNER), (uint32_t)c.ssm_d_inner) ||
+            gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SSM_STATE), (uint32_t)c.ssm_d_state) ||
+            gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SSM_GROUPS), (uint32_t)c.ssm_n_group) ||
+            gguf_writer_set_u32(w, arch_key(k, sizeof k, a, ARCH_KEY_SSM_HEADS), (uint32_t)c.ssm_n_head) ||
+            gguf_writer_set_bool(w, arch_key(k, sizeof k, a, ARCH_KEY_ROPE_FINETUNED), 0) ||
+            gguf_writer_set_f32(w, arch_key(k, sizeof k, a, ARCH_KEY_EMBD_SCALE), c.embd_scale) ||
+            gguf_writer_set_f32(w, arch_key(k, sizeof k, a, ARCH_KEY_RESID_SCALE), c.resid_scale) ||
+            gguf_writer_set_f32(w, arch_key(k, sizeof k, a, ARCH_KEY_ATTN_SCALE), c.attn_scale) ||
+            gguf_writer_set_f32(w, arch_key(k, sizeof k, a, ARCH_KEY_LOGIT_SCALE), c.logit_scale)) {
             rc = CK_ENOMEM;
             goto out;
         }
@@ -656,9 +697,13 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
     uint64_t biggest = V * D > F * D ? V * D : F * D;
     if (Q * D > biggest) biggest = Q * D;         /* attn_q, attn_output: more than V * D for a small vocab */
     if (3 * D * D > biggest) biggest = 3 * D * D; /* lfm2's in_proj */
-    if (E * D > biggest) biggest = E * D;         /* the router */
-    if (FE * D > biggest) biggest = FE * D;       /* one expert's matrix */
-    if (E * FE > biggest) biggest = E * FE;       /* the experts' gate and up biases */
+    const uint64_t SDI = (uint64_t)c.ssm_d_inner, SGN = (uint64_t)c.ssm_n_group * (uint64_t)c.ssm_d_state,
+                   SH = (uint64_t)c.ssm_n_head, SNC = SDI + 2 * SGN, SIN = 2 * SDI + 2 * SGN + SH;
+    if (SIN * D > biggest) biggest = SIN * D; /* granitehybrid's ssm_in */
+    if (SNC * (uint64_t)c.ssm_d_conv > biggest) biggest = SNC * (uint64_t)c.ssm_d_conv;
+    if (E * D > biggest) biggest = E * D;   /* the router */
+    if (FE * D > biggest) biggest = FE * D; /* one expert's matrix */
+    if (E * FE > biggest) biggest = E * FE; /* the experts' gate and up biases */
     rc = CK_ENOMEM;
     if (!(tmp = malloc((size_t)biggest * sizeof *tmp))) goto out;
     /* Variance 1/fan_in keeps activations O(1) through the layers. */
@@ -686,11 +731,12 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         };
         /* lfm2's convolution layer: its three tensors in the place of attention's four */
         const int conv_layer = conv && !synth_lfm2_attn(p->attn_layers, l);
+        const int ssm_layer = ssm && !synth_lfm2_attn(p->attn_layers, l); /* granitehybrid's Mamba2 */
         const int layer_moe = moe && l >= c.n_dense_lead; /* lfm2moe: experts after the dense lead */
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             if (layer_moe && !strncmp(t[i].n, "ffn_", 4) && strcmp(t[i].n, "ffn_norm"))
                 continue; /* experts */
-            if (conv_layer && i >= 1 && i <= 4) continue;
+            if ((conv_layer || ssm_layer) && i >= 1 && i <= 4) continue;
             char tn[96];
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, t[i].n);
             int norm = t[i].rows == 1;
@@ -712,6 +758,35 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 arch_tensor_file_name(tn, sizeof tn, sc[i].at, l);
                 fill_uniform(tmp, sc[i].cols * sc[i].rows, sqrtf(3.0f / (float)sc[i].cols), &s);
                 if ((rc = add_f32(w, &bb, tn, tmp, sc[i].cols, sc[i].rows, i ? dtype : QUANT_F32))) goto out;
+            }
+        }
+        if (ssm_layer) { /* Mamba2: taps and their bias; dt_bias in [-2, 1] and A in -[1, 4.5]
+                            (decays exp(softplus(dt) A) from near 0 to near 1); D and the
+                            grouped norm around 1, unequal so a mix-up shows */
+            struct {
+                int at;
+                uint64_t cols, rows;
+                float a, base;
+                int mat;
+            } m[] = {
+                {ARCH_T_SSM_IN, D, SIN, sqrtf(3.0f / (float)D), 0, 1},
+                {ARCH_T_SSM_CONV1D, (uint64_t)c.ssm_d_conv, SNC, sqrtf(3.0f / (float)c.ssm_d_conv), 0, 0},
+                {ARCH_T_SSM_CONV1D_B, SNC, 1, 0.5f, 0, 0},
+                {ARCH_T_SSM_DT_B, SH, 1, 1.5f, -0.5f, 0},
+                {ARCH_T_SSM_A, 1, SH, 0.75f, 0.75f, 0},
+                {ARCH_T_SSM_D, 1, SH, 0.5f, 1, 0},
+                {ARCH_T_SSM_NORM, SDI / (uint64_t)c.ssm_n_group, (uint64_t)c.ssm_n_group, 0.5f, 1, 0},
+                {ARCH_T_SSM_OUT, SDI, D, sqrtf(3.0f / (float)SDI), 0, 1}};
+            for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+                char tn[96];
+                arch_tensor_file_name(tn, sizeof tn, m[i].at, l);
+                const uint64_t n = m[i].cols * m[i].rows;
+                fill_uniform(tmp, n, m[i].a, &s);
+                for (uint64_t k = 0; k < n; k++) tmp[k] += m[i].base;
+                if (m[i].at == ARCH_T_SSM_A) /* A = -exp(A_log), as the converter writes it */
+                    for (uint64_t k = 0; k < n; k++) tmp[k] = -expf(tmp[k]);
+                if ((rc = add_f32(w, &bb, tn, tmp, m[i].cols, m[i].rows, m[i].mat ? dtype : QUANT_F32)))
+                    goto out;
             }
         }
         /* the router (logits of variance about 1: a spread softmax), then each

@@ -531,14 +531,49 @@ static int64_t arr_int_at(int type, const void *data, uint64_t l) {
     return -1;
 }
 
-/* lfm2's shortconv.l_cache, and its head_count_kv: a scalar (every layer
- * attention) or one entry a layer, 0 for a short-convolution layer. Sets
- * c->conv_l, c->n_kv_heads (the attention layers' count, which must be one
- * value) and c->n_conv_layers; *kv_arr / *kv_type the array (NULL for a
- * scalar) for conv_layer_at. A sliding window is refused (not computed). */
+/* head_count_kv of a hybrid: a scalar (every layer attention) or one entry
+ * a layer, 0 for a recurrent layer. Sets c->n_kv_heads (the attention
+ * layers' count, which must be one value), *n_rec (the 0 entries) and
+ * *kv_arr / *kv_type (NULL for a scalar) for the layer checks. */
+static int gguf_kv_per_layer(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr,
+                             int *kv_type, int *n_rec, const char *path, char *err, size_t errlen) {
+    char key[128];
+    arch_key(key, sizeof key, a, ARCH_KEY_HEAD_COUNT_KV);
+    uint64_t n = 0;
+    *n_rec = 0;
+    if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
+        *kv_arr = NULL; /* a scalar: every layer is attention */
+        return arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
+    }
+    if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
+        seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
+               (unsigned long long)n, c->n_layers);
+        return CK_EFORMAT;
+    }
+    c->n_kv_heads = 0;
+    for (uint64_t l = 0; l < n; l++) {
+        const int64_t v = arr_int_at(*kv_type, *kv_arr, l);
+        if (v == 0) {
+            (*n_rec)++;
+        } else if (v < 0 || v > MODEL_MAX_HEADS || (c->n_kv_heads && v != c->n_kv_heads)) {
+            seterr(err, errlen,
+                   "%s: %s[%llu] = %lld: per-layer head counts must be 0 (recurrent) or one "
+                   "value up to %d",
+                   path, key, (unsigned long long)l, (long long)v, MODEL_MAX_HEADS);
+            return CK_EUNSUPPORTED;
+        } else {
+            c->n_kv_heads = (int)v;
+        }
+    }
+    if (!c->n_kv_heads) c->n_kv_heads = c->n_heads; /* no attention layer: sizes only */
+    return CK_OK;
+}
+
+/* lfm2's shortconv.l_cache, and its head_count_kv (gguf_kv_per_layer: 0
+ * for a short-convolution layer). Sets c->conv_l, c->n_kv_heads and
+ * c->n_conv_layers. A sliding window is refused (not computed). */
 static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr,
                           int *kv_type, const char *path, char *err, size_t errlen) {
-    char key[128];
     int rc, swa = 0;
     *kv_arr = NULL;
     if ((rc = arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
@@ -554,35 +589,73 @@ static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, con
                path, a->name, ARCH_KEY_SWA, swa);
         return CK_EUNSUPPORTED;
     }
-    arch_key(key, sizeof key, a, ARCH_KEY_HEAD_COUNT_KV);
-    uint64_t n = 0;
-    if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
-        *kv_arr = NULL; /* a scalar: every layer is attention */
-        c->n_conv_layers = 0;
-        return arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
-    }
-    if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
-        seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
-               (unsigned long long)n, c->n_layers);
+    return gguf_kv_per_layer(f, a, c, kv_arr, kv_type, &c->n_conv_layers, path, err, errlen);
+}
+
+/* granitehybrid's ssm.* keys (bounded before they size anything), its
+ * head_count_kv (gguf_kv_per_layer: 0 for a Mamba2 layer), and Granite's
+ * scalars; rope.scaling.finetuned false turns RoPE off on every layer. */
+static int gguf_mamba2(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr, int *kv_type,
+                       const char *path, char *err, size_t errlen) {
+    int rc;
+    *kv_arr = NULL;
+    if ((rc = arch_int(f, a, ARCH_KEY_SSM_CONV, 1, 0, &c->ssm_d_conv, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SSM_INNER, 1, 0, &c->ssm_d_inner, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SSM_STATE, 1, 0, &c->ssm_d_state, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SSM_GROUPS, 1, 0, &c->ssm_n_group, path, err, errlen)) ||
+        (rc = arch_int(f, a, ARCH_KEY_SSM_HEADS, 1, 0, &c->ssm_n_head, path, err, errlen)))
+        return rc;
+    const int di = c->ssm_d_inner, ng = c->ssm_n_group, nh = c->ssm_n_head;
+    if (c->ssm_d_conv < 2 || c->ssm_d_conv > ARCH_MAX_CONV_L || c->ssm_d_state < 1 ||
+        c->ssm_d_state > ARCH_MAX_SSM_STATE || di < 1 || di > 4 * MODEL_MAX_DIM || ng < 1 || nh < 1 ||
+        di % ng || di % nh || nh % ng) {
+        seterr(err, errlen,
+               "%s: %s.ssm.* conv_kernel %d (2..%d), state_size %d (1..%d), inner_size %d (1..%d), "
+               "group_count %d, time_step_rank %d (inner_size a multiple of both, time_step_rank of "
+               "group_count): not a shape the engine computes",
+               path, a->name, c->ssm_d_conv, ARCH_MAX_CONV_L, c->ssm_d_state, ARCH_MAX_SSM_STATE, di,
+               4 * MODEL_MAX_DIM, ng, nh);
         return CK_EFORMAT;
     }
-    c->n_kv_heads = 0;
-    c->n_conv_layers = 0;
-    for (uint64_t l = 0; l < n; l++) {
-        const int64_t v = arr_int_at(*kv_type, *kv_arr, l);
-        if (v == 0) {
-            c->n_conv_layers++;
-        } else if (v < 0 || v > MODEL_MAX_HEADS || (c->n_kv_heads && v != c->n_kv_heads)) {
-            seterr(err, errlen,
-                   "%s: %s[%llu] = %lld: per-layer head counts must be 0 (convolution) or one "
-                   "value up to %d",
-                   path, key, (unsigned long long)l, (long long)v, MODEL_MAX_HEADS);
-            return CK_EUNSUPPORTED;
-        } else {
-            c->n_kv_heads = (int)v;
-        }
+    int rope = 1;
+    char key[128];
+    if (gguf_get_bool(f, arch_key(key, sizeof key, a, ARCH_KEY_ROPE_FINETUNED), &rope) == CK_OK && !rope)
+        c->no_rope_step = 1; /* (l + 1) % 1 == 0: no layer has RoPE */
+    if ((rc = arch_float(f, a, ARCH_KEY_EMBD_SCALE, 0, &c->embd_scale, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_RESID_SCALE, 0, &c->resid_scale, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_ATTN_SCALE, 0, &c->attn_scale, path, err, errlen)) ||
+        (rc = arch_float(f, a, ARCH_KEY_LOGIT_SCALE, 0, &c->logit_scale, path, err, errlen)))
+        return rc;
+    return gguf_kv_per_layer(f, a, c, kv_arr, kv_type, &c->n_ssm_layers, path, err, errlen);
+}
+
+/* Layer l of a granitehybrid file: the Mamba2 set (conv1d's bias optional)
+ * or attention's, not both. */
+static int ssm_layer_check(const model_layer *ly, int l, int ssm, const char *path, char *err,
+                           size_t errlen) {
+    const struct {
+        const model_tensor *t;
+        int ssm; /* the kind that has it */
+        const char *name;
+    } k[] = {{&ly->wq, 0, "attn_q"},         {&ly->wk, 0, "attn_k"},      {&ly->wv, 0, "attn_v"},
+             {&ly->wo, 0, "attn_output"},    {&ly->ssm_in, 1, "ssm_in"},  {&ly->ssm_conv, 1, "ssm_conv1d"},
+             {&ly->ssm_dt_b, 1, "ssm_dt"},   {&ly->ssm_a, 1, "ssm_a"},    {&ly->ssm_d, 1, "ssm_d"},
+             {&ly->ssm_norm, 1, "ssm_norm"}, {&ly->ssm_out, 1, "ssm_out"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (!!k[i].t->data == (k[i].ssm == ssm)) continue;
+        seterr(err, errlen, "%s: layer %d is %s layer (head_count_kv %s 0) but blk.%d.%s %s", path, l,
+               ssm ? "a Mamba2" : "an attention", ssm ? "==" : "!=", l, k[i].name,
+               k[i].t->data ? "is there" : "is missing");
+        return CK_EFORMAT;
     }
-    if (!c->n_kv_heads) c->n_kv_heads = c->n_heads; /* no attention layer: sizes only */
+    if (!ssm && (ly->bq.data || ly->bk.data || ly->bv.data) && !(ly->bq.data && ly->bk.data && ly->bv.data)) {
+        seterr(err, errlen, "%s: layer %d has some of the q/k/v biases, not all three", path, l);
+        return CK_EFORMAT;
+    }
+    if (ssm && (ly->bq.data || ly->bk.data || ly->bv.data)) {
+        seterr(err, errlen, "%s: layer %d is a Mamba2 layer but has q/k/v biases", path, l);
+        return CK_EFORMAT;
+    }
     return CK_OK;
 }
 
@@ -719,8 +792,9 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     const void *kv_arr = NULL; /* lfm2's per-layer head_count_kv */
     int kv_type = 0;
-    if ((rc = a->keys & ARCH_READS_SHORTCONV
-                  ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+    if ((rc = a->keys & ARCH_READS_SHORTCONV ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+              : a->keys & ARCH_READS_MAMBA2
+                  ? gguf_mamba2(f, a, c, &kv_arr, &kv_type, path, err, errlen)
                   : arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen)))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
@@ -740,7 +814,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                          errlen)) ||
         (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
         return rc;
-    c->no_rope_step = a->no_rope_step;
+    if (!c->no_rope_step) c->no_rope_step = a->no_rope_step; /* gguf_mamba2 may have set 1 */
     if (moe) {
         c->expert_gating = a->gating;
         c->expert_act = a->act;
@@ -792,6 +866,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return CK_ENOMEM;
     const uint64_t H = (uint64_t)c->n_heads;
+    /* Mamba2's shapes (all 0 elsewhere, where its tensors are ARCH_NO) */
+    const uint64_t SDI = (uint64_t)c->ssm_d_inner, SG = (uint64_t)c->ssm_n_group,
+                   SH = (uint64_t)c->ssm_n_head, SK = (uint64_t)c->ssm_d_conv,
+                   SGN = SG * (uint64_t)c->ssm_d_state;
     /* the norm before the feed-forward: gpt-oss names it post_attention_norm */
     const int ffn_norm = a->need[ARCH_T_ATTN_POST_NORM] != ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
     for (int l = 0; l < c->n_layers; l++) {
@@ -829,6 +907,14 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_SHORTCONV_IN, D, 3 * D, 0, &ly->sc_in},
             {ARCH_T_SHORTCONV_OUT, D, D, 0, &ly->sc_out},
             {ARCH_T_FFN_EXP_PROBS_B, E, 0, 0, &ly->probs_b},
+            {ARCH_T_SSM_IN, D, 2 * SDI + 2 * SGN + SH, 0, &ly->ssm_in},
+            {ARCH_T_SSM_CONV1D, SK, SDI + 2 * SGN, 0, &ly->ssm_conv},
+            {ARCH_T_SSM_CONV1D_B, SDI + 2 * SGN, 0, 0, &ly->ssm_conv_b},
+            {ARCH_T_SSM_DT_B, SH, 0, 0, &ly->ssm_dt_b},
+            {ARCH_T_SSM_A, 1, SH, 0, &ly->ssm_a},
+            {ARCH_T_SSM_D, 1, SH, 0, &ly->ssm_d},
+            {ARCH_T_SSM_NORM, SG ? SDI / SG : 0, SG, 0, &ly->ssm_norm},
+            {ARCH_T_SSM_OUT, SDI, D, 0, &ly->ssm_out},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if ((rc =
@@ -837,6 +923,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         if (a->keys & ARCH_READS_SHORTCONV &&
             (rc = conv_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
                                    errlen)))
+            return rc;
+        if (a->keys & ARCH_READS_MAMBA2 &&
+            (rc = ssm_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
+                                  errlen)))
             return rc;
         if (a->keys & ARCH_READS_DENSE_LEAD &&
             (rc = dense_lead_check(ly, l, l >= c->n_dense_lead, path, err, errlen)))
