@@ -548,10 +548,12 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->sc_conv.n) w = padd(&a, w, floats_bytes((size_t)ml->sc_conv.n)); /* the taps */
-        if (ml->ssm_in.n) /* Mamba2's taps, their bias, dt_bias / A / D, the grouped norm */
-            w = padd(&a, w,
-                     floats_bytes(ml->ssm_conv.n + model_ssm_conv_ch(c) + 3 * (size_t)c->ssm_n_head +
-                                  (size_t)c->ssm_d_inner));
+        if (ml->ssm_in.n) { /* Mamba2's taps, their bias, dt_bias / A / D, the grouped norm: each
+                               one an allocation, as be_cpu_new makes them */
+            w = padd(&a, w, floats_bytes(ml->ssm_conv.n) + floats_bytes(3 * (size_t)c->ssm_n_head));
+            w = padd(&a, w, floats_bytes((size_t)c->ssm_d_inner));
+            if (ml->ssm_conv_b.n) w = padd(&a, w, floats_bytes(model_ssm_conv_ch(c)));
+        }
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes(hd));
         if (ml->k_norm.n) w = padd(&a, w, floats_bytes(hd));
         /* gpt-oss's vectors, where present (layer_vectors' order) */
@@ -577,7 +579,7 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     if (c->n_conv_layers) act = padd(&a, act, pfloats(&a, T, 4 * D));    /* conv_bcx, conv_y */
     if (c->n_ssm_layers)                                                 /* ssm_zx, ssm_y */
-        act = padd(&a, act, pfloats(&a, T, ssm_in_rows(c) + (size_t)c->ssm_d_inner));
+        act = padd(&a, padd(&a, act, pfloats(&a, T, ssm_in_rows(c))), pfloats(&a, T, (size_t)c->ssm_d_inner));
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
     /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_hq, moe_y; moe_sel,
