@@ -512,14 +512,15 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
         }
         if (want == ARCH_BLOCK_END) break;
     }
-    /* A recurrent state per sequence (lfm2's short convolutions): the CUDA
-     * pass has no state slots and no convolution kernel. lfm2 is refused
-     * above for its shortconv block; this keeps any recurrent layer out. */
-    if (c->n_conv_layers) {
+    /* A recurrent state per sequence (lfm2's short convolutions,
+     * granitehybrid's Mamba2): the CUDA pass has no state slots and no
+     * kernel for either. Both are refused above for their block; this keeps
+     * any recurrent layer out. */
+    if (model_state_floats(c)) {
         if (err && errlen)
             snprintf(err, errlen,
-                     "cuda backend: architecture %s: recurrent layers (short convolution) have no CUDA "
-                     "kernel (the CPU backend computes them: --backend cpu)",
+                     "cuda backend: architecture %s: recurrent layers (short convolution, Mamba2) have no "
+                     "CUDA kernel (the CPU backend computes them: --backend cpu)",
                      ai->name);
         return CK_EUNSUPPORTED;
     }

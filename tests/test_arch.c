@@ -6,12 +6,14 @@
  * mixture of experts with its renormalised top-k; gpt-oss's sinks, sliding
  * window, output and expert biases, softmax over the top-k logits and
  * clamped SwiGLU; lfm2's short-convolution layers and their recurrent
- * state) through the CPU backend,
+ * state; granitehybrid's Mamba2 layers, their state and Granite's scalars)
+ * through the CPU backend,
  * against a scalar reference written here in double precision from the
  * published formulas (ggml's rope and rope_yarn, Meta's llama3 factors,
  * Qwen's block, OpenAI's gpt-oss block as llama.cpp's openai-moe graph
  * computes it, Liquid AI's LFM2 short-convolution block as llama.cpp's lfm2
- * graph computes it), driven by the parameters the test asked synth for, not by
+ * graph computes it, Mamba-2's recurrence as llama.cpp's build_mamba2_layer
+ * lays it out), driven by the parameters the test asked synth for, not by
  * what model.c read back. Each case also runs the reference with its
  * feature switched off and requires that to be far off: a feature the
  * backend ignored could not pass. The refusals are test_arch_refusals.c's,
@@ -76,7 +78,16 @@ typedef struct ref_opts {
     /* lfm2moe: layers below dense_lead dense, the others experts chosen by the largest
      * sigmoid(l) + exp_probs_b (choice_bias; off: without it), weights the sigmoids renormalised */
     int sigmoid, choice_bias, dense_lead;
+    /* granitehybrid: a layer with Mamba2 tensors is llama.cpp's build_mamba2_layer
+     * (ref_mamba2); ssm_off switches parts off: SSM_NO_STATE (each token's convolution
+     * sees its own input alone, its scan starts from zero), SSM_NO_GATE (no y * silu(z)),
+     * SSM_ONE_GROUP (the norm over all of y, not per group), SSM_NO_D (no D x) */
+    int ssm_off;
+    /* Granite's scalars, the test's own (synth writes embedding 4, residual 0.5,
+     * attention 1 / head_dim, logits 6); 0: none */
+    double embd_scale, resid_scale, attn_scale, logit_scale;
 } ref_opts;
+enum { SSM_NO_STATE = 1, SSM_NO_GATE = 2, SSM_ONE_GROUP = 4, SSM_NO_D = 8 };
 
 static float *f32_of(const model_tensor *t) {
     if (!t->n) return NULL;
@@ -220,6 +231,55 @@ static void ref_moe(const ref_opts *o, int D, const float *wr, const float *wg, 
     }
 }
 
+/* One Mamba2 layer at position p (Mamba-2's published recurrence, as
+ * llama.cpp's build_mamba2_layer lays it out): xn the normed input, hist
+ * (n_tok, NC) this layer's convolution inputs by position, st (DI, N) its
+ * scan state, out (D) the layer's output before the residual scale. */
+static void ref_mamba2(const model_config *c, const ref_opts *o, const model_layer *ly, const double *xn,
+                       int p, double *hist, double *st, double *out) {
+    const int D = c->dim, DI = c->ssm_d_inner, H = c->ssm_n_head, G = c->ssm_n_group, N = c->ssm_d_state;
+    const int K = c->ssm_d_conv, P = DI / H, NC = DI + 2 * G * N, NIN = 2 * DI + 2 * G * N + H;
+    float *win = f32_of(&ly->ssm_in), *wk = f32_of(&ly->ssm_conv), *wb = f32_of(&ly->ssm_conv_b),
+          *dtb = f32_of(&ly->ssm_dt_b), *A = f32_of(&ly->ssm_a), *Dv = f32_of(&ly->ssm_d),
+          *gn = f32_of(&ly->ssm_norm), *wout = f32_of(&ly->ssm_out);
+    double zx[1024], xc[1024] = {0}, y[512];
+    if (!win || !wk || !wb || !dtb || !A || !Dv || !gn || !wout || NIN > 1024 || DI > 512) {
+        for (int i = 0; i < D; i++) out[i] = NAN;
+    } else {
+        matvec_d(zx, win, xn, NIN, D);
+        for (int ch = 0; ch < NC; ch++) hist[(size_t)p * NC + ch] = zx[DI + ch];
+        for (int ch = 0; ch < NC; ch++) { /* the causal convolution, zeros before position 0 */
+            double acc = wb[ch];
+            for (int j = (o->ssm_off & SSM_NO_STATE) ? K - 1 : 0; j < K; j++) {
+                const int t = p - (K - 1) + j;
+                if (t >= 0) acc += wk[(size_t)ch * K + j] * hist[(size_t)t * NC + ch];
+            }
+            xc[ch] = acc / (1 + exp(-acc));
+        }
+        if (o->ssm_off & SSM_NO_STATE) memset(st, 0, (size_t)DI * N * sizeof *st);
+        const double *x = xc, *B = xc + DI, *C = B + G * N, *z = zx, *dt = zx + DI + NC;
+        for (int h = 0; h < H; h++) {
+            const double v = dt[h] + dtb[h], dts = v > 20 ? v : log1p(exp(v)), dA = exp(dts * A[h]);
+            const int g = h / (H / G);
+            for (int i = h * P; i < (h + 1) * P; i++) {
+                double s = 0;
+                for (int n = 0; n < N; n++) {
+                    double *sv = &st[(size_t)i * N + n];
+                    *sv = *sv * dA + B[g * N + n] * x[i] * dts;
+                    s += *sv * C[g * N + n];
+                }
+                y[i] = s + ((o->ssm_off & SSM_NO_D) ? 0 : Dv[h] * x[i]);
+                if (!(o->ssm_off & SSM_NO_GATE)) y[i] *= z[i] / (1 + exp(-z[i]));
+            }
+        }
+        const int gs = (o->ssm_off & SSM_ONE_GROUP) ? DI : DI / G;
+        for (int g = 0; g < DI / gs; g++) rmsnorm_d(y + g * gs, y + g * gs, gn + g * gs, gs, c->norm_eps);
+        matvec_d(out, wout, y, D, DI);
+    }
+    void *fr[] = {win, wk, wb, dtb, A, Dv, gn, wout};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
 /* Logits (n_tok, V) of tokens tok[0..n_tok) at positions 0.. of one
  * sequence, by the reference. */
 static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int n_tok, double *out) {
@@ -235,9 +295,16 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
            *ao = malloc((D > QD ? D : QD) * sizeof *ao);
     double *att = malloc(n_tok * sizeof *att), *h1 = malloc(F * sizeof *h1), *h3 = malloc(F * sizeof *h3);
     double *uh = calloc((size_t)L * n_tok * D, sizeof *uh), *bcx = malloc(3 * (size_t)D * sizeof *bcx);
-    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3 && uh && bcx;
+    /* Mamba2's: each layer's convolution inputs by position, and its scan state */
+    const size_t NC = c->ssm_d_inner ? (size_t)model_ssm_conv_ch(c) : 0;
+    double *shist = calloc((size_t)L * n_tok * NC + 1, sizeof *shist),
+           *sst = calloc((size_t)L * c->ssm_d_inner * c->ssm_d_state + 1, sizeof *sst);
+    int ok = emb && wcls && onorm && kc && vc && x && xb && q && k && v && ao && att && h1 && h3 && uh &&
+             bcx && shist && sst;
+    const double rs = o->resid_scale != 0 ? o->resid_scale : 1;
     for (int p = 0; ok && p < n_tok; p++) {
-        for (int i = 0; i < D; i++) x[i] = emb[(size_t)tok[p] * D + i];
+        for (int i = 0; i < D; i++)
+            x[i] = emb[(size_t)tok[p] * D + i] * (o->embd_scale != 0 ? o->embd_scale : 1);
         for (int l = 0; ok && l < L; l++) {
             const model_layer *ly = &m->layers[l];
             float *an = f32_of(&ly->attn_norm), *wq = f32_of(&ly->wq), *wk = f32_of(&ly->wk),
@@ -277,14 +344,20 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
             free(ci);
             free(co);
             free(ck);
-            ok = ok && (ly->sc_in.n || (an && wq && wk && wv && wo)) && fn &&
+            if (ok && ly->ssm_in.n) { /* a granitehybrid Mamba2 layer, then the FFN below */
+                rmsnorm_d(xb, x, an, D, c->norm_eps);
+                ref_mamba2(c, o, ly, xb, p, shist + (size_t)l * n_tok * NC,
+                           sst + (size_t)l * c->ssm_d_inner * c->ssm_d_state, ao);
+                for (int i = 0; i < D; i++) x[i] += rs * ao[i];
+            }
+            ok = ok && (ly->sc_in.n || ly->ssm_in.n || (an && wq && wk && wv && wo)) && fn &&
                  (moe ? wr && wg && wu && wd && (!o->choice_bias || pb) : w1 && w2 && w3) &&
                  (!o->bias || (bq && bk && bv)) && (!o->qk_norm || ly->sc_in.n || (qn && kn)) &&
                  (!o->out_bias || bo) && (!o->sinks || sk) && (!o->exp_bias || (rb && gb && ub && db));
             /* the first position this layer's queries at p see */
             const int swa = o->window > 0 && (o->swa_period <= 0 || l % o->swa_period < o->swa_period - 1);
             const int t0 = swa && p - o->window + 1 > 0 ? p - o->window + 1 : 0;
-            if (ok && !ly->sc_in.n) {
+            if (ok && !ly->sc_in.n && !ly->ssm_in.n) {
                 rmsnorm_d(xb, x, an, D, c->norm_eps);
                 matvec_d(q, wq, xb, QD, D);
                 matvec_d(k, wk, xb, KVD, D);
@@ -313,7 +386,7 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     for (int t = t0; t <= p; t++) {
                         double d = 0;
                         for (int i = 0; i < hd; i++) d += q[h * hd + i] * kl[(size_t)t * KVD + g * hd + i];
-                        att[t] = d / sqrt((double)hd);
+                        att[t] = o->attn_scale != 0 ? d * o->attn_scale : d / sqrt((double)hd);
                         mx = fmax(mx, att[t]);
                     }
                     for (int t = t0; t <= p; t++) sum += (att[t] = exp(att[t] - mx));
@@ -325,7 +398,7 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     }
                 }
                 matvec_d(xb, wo, ao, D, QD);
-                for (int i = 0; i < D; i++) x[i] += xb[i] + (o->out_bias ? bo[i] : 0);
+                for (int i = 0; i < D; i++) x[i] += rs * xb[i] + (o->out_bias ? bo[i] : 0);
             }
             if (ok) {
                 rmsnorm_d(xb, x, fn, D, c->norm_eps);
@@ -336,7 +409,7 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
                     matvec_d(h3, w3, xb, F, D);
                     for (int i = 0; i < F; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
                     matvec_d(xb, w2, h1, D, F);
-                    for (int i = 0; i < D; i++) x[i] += xb[i];
+                    for (int i = 0; i < D; i++) x[i] += rs * xb[i];
                 }
             }
             float *fr[] = {an, wq, wk, wv, wo, fn, w1, w2, w3, bq, bk, bv, qn,
@@ -346,9 +419,11 @@ static int ref_logits(const model *m, const ref_opts *o, const int32_t *tok, int
         if (ok) {
             rmsnorm_d(xb, x, onorm, D, c->norm_eps);
             matvec_d(out + (size_t)p * V, wcls, xb, V, D);
+            if (o->logit_scale != 0)
+                for (int i = 0; i < V; i++) out[(size_t)p * V + i] /= o->logit_scale;
         }
     }
-    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, uh, bcx};
+    void *fr[] = {emb, wcls, onorm, kc, vc, x, xb, q, k, v, ao, att, h1, h3, uh, bcx, shist, sst};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
     return ok ? 0 : -1;
 }
@@ -645,6 +720,65 @@ static void test_lfm2(void) {
     CK_CHECK(feature_case("lfm2 q/k norms", sp, on, off) == 0);
 }
 
+/* granitehybrid: Mamba2 layers (0, 1, 3 by synth's default pattern) with
+ * 8 heads of 16 channels in 2 groups, state 5 (buffers of sizes no vector
+ * width divides, which the memory plan must count one by one), 4 taps; attention without
+ * RoPE on layer 2; Granite's four scalars. One token a call carries the
+ * state between calls; the prefill carries it along the batch. Each part
+ * switched off in turn is far off. */
+static void test_granitehybrid(void) {
+    synth_params sp = {.arch = ARCH_GRANITEHYBRID,
+                       .dim = 64,
+                       .n_layers = 4,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 128,
+                       .vocab_size = 400,
+                       .ctx = 128,
+                       .type = QUANT_F32,
+                       .seed = 11,
+                       .rope_theta = 10000,
+                       .ssm_d_state = 5,
+                       .ssm_n_group = 2,
+                       .ssm_n_head = 8,
+                       .ssm_d_conv = 4};
+    const ref_opts on = {.theta = 10000,
+                         .no_rope_step = 1,
+                         .embd_scale = 4,
+                         .resid_scale = 0.5,
+                         .attn_scale = 1.0 / 16,
+                         .logit_scale = 6};
+    static const struct {
+        const char *label;
+        int ssm_off, scalar_off; /* scalar_off: 1 embedding, 2 residual, 4 attention, 8 logits */
+    } cases[] = {{"granitehybrid mamba2 state", SSM_NO_STATE, 0},
+                 {"granitehybrid z gate", SSM_NO_GATE, 0},
+                 {"granitehybrid grouped norm", SSM_ONE_GROUP, 0},
+                 {"granitehybrid D skip", SSM_NO_D, 0},
+                 {"granitehybrid granite scales", 0, 15}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ref_opts off = on;
+        off.ssm_off = cases[i].ssm_off;
+        if (cases[i].scalar_off & 1) off.embd_scale = 0;
+        if (cases[i].scalar_off & 2) off.resid_scale = 0;
+        if (cases[i].scalar_off & 4) off.attn_scale = 0;
+        if (cases[i].scalar_off & 8) off.logit_scale = 0;
+        CK_CHECK(feature_case(cases[i].label, sp, on, off) == 0);
+    }
+    /* each scalar alone (the logits' is a plain division: far off by itself) */
+    for (int b = 1; b <= 8; b <<= 1) {
+        ref_opts off = on;
+        if (b == 1) off.embd_scale = 0;
+        if (b == 2) off.resid_scale = 0;
+        if (b == 4) off.attn_scale = 0;
+        if (b == 8) off.logit_scale = 0;
+        const char *names[] = {
+            "", "granite embedding scale", "granite residual scale", "", "granite attention scale", "", "",
+            "", "granite logit scale"};
+        CK_CHECK(feature_case(names[b], sp, on, off) == 0);
+    }
+}
+
 /* lfm2moe: lfm2's layers, layer 0 dense, 1..3 with 8 experts of which 2
  * a token, chosen by sigmoid + exp_probs_b, the sigmoids renormalised.
  * Off: the choice without its bias; the softmax in place of the sigmoid. */
@@ -747,9 +881,21 @@ static void test_table(void) {
     for (int i = 0; i < arch_count(); i++) {
         const arch_info *r = arch_at(i);
         CK_CHECK(arch_by_id(r->id) == r && strstr(arch_names(), r->name));
-        if (r != m3 && r != go && r->id != ARCH_LFM2 && r->id != ARCH_LFM2MOE && r->id != ARCH_GEMMA4)
+        if (r != m3 && r != go && r->id != ARCH_LFM2 && r->id != ARCH_LFM2MOE && r->id != ARCH_GEMMA4 &&
+            r->id != ARCH_GRANITEHYBRID)
             CK_CHECK(r->keys == 0); /* gemma4's: test_arch_gemma4 */
     }
+    /* granitehybrid: per-layer attention or Mamba2, Granite's scalars, ssm_a without a suffix */
+    const arch_info *gh = arch_find("granitehybrid", 13);
+    CK_CHECK(gh && gh->id == ARCH_GRANITEHYBRID && gh->keys == (ARCH_READS_MAMBA2 | ARCH_READS_GRANITE) &&
+             gh->rope == ARCH_ROPE_NORMAL && arch_has_block(gh, ARCH_BLOCK_MAMBA2) &&
+             arch_has_block(gh, ARCH_BLOCK_ATTN) && gh->need[ARCH_T_OUTPUT_NORM] == ARCH_REQUIRED &&
+             gh->need[ARCH_T_SSM_IN] == ARCH_OPTIONAL && gh->need[ARCH_T_ATTN_OUT_B] == ARCH_NO &&
+             gh->need[ARCH_T_FFN_GATE_INP] == ARCH_NO);
+    CK_CHECK(arch_parse_tensor("blk.2.ssm_a", 3, &t, &l) == 0 && t == ARCH_T_SSM_A && l == 2 &&
+             arch_parse_tensor("blk.0.ssm_conv1d.bias", 1, &t, &l) == 0 && t == ARCH_T_SSM_CONV1D_B &&
+             arch_parse_tensor("blk.0.ssm_a.weight", 1, &t, &l) == -1 &&
+             !strcmp(arch_block_name(ARCH_BLOCK_MAMBA2), "mamba2"));
     /* lfm2: per-layer attention or short convolution, token_embd_norm at the output */
     const arch_info *lf = arch_find("lfm2", 4);
     CK_CHECK(lf && lf->id == ARCH_LFM2 && lf->keys == ARCH_READS_SHORTCONV && lf->rope == ARCH_ROPE_NEOX &&
@@ -846,6 +992,7 @@ int main(void) {
     CK_RUN(test_gpt_oss);
     CK_RUN(test_lfm2);
     CK_RUN(test_lfm2moe);
+    CK_RUN(test_granitehybrid);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

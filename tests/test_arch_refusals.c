@@ -337,6 +337,61 @@ static void test_refusals_lfm2(void) {
     unlink(bad);
 }
 
+/* granitehybrid: ssm.* keys out of range or inconsistent, a layer without
+ * its kind's tensors or with the other kind's, the MoE variant (Granite
+ * 4.0-H Tiny / Small: ffn_gate_inp) and attention's output bias by name;
+ * synth's own checks. */
+static void test_refusals_granitehybrid(void) {
+    char err[512];
+    synth_params sp = base_params(ARCH_GRANITEHYBRID);
+    sp.n_layers = 4; /* 0, 1, 3 Mamba2, 2 attention */
+    const char *src = tmp("gh.gguf"), *bad = tmp("bad.gguf");
+    CK_CHECK_MSG(!convert_synth(&sp, src, err, sizeof err), "%s", err);
+    model *m = NULL;
+    CK_CHECK_MSG(!model_load(src, NULL, &m, err, sizeof err), "%s", err);
+    /* dim 64: inner 128, 8 heads of 16, 2 groups, state 16, 4 taps; conv channels 128 + 64 */
+    CK_CHECK(m && m->cfg.n_ssm_layers == 3 && m->cfg.ssm_d_inner == 128 && m->cfg.ssm_n_head == 8 &&
+             m->cfg.ssm_n_group == 2 && m->cfg.ssm_d_state == 16 && m->cfg.ssm_d_conv == 4 &&
+             m->cfg.no_rope_step == 1 && m->cfg.emb_scale == 4.0f && m->cfg.resid_scale == 0.5f &&
+             m->cfg.logit_scale == 6.0f && m->cfg.attn_scale == 1.0f / 16 &&
+             m->layers[0].ssm_in.n == (2 * 128 + 64 + 8) * 64 && !m->layers[0].wq.n && m->layers[2].wq.n &&
+             !m->layers[2].ssm_in.n &&
+             model_state_floats(&m->cfg) == 3 * ((size_t)3 * (128 + 64) + (size_t)128 * 16));
+    model_free(m);
+    CK_CHECK(rewrite_u32(src, bad, "granitehybrid.ssm.conv_kernel", 1) == 0);
+    CK_CHECK(refused(bad, "granitehybrid.ssm.* conv_kernel 1", "not a shape"));
+    CK_CHECK(rewrite_u32(src, bad, "granitehybrid.ssm.time_step_rank", 7) == 0);
+    CK_CHECK(refused(bad, "time_step_rank 7", "not a shape"));
+    CK_CHECK(rewrite_u32(src, bad, "granitehybrid.ssm.state_size", 257) == 0);
+    CK_CHECK(refused(bad, "state_size 257", "not a shape"));
+    CK_CHECK(rewrite_u32(src, bad, "granitehybrid.ssm.group_count", 3) == 0);
+    CK_CHECK(refused(bad, "group_count 3", "not a shape"));
+    /* a scalar head_count_kv: every layer attention, so layer 0 lacks attn_q */
+    CK_CHECK(rewrite_u32(src, bad, "granitehybrid.attention.head_count_kv", 2) == 0);
+    CK_CHECK(refused(bad, "layer 0 is an attention layer", "attn_q is missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.3.ssm_d", NULL, 0) == 0);
+    CK_CHECK(refused(bad, "layer 3 is a Mamba2 layer", "ssm_d is missing"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.attn_v.bias", 32) == 0);
+    CK_CHECK(refused(bad, "layer 0 is a Mamba2 layer", "q/k/v biases"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, "blk.1.ssm_conv1d.weight", "blk.1.ssm_conv1d.weight", 3) == 0);
+    CK_CHECK(refused(bad, "blk.1.ssm_conv1d.weight", "shape"));
+    /* the MoE variant and the optional biases llama.cpp reads: not computed */
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.0.ffn_gate_inp.weight", 64 * 4) == 0);
+    CK_CHECK(refused(bad, "blk.0.ffn_gate_inp.weight", "granitehybrid"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.2.attn_output.bias", 64) == 0);
+    CK_CHECK(refused(bad, "blk.2.attn_output.bias", "granitehybrid"));
+    CK_CHECK(rewrite(src, bad, NULL, NULL, NULL, "blk.2.ffn_up.bias", 96) == 0);
+    CK_CHECK(refused(bad, "blk.2.ffn_up.bias", "granitehybrid"));
+    /* synth: a Mamba2 shape llama.cpp computes, and only for granitehybrid */
+    sp.ssm_n_head = 3;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "time_step_rank 3"));
+    sp = base_params(ARCH_LFM2);
+    sp.ssm_d_state = 8;
+    CK_CHECK(convert_synth(&sp, bad, err, sizeof err) == CK_EINVAL && strstr(err, "no Mamba2"));
+    unlink(src);
+    unlink(bad);
+}
+
 /* lfm2moe: the dense lead past the layers, a gating other than sigmoid, a
  * layer with the other kind's feed-forward or without its choice bias. */
 static void test_refusals_lfm2moe(void) {
@@ -463,6 +518,7 @@ int main(void) {
     CK_RUN(test_lfm2_state_slots);
     CK_RUN(test_refusals_lfm2moe);
     CK_RUN(test_refusals_gemma4);
+    CK_RUN(test_refusals_granitehybrid);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -1,5 +1,5 @@
 /* test_engine_hybrid.c - the engine with a model whose layers keep a
- * recurrent state (lfm2, synthetic): every running sequence holds its own
+ * recurrent state (lfm2 and granitehybrid, synthetic): every running sequence holds its own
  * state slot, so sequences batched together, prefilled in small chunks
  * beside others' decode tokens, give the tokens of each one run alone; a
  * preempted sequence gives its slot back and is recomputed from its first
@@ -20,6 +20,8 @@
 #include "test_engine_util.h"
 
 static char path[64];
+static const char *arch_name; /* the model's architecture, which the refusals name */
+static size_t want_state;     /* its state floats a sequence, from the synth parameters */
 
 static void config(eng_config *c) {
     eng_config_default(c);
@@ -172,12 +174,12 @@ static void test_refusals(void) {
         char err[256] = "";
         int rc = 0;
         CK_CHECK(!submit(e, &r, err, sizeof err, &rc) && rc == CK_EUNSUPPORTED);
-        CK_CHECK_MSG(strstr(err, k[i].named) && strstr(err, "lfm2"), "err: %s", err);
+        CK_CHECK_MSG(strstr(err, k[i].named) && strstr(err, arch_name), "err: %s", err);
     }
     /* the plan: a slot a running sequence, no prefix cache */
     const eng_memory *p = eng_get_memory(e);
     const size_t sf = model_state_floats(&eng_model(e)->cfg);
-    CK_CHECK(sf == 3 * 2 * 64 && p->prefix == 0 &&
+    CK_CHECK(sf == want_state && p->prefix == 0 &&
              p->be.state == (size_t)c.max_running * (sf * sizeof(float) + sizeof(int32_t)));
     char d[512];
     eng_memory_describe(p, d, sizeof d);
@@ -202,13 +204,22 @@ int main(void) {
                        .seed = 5,
                        .arch = ARCH_LFM2};
     char err[256];
-    if (convert_synth(&sp, path, err, sizeof err)) {
-        fprintf(stderr, "synth: %s\n", err);
-        return 1;
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) { /* granitehybrid: 0, 1, 3 Mamba2 (inner 128, 8 heads, 2 groups, state 16,
+                         4 taps), 2 attention */
+            sp.arch = ARCH_GRANITEHYBRID;
+        }
+        arch_name = k ? "granitehybrid" : "lfm2";
+        want_state = k ? 3 * ((size_t)3 * (128 + 2 * 2 * 16) + (size_t)128 * 16) : 3 * 2 * 64;
+        if (convert_synth(&sp, path, err, sizeof err)) {
+            fprintf(stderr, "synth: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "%s:\n", arch_name);
+        CK_RUN(test_batched_equals_alone);
+        CK_RUN(test_preempt_recomputes);
+        CK_RUN(test_refusals);
     }
-    CK_RUN(test_batched_equals_alone);
-    CK_RUN(test_preempt_recomputes);
-    CK_RUN(test_refusals);
     unlink(path);
     return ck_test_summary();
 }

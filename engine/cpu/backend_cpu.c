@@ -39,6 +39,7 @@ const cpu_layer_kind *cpu_layer_for(int block) {
     case ARCH_BLOCK_FFN: return &cpu_layer_ffn;
     case ARCH_BLOCK_MOE: return &cpu_layer_moe;
     case ARCH_BLOCK_SHORTCONV: return &cpu_layer_shortconv;
+    case ARCH_BLOCK_MAMBA2: return &cpu_layer_mamba2;
     default: return NULL;
     }
 }
@@ -166,7 +167,8 @@ static int cpu_forward_rows(backend *b, const be_batch *bt, float *logits) {
     for (int k = 0; cb->kinds[k]; k++)
         if (cb->kinds[k]->prepare) cb->kinds[k]->prepare(cb, bt);
     /* over the attention layers only: a token's mass still adds to 1 in lfm2 */
-    const int n_attn = c->n_layers > c->n_conv_layers ? c->n_layers - c->n_conv_layers : 1;
+    const int n_rec = c->n_conv_layers + c->n_ssm_layers;
+    const int n_attn = c->n_layers > n_rec ? c->n_layers - n_rec : 1;
     const float mass_scale = 1.0f / (float)(n_attn * c->n_heads);
     /* The classifier runs only for the rows asked for (a prefill chunk needs
      * one): out_norm puts them in xo. */

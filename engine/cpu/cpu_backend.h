@@ -153,12 +153,27 @@ typedef struct cpu_ple_w {
     float *post_norm; /* (dim); NULL: the model has none */
 } cpu_ple_w;
 
+/* The Mamba2 layer kind's weights (cpu_layer_mamba2.c); all zero in an
+ * attention layer. DI = ssm_d_inner, H = ssm_n_head, NC = model_ssm_conv_ch. */
+typedef struct cpu_ssm_w {
+    float *norm;      /* (dim) attn_norm, the operator norm */
+    cpu_mat in;       /* (2 DI + 2 n_group d_state + H, dim) ssm_in: z, xBC, dt */
+    float *kern;      /* (NC, d_conv) each channel's taps, the last on the current token */
+    float *kern_b;    /* (NC) the convolution's bias, or NULL */
+    float *head;      /* (3, H) dt_bias, A, D */
+    float *gnorm;     /* (DI) the grouped RMSNorm's weight */
+    cpu_mat out;      /* (dim, DI) ssm_out */
+    size_t state_off; /* floats from a slot's start to this layer's state: the convolution's
+                         (d_conv - 1, NC) inputs, oldest first, then the (H, DI / H, d_state) scan */
+} cpu_ssm_w;
+
 /* A layer's weights: attn or conv (lfm2's layers have one of the two), and
  * ffn or moe as its architecture's blocks say (lfm2moe: the first layers
  * ffn, the others moe; gemma4: both where it has experts); a kind skips a
  * layer without its weights (norm NULL). */
 typedef struct cpu_layer {
     cpu_conv_w conv;
+    cpu_ssm_w ssm; /* granitehybrid's Mamba2 layers (then attn is zero) */
     cpu_attn_w attn;
     cpu_ffn_w ffn;
     cpu_moe_w moe;
@@ -265,6 +280,8 @@ typedef struct cpu_backend {
     size_t state_floats;
     float *conv_bcx; /* (T, 3 * dim) in_proj's B, C, x */
     float *conv_y;   /* (T, dim) C times the convolution, out_proj's input */
+    float *ssm_zx;   /* (T, 2 DI + 2 n_group d_state + H) ssm_in's z, xBC, dt (Mamba2) */
+    float *ssm_y;    /* (T, DI) the scan's output, then ssm_out's input */
     int max_blocks;  /* max_ctx / block_size, rounded up */
     /* cpu_attn.c's inputs, per thread (n_threads, max_blocks) each */
     attn_shape ashape;

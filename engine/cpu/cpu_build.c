@@ -50,6 +50,13 @@ void cpu_destroy(backend *b) {
             free(w->conv.kern);
             free(w->conv.in.f.p), free(w->conv.in.qown);
             free(w->conv.out.f.p), free(w->conv.out.qown);
+            free(w->ssm.norm);
+            free(w->ssm.kern);
+            free(w->ssm.kern_b);
+            free(w->ssm.head);
+            free(w->ssm.gnorm);
+            free(w->ssm.in.f.p), free(w->ssm.in.qown);
+            free(w->ssm.out.f.p), free(w->ssm.out.qown);
             free(w->attn.norm);
             free(w->attn.bqkv);
             free(w->attn.q_norm);
@@ -122,6 +129,8 @@ void cpu_destroy(backend *b) {
     free(cb->state_pos);
     free(cb->conv_bcx);
     free(cb->conv_y);
+    free(cb->ssm_zx);
+    free(cb->ssm_y);
     free(cb);
 }
 
@@ -237,7 +246,8 @@ typedef struct mat_spec {
 /* The layer's attention and dense feed-forward matrices in order
  * qkv[0..n_qkv), wo, then (a dense layer) w1, w3, w2; returns how many
  * (n_qkv + 4, or n_qkv + 1 in a MoE layer) and sets *n_qkv. A
- * short-convolution layer's: in_proj, out_proj, then w1, w3, w2 (n_qkv 0). */
+ * short-convolution layer's: in_proj, out_proj, then w1, w3, w2 (n_qkv 0);
+ * a Mamba2 layer's: ssm_in, ssm_out, then w1, w3, w2 (n_qkv 0). */
 static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7], int *n_qkv) {
     const model_config *c = &m->cfg;
     const model_layer *ml = &m->layers[l];
@@ -254,6 +264,11 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
         *n_qkv = 0;
     } else if (ml->kv_src) { /* gemma4's shared-KV layer: queries only */
         sp[n++] = (mat_spec){ml->wq, QD, D, qq};
+    } else if (ml->ssm_in.n) { /* a Mamba2 layer: ssm_in, ssm_out in the place of q/k/v, wo */
+        const int DI = c->ssm_d_inner, NIN = 2 * DI + 2 * c->ssm_n_group * c->ssm_d_state + c->ssm_n_head;
+        sp[n++] = (mat_spec){ml->ssm_in, NIN, D, mat_qtype(qd, &ml->ssm_in, D)};
+        sp[n++] = (mat_spec){ml->ssm_out, D, DI, mat_qtype(qd, &ml->ssm_out, DI)};
+        *n_qkv = 0;
     } else if (!qq && !qk && !qv) {
         sp[n++] = (mat_spec){ml->wq, QD + (1 + has_v) * KVD, D, NULL};
     } else {
@@ -261,7 +276,7 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
         sp[n++] = (mat_spec){ml->wk, KVD, D, qk};
         if (has_v) sp[n++] = (mat_spec){ml->wv, KVD, D, qv};
     }
-    if (!ml->sc_in.n) {
+    if (!ml->sc_in.n && !ml->ssm_in.n) {
         *n_qkv = n;
         sp[n++] = (mat_spec){ml->wo, D, QD, mat_qtype(qd, &ml->wo, QD)};
     }
@@ -273,6 +288,12 @@ static int layer_specs(const cpu_qdot *qd, const model *m, int l, mat_spec sp[7]
     sp[n++] = (mat_spec){ml->w3, F, D, q3};
     sp[n++] = (mat_spec){ml->w2, D, F, mat_qtype(qd, &ml->w2, F)};
     return n;
+}
+
+/* Rows of a Mamba2 layer's ssm_in: z, xBC, dt. */
+static size_t ssm_in_rows(const model_config *c) {
+    return 2 * (size_t)c->ssm_d_inner + 2 * (size_t)c->ssm_n_group * (size_t)c->ssm_d_state +
+           (size_t)c->ssm_n_head;
 }
 
 /* Matrices of layer l's mixture of experts: the router, then each
@@ -561,6 +582,12 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
         /* the optional ones, where present */
         if (ml->bq.n || ml->bk.n || ml->bv.n) w = padd(&a, w, floats_bytes((size_t)qkv_dim));
         if (ml->sc_conv.n) w = padd(&a, w, floats_bytes((size_t)ml->sc_conv.n)); /* the taps */
+        if (ml->ssm_in.n) { /* Mamba2's taps, their bias, dt_bias / A / D, the grouped norm: each
+                               one an allocation, as be_cpu_new makes them */
+            w = padd(&a, w, floats_bytes(ml->ssm_conv.n) + floats_bytes(3 * (size_t)c->ssm_n_head));
+            w = padd(&a, w, floats_bytes((size_t)c->ssm_d_inner));
+            if (ml->ssm_conv_b.n) w = padd(&a, w, floats_bytes(model_ssm_conv_ch(c)));
+        }
         if (ml->q_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->q_norm.n));
         if (ml->k_norm.n) w = padd(&a, w, floats_bytes((size_t)ml->k_norm.n));
         /* gpt-oss's vectors, where present (layer_vectors' order) */
@@ -592,6 +619,8 @@ int be_cpu_plan(const model *m, const be_options *o, be_memory *p) {
     }
     if (c->attn_temp_scale != 0) act = padd(&a, act, pfloats(&a, T, 1)); /* q_scale */
     if (c->n_conv_layers) act = padd(&a, act, pfloats(&a, T, 4 * D));    /* conv_bcx, conv_y */
+    if (c->n_ssm_layers)                                                 /* ssm_zx, ssm_y */
+        act = padd(&a, padd(&a, act, pfloats(&a, T, ssm_in_rows(c))), pfloats(&a, T, (size_t)c->ssm_d_inner));
     act = padd(&a, act, pmul(&a, pmul(&a, T, max_blocks), sizeof(int32_t)));
     act = padd(&a, act, 2 * T * sizeof(int32_t));
     /* the mixture of experts': moe_p, moe_wt, moe_gw, moe_xg, moe_hq, moe_y; moe_sel,
@@ -704,6 +733,10 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     float *tmp = tmp_n ? malloc(tmp_n * sizeof *tmp) : NULL;
     if ((tmp_n && !tmp) || !(cb->out_norm = alloc_floats(cb, D))) goto fail;
     if ((rc = to_f32(cb->out_norm, &m->out_norm))) goto fail;
+    /* Granite's logits / logit_scale: the classifier is linear, so the final
+     * norm's weight carries the division (the logits differ by rounding) */
+    if (c->logit_scale != 0)
+        for (size_t d = 0; d < D; d++) cb->out_norm[d] /= c->logit_scale;
     const cpu_qtype *qemb = mat_qtype(&cb->qd, &m->tok_emb, c->dim);
     uint64_t erb = 0;
     if ((rc = quant_row_bytes(m->tok_emb.type, (uint64_t)c->dim, &erb))) goto fail;
@@ -727,6 +760,8 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
     if ((rc = make_mat(cb, &cb->wcls, &cls, tmp, NULL, NULL, 0))) goto fail;
     rc = CK_ENOMEM;
     size_t state_layers = 0; /* convolution layers so far: each one's place in a state slot */
+    /* Mamba2 layers so far: theirs, after the convolution layers' (none in the same model) */
+    size_t ssm_layers = 0;
     if (!(cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *ml = &m->layers[l];
@@ -734,16 +769,34 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         cpu_ffn_w *f = &cb->layers[l].ffn;
         cpu_moe_w *mo = &cb->layers[l].moe;
         cpu_conv_w *cv = &cb->layers[l].conv;
+        cpu_ssm_w *sw = &cb->layers[l].ssm;
         const int n_moe = moe_n_specs(m, l);
         /* the norm before either feed-forward (gemma4's experts' own: a layer vector) */
         float **ffn_norm = n_moe && !ml->w1.n ? &mo->norm : &f->norm;
-        float **op_norm = ml->sc_in.n ? &cv->norm : &w->norm; /* attention's or the convolution's */
+        float **op_norm = ml->sc_in.n    ? &cv->norm /* attention's, the convolution's or Mamba2's */
+                          : ml->ssm_in.n ? &sw->norm
+                                         : &w->norm;
         rc = CK_ENOMEM;
         if (!(*op_norm = alloc_floats(cb, D)) || !(*ffn_norm = alloc_floats(cb, D))) goto fail;
         if (ml->sc_in.n) {
             if (!(cv->kern = alloc_floats(cb, (size_t)ml->sc_conv.n))) goto fail;
             if ((rc = to_f32(cv->kern, &ml->sc_conv))) goto fail;
             cv->state_off = (int)(state_layers++ * (size_t)(c->conv_l - 1) * D);
+        }
+        if (ml->ssm_in.n) {
+            const size_t H = (size_t)c->ssm_n_head, nc = model_ssm_conv_ch(c);
+            if (!(sw->kern = alloc_floats(cb, (size_t)ml->ssm_conv.n)) ||
+                !(sw->head = alloc_floats(cb, 3 * H)) ||
+                !(sw->gnorm = alloc_floats(cb, (size_t)c->ssm_d_inner)) ||
+                (ml->ssm_conv_b.n && !(sw->kern_b = alloc_floats(cb, nc))))
+                goto fail;
+            if ((rc = to_f32(sw->kern, &ml->ssm_conv)) ||
+                (ml->ssm_conv_b.n && (rc = to_f32(sw->kern_b, &ml->ssm_conv_b))) ||
+                (rc = to_f32(sw->head, &ml->ssm_dt_b)) || (rc = to_f32(sw->head + H, &ml->ssm_a)) ||
+                (rc = to_f32(sw->head + 2 * H, &ml->ssm_d)) || (rc = to_f32(sw->gnorm, &ml->ssm_norm)))
+                goto fail;
+            sw->state_off = ssm_layers++ * model_ssm_state_floats(c);
+            rc = CK_ENOMEM;
         }
         if (n_moe) {
             if (!(mo->exps = alloc_bytes(cb, 3 * E * sizeof *mo->exps))) goto fail;
@@ -774,9 +827,11 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         mat_spec sp[7];
         int n = layer_specs(&cb->qd, m, l, sp, &w->n_qkv);
         cpu_mat *dst[7] = {&w->qkv[0], &w->qkv[1], &w->qkv[2]};
-        const int first_ffn = ml->sc_in.n ? 2 : w->n_qkv + 1; /* after in/out_proj or wo */
+        const int first_ffn = ml->sc_in.n || ml->ssm_in.n ? 2 : w->n_qkv + 1; /* after in/out or wo */
         if (ml->sc_in.n)
             dst[0] = &cv->in, dst[1] = &cv->out;
+        else if (ml->ssm_in.n)
+            dst[0] = &sw->in, dst[1] = &sw->out;
         else
             dst[w->n_qkv] = &w->wo;
         dst[first_ffn] = &f->w1, dst[first_ffn + 1] = &f->w3, dst[first_ffn + 2] = &f->w2;
@@ -865,7 +920,10 @@ int be_cpu_new(const model *m, const be_options *o, backend **out, char *err, si
         const size_t slots = o->n_state_slots > 0 ? (size_t)o->n_state_slots : 1;
         if (!(cb->state = alloc_floats(cb, slots * cb->state_floats)) ||
             !(cb->state_pos = alloc_bytes(cb, slots * sizeof *cb->state_pos)) ||
-            !(cb->conv_bcx = alloc_floats(cb, T * 3 * D)) || !(cb->conv_y = alloc_floats(cb, T * D)))
+            (c->n_conv_layers &&
+             (!(cb->conv_bcx = alloc_floats(cb, T * 3 * D)) || !(cb->conv_y = alloc_floats(cb, T * D)))) ||
+            (c->n_ssm_layers && (!(cb->ssm_zx = alloc_floats(cb, T * ssm_in_rows(c))) ||
+                                 !(cb->ssm_y = alloc_floats(cb, T * (size_t)c->ssm_d_inner)))))
             goto fail;
         memset(cb->state, 0, slots * cb->state_floats * sizeof(float));
         memset(cb->state_pos, 0, slots * sizeof *cb->state_pos);
@@ -996,9 +1054,11 @@ int be_cpu_kernels(const backend *b, char *buf, size_t len) {
             const cpu_ffn_w *f = &cb->layers[l].ffn;
             const cpu_moe_w *mo = &cb->layers[l].moe;
             const cpu_conv_w *cv = &cb->layers[l].conv;
+            const cpu_ssm_w *sw = &cb->layers[l].ssm;
             for (int i = 0; i < w->n_qkv; i++) mats[k++] = &w->qkv[i];
-            mats[k++] = cv->kern ? &cv->in : &w->wo;
+            mats[k++] = cv->kern ? &cv->in : sw->kern ? &sw->in : &w->wo;
             if (cv->kern) mats[k++] = &cv->out;
+            if (sw->kern) mats[k++] = &sw->out;
             mats[k++] = &f->w1, mats[k++] = &f->w3, mats[k++] = &f->w2;
             if (mo->exps) /* every expert has its tensor's type: the first one's say it */
                 mats[k++] = &mo->router, mats[k++] = &mo->exps[0], mats[k++] = &mo->exps[1],

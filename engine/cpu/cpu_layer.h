@@ -45,6 +45,7 @@ extern const cpu_layer_kind cpu_layer_attn;      /* cpu_layer_attn.c */
 extern const cpu_layer_kind cpu_layer_ffn;       /* cpu_layer_ffn.c */
 extern const cpu_layer_kind cpu_layer_moe;       /* cpu_layer_moe.c */
 extern const cpu_layer_kind cpu_layer_shortconv; /* cpu_layer_shortconv.c */
+extern const cpu_layer_kind cpu_layer_mamba2;    /* cpu_layer_mamba2.c */
 
 /* A layer whose weights have no block of a kind is skipped by that kind:
  * lfm2's layers are attention or short convolution, each. */
@@ -54,6 +55,10 @@ extern const cpu_layer_kind cpu_layer_shortconv; /* cpu_layer_shortconv.c */
  * starting at 0 or at its slot's next position (cpu_layer_shortconv.c).
  * CK_OK, or CK_EINVAL; CK_OK in a model without recurrent layers. */
 int cpu_shortconv_check(cpu_backend *cb, const be_batch *bt);
+/* Once a batch, after the check, by the recurrent kind of the model (the
+ * short-convolution or the Mamba2 one): fresh sequences' slots to zero,
+ * and every slot's next position. */
+void cpu_state_prepare(cpu_backend *cb, const be_batch *bt);
 
 /* The kind that computes an ARCH_BLOCK_*, or NULL: none (backend_cpu.c). */
 const cpu_layer_kind *cpu_layer_for(int block);

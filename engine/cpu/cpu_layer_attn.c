@@ -397,7 +397,7 @@ static void attn_prepare(cpu_backend *cb, const be_batch *bt) {
 static void attn_forward(cpu_backend *cb, const cpu_span *s) {
     const model_config *c = &cb->base.m->cfg;
     const cpu_attn_w *w = &cb->layers[s->l].attn;
-    if (!w->n_qkv) return; /* a short-convolution layer (lfm2) */
+    if (!w->n_qkv) return; /* a short-convolution or Mamba2 layer (lfm2, granitehybrid) */
     const be_batch *bt = s->bt;
     const int l = s->l, i0 = s->i0, i1 = s->i1, threads = s->threads;
     const int D = c->dim, hd = w->head_dim, H = w->n_heads, HKV = w->n_kv_heads, M = i1 - i0;
@@ -441,6 +441,8 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
         }
         if (cb->q_scale) /* after RoPE, the queries only, where llama.cpp's graph scales them */
             for (int j = 0; j < QD; j++) q[j] *= cb->q_scale[i];
+        if (c->attn_scale != 0) /* Granite's attention.scale in the place of 1 / sqrt(hd) */
+            for (int j = 0; j < QD; j++) q[j] *= c->attn_scale * sqrtf((float)hd);
         const be_seq_view *v = &bt->seqs[bt->seq[i]];
         int p = bt->pos[i];
         float *dst = cb->kv + (size_t)v->blocks[p / bs] * cb->base.kv_block_floats +
@@ -470,6 +472,8 @@ static void attn_forward(cpu_backend *cb, const cpu_span *s) {
         for (int i = i0; i < i1; i++) attend_batch_token(cb, bt, l, i, s->slot, s->mass_scale);
     }
     const cpu_mat *wo = &w->wo;
+    if (c->resid_scale != 0) /* Granite's residual_scale, on wo's input (no output bias there) */
+        for (size_t j = 0; j < (size_t)M * QD; j++) att_out[j] *= c->resid_scale;
     if (w->post_norm) { /* gemma4: the output normed, then added */
         cpu_matmul(cb, xb, D, att_out, i0, &wo, 1, M, 0, threads);
         for (int i = 0; i < M; i++) {

@@ -76,6 +76,8 @@ static void ffn_forward(cpu_backend *cb, const cpu_span *s) {
     cpu_ffn_swiglu(cb, cb->h + (size_t)i0 * F, cb->h13 + (size_t)i0 * 2 * F, xb, i0, &w->w1, &w->w3, M,
                    s->threads);
     const cpu_mat *w2 = &w->w2;
+    if (c->resid_scale != 0) /* Granite's residual_scale, on down's input: the product is linear */
+        for (size_t j = 0; j < (size_t)M * F; j++) cb->h[(size_t)i0 * F + j] *= c->resid_scale;
     const cpu_moe_w *mo = &cb->layers[s->l].moe;
     if (mo->post_norm_1) { /* gemma4's experts follow: this part's output, normed, into xo for them */
         float *y = cb->xo + (size_t)i0 * D;

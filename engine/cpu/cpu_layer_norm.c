@@ -60,7 +60,7 @@ void cpu_embed(cpu_backend *cb, const be_batch *bt) {
             quant_to_f32(b->m->tok_emb.type,
                          (const char *)b->m->tok_emb.data + (size_t)bt->token[i] * cb->emb_row_bytes,
                          cb->x + (size_t)i * D, (uint64_t)D);
-        const float es = b->m->cfg.emb_scale; /* gemma4: sqrt(dim) */
+        const float es = b->m->cfg.emb_scale; /* gemma4: sqrt(dim); Granite's embedding_scale */
         if (es > 0)
             for (int d = 0; d < D; d++) cb->x[(size_t)i * D + d] *= es;
     }

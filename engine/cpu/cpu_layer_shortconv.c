@@ -48,9 +48,7 @@ int cpu_shortconv_check(cpu_backend *cb, const be_batch *bt) {
     return CK_OK;
 }
 
-/* Once a batch, after the check: fresh sequences' slots to zero, and every
- * slot's next position. */
-static void shortconv_prepare(cpu_backend *cb, const be_batch *bt) {
+void cpu_state_prepare(cpu_backend *cb, const be_batch *bt) {
     if (!cb->state) return;
     int32_t *seen = cb->seq_last;
     for (int q = 0; q < bt->n_seqs; q++) seen[q] = 0;
@@ -91,4 +89,4 @@ static void shortconv_forward(cpu_backend *cb, const cpu_span *s) {
 }
 
 const cpu_layer_kind cpu_layer_shortconv = {
-    .name = "shortconv", .prepare = shortconv_prepare, .forward = shortconv_forward};
+    .name = "shortconv", .prepare = cpu_state_prepare, .forward = shortconv_forward};

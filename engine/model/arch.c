@@ -58,6 +58,14 @@ static const struct {
     [ARCH_T_PLE_INP_GATE] = {"inp_gate.weight", 1},
     [ARCH_T_PLE_PROJ] = {"proj.weight", 1},
     [ARCH_T_PLE_POST_NORM] = {"post_norm.weight", 1},
+    [ARCH_T_SSM_IN] = {"ssm_in.weight", 1},
+    [ARCH_T_SSM_CONV1D] = {"ssm_conv1d.weight", 1},
+    [ARCH_T_SSM_CONV1D_B] = {"ssm_conv1d.bias", 1},
+    [ARCH_T_SSM_DT_B] = {"ssm_dt.bias", 1},
+    [ARCH_T_SSM_A] = {"ssm_a", 1},
+    [ARCH_T_SSM_D] = {"ssm_d", 1},
+    [ARCH_T_SSM_NORM] = {"ssm_norm.weight", 1},
+    [ARCH_T_SSM_OUT] = {"ssm_out.weight", 1},
 };
 
 /* What every one of them has: the plain Llama attention block, and the
@@ -274,6 +282,30 @@ static const arch_info table[] = {
      ARCH_GATING_SOFTMAX_NORM,
      ARCH_ACT_GELU,
      0},
+    /* llama.cpp's granitehybrid with the dense feed-forward (Granite 4.0-H
+     * Micro; the MoE ones, Tiny and Small, have ffn_gate_inp and are
+     * refused by name). Attention and Mamba2 tensors are optional here
+     * because each layer has one set (head_count_kv says which); model.c
+     * requires the whole set of the layer's kind and refuses the other's.
+     * No attn_output or FFN biases (llama.cpp's optional ones): refused. */
+    {"granitehybrid",
+     ARCH_GRANITEHYBRID,
+     ARCH_ROPE_NORMAL,
+     {[ARCH_T_TOKEN_EMBD] = R, [ARCH_T_OUTPUT_NORM] = R,  [ARCH_T_OUTPUT] = O,   [ARCH_T_ATTN_NORM] = R,
+      [ARCH_T_ATTN_Q] = O,     [ARCH_T_ATTN_K] = O,       [ARCH_T_ATTN_V] = O,   [ARCH_T_ATTN_OUT] = O,
+      [ARCH_T_ATTN_Q_B] = O,   [ARCH_T_ATTN_K_B] = O,     [ARCH_T_ATTN_V_B] = O, [ARCH_T_SSM_IN] = O,
+      [ARCH_T_SSM_CONV1D] = O, [ARCH_T_SSM_CONV1D_B] = O, [ARCH_T_SSM_DT_B] = O, [ARCH_T_SSM_A] = O,
+      [ARCH_T_SSM_D] = O,      [ARCH_T_SSM_NORM] = O,     [ARCH_T_SSM_OUT] = O,  [ARCH_T_FFN_NORM] = R,
+      [ARCH_T_FFN_GATE] = R,   [ARCH_T_FFN_DOWN] = R,     [ARCH_T_FFN_UP] = R},
+     "Granite 4.0-H (dense): Mamba2 layers (selective scan, a recurrent state per sequence) beside "
+     "attention layers (RoPE off with rope.scaling.finetuned false), the dense SwiGLU; Granite's "
+     "embedding, residual, attention and logit scales",
+     {ARCH_BLOCK_ATTN, ARCH_BLOCK_MAMBA2, ARCH_BLOCK_FFN},
+     0,
+     ARCH_READS_MAMBA2 | ARCH_READS_GRANITE,
+     ARCH_GATING_SOFTMAX_NORM,
+     ARCH_ACT_SWIGLU,
+     0},
 };
 #undef R
 #undef O
@@ -300,7 +332,7 @@ int arch_count(void) { return N_ARCH; }
 const arch_info *arch_at(int i) { return i >= 0 && i < N_ARCH ? &table[i] : NULL; }
 
 const char *arch_names(void) {
-    return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe, gemma4";
+    return "llama, qwen2, qwen3, smollm3, mistral3, qwen3moe, gpt-oss, lfm2, lfm2moe, gemma4, granitehybrid";
 }
 
 int arch_layer_has_rope(int step, int layer) { return step <= 0 || (layer + 1) % step != 0; }
@@ -320,6 +352,7 @@ const char *arch_block_name(int block) {
     case ARCH_BLOCK_FFN: return "ffn";
     case ARCH_BLOCK_MOE: return "moe";
     case ARCH_BLOCK_SHORTCONV: return "shortconv";
+    case ARCH_BLOCK_MAMBA2: return "mamba2";
     default: return "?";
     }
 }

@@ -31,7 +31,8 @@ enum arch_id {
     ARCH_GPT_OSS = 7,
     ARCH_LFM2 = 8,
     ARCH_LFM2MOE = 9,
-    ARCH_GEMMA4 = 10
+    ARCH_GEMMA4 = 10,
+    ARCH_GRANITEHYBRID = 11
 };
 
 /* How RoPE pairs the elements of a head of hd values. NORMAL (llama): the
@@ -107,6 +108,16 @@ enum arch_tensor {
     ARCH_T_PLE_INP_GATE,   /* blk.N.inp_gate.weight       (P, dim): the layer's output, gated */
     ARCH_T_PLE_PROJ,       /* blk.N.proj.weight           (dim, P): back to the stream */
     ARCH_T_PLE_POST_NORM,  /* blk.N.post_norm.weight      (dim): its norm before the add */
+    /* granitehybrid's Mamba2 layers (DI = ssm.inner_size, H = ssm.time_step_rank,
+     * NC = DI + 2 ssm.group_count ssm.state_size) */
+    ARCH_T_SSM_IN,       /* blk.N.ssm_in.weight     (2 DI + 2 n_group d_state + H, dim) */
+    ARCH_T_SSM_CONV1D,   /* blk.N.ssm_conv1d.weight (NC, d_conv) */
+    ARCH_T_SSM_CONV1D_B, /* blk.N.ssm_conv1d.bias   (NC) */
+    ARCH_T_SSM_DT_B,     /* blk.N.ssm_dt.bias       (H) */
+    ARCH_T_SSM_A,        /* blk.N.ssm_a             (H, 1) */
+    ARCH_T_SSM_D,        /* blk.N.ssm_d             (H, 1) */
+    ARCH_T_SSM_NORM,     /* blk.N.ssm_norm.weight   (n_group, DI / n_group) */
+    ARCH_T_SSM_OUT,      /* blk.N.ssm_out.weight    (dim, DI) */
     ARCH_T_COUNT
 };
 
@@ -127,8 +138,17 @@ enum arch_block {
     ARCH_BLOCK_ATTN = 1,
     ARCH_BLOCK_FFN = 2,
     ARCH_BLOCK_MOE = 3,
-    ARCH_BLOCK_SHORTCONV = 4
+    ARCH_BLOCK_SHORTCONV = 4,
+    ARCH_BLOCK_MAMBA2 = 5
 };
+/* MAMBA2 (granitehybrid; llama.cpp's build_mamba2_layer): norm, ssm_in to
+ * z, xBC, dt; a depthwise causal convolution of xBC (d_conv taps, its last
+ * d_conv - 1 inputs the sequence's state) plus bias, silu; x, B, C from it;
+ * per head h with dt' = softplus(dt + dt_bias), the selective scan
+ * s = exp(dt' A_h) s + dt' B x, y = C s + D_h x (s the sequence's state);
+ * y * silu(z), an RMSNorm over each of n_group groups, ssm_out. Like
+ * SHORTCONV, each layer of a row with ATTN has one of the two (per-layer
+ * head_count_kv: 0 for a Mamba2 layer). */
 /* SHORTCONV (lfm2): norm, in_proj to B, C, x (dim each), a depthwise causal
  * convolution of B * x over the sequence with l_cache taps whose last
  * l_cache - 1 inputs are the sequence's recurrent state, C times that,
@@ -206,6 +226,28 @@ enum arch_act { ARCH_ACT_SWIGLU = 0, ARCH_ACT_SWIGLU_OAI = 1, ARCH_ACT_GELU = 2 
  * attention.shared_kv_layers and embedding_length_per_layer_input
  * (E2B/E4B) other than 0 are refused by name. */
 #define ARCH_READS_GEMMA4 32u
+/* ssm.conv_kernel (2..ARCH_MAX_CONV_L), ssm.inner_size, ssm.state_size,
+ * ssm.group_count, ssm.time_step_rank (all required; inner_size a multiple
+ * of group_count and of time_step_rank, time_step_rank of group_count), and
+ * head_count_kv per layer as ARCH_READS_SHORTCONV's, 0 for a Mamba2 layer
+ * (granitehybrid). */
+#define ARCH_READS_MAMBA2 64u
+#define ARCH_KEY_SSM_CONV "ssm.conv_kernel"
+#define ARCH_KEY_SSM_INNER "ssm.inner_size"
+#define ARCH_KEY_SSM_STATE "ssm.state_size"
+#define ARCH_KEY_SSM_GROUPS "ssm.group_count"
+#define ARCH_KEY_SSM_HEADS "ssm.time_step_rank"
+#define ARCH_MAX_SSM_STATE 256
+/* Granite's scalars, each optional (0: none): embedding_scale,
+ * residual_scale, attention.scale, logit_scale (model_config says where
+ * they apply); rope.scaling.finetuned (default true): false turns RoPE off
+ * on every layer (Granite 4.0-H's attention has none). */
+#define ARCH_READS_GRANITE 128u
+#define ARCH_KEY_EMBD_SCALE "embedding_scale"
+#define ARCH_KEY_RESID_SCALE "residual_scale"
+#define ARCH_KEY_ATTN_SCALE "attention.scale"
+#define ARCH_KEY_LOGIT_SCALE "logit_scale"
+#define ARCH_KEY_ROPE_FINETUNED "rope.scaling.finetuned"
 
 typedef struct arch_info {
     const char *name;                      /* general.architecture, and the key prefix */

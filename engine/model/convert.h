@@ -97,6 +97,14 @@ typedef struct synth_params {
      * block_count - n_kv_shared - 1 must be full, the one before windowed);
      * 0: none */
     int n_embd_pl, n_kv_shared;
+    /* granitehybrid's Mamba2 layers (the layers attn_layers leaves out, as
+     * lfm2's): ssm.state_size (0: 16), group_count (0: 2), time_step_rank
+     * (0: heads of 16 channels), conv_kernel (0: 4, the real models'); inner
+     * size 2 dim (llama.cpp's only one). With Granite's scalars
+     * (embedding 4, residual 0.5, attention 1 / head_dim, logits 6) and
+     * rope.scaling.finetuned false (no RoPE, as Granite 4.0-H). Refused by
+     * the other architectures. */
+    int ssm_d_state, ssm_n_group, ssm_n_head, ssm_d_conv;
 } synth_params;
 
 /* Whether layer l of a synth lfm2 model with attn_layers (synth_params) is

@@ -289,250 +289,33 @@ static int gguf_tokenizer(model *m, gguf_file *f, const char *path, char *err, s
     return CK_OK;
 }
 
-/* RoPE scaling keys, as llama.cpp's llama_model::load_hparams and
- * llama_context read them: the type defaults to "linear", whose factor
- * defaults to 0 (no scaling); "none" ignores the factor; YaRN's mix is 1
- * unless the file says otherwise. A type the engine does not compute
- * (longrope, llama3 spelled as a type, ...) is refused by name. */
-static int gguf_rope(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
-                     size_t errlen) {
-    char key[128];
-    const char *s;
-    size_t len;
-    int rc, type = ARCH_SCALING_LINEAR;
-    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_TYPE);
-    if ((rc = gguf_get_str(f, key, &s, &len)) == CK_OK) {
-        if ((type = arch_scaling_from_name(s, len)) < 0) {
-            seterr(err, errlen, "%s: %s \"%.*s\" is not computed by the engine (none, linear, yarn)", path,
-                   key, (int)(len < 40 ? len : 40), s);
-            return CK_EUNSUPPORTED;
-        }
-    } else if (rc != CK_ENOTFOUND) {
-        seterr(err, errlen, "%s: metadata '%s' is not a string", path, key);
+/* Layer l of a granitehybrid file: the Mamba2 set (conv1d's bias optional)
+ * or attention's, not both. */
+static int ssm_layer_check(const model_layer *ly, int l, int ssm, const char *path, char *err,
+                           size_t errlen) {
+    const struct {
+        const model_tensor *t;
+        int ssm; /* the kind that has it */
+        const char *name;
+    } k[] = {{&ly->wq, 0, "attn_q"},         {&ly->wk, 0, "attn_k"},      {&ly->wv, 0, "attn_v"},
+             {&ly->wo, 0, "attn_output"},    {&ly->ssm_in, 1, "ssm_in"},  {&ly->ssm_conv, 1, "ssm_conv1d"},
+             {&ly->ssm_dt_b, 1, "ssm_dt"},   {&ly->ssm_a, 1, "ssm_a"},    {&ly->ssm_d, 1, "ssm_d"},
+             {&ly->ssm_norm, 1, "ssm_norm"}, {&ly->ssm_out, 1, "ssm_out"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (!!k[i].t->data == (k[i].ssm == ssm)) continue;
+        seterr(err, errlen, "%s: layer %d is %s layer (head_count_kv %s 0) but blk.%d.%s %s", path, l,
+               ssm ? "a Mamba2" : "an attention", ssm ? "==" : "!=", l, k[i].name,
+               k[i].t->data ? "is there" : "is missing");
         return CK_EFORMAT;
     }
-    float factor = 0, lm = 0;
-    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
-    if ((rc = model_arch_float(
-             f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR : ARCH_KEY_ROPE_SCALE_LINEAR, 0,
-             &factor, path, err, errlen)) ||
-        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
-                               errlen)) ||
-        (rc = model_arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
-        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path,
-                             err, errlen)))
-        return rc;
-    if (factor == 0) factor = 1; /* llama.cpp: factor 0 means no scaling */
-    if (type == ARCH_SCALING_NONE) factor = 1;
-    if (!(factor > 0 && factor < 1e6) || !(c->rope_attn_factor > 0 && c->rope_attn_factor < 1e6)) {
-        seterr(err, errlen, "%s: rope scaling factor %g or attn_factor %g out of range", path, factor,
-               c->rope_attn_factor);
+    if (!ssm && (ly->bq.data || ly->bk.data || ly->bv.data) && !(ly->bq.data && ly->bk.data && ly->bv.data)) {
+        seterr(err, errlen, "%s: layer %d has some of the q/k/v biases, not all three", path, l);
         return CK_EFORMAT;
     }
-    /* llama.cpp reads it for mistral3 (and the DeepSeek family, not in the
-     * table); for the others it does not, and a value other than 0 is
-     * refused here rather than ignored. */
-    if (lm != 0 && !(a->keys & ARCH_READS_YARN_LOG_MUL)) {
-        seterr(err, errlen, "%s: %s.%s = %g is not computed by the engine", path, a->name,
-               ARCH_KEY_YARN_LOG_MUL, lm);
-        return CK_EUNSUPPORTED;
-    }
-    if (!(lm >= 0 && lm <= 1e3)) {
-        seterr(err, errlen, "%s: %s.%s = %g is outside 0..1000", path, a->name, ARCH_KEY_YARN_LOG_MUL, lm);
+    if (ssm && (ly->bq.data || ly->bk.data || ly->bv.data)) {
+        seterr(err, errlen, "%s: layer %d is a Mamba2 layer but has q/k/v biases", path, l);
         return CK_EFORMAT;
     }
-    c->yarn_log_mul = lm;
-    if (type == ARCH_SCALING_LINEAR && factor == 1) type = ARCH_SCALING_NONE;
-    c->rope_scaling = type;
-    c->rope_factor = factor;
-    c->yarn_ext_factor = 0;
-    c->yarn_beta_fast = ARCH_DEFAULT_BETA_FAST;
-    c->yarn_beta_slow = ARCH_DEFAULT_BETA_SLOW;
-    if (type == ARCH_SCALING_YARN &&
-        ((rc = model_arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
-         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast,
-                                path, err, errlen)) ||
-         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow,
-                                path, err, errlen))))
-        return rc;
-    if (type == ARCH_SCALING_YARN && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0)) {
-        seterr(err, errlen, "%s: yarn beta_fast %g / beta_slow %g must be positive", path, c->yarn_beta_fast,
-               c->yarn_beta_slow);
-        return CK_EFORMAT;
-    }
-    return CK_OK;
-}
-
-/* Mistral 3's query scale (llama.cpp's mistral3 hparams): temperature_scale,
- * default 0 (none); when set, its positions per step are YaRN's original
- * context (rope.scaling.original_context_length, else context_length). */
-static int gguf_attn_temp(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
-                          size_t errlen) {
-    c->attn_temp_scale = 0;
-    c->attn_temp_floor = 0;
-    if (!(a->keys & ARCH_READS_ATTN_TEMP)) return CK_OK;
-    int rc = model_arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
-    if (rc) return rc;
-    if (!(c->attn_temp_scale > -1e3f && c->attn_temp_scale < 1e3f)) {
-        seterr(err, errlen, "%s: %s.%s = %g is outside -1000..1000", path, a->name, ARCH_KEY_ATTN_TEMP_SCALE,
-               c->attn_temp_scale);
-        return CK_EFORMAT;
-    }
-    if (c->attn_temp_scale != 0) c->attn_temp_floor = c->rope_orig_ctx;
-    return CK_OK;
-}
-
-/* The mixture-of-experts keys, bounded before anything is sized from them.
- * Without expert_feed_forward_length an expert is feed_forward_length /
- * expert_used_count wide (llama.cpp's qwen3moe default); without
- * feed_forward_length (which llama.cpp does not require either, and the
- * experts do not use) hidden_dim is the experts' width. */
-static int gguf_experts(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
-                        size_t errlen) {
-    int rc;
-    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
-        (rc = model_arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
-        return rc;
-    if (c->n_expert > MODEL_MAX_EXPERTS) {
-        seterr(err, errlen, "%s: %s.%s = %d is above the %d experts the engine allows", path, a->name,
-               ARCH_KEY_EXPERT_COUNT, c->n_expert, MODEL_MAX_EXPERTS);
-        return CK_EFORMAT;
-    }
-    if (c->n_expert_used > c->n_expert) {
-        seterr(err, errlen, "%s: %s.%s = %d is more than the %d experts (%s)", path, a->name,
-               ARCH_KEY_EXPERT_USED_COUNT, c->n_expert_used, c->n_expert, ARCH_KEY_EXPERT_COUNT);
-        return CK_EFORMAT;
-    }
-    const int dflt = c->hidden_dim / c->n_expert_used;
-    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen)))
-        return rc;
-    if (!c->hidden_dim) c->hidden_dim = c->expert_ffn;
-    return CK_OK;
-}
-
-/* "<arch>.<suffix>", when the file has it, must be an integer equal to
- * want: a *_swa variant the engine does not compute apart. */
-static int swa_same_int(gguf_file *f, const arch_info *a, const char *suffix, int want, const char *path,
-                        char *err, size_t errlen) {
-    int v = want, rc = model_arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
-    if (rc) return rc;
-    if (v != want) {
-        seterr(err, errlen, "%s: %s.%s = %d differs from the full layers' %d: not computed by the engine",
-               path, a->name, suffix, v, want);
-        return CK_EUNSUPPORTED;
-    }
-    return CK_OK;
-}
-
-/* sliding_window_pattern: an integer >= 0 (0: every layer windowed), the
- * row's period when absent. llama.cpp skips a per-layer array here and
- * keeps its default; an array is refused rather than read as that. */
-static int swa_pattern(gguf_file *f, const arch_info *a, int *period, const char *path, char *err,
-                       size_t errlen) {
-    char key[128];
-    int64_t v;
-    arch_key(key, sizeof key, a, ARCH_KEY_SWA_PATTERN);
-    int rc = gguf_get_int(f, key, &v);
-    if (rc == CK_ENOTFOUND) {
-        *period = a->swa_period;
-        return CK_OK;
-    }
-    if (rc || v < 0 || v > MODEL_MAX_LAYERS) {
-        seterr(err, errlen,
-               "%s: metadata '%s' is not an integer in 0..%d (a per-layer array is not computed)", path, key,
-               MODEL_MAX_LAYERS);
-        return CK_EFORMAT;
-    }
-    *period = (int)v;
-    return CK_OK;
-}
-
-/* Sliding-window attention (ARCH_READS_SWA rows): the window, required,
- * at most the context; which layers; and the *_swa variants of the head
- * and RoPE keys, which must not differ (one RoPE table and one head size
- * serve every layer). Called once head_dim and rope_theta are final. */
-static int gguf_swa(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
-                    size_t errlen) {
-    c->n_swa = c->swa_period = 0;
-    if (!(a->keys & ARCH_READS_SWA)) return CK_OK;
-    int rc;
-    float base = c->rope_theta;
-    if ((rc = model_arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
-        (rc = swa_pattern(f, a, &c->swa_period, path, err, errlen)) ||
-        (rc = swa_same_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
-        (rc = swa_same_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
-        (rc = swa_same_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, c->head_dim, path, err, errlen)) ||
-        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
-        return rc;
-    if (base != c->rope_theta) {
-        seterr(err, errlen, "%s: %s.%s = %g differs from rope.freq_base %g: not computed by the engine", path,
-               a->name, ARCH_KEY_ROPE_FREQ_BASE_SWA, base, c->rope_theta);
-        return CK_EUNSUPPORTED;
-    }
-    /* a window past the context masks nothing: bounded by it, so sizes from it stay small */
-    if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
-    return CK_OK;
-}
-
-/* Entry l of a per-layer integer array (UINT32 or INT32), or -1. */
-static int64_t arr_int_at(int type, const void *data, uint64_t l) {
-    if (type == GGUF_TYPE_UINT32) return ((const uint32_t *)data)[l];
-    if (type == GGUF_TYPE_INT32) return ((const int32_t *)data)[l];
-    return -1;
-}
-
-/* lfm2's shortconv.l_cache, and its head_count_kv: a scalar (every layer
- * attention) or one entry a layer, 0 for a short-convolution layer. Sets
- * c->conv_l, c->n_kv_heads (the attention layers' count, which must be one
- * value) and c->n_conv_layers; *kv_arr / *kv_type the array (NULL for a
- * scalar) for conv_layer_at. A sliding window is refused (not computed). */
-static int gguf_shortconv(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr,
-                          int *kv_type, const char *path, char *err, size_t errlen) {
-    char key[128];
-    int rc, swa = 0;
-    *kv_arr = NULL;
-    if ((rc = model_arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
-        (rc = model_arch_int(f, a, ARCH_KEY_SWA, 0, 0, &swa, path, err, errlen)))
-        return rc;
-    if (c->conv_l < 2 || c->conv_l > ARCH_MAX_CONV_L) {
-        seterr(err, errlen, "%s: %s.%s = %d is outside 2..%d", path, a->name, ARCH_KEY_SHORTCONV_L_CACHE,
-               c->conv_l, ARCH_MAX_CONV_L);
-        return CK_EFORMAT;
-    }
-    if (swa > 0) {
-        seterr(err, errlen, "%s: %s.%s = %d: lfm2's sliding-window attention is not computed by the engine",
-               path, a->name, ARCH_KEY_SWA, swa);
-        return CK_EUNSUPPORTED;
-    }
-    arch_key(key, sizeof key, a, ARCH_KEY_HEAD_COUNT_KV);
-    uint64_t n = 0;
-    if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
-        *kv_arr = NULL; /* a scalar: every layer is attention */
-        c->n_conv_layers = 0;
-        return model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
-    }
-    if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
-        seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
-               (unsigned long long)n, c->n_layers);
-        return CK_EFORMAT;
-    }
-    c->n_kv_heads = 0;
-    c->n_conv_layers = 0;
-    for (uint64_t l = 0; l < n; l++) {
-        const int64_t v = arr_int_at(*kv_type, *kv_arr, l);
-        if (v == 0) {
-            c->n_conv_layers++;
-        } else if (v < 0 || v > MODEL_MAX_HEADS || (c->n_kv_heads && v != c->n_kv_heads)) {
-            seterr(err, errlen,
-                   "%s: %s[%llu] = %lld: per-layer head counts must be 0 (convolution) or one "
-                   "value up to %d",
-                   path, key, (unsigned long long)l, (long long)v, MODEL_MAX_HEADS);
-            return CK_EUNSUPPORTED;
-        } else {
-            c->n_kv_heads = (int)v;
-        }
-    }
-    if (!c->n_kv_heads) c->n_kv_heads = c->n_heads; /* no attention layer: sizes only */
     return CK_OK;
 }
 
@@ -656,7 +439,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
         (rc = model_arch_int(f, a, ARCH_KEY_FEED_FORWARD_LENGTH, !moe || g4, 0, &c->hidden_dim, path, err,
                              errlen)) ||
         (!g4 && (rc = model_arch_int(f, a, ARCH_KEY_HEAD_COUNT, 1, 0, &c->n_heads, path, err, errlen))) ||
-        (moe && (rc = gguf_experts(f, a, c, path, err, errlen))))
+        (moe && (rc = model_expert_keys(f, a, c, path, err, errlen))))
         return rc;
     if (a->keys & ARCH_READS_DENSE_LEAD) { /* lfm2moe: the dense lead, the router's gating */
         int gating = 0;
@@ -677,10 +460,12 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
     }
     const void *kv_arr = NULL; /* lfm2's per-layer head_count_kv */
     int kv_type = 0;
-    if ((rc = a->keys & ARCH_READS_SHORTCONV ? gguf_shortconv(f, a, c, &kv_arr, &kv_type, path, err, errlen)
-              : g4                           ? CK_OK
-                   : model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err,
-                                    errlen)))
+    if ((rc = a->keys & ARCH_READS_SHORTCONV
+                  ? model_shortconv_keys(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+              : g4                          ? CK_OK
+              : a->keys & ARCH_READS_MAMBA2 ? model_mamba2_keys(f, a, c, &kv_arr, &kv_type, path, err, errlen)
+                                            : model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads,
+                                                             &c->n_kv_heads, path, err, errlen)))
         return rc;
     /* head_dim: key_length when given (Qwen3, Gemma-like shapes), else dim / heads */
     int kl = 0, vl = 0, rd = 0;
@@ -703,9 +488,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                                errlen)) ||
         (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE, ARCH_DEFAULT_ROPE_BASE, &c->rope_theta, path,
                                err, errlen)) ||
-        (rc = gguf_rope(f, a, c, path, err, errlen)) || (rc = gguf_attn_temp(f, a, c, path, err, errlen)))
+        (rc = model_rope_keys(f, a, c, path, err, errlen)) ||
+        (rc = model_attn_temp_keys(f, a, c, path, err, errlen)))
         return rc;
-    c->no_rope_step = a->no_rope_step;
+    if (!c->no_rope_step) c->no_rope_step = a->no_rope_step; /* gguf_mamba2 may have set 1 */
     if (moe) {
         c->expert_gating = a->gating;
         c->expert_act = a->act;
@@ -728,7 +514,7 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                a->name, ARCH_KEY_ROPE_DIMS, rd, c->head_dim);
         return CK_EUNSUPPORTED;
     }
-    if ((rc = gguf_swa(f, a, c, path, err, errlen)) ||
+    if ((rc = model_swa_keys(f, a, c, path, err, errlen)) ||
         (rc = gguf_known_tensors(f, a, c->n_layers, path, err, errlen)))
         return rc;
     uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
@@ -767,6 +553,10 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
                ARCH_KEY_EMB_PER_LAYER, (unsigned long long)PL);
         return CK_EFORMAT;
     }
+    /* Mamba2's shapes (all 0 elsewhere, where its tensors are ARCH_NO) */
+    const uint64_t SDI = (uint64_t)c->ssm_d_inner, SG = (uint64_t)c->ssm_n_group,
+                   SH = (uint64_t)c->ssm_n_head, SK = (uint64_t)c->ssm_d_conv,
+                   SGN = SG * (uint64_t)c->ssm_d_state;
     /* the norm before the feed-forward: gpt-oss names it post_attention_norm
      * (and has no ffn_norm); gemma4's post_attention_norm is its own */
     const int ffn_norm = a->need[ARCH_T_FFN_NORM] == ARCH_NO ? ARCH_T_ATTN_POST_NORM : ARCH_T_FFN_NORM;
@@ -821,14 +611,26 @@ static int load_gguf(model *m, const char *path, char *err, size_t errlen) {
             {ARCH_T_PLE_POST_NORM, D, 0, 0, &ly->ple_post_norm},
             {ffn_norm == ARCH_T_FFN_NORM ? ARCH_T_ATTN_POST_NORM : ARCH_T_COUNT, D, 0, 0,
              &ly->attn_post_norm},
+            {ARCH_T_SSM_IN, D, 2 * SDI + 2 * SGN + SH, 0, &ly->ssm_in},
+            {ARCH_T_SSM_CONV1D, SK, SDI + 2 * SGN, 0, &ly->ssm_conv},
+            {ARCH_T_SSM_CONV1D_B, SDI + 2 * SGN, 0, 0, &ly->ssm_conv_b},
+            {ARCH_T_SSM_DT_B, SH, 0, 0, &ly->ssm_dt_b},
+            {ARCH_T_SSM_A, 1, SH, 0, &ly->ssm_a},
+            {ARCH_T_SSM_D, 1, SH, 0, &ly->ssm_d},
+            {ARCH_T_SSM_NORM, SG ? SDI / SG : 0, SG, 0, &ly->ssm_norm},
+            {ARCH_T_SSM_OUT, SDI, D, 0, &ly->ssm_out},
         };
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i].t != ARCH_T_COUNT && (rc = arch_weight(f, a, w[i].t, l, w[i].ne0, w[i].ne1, w[i].ne2,
                                                             w[i].dst, path, err, errlen)))
                 return rc;
         if (a->keys & ARCH_READS_SHORTCONV &&
-            (rc = conv_layer_check(ly, l, kv_arr && arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path, err,
-                                   errlen)))
+            (rc = conv_layer_check(ly, l, kv_arr && model_arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path,
+                                   err, errlen)))
+            return rc;
+        if (a->keys & ARCH_READS_MAMBA2 &&
+            (rc = ssm_layer_check(ly, l, kv_arr && model_arr_int_at(kv_type, kv_arr, (uint64_t)l) == 0, path,
+                                  err, errlen)))
             return rc;
         if (a->keys & ARCH_READS_DENSE_LEAD &&
             (rc = dense_lead_check(ly, l, l >= c->n_dense_lead, path, err, errlen)))

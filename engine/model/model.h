@@ -80,7 +80,8 @@ typedef struct model_config {
     float rope_theta_swa; /* their RoPE base (rope.freq_base_swa) */
     int q_dim_max;        /* the widest layer's query row (n_heads x head_dim of that layer) */
     int kv_dim_max;       /* the widest layer's K (= V) row: a KV block's row for every layer */
-    float emb_scale;      /* token embeddings multiplied by it (sqrt(dim)); 0: not scaled */
+    float emb_scale;      /* token embeddings multiplied by it (gemma4: sqrt(dim); Granite:
+                             embedding_scale); 0: not scaled */
     float logit_softcap;  /* logits become cap tanh(logit / cap); 0: not capped */
     float kq_div;         /* scores are q.k / kq_div (gemma4: 1); 0: q.k / sqrt(head_dim) */
     int v_norm;           /* each V head RMS-normed with unit weight before it is stored */
@@ -88,12 +89,39 @@ typedef struct model_config {
     int n_embd_pl;        /* gemma4's per-layer embeddings: P values a layer (E2B/E4B); 0: none */
     int n_kv_shared;      /* gemma4's last layers that attend over an earlier one's KV
                              (model_layer.kv_src); 0: none */
+    /* Mamba2 layers (arch.h's ARCH_BLOCK_MAMBA2, granitehybrid); 0 for none. */
+    int ssm_d_conv;   /* ssm.conv_kernel: taps of the causal convolution of x, B and C */
+    int ssm_d_inner;  /* ssm.inner_size: x's (and z's, y's) width, ssm_n_head heads */
+    int ssm_d_state;  /* ssm.state_size: N, the state of each channel */
+    int ssm_n_group;  /* ssm.group_count: B and C come in groups of heads */
+    int ssm_n_head;   /* ssm.time_step_rank: heads, each with its dt, A and D */
+    int n_ssm_layers; /* the layers that are Mamba2 (model_layer.ssm_in.n != 0) */
+    /* Granite's scalars (granitehybrid); 0: none. */
+    /* (embedding_scale: emb_scale above) */
+    float resid_scale; /* residual_scale: multiplies each block's output before the residual add */
+    float attn_scale;  /* attention.scale: the attention's score scale, in the place of
+                          1 / sqrt(head_dim) */
+    float logit_scale; /* logit_scale: the logits are divided by it */
 } model_config;
 
+/* Columns of a Mamba2 layer's convolution: x, B and C. */
+static inline size_t model_ssm_conv_ch(const model_config *c) {
+    return (size_t)c->ssm_d_inner + 2 * (size_t)c->ssm_n_group * (size_t)c->ssm_d_state;
+}
+
+/* Floats of one Mamba2 layer's recurrent state: the convolution's last
+ * ssm_d_conv - 1 inputs, then the (ssm_d_inner, ssm_d_state) scan state. */
+static inline size_t model_ssm_state_floats(const model_config *c) {
+    return (size_t)(c->ssm_d_conv - 1) * model_ssm_conv_ch(c) +
+           (size_t)c->ssm_d_inner * (size_t)c->ssm_d_state;
+}
+
 /* Floats of one sequence's recurrent state: every convolution layer's last
- * conv_l - 1 inputs of dim channels (0 in a model without any). */
+ * conv_l - 1 inputs of dim channels, every Mamba2 layer's
+ * model_ssm_state_floats (0 in a model without any). */
 static inline size_t model_state_floats(const model_config *c) {
-    return c->n_conv_layers ? (size_t)c->n_conv_layers * (size_t)(c->conv_l - 1) * (size_t)c->dim : 0;
+    return (c->n_conv_layers ? (size_t)c->n_conv_layers * (size_t)(c->conv_l - 1) * (size_t)c->dim : 0) +
+           (c->n_ssm_layers ? (size_t)c->n_ssm_layers * model_ssm_state_floats(c) : 0);
 }
 
 /* Floats of a query row and of a K (= V) row at their widest: every layer
@@ -141,6 +169,17 @@ typedef struct model_layer {
     model_tensor sc_conv; /* shortconv.conv     (dim, conv_l) each channel's kernel */
     model_tensor sc_in;   /* shortconv.in_proj  (3 * dim, dim): B, C, x */
     model_tensor sc_out;  /* shortconv.out_proj (dim, dim) */
+    /* A Mamba2 layer's (granitehybrid; n == 0 in an attention layer, whose
+     * wq, wk, wv, wo these replace). DI = ssm_d_inner, H = ssm_n_head,
+     * NC = model_ssm_conv_ch: */
+    model_tensor ssm_in;     /* ssm_in.weight     (2 DI + 2 n_group d_state + H, dim): z, xBC, dt */
+    model_tensor ssm_conv;   /* ssm_conv1d.weight (NC, d_conv) each channel's taps */
+    model_tensor ssm_conv_b; /* ssm_conv1d.bias   (NC), optional */
+    model_tensor ssm_dt_b;   /* ssm_dt.bias       (H) */
+    model_tensor ssm_a;      /* ssm_a             (H) each head's A (negative: -exp(A_log)) */
+    model_tensor ssm_d;      /* ssm_d             (H) each head's skip D */
+    model_tensor ssm_norm;   /* ssm_norm.weight   (DI): the grouped RMSNorm's */
+    model_tensor ssm_out;    /* ssm_out.weight    (dim, DI) */
     /* Mixture of experts (n == 0 in a dense model, whose w1, w2, w3 these
      * replace in a MoE one, where those are empty). E = n_expert,
      * FE = expert_ffn; model_expert gives expert e's matrix. */
@@ -203,12 +242,21 @@ static inline void model_layer_extras(const model_layer *l, const model_tensor *
     t[6] = &l->sinks;
 }
 
-/* The short-convolution tensors of a layer (each n == 0 in an attention one). */
-#define MODEL_LAYER_CONV 3
+/* The recurrent tensors of a layer, short-convolution and Mamba2 (each
+ * n == 0 in an attention one). */
+#define MODEL_LAYER_CONV 11
 static inline void model_layer_conv(const model_layer *l, const model_tensor *t[MODEL_LAYER_CONV]) {
     t[0] = &l->sc_conv;
     t[1] = &l->sc_in;
     t[2] = &l->sc_out;
+    t[3] = &l->ssm_in;
+    t[4] = &l->ssm_conv;
+    t[5] = &l->ssm_conv_b;
+    t[6] = &l->ssm_dt_b;
+    t[7] = &l->ssm_a;
+    t[8] = &l->ssm_d;
+    t[9] = &l->ssm_norm;
+    t[10] = &l->ssm_out;
 }
 
 /* The mixture-of-experts tensors of a layer (each n == 0 in a dense model;

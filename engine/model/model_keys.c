@@ -1,6 +1,7 @@
 /* model_keys.c - GGUF keys as model.c reads them: integers and floats of
- * an architecture's prefix with llama.cpp's defaults, and gemma4's
- * per-layer keys (model_keys.h). */
+ * an architecture's prefix with llama.cpp's defaults, gemma4's per-layer
+ * keys, and each feature's keys (RoPE scaling, experts, sliding window,
+ * short convolution, Mamba2) (model_keys.h). */
 #include "model_keys.h"
 
 #include <math.h>
@@ -232,4 +233,293 @@ int model_gemma4_keys(gguf_file *f, const arch_info *a, model *m, const char *pa
 out:
     free(nh);
     return rc;
+}
+/* RoPE scaling keys, as llama.cpp's llama_model::load_hparams and
+ * llama_context read them: the type defaults to "linear", whose factor
+ * defaults to 0 (no scaling); "none" ignores the factor; YaRN's mix is 1
+ * unless the file says otherwise. A type the engine does not compute
+ * (longrope, llama3 spelled as a type, ...) is refused by name. */
+int model_rope_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                    size_t errlen) {
+    char key[128];
+    const char *s;
+    size_t len;
+    int rc, type = ARCH_SCALING_LINEAR;
+    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_TYPE);
+    if ((rc = gguf_get_str(f, key, &s, &len)) == CK_OK) {
+        if ((type = arch_scaling_from_name(s, len)) < 0) {
+            seterr(err, errlen, "%s: %s \"%.*s\" is not computed by the engine (none, linear, yarn)", path,
+                   key, (int)(len < 40 ? len : 40), s);
+            return CK_EUNSUPPORTED;
+        }
+    } else if (rc != CK_ENOTFOUND) {
+        seterr(err, errlen, "%s: metadata '%s' is not a string", path, key);
+        return CK_EFORMAT;
+    }
+    float factor = 0, lm = 0;
+    arch_key(key, sizeof key, a, ARCH_KEY_ROPE_SCALING_FACTOR);
+    if ((rc = model_arch_float(
+             f, a, gguf_find_key(f, key) >= 0 ? ARCH_KEY_ROPE_SCALING_FACTOR : ARCH_KEY_ROPE_SCALE_LINEAR, 0,
+             &factor, path, err, errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_SCALING_ATTN_FACTOR, 1, &c->rope_attn_factor, path, err,
+                               errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_YARN_LOG_MUL, 0, &lm, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_ROPE_SCALING_ORIG_CTX, 0, c->seq_len, &c->rope_orig_ctx, path,
+                             err, errlen)))
+        return rc;
+    if (factor == 0) factor = 1; /* llama.cpp: factor 0 means no scaling */
+    if (type == ARCH_SCALING_NONE) factor = 1;
+    if (!(factor > 0 && factor < 1e6) || !(c->rope_attn_factor > 0 && c->rope_attn_factor < 1e6)) {
+        seterr(err, errlen, "%s: rope scaling factor %g or attn_factor %g out of range", path, factor,
+               c->rope_attn_factor);
+        return CK_EFORMAT;
+    }
+    /* llama.cpp reads it for mistral3 (and the DeepSeek family, not in the
+     * table); for the others it does not, and a value other than 0 is
+     * refused here rather than ignored. */
+    if (lm != 0 && !(a->keys & ARCH_READS_YARN_LOG_MUL)) {
+        seterr(err, errlen, "%s: %s.%s = %g is not computed by the engine", path, a->name,
+               ARCH_KEY_YARN_LOG_MUL, lm);
+        return CK_EUNSUPPORTED;
+    }
+    if (!(lm >= 0 && lm <= 1e3)) {
+        seterr(err, errlen, "%s: %s.%s = %g is outside 0..1000", path, a->name, ARCH_KEY_YARN_LOG_MUL, lm);
+        return CK_EFORMAT;
+    }
+    c->yarn_log_mul = lm;
+    if (type == ARCH_SCALING_LINEAR && factor == 1) type = ARCH_SCALING_NONE;
+    c->rope_scaling = type;
+    c->rope_factor = factor;
+    c->yarn_ext_factor = 0;
+    c->yarn_beta_fast = ARCH_DEFAULT_BETA_FAST;
+    c->yarn_beta_slow = ARCH_DEFAULT_BETA_SLOW;
+    if (type == ARCH_SCALING_YARN &&
+        ((rc = model_arch_float(f, a, ARCH_KEY_YARN_EXT_FACTOR, 1, &c->yarn_ext_factor, path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_FAST, ARCH_DEFAULT_BETA_FAST, &c->yarn_beta_fast,
+                                path, err, errlen)) ||
+         (rc = model_arch_float(f, a, ARCH_KEY_YARN_BETA_SLOW, ARCH_DEFAULT_BETA_SLOW, &c->yarn_beta_slow,
+                                path, err, errlen))))
+        return rc;
+    if (type == ARCH_SCALING_YARN && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0)) {
+        seterr(err, errlen, "%s: yarn beta_fast %g / beta_slow %g must be positive", path, c->yarn_beta_fast,
+               c->yarn_beta_slow);
+        return CK_EFORMAT;
+    }
+    return CK_OK;
+}
+
+/* Mistral 3's query scale (llama.cpp's mistral3 hparams): temperature_scale,
+ * default 0 (none); when set, its positions per step are YaRN's original
+ * context (rope.scaling.original_context_length, else context_length). */
+int model_attn_temp_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                         size_t errlen) {
+    c->attn_temp_scale = 0;
+    c->attn_temp_floor = 0;
+    if (!(a->keys & ARCH_READS_ATTN_TEMP)) return CK_OK;
+    int rc = model_arch_float(f, a, ARCH_KEY_ATTN_TEMP_SCALE, 0, &c->attn_temp_scale, path, err, errlen);
+    if (rc) return rc;
+    if (!(c->attn_temp_scale > -1e3f && c->attn_temp_scale < 1e3f)) {
+        seterr(err, errlen, "%s: %s.%s = %g is outside -1000..1000", path, a->name, ARCH_KEY_ATTN_TEMP_SCALE,
+               c->attn_temp_scale);
+        return CK_EFORMAT;
+    }
+    if (c->attn_temp_scale != 0) c->attn_temp_floor = c->rope_orig_ctx;
+    return CK_OK;
+}
+
+/* The mixture-of-experts keys, bounded before anything is sized from them.
+ * Without expert_feed_forward_length an expert is feed_forward_length /
+ * expert_used_count wide (llama.cpp's qwen3moe default); without
+ * feed_forward_length (which llama.cpp does not require either, and the
+ * experts do not use) hidden_dim is the experts' width. */
+int model_expert_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                      size_t errlen) {
+    int rc;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_COUNT, 1, 0, &c->n_expert, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_EXPERT_USED_COUNT, 1, 0, &c->n_expert_used, path, err, errlen)))
+        return rc;
+    if (c->n_expert > MODEL_MAX_EXPERTS) {
+        seterr(err, errlen, "%s: %s.%s = %d is above the %d experts the engine allows", path, a->name,
+               ARCH_KEY_EXPERT_COUNT, c->n_expert, MODEL_MAX_EXPERTS);
+        return CK_EFORMAT;
+    }
+    if (c->n_expert_used > c->n_expert) {
+        seterr(err, errlen, "%s: %s.%s = %d is more than the %d experts (%s)", path, a->name,
+               ARCH_KEY_EXPERT_USED_COUNT, c->n_expert_used, c->n_expert, ARCH_KEY_EXPERT_COUNT);
+        return CK_EFORMAT;
+    }
+    const int dflt = c->hidden_dim / c->n_expert_used;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_EXPERT_FFN, !dflt, dflt, &c->expert_ffn, path, err, errlen)))
+        return rc;
+    if (!c->hidden_dim) c->hidden_dim = c->expert_ffn;
+    return CK_OK;
+}
+
+/* "<arch>.<suffix>", when the file has it, must be an integer equal to
+ * want: a *_swa variant the engine does not compute apart. */
+static int swa_same_int(gguf_file *f, const arch_info *a, const char *suffix, int want, const char *path,
+                        char *err, size_t errlen) {
+    int v = want, rc = model_arch_int(f, a, suffix, 0, want, &v, path, err, errlen);
+    if (rc) return rc;
+    if (v != want) {
+        seterr(err, errlen, "%s: %s.%s = %d differs from the full layers' %d: not computed by the engine",
+               path, a->name, suffix, v, want);
+        return CK_EUNSUPPORTED;
+    }
+    return CK_OK;
+}
+
+/* sliding_window_pattern: an integer >= 0 (0: every layer windowed), the
+ * row's period when absent. llama.cpp skips a per-layer array here and
+ * keeps its default; an array is refused rather than read as that. */
+static int swa_pattern(gguf_file *f, const arch_info *a, int *period, const char *path, char *err,
+                       size_t errlen) {
+    char key[128];
+    int64_t v;
+    arch_key(key, sizeof key, a, ARCH_KEY_SWA_PATTERN);
+    int rc = gguf_get_int(f, key, &v);
+    if (rc == CK_ENOTFOUND) {
+        *period = a->swa_period;
+        return CK_OK;
+    }
+    if (rc || v < 0 || v > MODEL_MAX_LAYERS) {
+        seterr(err, errlen,
+               "%s: metadata '%s' is not an integer in 0..%d (a per-layer array is not computed)", path, key,
+               MODEL_MAX_LAYERS);
+        return CK_EFORMAT;
+    }
+    *period = (int)v;
+    return CK_OK;
+}
+
+/* Sliding-window attention (ARCH_READS_SWA rows): the window, required,
+ * at most the context; which layers; and the *_swa variants of the head
+ * and RoPE keys, which must not differ (one RoPE table and one head size
+ * serve every layer). Called once head_dim and rope_theta are final. */
+int model_swa_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                   size_t errlen) {
+    c->n_swa = c->swa_period = 0;
+    if (!(a->keys & ARCH_READS_SWA)) return CK_OK;
+    int rc;
+    float base = c->rope_theta;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SWA, 1, 0, &c->n_swa, path, err, errlen)) ||
+        (rc = swa_pattern(f, a, &c->swa_period, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_KEY_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_VALUE_LENGTH_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = swa_same_int(f, a, ARCH_KEY_ROPE_DIMS_SWA, c->head_dim, path, err, errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_ROPE_FREQ_BASE_SWA, c->rope_theta, &base, path, err, errlen)))
+        return rc;
+    if (base != c->rope_theta) {
+        seterr(err, errlen, "%s: %s.%s = %g differs from rope.freq_base %g: not computed by the engine", path,
+               a->name, ARCH_KEY_ROPE_FREQ_BASE_SWA, base, c->rope_theta);
+        return CK_EUNSUPPORTED;
+    }
+    /* a window past the context masks nothing: bounded by it, so sizes from it stay small */
+    if (c->n_swa > c->seq_len) c->n_swa = c->seq_len;
+    return CK_OK;
+}
+
+/* Entry l of a per-layer integer array (UINT32 or INT32), or -1. */
+int64_t model_arr_int_at(int type, const void *data, uint64_t l) {
+    if (type == GGUF_TYPE_UINT32) return ((const uint32_t *)data)[l];
+    if (type == GGUF_TYPE_INT32) return ((const int32_t *)data)[l];
+    return -1;
+}
+
+/* head_count_kv of a hybrid: a scalar (every layer attention) or one entry
+ * a layer, 0 for a recurrent layer. Sets c->n_kv_heads (the attention
+ * layers' count, which must be one value), *n_rec (the 0 entries) and
+ * *kv_arr / *kv_type (NULL for a scalar) for the layer checks. */
+static int gguf_kv_per_layer(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr,
+                             int *kv_type, int *n_rec, const char *path, char *err, size_t errlen) {
+    char key[128];
+    arch_key(key, sizeof key, a, ARCH_KEY_HEAD_COUNT_KV);
+    uint64_t n = 0;
+    *n_rec = 0;
+    if (gguf_get_arr(f, key, kv_type, &n, kv_arr)) {
+        *kv_arr = NULL; /* a scalar: every layer is attention */
+        return model_arch_int(f, a, ARCH_KEY_HEAD_COUNT_KV, 0, c->n_heads, &c->n_kv_heads, path, err, errlen);
+    }
+    if (n != (uint64_t)c->n_layers || (*kv_type != GGUF_TYPE_UINT32 && *kv_type != GGUF_TYPE_INT32)) {
+        seterr(err, errlen, "%s: %s holds %llu entries (not u32/i32 ones, or not block_count %d)", path, key,
+               (unsigned long long)n, c->n_layers);
+        return CK_EFORMAT;
+    }
+    c->n_kv_heads = 0;
+    for (uint64_t l = 0; l < n; l++) {
+        const int64_t v = model_arr_int_at(*kv_type, *kv_arr, l);
+        if (v == 0) {
+            (*n_rec)++;
+        } else if (v < 0 || v > MODEL_MAX_HEADS || (c->n_kv_heads && v != c->n_kv_heads)) {
+            seterr(err, errlen,
+                   "%s: %s[%llu] = %lld: per-layer head counts must be 0 (recurrent) or one "
+                   "value up to %d",
+                   path, key, (unsigned long long)l, (long long)v, MODEL_MAX_HEADS);
+            return CK_EUNSUPPORTED;
+        } else {
+            c->n_kv_heads = (int)v;
+        }
+    }
+    if (!c->n_kv_heads) c->n_kv_heads = c->n_heads; /* no attention layer: sizes only */
+    return CK_OK;
+}
+
+/* lfm2's shortconv.l_cache, and its head_count_kv (gguf_kv_per_layer: 0
+ * for a short-convolution layer). Sets c->conv_l, c->n_kv_heads and
+ * c->n_conv_layers. A sliding window is refused (not computed). */
+int model_shortconv_keys(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr, int *kv_type,
+                         const char *path, char *err, size_t errlen) {
+    int rc, swa = 0;
+    *kv_arr = NULL;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SHORTCONV_L_CACHE, 1, 0, &c->conv_l, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SWA, 0, 0, &swa, path, err, errlen)))
+        return rc;
+    if (c->conv_l < 2 || c->conv_l > ARCH_MAX_CONV_L) {
+        seterr(err, errlen, "%s: %s.%s = %d is outside 2..%d", path, a->name, ARCH_KEY_SHORTCONV_L_CACHE,
+               c->conv_l, ARCH_MAX_CONV_L);
+        return CK_EFORMAT;
+    }
+    if (swa > 0) {
+        seterr(err, errlen, "%s: %s.%s = %d: lfm2's sliding-window attention is not computed by the engine",
+               path, a->name, ARCH_KEY_SWA, swa);
+        return CK_EUNSUPPORTED;
+    }
+    return gguf_kv_per_layer(f, a, c, kv_arr, kv_type, &c->n_conv_layers, path, err, errlen);
+}
+
+/* granitehybrid's ssm.* keys (bounded before they size anything), its
+ * head_count_kv (gguf_kv_per_layer: 0 for a Mamba2 layer), and Granite's
+ * scalars; rope.scaling.finetuned false turns RoPE off on every layer. */
+int model_mamba2_keys(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr, int *kv_type,
+                      const char *path, char *err, size_t errlen) {
+    int rc;
+    *kv_arr = NULL;
+    if ((rc = model_arch_int(f, a, ARCH_KEY_SSM_CONV, 1, 0, &c->ssm_d_conv, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SSM_INNER, 1, 0, &c->ssm_d_inner, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SSM_STATE, 1, 0, &c->ssm_d_state, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SSM_GROUPS, 1, 0, &c->ssm_n_group, path, err, errlen)) ||
+        (rc = model_arch_int(f, a, ARCH_KEY_SSM_HEADS, 1, 0, &c->ssm_n_head, path, err, errlen)))
+        return rc;
+    const int di = c->ssm_d_inner, ng = c->ssm_n_group, nh = c->ssm_n_head;
+    if (c->ssm_d_conv < 2 || c->ssm_d_conv > ARCH_MAX_CONV_L || c->ssm_d_state < 1 ||
+        c->ssm_d_state > ARCH_MAX_SSM_STATE || di < 1 || di > 4 * MODEL_MAX_DIM || ng < 1 || nh < 1 ||
+        di % ng || di % nh || nh % ng) {
+        seterr(err, errlen,
+               "%s: %s.ssm.* conv_kernel %d (2..%d), state_size %d (1..%d), inner_size %d (1..%d), "
+               "group_count %d, time_step_rank %d (inner_size a multiple of both, time_step_rank of "
+               "group_count): not a shape the engine computes",
+               path, a->name, c->ssm_d_conv, ARCH_MAX_CONV_L, c->ssm_d_state, ARCH_MAX_SSM_STATE, di,
+               4 * MODEL_MAX_DIM, ng, nh);
+        return CK_EFORMAT;
+    }
+    int rope = 1;
+    char key[128];
+    if (gguf_get_bool(f, arch_key(key, sizeof key, a, ARCH_KEY_ROPE_FINETUNED), &rope) == CK_OK && !rope)
+        c->no_rope_step = 1; /* (l + 1) % 1 == 0: no layer has RoPE */
+    if ((rc = model_arch_float(f, a, ARCH_KEY_EMBD_SCALE, 0, &c->emb_scale, path, err, errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_RESID_SCALE, 0, &c->resid_scale, path, err, errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_ATTN_SCALE, 0, &c->attn_scale, path, err, errlen)) ||
+        (rc = model_arch_float(f, a, ARCH_KEY_LOGIT_SCALE, 0, &c->logit_scale, path, err, errlen)))
+        return rc;
+    return gguf_kv_per_layer(f, a, c, kv_arr, kv_type, &c->n_ssm_layers, path, err, errlen);
 }

@@ -34,4 +34,25 @@ int model_arch_float(gguf_file *f, const arch_info *a, const char *suffix, float
  * rope_theta are final. */
 int model_gemma4_keys(gguf_file *f, const arch_info *a, model *m, const char *path, char *err, size_t errlen);
 
+/* The keys of each feature model.c loads, into c (each fills err and
+ * returns a CK_E* code; what the engine does not compute refused by name):
+ * RoPE scaling; mistral3's query temperature; the experts' counts; the
+ * sliding window and its pattern; lfm2's short convolution and
+ * granitehybrid's Mamba2 with Granite's scalars, each with its per-layer
+ * head_count_kv array (*kv_arr, *kv_type: NULL when a scalar; entry 0 is
+ * a recurrent layer, model_arr_int_at reads it). */
+int model_rope_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                    size_t errlen);
+int model_attn_temp_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                         size_t errlen);
+int model_expert_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                      size_t errlen);
+int model_swa_keys(gguf_file *f, const arch_info *a, model_config *c, const char *path, char *err,
+                   size_t errlen);
+int model_shortconv_keys(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr, int *kv_type,
+                         const char *path, char *err, size_t errlen);
+int model_mamba2_keys(gguf_file *f, const arch_info *a, model_config *c, const void **kv_arr, int *kv_type,
+                      const char *path, char *err, size_t errlen);
+int64_t model_arr_int_at(int type, const void *data, uint64_t l);
+
 #endif

@@ -82,7 +82,8 @@ int cli_synth(int argc, char **argv) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             printf("usage: confkv synth -o OUT.gguf [--dim D] [--layers L] [--heads H] [--kv-heads K]\n"
                    "       [--ffn F] [--vocab V] [--ctx C] [--type f32|f16|bf16|q8_0|mxfp4] [--seed S]\n"
-                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|gemma4|lfm2|lfm2moe]\n"
+                   "       [--arch llama|qwen2|qwen3|smollm3|mistral3|qwen3moe|gpt-oss|gemma4|lfm2|lfm2moe|\n"
+                   "       granitehybrid] [--ssm-state N] [--ssm-groups G] [--ssm-heads H] [--ssm-conv K]\n"
                    "       [--head-dim N] [--tied] [--vocab-from VOCAB.gguf]\n"
                    "       [--experts N --experts-used K [--expert-ffn F]] [--sliding-window N]\n"
                    "       [--swa-pattern P] [--head-dim-full N] [--kv-heads-full K]\n"
@@ -132,7 +133,12 @@ int cli_synth(int argc, char **argv) {
                    "as LFM2-350M's first ones); the others are convolution layers. --arch lfm2moe\n"
                    "takes them too, with --experts and --experts-used (sigmoid gating with a random\n"
                    "exp_probs_b) and --dense-lead N (leading_dense_block_count: the first N layers\n"
-                   "dense, default 0).\n",
+                   "dense, default 0). --arch granitehybrid (Granite 4.0-H, dense: Mamba2 layers\n"
+                   "beside attention ones without RoPE) takes --attn-layers as lfm2 (the others are\n"
+                   "Mamba2), --ssm-state N (ssm.state_size, default 16), --ssm-groups G (default 2),\n"
+                   "--ssm-heads H (time_step_rank, default 2 dim / 16), --ssm-conv K (default 4); the\n"
+                   "inner size is 2 dim; it writes Granite's scalars (embedding 4, residual 0.5,\n"
+                   "attention 1 / head_dim, logits 6).\n",
                    MODEL_MAX_EXPERTS);
             return 0;
         }
@@ -176,7 +182,11 @@ int cli_synth(int argc, char **argv) {
             cli_float(&a, "--rope-theta-swa", 1.0001, 1e11, &p.rope_theta_swa) ||
             cli_float(&a, "--softcap", 1e-3, 1e6, &p.softcap) ||
             cli_int(&a, "--ple", 1, 1 << 16, &p.n_embd_pl) ||
-            cli_int(&a, "--kv-shared", 1, 1022, &p.n_kv_shared))
+            cli_int(&a, "--kv-shared", 1, 1022, &p.n_kv_shared) ||
+            cli_int(&a, "--ssm-state", 1, ARCH_MAX_SSM_STATE, &p.ssm_d_state) ||
+            cli_int(&a, "--ssm-groups", 1, 1 << 16, &p.ssm_n_group) ||
+            cli_int(&a, "--ssm-heads", 1, 1 << 16, &p.ssm_n_head) ||
+            cli_int(&a, "--ssm-conv", 2, ARCH_MAX_CONV_L, &p.ssm_d_conv))
             continue;
         return cli_unknown(&a);
     }
@@ -228,8 +238,13 @@ int cli_synth(int argc, char **argv) {
         cli_error(&a, "--dense-lead needs --arch lfm2moe");
         return 2;
     }
-    if (!(ai->keys & ARCH_READS_SHORTCONV) && (p.conv_l || attn_layers)) {
-        cli_error(&a, "--conv-l and --attn-layers need --arch lfm2");
+    if (!(ai->keys & ARCH_READS_SHORTCONV) &&
+        (p.conv_l || (attn_layers && !(ai->keys & ARCH_READS_MAMBA2)))) {
+        cli_error(&a, "--conv-l needs --arch lfm2 or lfm2moe, --attn-layers those or granitehybrid");
+        return 2;
+    }
+    if (!(ai->keys & ARCH_READS_MAMBA2) && (p.ssm_d_state || p.ssm_n_group || p.ssm_n_head || p.ssm_d_conv)) {
+        cli_error(&a, "--ssm-state, --ssm-groups, --ssm-heads and --ssm-conv need --arch granitehybrid");
         return 2;
     }
     for (const char *q = attn_layers; q && *q;) { /* "2,5,8": a bit each */

@@ -292,10 +292,11 @@ static void test_gpt_oss_refused(void) {
     unlink(path);
 }
 
-/* lfm2: refused by name for its short-convolution layers (the block the
- * CUDA pass has not, and their recurrent state); "auto" runs it on the CPU. */
-static void test_lfm2_refused(void) {
-    char path[] = "/tmp/confkv_cuda_lfm2_XXXXXX", err[512] = "";
+/* lfm2 and granitehybrid: refused by name for their recurrent layers
+ * (short convolution, Mamba2: blocks the CUDA pass has not, and their
+ * state); "auto" runs them on the CPU. */
+static void hybrid_refused(int arch, const char *name, const char *why) {
+    char path[] = "/tmp/confkv_cuda_hybrid_XXXXXX", err[512] = "";
     int fd = mkstemp(path);
     CK_CHECK(fd >= 0);
     if (fd < 0) return;
@@ -309,7 +310,7 @@ static void test_lfm2_refused(void) {
                        .ctx = 64,
                        .type = QUANT_F32,
                        .seed = 1,
-                       .arch = ARCH_LFM2};
+                       .arch = arch};
     model *m = NULL;
     be_options o = options();
     backend *b = NULL;
@@ -317,12 +318,18 @@ static void test_lfm2_refused(void) {
                  "%s", err);
     if (m) {
         CK_CHECK(be_new("cuda", m, &o, &b, err, sizeof err) == CK_EUNSUPPORTED && !b);
-        CK_CHECK_MSG(strstr(err, "lfm2") && strstr(err, "shortconv has no CUDA kernel"), "err: %s", err);
+        CK_CHECK_MSG(strstr(err, name) && strstr(err, why), "err: %s", err);
         CK_CHECK(be_new("auto", m, &o, &b, err, sizeof err) == 0 && b && !strcmp(b->ops->name, "cpu"));
         be_free(b);
     }
     model_free(m);
     unlink(path);
+}
+
+static void test_lfm2_refused(void) { hybrid_refused(ARCH_LFM2, "lfm2", "shortconv has no CUDA kernel"); }
+
+static void test_granitehybrid_refused(void) {
+    hybrid_refused(ARCH_GRANITEHYBRID, "granitehybrid", "mamba2 has no CUDA kernel");
 }
 
 int main(void) {
@@ -345,6 +352,7 @@ int main(void) {
     CK_RUN(test_gpt_oss_refused);
     CK_RUN(test_lfm2_refused);
     CK_RUN(test_gemma4_refused);
+    CK_RUN(test_granitehybrid_refused);
     model_free(g_m);
     return ck_test_summary();
 }

@@ -164,6 +164,17 @@ case "$case_name" in
       --experts 8 --experts-used 2 --expert-ffn 128 --dense-lead 2
     gen_args=(--max-batch-tokens 6)
     steps=16 min_steps=16 ;;
+  synth_granitehybrid) # Granite 4.0-H (dense) in small: Mamba2 layers (16 heads of 16
+    # channels, 2 groups, state 16, 4 taps) with attention without RoPE on layers 2 and 4,
+    # Granite's embedding, residual, attention and logit scales, qwen2 vocab, tied; the
+    # prompt prefilled in chunks of 4 tokens, so each chunk's scan and convolution start
+    # from the state the previous one left
+    need_synth --arch --vocab-from --tied --attn-layers --ssm-state --ssm-groups --ssm-heads
+    synth --arch granitehybrid --dim 128 --layers 6 --heads 4 --kv-heads 2 --ffn 384 --ctx 256 \
+      --vocab-from "$(vocab qwen2)" --tied --attn-layers 2,4 --ssm-state 16 --ssm-groups 2 \
+      --ssm-heads 16 --ssm-conv 4
+    gen_args=(--max-batch-tokens 4)
+    steps=16 min_steps=16 ;;
   stories260K_f32)
     # f32 everywhere: the engines differ only in summation order, about ten
     # float32 epsilons. Measured at worst over 200 steps: 1.21e-6 in the
