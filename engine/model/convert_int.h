@@ -21,13 +21,13 @@ typedef struct convert_bufs {
 void convert_bufs_free(convert_bufs *b);
 /* An f32 tensor (rows x cols, cols innermost) converted to type (f16 where
  * cols is not a multiple of its block). */
-int convert_add_f32(gguf_writer *w, convert_bufs *bb, const char *name, const float *src, uint64_t cols, uint64_t rows,
-                   int type);
+int convert_add_f32(gguf_writer *w, convert_bufs *bb, const char *name, const float *src, uint64_t cols,
+                    uint64_t rows, int type);
 /* An expert tensor of E (rows x cols) matrices converted to type, one at a
  * time through tmp (rows * cols floats): src's expert slices, or uniform in
  * [-a, a] from *s when src is NULL; 2-D when E is 1, as ggml writes it. */
-int convert_add_experts(gguf_writer *w, convert_bufs *bb, const char *name, uint64_t cols, uint64_t rows, uint64_t E,
-                       int type, const model_tensor *src, float a, uint64_t *s, float *tmp);
+int convert_add_experts(gguf_writer *w, convert_bufs *bb, const char *name, uint64_t cols, uint64_t rows,
+                        uint64_t E, int type, const model_tensor *src, float a, uint64_t *s, float *tmp);
 /* The type of a model's non-expert matrices for a requested type. */
 int convert_dense_type(int type, int has_experts);
 /* The general.* and <arch>.* keys of c. */

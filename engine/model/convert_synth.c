@@ -167,8 +167,8 @@ static int synth_gemma4_keys(gguf_writer *w, const synth_params *p, const model_
  * the q/k head norms, the four norms and layer_output_scale random around
  * 1 (unequal, so a norm left out or misplaced shows), the GELU
  * feed-forward. */
-static int synth_gemma4_layer(gguf_writer *w, convert_bufs *bb, const synth_params *p, const model_config *c, int l,
-                              float *tmp, uint64_t *s, int dtype) {
+static int synth_gemma4_layer(gguf_writer *w, convert_bufs *bb, const synth_params *p, const model_config *c,
+                              int l, float *tmp, uint64_t *s, int dtype) {
     const g4_shape g = g4_of(p, c);
     const int full = g4_full(&g, l);
     const uint64_t D = (uint64_t)c->dim, F = (uint64_t)c->hidden_dim;
@@ -239,8 +239,8 @@ static int synth_gemma4_layer(gguf_writer *w, convert_bufs *bb, const synth_para
     } e[] = {{ARCH_T_FFN_GATE_EXPS, D, FE}, {ARCH_T_FFN_UP_EXPS, D, FE}, {ARCH_T_FFN_DOWN_EXPS, FE, D}};
     for (size_t i = 0; !rc && i < sizeof e / sizeof e[0]; i++) {
         arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
-        rc = convert_add_experts(w, bb, tn, e[i].cols, e[i].rows, E, p->type, NULL, sqrtf(3.0f / (float)e[i].cols), s,
-                         tmp);
+        rc = convert_add_experts(w, bb, tn, e[i].cols, e[i].rows, E, p->type, NULL,
+                                 sqrtf(3.0f / (float)e[i].cols), s, tmp);
     }
     const struct {
         int at;
@@ -513,7 +513,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
         if ((rc = convert_add_f32(w, &bb, "per_layer_model_proj.weight", tmp, D, LP, dtype))) goto out;
         convert_fill_uniform(tmp, (uint64_t)p->n_embd_pl, 0.5f, &s);
         for (int k = 0; k < p->n_embd_pl; k++) tmp[k] += 1.0f;
-        if ((rc = convert_add_f32(w, &bb, "per_layer_proj_norm.weight", tmp, (uint64_t)p->n_embd_pl, 1, QUANT_F32)))
+        if ((rc = convert_add_f32(w, &bb, "per_layer_proj_norm.weight", tmp, (uint64_t)p->n_embd_pl, 1,
+                                  QUANT_F32)))
             goto out;
     }
     if (g4) { /* the full layers' "proportional" RoPE: a quarter of each head turns */
@@ -556,7 +557,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 for (uint64_t k = 0; k < t[i].cols; k++) tmp[k] = 1.0f;
             else
                 convert_fill_uniform(tmp, t[i].cols * t[i].rows, sqrtf(3.0f / (float)t[i].cols), &s);
-            if ((rc = convert_add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : dtype))) goto out;
+            if ((rc = convert_add_f32(w, &bb, tn, tmp, t[i].cols, t[i].rows, norm ? QUANT_F32 : dtype)))
+                goto out;
         }
         if (conv_layer) { /* taps of variance about 1 / conv_l; in_proj, out_proj as the others */
             struct {
@@ -569,7 +571,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 char tn[96];
                 arch_tensor_file_name(tn, sizeof tn, sc[i].at, l);
                 convert_fill_uniform(tmp, sc[i].cols * sc[i].rows, sqrtf(3.0f / (float)sc[i].cols), &s);
-                if ((rc = convert_add_f32(w, &bb, tn, tmp, sc[i].cols, sc[i].rows, i ? dtype : QUANT_F32))) goto out;
+                if ((rc = convert_add_f32(w, &bb, tn, tmp, sc[i].cols, sc[i].rows, i ? dtype : QUANT_F32)))
+                    goto out;
             }
         }
         if (ssm_layer) { /* Mamba2: taps and their bias; dt_bias in [-2, 1] and A in -[1, 4.5]
@@ -597,7 +600,8 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 for (uint64_t k = 0; k < n; k++) tmp[k] += m[i].base;
                 if (m[i].at == ARCH_T_SSM_A) /* A = -exp(A_log), as the converter writes it */
                     for (uint64_t k = 0; k < n; k++) tmp[k] = -expf(tmp[k]);
-                if ((rc = convert_add_f32(w, &bb, tn, tmp, m[i].cols, m[i].rows, m[i].mat ? dtype : QUANT_F32)))
+                if ((rc = convert_add_f32(w, &bb, tn, tmp, m[i].cols, m[i].rows,
+                                          m[i].mat ? dtype : QUANT_F32)))
                     goto out;
             }
         }
@@ -622,7 +626,7 @@ int convert_synth(const synth_params *p, const char *path, char *err, size_t err
                 arch_tensor_file_name(tn, sizeof tn, e[i].at, l);
                 const float gain = e[i].at == ARCH_T_FFN_DOWN_EXPS ? 1.0f : gate_up_gain;
                 if ((rc = convert_add_experts(w, &bb, tn, e[i].cols, e[i].rows, E, p->type, NULL,
-                                      gain * sqrtf(3.0f / (float)e[i].cols), &s, tmp)))
+                                              gain * sqrtf(3.0f / (float)e[i].cols), &s, tmp)))
                     goto out;
             }
         }

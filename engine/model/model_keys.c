@@ -421,8 +421,17 @@ int model_swa_keys(gguf_file *f, const arch_info *a, model_config *c, const char
 
 /* Entry l of a per-layer integer array (UINT32 or INT32), or -1. */
 int64_t model_arr_int_at(int type, const void *data, uint64_t l) {
-    if (type == GGUF_TYPE_UINT32) return ((const uint32_t *)data)[l];
-    if (type == GGUF_TYPE_INT32) return ((const int32_t *)data)[l];
+    /* a GGUF array's data need not be 4-byte aligned: copied out */
+    if (type == GGUF_TYPE_UINT32) {
+        uint32_t v;
+        memcpy(&v, (const unsigned char *)data + 4 * l, 4);
+        return v;
+    }
+    if (type == GGUF_TYPE_INT32) {
+        int32_t v;
+        memcpy(&v, (const unsigned char *)data + 4 * l, 4);
+        return v;
+    }
     return -1;
 }
 
