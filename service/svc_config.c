@@ -95,6 +95,13 @@ static const struct key_def {
      "partial records of `\"stream\": true` jobs", E_SERVICE},
     {"stream_interval_ms", T_INT, "50", 0, 60000, F(stream_interval_ms),
      "a streamed job's text goes out at most every N ms (0 = at every engine step)", E_SERVICE},
+    {"revoke_grace_ms", T_INT, "5000", 0, 600000, F(revoke_grace_ms),
+     "a revoked partition's running jobs get this long to finish before it is given back (0 = at once)",
+     E_SERVICE},
+    {"mark_ahead", T_INT, "256", 2, 1 << 20, F(mark_ahead),
+     "redelivery marks run N offsets ahead of dispatch (more rides out longer rebalances, fewer false marks "
+     "after a crash)",
+     E_SERVICE},
     {"ready_file", T_STR, NULL, 0, 0, F(ready_file), "write {bootstrap_servers, http} here when ready",
      E_SERVICE},
     {"http_host", T_STR, "127.0.0.1", 0, 0, F(http_host), "HTTP listen address (0.0.0.0 in containers)",

@@ -64,6 +64,8 @@ typedef struct svc_config {
     const char *topic_stream; /* streamed jobs' partial records (svc_stream.h) */
     int stream_interval_ms;   /* their coalescing period (0 = every engine step) */
     int kafka_embedded, embedded_partitions;
+    int revoke_grace_ms; /* a revoked partition's dispatched jobs get this long to finish (svc_kafka.h) */
+    int mark_ahead;      /* dispatch marks run this many offsets ahead (svc_offsets.h) */
     /* service */
     const char *ready_file, *http_host, *instance, *log_level;
     int http_port;

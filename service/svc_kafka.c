@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,35 @@ struct svc_kafka {
     int handles_closing; /* svc_kafka_close_handles was called */
     uv_timer_t ctimer;   /* offset commits */
     int commit_inflight, commit_again;
+    /* Regular commits wait while the group rebalances. librdkafka 2.0.2
+     * takes a commit answered ILLEGAL_GENERATION for a lost assignment even
+     * in the middle of a rebalance (librdkafka #4059, fixed upstream by
+     * #4908), and a commit sent after our JoinGroup is answered so once the
+     * generation has moved on: every partition would be dropped and
+     * assigned again. joining: from our JoinGroup request to the SyncGroup
+     * response (set by interceptors on librdkafka's broker thread).
+     * commit_hold: a commit was refused REBALANCE_IN_PROGRESS (the group
+     * rebalances, our JoinGroup will follow), or our cooperative revoke
+     * ended (librdkafka rejoins right after the assignment callback that
+     * follows it: rejoin_next); cleared by the assignment that ends the
+     * rebalance. */
+    atomic_int joining;
+    int commit_hold, rejoin_next;
     int fetch_inflight;   /* a rd_kafka_committed on the thread pool */
     uint64_t fetch_after; /* uv_now before which no new fetch starts (retry backoff) */
     int release;          /* held messages may be dispatchable */
+    /* A revoke waiting for its partitions' dispatched jobs (svc_kafka.h,
+     * "Revoke"): the partitions, whether the protocol is cooperative, when
+     * it began and when the grace ends (uv_now). NULL when none. */
+    rd_kafka_topic_partition_list_t *rv;
+    int rv_coop;
+    uint64_t rv_t0, rv_deadline;
+    int revoke_grace_ms;
+    /* Per partition: its acknowledged committed offset when its revoke
+     * commit went out (-1: none), to count what a refused one leaves to the
+     * next owner. n_racked entries. */
+    int64_t *racked;
+    int32_t n_racked;
     svc_kafka_stats st;
 };
 
@@ -118,6 +145,34 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
             svc_log_str(q, sizeof q, reason, strlen(reason)));
 }
 
+/* Interceptors on the consumer (librdkafka's broker thread: atomics only).
+ * Protocol API keys: JoinGroup 11, SyncGroup 14. */
+static rd_kafka_resp_err_t on_request_sent(rd_kafka_t *rk, int sockfd, const char *brokername,
+                                           int32_t brokerid, int16_t ApiKey, int16_t ApiVersion,
+                                           int32_t CorrId, size_t size, void *ic_opaque) {
+    svc_kafka *k = ic_opaque;
+    if (ApiKey == 11) atomic_store(&k->joining, 1);
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_response_received(rd_kafka_t *rk, int sockfd, const char *brokername,
+                                                int32_t brokerid, int16_t ApiKey, int16_t ApiVersion,
+                                                int32_t CorrId, size_t size, int64_t rtt,
+                                                rd_kafka_resp_err_t err, void *ic_opaque) {
+    svc_kafka *k = ic_opaque;
+    if (ApiKey == 14) atomic_store(&k->joining, 0); /* whatever its answer: a failed sync rejoins */
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque, char *errstr,
+                                  size_t errstr_size) {
+    rd_kafka_resp_err_t e =
+        rd_kafka_interceptor_add_on_request_sent(rk, "confkv", on_request_sent, ic_opaque);
+    if (!e) e = rd_kafka_interceptor_add_on_response_received(rk, "confkv", on_response_received, ic_opaque);
+    if (e) snprintf(errstr, errstr_size, "interceptors: %s", rd_kafka_err2str(e));
+    return e;
+}
+
 /* Statistics JSON (statistics.interval.ms): consumer lag per partition of
  * the jobs topic and whether any broker is up. */
 static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
@@ -156,8 +211,11 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
 /* ------------------------------------------------------------------------ */
 /* offsets and marks (svc_offsets.h keeps the state; here are its effects) */
 
+static void revoke_check(svc_kafka *k);
+
 void svc_kafka_done(svc_kafka *k, svc_ktok tok) {
     if (svc_offsets_done(k->off, tok)) k->st.stored++; /* committed by the commit timer (commit_send) */
+    if (k->rv) revoke_check(k);                        /* its partition's last job, maybe */
 }
 
 /* Append partition p's commit (next offset, mark as metadata) to l. */
@@ -188,11 +246,26 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
         if (pe)
             svc_log(SVC_LOG_WARN, "commit_failed", "partition=%d offset=%lld err=%s", e->partition,
                     (long long)e->offset, rd_kafka_err2name(pe));
-        if (!regular || strcmp(e->topic, k->topic)) continue;
+        if (pe == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS) k->commit_hold = 1;
+        if (strcmp(e->topic, k->topic)) continue;
+        if (!regular) {
+            /* A revoke's commit refused: the finished jobs above the last
+             * acknowledged offset are done again by the next owner. */
+            if (pe && e->partition >= 0 && e->partition < k->n_racked &&
+                e->offset > k->racked[e->partition]) {
+                int64_t from = k->racked[e->partition] > 0 ? k->racked[e->partition] : 0;
+                k->st.revoke_uncommitted += (uint64_t)(e->offset - from);
+                svc_log(SVC_LOG_WARN, "revoke_commit_failed", "partition=%d offset=%lld acked=%lld err=%s",
+                        e->partition, (long long)e->offset, (long long)k->racked[e->partition],
+                        rd_kafka_err2name(pe));
+            }
+            continue;
+        }
         /* held messages below an acknowledged mark may go (poll_consumer) */
         if (svc_offsets_commit_result(k->off, e->partition, pe == 0)) k->release = 1;
     }
-    if (regular && k->commit_again) {
+    if (err == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS) k->commit_hold = 1;
+    if (regular && k->commit_again && !k->commit_hold) {
         k->commit_again = 0;
         commit_send(k);
     }
@@ -203,7 +276,7 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
  * order we asked for them (a later commit never lowers one). */
 static void commit_send(svc_kafka *k) {
     if (k->closing || !k->cons) return;
-    if (k->commit_inflight) {
+    if (k->commit_inflight || k->commit_hold || atomic_load(&k->joining)) {
         k->commit_again = 1;
         return;
     }
@@ -384,10 +457,12 @@ void svc_kafka_pause(svc_kafka *k, int pause) {
     k->st.paused = k->paused;
     rd_kafka_topic_partition_list_t *l = NULL;
     if (rd_kafka_assignment(k->cons, &l) == 0 && l) {
-        /* Partitions paused because their mark is late stay paused. */
+        /* Partitions paused because their mark is late, or being revoked,
+         * stay paused. */
         for (int i = l->cnt - 1; !pause && i >= 0; i--) {
             if (!strcmp(l->elems[i].topic, k->topic) &&
-                svc_offsets_hold_paused(k->off, l->elems[i].partition))
+                (svc_offsets_hold_paused(k->off, l->elems[i].partition) ||
+                 svc_offsets_revoking(k->off, l->elems[i].partition)))
                 rd_kafka_topic_partition_list_del_by_idx(l, i);
         }
         if (l->cnt) pause_list(k, l, pause);
@@ -413,9 +488,19 @@ static void commit_revoked(svc_kafka *k, rd_kafka_topic_partition_list_t *parts)
     if (!l) return;
     for (int i = 0; i < parts->cnt; i++) {
         if (strcmp(parts->elems[i].topic, k->topic)) continue;
+        int32_t p = parts->elems[i].partition;
         int64_t offset, mark;
-        if (svc_offsets_final(k->off, parts->elems[i].partition, &offset, &mark))
-            add_commit(k, l, parts->elems[i].partition, offset, mark);
+        if (!svc_offsets_final(k->off, p, &offset, &mark)) continue;
+        add_commit(k, l, p, offset, mark);
+        if (p >= k->n_racked) {
+            int32_t n = p + 1 > 2 * k->n_racked ? p + 1 : 2 * k->n_racked;
+            int64_t *r = realloc(k->racked, (size_t)n * sizeof *r);
+            if (!r) continue;
+            for (int32_t j = k->n_racked; j < n; j++) r[j] = -1;
+            k->racked = r;
+            k->n_racked = n;
+        }
+        k->racked[p] = svc_offsets_acked_offset(k->off, p);
     }
     if (l->cnt) {
         /* The opaque is not k: commit_cb does not take it for the regular commit. */
@@ -425,11 +510,96 @@ static void commit_revoked(svc_kafka *k, rd_kafka_topic_partition_list_t *parts)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* Give the revoked partitions in parts back to librdkafka: commit their
+ * done offsets with the exact marks, forget them, unassign. */
+static void revoke_finish(svc_kafka *k, rd_kafka_topic_partition_list_t *parts, int coop) {
+    commit_revoked(k, parts); /* sent before the unassign, so before librdkafka's rejoin */
+    k->commit_hold = 1;
+    k->rejoin_next = coop && !rd_kafka_assignment_lost(k->cons);
+    mark(k, parts, 0);
+    if (coop) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(k->cons, parts);
+        if (e) {
+            svc_log(SVC_LOG_WARN, "unassign_failed", "err=%s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+    } else {
+        rd_kafka_assign(k->cons, NULL);
+    }
+    k->st.assigned = svc_offsets_count_assigned(k->off);
+}
+
+/* The pending revoke (k->rv) ends: every dispatched job of its partitions
+ * finished, or the grace ran out (forced), or another rebalance event came.
+ * Jobs still running are abandoned to the next owner. */
+static void revoke_end(svc_kafka *k, const char *why) {
+    rd_kafka_topic_partition_list_t *l = k->rv;
+    if (!l) return;
+    k->rv = NULL;
+    int abandoned = 0;
+    for (int i = 0; i < l->cnt; i++)
+        if (!strcmp(l->elems[i].topic, k->topic))
+            abandoned += svc_offsets_outstanding(k->off, l->elems[i].partition);
+    k->st.revoke_abandoned += (uint64_t)abandoned;
+    revoke_finish(k, l, k->rv_coop);
+    svc_log(abandoned ? SVC_LOG_WARN : SVC_LOG_INFO, "partitions_revoked",
+            "count=%d total=%d waited_ms=%llu abandoned=%d end=%s", l->cnt, k->st.assigned,
+            (unsigned long long)(uv_now(k->loop) - k->rv_t0), abandoned, why);
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Called when a job is done and by the timer: end the pending revoke once
+ * its partitions have no job running, or at the grace limit. */
+static void revoke_check(svc_kafka *k) {
+    if (!k->rv) return;
+    int left = 0;
+    for (int i = 0; i < k->rv->cnt && !left; i++)
+        if (!strcmp(k->rv->elems[i].topic, k->topic))
+            left += svc_offsets_outstanding(k->off, k->rv->elems[i].partition);
+    if (!left)
+        revoke_end(k, "drained");
+    else if (uv_now(k->loop) >= k->rv_deadline)
+        revoke_end(k, "grace");
+}
+
+/* Revoked partitions: stop taking their jobs (paused; held messages
+ * dropped, later ones refused), and give them back once the jobs already
+ * dispatched have finished, or at revoke_grace_ms (revoke_check). The loop
+ * keeps running meanwhile; librdkafka waits for our unassign call. */
+static void revoke_begin(svc_kafka *k, rd_kafka_topic_partition_list_t *parts, int coop) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
+    if (!l) {
+        revoke_finish(k, parts, coop);
+        return;
+    }
+    pause_list(k, l, 1);
+    for (int i = 0; i < l->cnt; i++)
+        if (!strcmp(l->elems[i].topic, k->topic))
+            (void)svc_offsets_revoke_begin(k->off, l->elems[i].partition);
+    k->rv = l;
+    k->rv_coop = coop;
+    k->rv_t0 = uv_now(k->loop);
+    k->rv_deadline = k->rv_t0 + (uint64_t)k->revoke_grace_ms;
+    k->st.revokes++;
+    svc_log(SVC_LOG_INFO, "partitions_revoking", "count=%d grace_ms=%d", l->cnt, k->revoke_grace_ms);
+    revoke_check(k); /* nothing running: at once */
+}
+
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
                          void *opaque) {
     svc_kafka *k = opaque;
     int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    /* librdkafka waits for the pending revoke's unassign before it moves
+     * on; should anything come first, the revoke ends now, so the calls
+     * reach librdkafka in the order of its events. */
+    revoke_end(k, "rebalance");
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        /* The rebalance ended (joining says whether another began); but
+         * after our revoke, librdkafka rejoins when this returns. */
+        if (k->rejoin_next)
+            k->rejoin_next = 0;
+        else
+            k->commit_hold = 0;
         mark(k, parts, 1);
         if (coop) {
             rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
@@ -439,7 +609,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         }
         if (k->paused && parts->cnt) pause_list(k, parts, 1);
         k->st.assigned = svc_offsets_count_assigned(k->off);
-        svc_log(SVC_LOG_INFO, "partitions_assigned", "count=%d total=%d", parts->cnt, k->st.assigned);
+        svc_log(SVC_LOG_INFO, "partitions_assigned", "count=%d total=%d protocol=%s", parts->cnt,
+                k->st.assigned, coop ? "cooperative" : "eager");
         if (!k->st.joined) svc_log(SVC_LOG_INFO, "group_joined", "partitions=%d", k->st.assigned);
         k->st.joined = 1;
         k->st.rebalances++;
@@ -447,17 +618,30 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         k->fetch_after = 0;
         fetch_start(k); /* their messages are held until the marks are known */
         if (k->cbs.on_assign) k->cbs.on_assign(k->cbs.ud, k->st.assigned);
-    } else {
-        /* Revoked: in-flight jobs of these partitions will be redelivered to
-         * their new owner (marked: they are below our mark); their late
-         * completions are ignored (epoch). A plain rebalance keeps us a
-         * member (joined stays 1 while we rejoin); a lost assignment (the
-         * group evicted us: session or poll timeout) does not. */
-        if (rd_kafka_assignment_lost(rk) && k->st.joined) {
+        commit_send(k); /* what waited for the rebalance to end */
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        /* A plain rebalance keeps us a member (joined stays 1 while we
+         * rejoin); a lost assignment (the group evicted us: session or poll
+         * timeout) does not, and its partitions are another's already: no
+         * grace. Neither in teardown (svc_kafka_free committed already). */
+        int lost = rd_kafka_assignment_lost(rk);
+        if (lost && k->st.joined) {
             k->st.joined = 0;
             svc_log(SVC_LOG_WARN, "group_left", "reason=assignment_lost partitions=%d", parts->cnt);
         }
-        commit_revoked(k, parts);
+        if (lost || k->closing || k->revoke_grace_ms <= 0) {
+            revoke_finish(k, parts, coop);
+            svc_log(SVC_LOG_INFO, "partitions_revoked", "count=%d total=%d waited_ms=0 end=%s", parts->cnt,
+                    k->st.assigned,
+                    lost         ? "lost"
+                    : k->closing ? "close"
+                                 : "no_grace");
+        } else {
+            revoke_begin(k, parts, coop);
+        }
+    } else {
+        /* Any other rebalance error: librdkafka asks to clear the assignment. */
+        svc_log(SVC_LOG_WARN, "rebalance_error", "err=%s", rd_kafka_err2name(err));
         mark(k, parts, 0);
         if (coop) {
             rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
@@ -466,7 +650,6 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
             rd_kafka_assign(rk, NULL);
         }
         k->st.assigned = svc_offsets_count_assigned(k->off);
-        svc_log(SVC_LOG_INFO, "partitions_revoked", "count=%d total=%d", parts->cnt, k->st.assigned);
     }
 }
 
@@ -521,7 +704,8 @@ static void timer_cb(uv_timer_t *t) {
     svc_kafka *k = t->data;
     poll_producer(k);
     poll_consumer(k);
-    fetch_start(k); /* retries a failed read after its backoff */
+    fetch_start(k);  /* retries a failed read after its backoff */
+    revoke_check(k); /* the grace limit */
 }
 
 static void ctimer_cb(uv_timer_t *t) { commit_send(t->data); }
@@ -555,6 +739,9 @@ static rd_kafka_t *make_client(svc_kafka *k, const svc_config *c, int consumer, 
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "false"},
         {"auto.offset.reset", "earliest"},
+        /* Incremental rebalancing: a member joining or leaving moves only
+         * the partitions that change owner; the others keep running. */
+        {"partition.assignment.strategy", "cooperative-sticky"},
         {"statistics.interval.ms", "1000"}, /* kafka_up and the lag within a second */
         {"enable.idempotence", "true"},
         {"partitioner", "murmur2_random"},
@@ -593,6 +780,7 @@ static rd_kafka_t *make_client(svc_kafka *k, const svc_config *c, int consumer, 
     rd_kafka_conf_set_error_cb(conf, error_cb);
     if (consumer) {
         rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+        rd_kafka_conf_interceptor_add_on_new(conf, "confkv", on_new, k);
         rd_kafka_conf_set_stats_cb(conf, stats_cb);
     } else {
         rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
@@ -618,10 +806,13 @@ int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs
     if (!k) return CK_ENOMEM;
     k->loop = loop;
     k->cbs = *cbs;
+    k->revoke_grace_ms = c->revoke_grace_ms;
+    atomic_init(&k->joining, 0);
     k->cpipe[0] = k->cpipe[1] = k->ppipe[0] = k->ppipe[1] = -1;
     if (!(k->topic = strdup(c->topic_jobs))) goto nomem;
     svc_offsets_config oc;
     svc_offsets_config_default(&oc);
+    if (c->mark_ahead >= 2) oc.mark_ahead = c->mark_ahead;
     oc.cbs = (svc_offsets_cbs){k, off_dispatch, off_drop, off_hold_pause, off_commit};
     if (svc_offsets_new(&oc, &k->off)) goto nomem;
     if (!(k->cons = make_client(k, c, 1, err, errlen))) goto fail;
@@ -702,6 +893,15 @@ int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t k
     return 0;
 }
 
+int svc_kafka_commits_pending(svc_kafka *k) {
+    if (!k->cons) return 0;
+    int n = k->commit_inflight;
+    int64_t offset, mark;
+    for (int32_t p = 0; p < svc_offsets_n(k->off); p++)
+        n += svc_offsets_commit_due(k->off, p, &offset, &mark);
+    return n;
+}
+
 int svc_kafka_outq_len(svc_kafka *k) { return k->prod ? rd_kafka_outq_len(k->prod) : 0; }
 
 void svc_kafka_get_stats(const svc_kafka *k, svc_kafka_stats *s) { *s = k->st; }
@@ -751,6 +951,22 @@ void svc_kafka_free(svc_kafka *k) {
             if (e) svc_log(SVC_LOG_WARN, "final_commit_failed", "err=%s", rd_kafka_err2name(e));
         }
         if (l) rd_kafka_topic_partition_list_destroy(l);
+        if (k->rv) {
+            /* A revoke in its grace (the drain gave its jobs their time,
+             * and the commit above has their offsets): give it back before
+             * closing, so librdkafka is not left waiting for the call. */
+            for (int i = 0; i < k->rv->cnt; i++)
+                if (!strcmp(k->rv->elems[i].topic, k->topic))
+                    (void)svc_offsets_assign(k->off, k->rv->elems[i].partition, 0);
+            if (k->rv_coop) {
+                rd_kafka_error_t *e = rd_kafka_incremental_unassign(k->cons, k->rv);
+                if (e) rd_kafka_error_destroy(e);
+            } else {
+                rd_kafka_assign(k->cons, NULL);
+            }
+            rd_kafka_topic_partition_list_destroy(k->rv);
+            k->rv = NULL;
+        }
         rd_kafka_consumer_close(k->cons);
         rd_kafka_destroy(k->cons);
     }
@@ -758,7 +974,9 @@ void svc_kafka_free(svc_kafka *k) {
         if (k->cpipe[i] >= 0) close(k->cpipe[i]);
         if (k->ppipe[i] >= 0) close(k->ppipe[i]);
     }
+    if (k->rv) rd_kafka_topic_partition_list_destroy(k->rv); /* no consumer was made */
     svc_offsets_free(k->off);
+    free(k->racked);
     free(k->topic);
     free(k);
 }

@@ -15,8 +15,9 @@
  * offset committed for a partition is the next one after its contiguous done
  * prefix: svc_kafka_done is called when a job's result has been delivered;
  * the consumed offsets sit in an ordered ring with a done flag, and the done
- * prefix is popped. On a revoke the ring is cleared and its epoch bumped, so
- * late svc_kafka_done calls for messages of the old assignment are ignored.
+ * prefix is popped. When a revoke completes (below, "Revoke") the ring is
+ * cleared and its epoch bumped, so late svc_kafka_done calls for messages of
+ * the old assignment are ignored.
  *
  * Redelivery marks. Kafka does not tell a consumer that a message was
  * consumed before, so every commit also carries, as the offset's metadata,
@@ -25,9 +26,11 @@
  * kept by committing the mark before dispatching: a consumed message at
  * offset o is handed over only once the broker has acknowledged a commit
  * with a mark > o; until then it is held (in order; the partition is paused
- * when hold_pause, 1024, messages are held). The mark is asked mark_ahead,
- * 64, offsets ahead (svc_offsets_config), and renewed when dispatch gets within half of that, so dispatch
- * normally never waits; regular commits are sent one at a time, so the
+ * when hold_pause, 1024, messages are held). The mark is asked mark_ahead
+ * (svc_config.h, 256) offsets ahead, and renewed when dispatch gets within
+ * half of that, so dispatch normally never waits, not even while a
+ * rebalance holds the commits back for a few seconds (below, "Commits in a
+ * rebalance"); regular commits are sent one at a time, so the
  * broker never sees a mark go down while we dispatch. After an assignment,
  * the committed offset and mark are read (rd_kafka_committed, on libuv's
  * thread pool; the partition's messages are held meanwhile): a message at
@@ -42,6 +45,38 @@
  * have been produced); after a revoke or a clean stop the mark committed is
  * exactly the highest dispatched offset + 1, so none beyond those. Marks
  * written by others (no "confkv.mark=" prefix) count as no mark.
+ *
+ * Rebalancing. partition.assignment.strategy defaults to cooperative-sticky
+ * (kafka.partition.assignment.strategy overrides it): a rebalance revokes
+ * only the partitions that move, and the others keep running through it.
+ *
+ * Revoke. A revoked partition is not given back at once: it is paused, its
+ * held messages are dropped (never dispatched) and later ones refused, and
+ * the jobs already dispatched get up to revoke_grace_ms (svc_config.h) to
+ * finish; the regular commits go on. When the last has finished, or at the
+ * grace limit, the done offset and exact mark are committed and the
+ * partitions unassigned (rd_kafka_incremental_unassign, or rd_kafka_assign
+ * NULL under an eager strategy). librdkafka's group waits for that call
+ * (join state wait-unassign-call) while we keep polling, so the loop never
+ * blocks: the callback only starts the revoke, the timer and
+ * svc_kafka_done end it. Jobs still running at the limit are abandoned to
+ * the next owner (svc_kafka_stats.revoke_abandoned): their late completions
+ * are ignored (epoch), and they are computed twice. Another rebalance event
+ * meanwhile ends the pending revoke first, so librdkafka sees our calls in
+ * the order of its events. A lost assignment (the group evicted us) and the
+ * teardown give partitions back at once.
+ *
+ * Commits in a rebalance. Regular commits wait from our JoinGroup request
+ * to the SyncGroup response (seen by librdkafka interceptors), after a
+ * commit refused REBALANCE_IN_PROGRESS, and after our own revoke, until the
+ * assignment that ends the rebalance: librdkafka 2.0.2 drops the whole
+ * assignment when a commit sent during a rejoin comes back
+ * ILLEGAL_GENERATION (librdkafka #4059). A revoke's own commit goes before
+ * the unassign, hence before the rejoin; should the group refuse it (the
+ * mock cluster refuses every commit while members join, where a real
+ * broker takes the current generation's), the finished jobs above the last
+ * acknowledged offset run again at the next owner
+ * (svc_kafka_stats.revoke_uncommitted).
  *
  * Backpressure. svc_kafka_pause pauses every assigned partition (also ones
  * assigned later); polling goes on, so the group does not evict us.
@@ -91,8 +126,12 @@ typedef struct svc_kafka_stats {
     uint64_t rebalances; /* assignments received */
     int paused;          /* partitions are paused */
     uint64_t consumed, produced, delivered, delivery_failed, stored;
-    uint64_t redelivered; /* dispatched with svc_ktok.redelivered set */
-    int n_lag;            /* partitions with a known consumer lag */
+    uint64_t redelivered;        /* dispatched with svc_ktok.redelivered set */
+    uint64_t revokes;            /* revokes that waited for their partitions' jobs (revoke_grace_ms) */
+    uint64_t revoke_abandoned;   /* jobs still running when such a revoke gave its partitions back */
+    uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset when a revoke's commit was
+                                    refused: the next owner runs them again */
+    int n_lag;                   /* partitions with a known consumer lag */
     int32_t lag_partition[SVC_KAFKA_MAX_LAG_PARTS];
     int64_t lag[SVC_KAFKA_MAX_LAG_PARTS];
 } svc_kafka_stats;
@@ -112,6 +151,10 @@ int svc_kafka_produce(svc_kafka *k, const char *topic, const void *key, size_t k
 void svc_kafka_done(svc_kafka *k, svc_ktok tok);
 /* Pause (1) or resume (0) consumption; idempotent. */
 void svc_kafka_pause(svc_kafka *k, int pause);
+/* Commits not yet acknowledged: in flight, or due (an offset or mark moved,
+ * or a rebalance held them back). The shutdown waits for 0 before it stops,
+ * so a stop in the middle of a rebalance still commits its finished jobs. */
+int svc_kafka_commits_pending(svc_kafka *k);
 /* Messages still waiting in the producer (for the shutdown flush). */
 int svc_kafka_outq_len(svc_kafka *k);
 void svc_kafka_get_stats(const svc_kafka *k, svc_kafka_stats *s);

@@ -513,6 +513,15 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
             k->assigned);
         one(f, "confkv_kafka_rebalances_total", "counter", "Assignments received from the group.",
             (double)k->rebalances);
+        one(f, "confkv_kafka_revokes_total", "counter",
+            "Revokes whose partitions' running jobs were given revoke_grace_ms to finish.",
+            (double)k->revokes);
+        one(f, "confkv_kafka_revoke_abandoned_total", "counter",
+            "Jobs still running at a revoke's grace limit, left to the partition's next owner.",
+            (double)k->revoke_abandoned);
+        one(f, "confkv_kafka_revoke_uncommitted_total", "counter",
+            "Finished jobs whose revoke commit the group refused: the next owner runs them again.",
+            (double)k->revoke_uncommitted);
         one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
         one(f, "confkv_kafka_offsets_stored_total", "counter", "Offset stores (completed low-water marks).",
             (double)k->stored);
@@ -688,6 +697,12 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
         for (int i = 0; i < v->kafka->n_lag; i++) lag += v->kafka->lag[i];
         jw_key(&w, "consumer_lag");
         jw_int(&w, lag);
+        jw_key(&w, "revokes");
+        jw_int(&w, (int64_t)v->kafka->revokes);
+        jw_key(&w, "revoke_abandoned");
+        jw_int(&w, (int64_t)v->kafka->revoke_abandoned);
+        jw_key(&w, "revoke_uncommitted");
+        jw_int(&w, (int64_t)v->kafka->revoke_uncommitted);
         jw_obj_end(&w);
     }
     jw_obj_end(&w);

@@ -19,18 +19,22 @@ typedef struct part {
     uint32_t epoch; /* bumped when the ring is cleared: stale done calls are ignored */
     uint32_t agen;  /* bumped on every assign/revoke */
     int assigned;
+    int revoking; /* revoked, its dispatched jobs finishing: nothing more is dispatched */
     int64_t *off;
     uint8_t *done;
     int head, n, cap;
     /* commit state, valid while assigned */
-    int known;          /* the committed offset and the previous mark were read */
-    int dirty;          /* next changed since it was last committed */
-    int64_t next;       /* offset to commit: contiguous done prefix + 1 (-1: none yet) */
-    int64_t prev_mark;  /* earlier owners may have dispatched every offset below it (-1: no mark) */
-    int64_t acked;      /* the broker holds a mark >= this: we dispatch only offsets below it */
-    int64_t mark;       /* highest mark asked for (>= acked) */
-    int64_t hi;         /* highest offset dispatched in this assignment (-1: none) */
-    int64_t sent_mark;  /* mark in the commit in flight */
+    int known;         /* the committed offset and the previous mark were read */
+    int dirty;         /* next changed since it was last committed */
+    int64_t next;      /* offset to commit: contiguous done prefix + 1 (-1: none yet) */
+    int64_t prev_mark; /* earlier owners may have dispatched every offset below it (-1: no mark) */
+    int64_t acked;     /* the broker holds a mark >= this: we dispatch only offsets below it */
+    int64_t mark;      /* highest mark asked for (>= acked) */
+    int64_t hi;        /* highest offset dispatched in this assignment (-1: none) */
+    int64_t sent_mark; /* mark in the commit in flight */
+    int64_t sent_next; /* offset in the commit in flight */
+    int64_t
+        committed; /* the group's offset as last known: read at assignment, then acknowledged (-1: none) */
     uint32_t sent_agen; /* agen when that commit was sent */
     held *hold;
     int hhead, nhold, cap_hold, hold_paused;
@@ -174,15 +178,37 @@ int svc_offsets_assign(svc_offsets *o, int32_t p, int assigned) {
     hold_clear(o, t);
     t->agen++;
     t->assigned = !!assigned;
+    t->revoking = 0;
     t->known = t->dirty = 0;
     t->next = t->prev_mark = t->hi = -1;
     t->acked = t->mark = t->sent_mark = 0;
+    t->sent_next = t->committed = -1;
     return CK_OK;
 }
 
 int svc_offsets_assigned(const svc_offsets *o, int32_t p) {
     const part *t = get(o, p);
     return t && t->assigned;
+}
+
+int svc_offsets_revoke_begin(svc_offsets *o, int32_t p) {
+    part *t = get(o, p);
+    if (!t || !t->assigned) return CK_ESTATE;
+    t->revoking = 1;
+    hold_clear(o, t); /* never dispatched: the next owner consumes them */
+    return CK_OK;
+}
+
+int svc_offsets_revoking(const svc_offsets *o, int32_t p) {
+    const part *t = get(o, p);
+    return t && t->assigned && t->revoking;
+}
+
+int svc_offsets_outstanding(const svc_offsets *o, int32_t p) {
+    const part *t = get(o, p);
+    int n = 0;
+    for (int i = 0; t && i < t->n; i++) n += !t->done[t->head + i];
+    return n;
 }
 
 int svc_offsets_count_assigned(const svc_offsets *o) {
@@ -244,7 +270,8 @@ static int hold(svc_offsets *o, int32_t p, part *t, int64_t off, void *msg) {
 
 int svc_offsets_consumed(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     part *t = get(o, p);
-    if (!t || !t->assigned) return CK_ESTATE;   /* not (or no longer) ours: its owner consumes it */
+    /* not (or no longer) ours, or being handed over: its owner consumes it */
+    if (!t || !t->assigned || t->revoking) return CK_ESTATE;
     if (t->known && t->next < 0) t->next = off; /* no committed offset: start here */
     if (t->known && t->nhold == 0 && off < t->acked) {
         dispatch(o, p, off, msg);
@@ -258,7 +285,7 @@ int svc_offsets_consumed(svc_offsets *o, int32_t p, int64_t off, void *msg) {
 void svc_offsets_release(svc_offsets *o) {
     for (int32_t p = 0; p < o->n; p++) {
         part *t = &o->parts[p];
-        if (!t->assigned || !t->known || t->nhold == 0) continue;
+        if (!t->assigned || t->revoking || !t->known || t->nhold == 0) continue;
         uint32_t agen = t->agen;
         while (t->nhold > 0 && t->hold[t->hhead].off < t->acked) {
             held h = t->hold[t->hhead++];
@@ -301,6 +328,7 @@ int svc_offsets_committed(svc_offsets *o, int32_t p, uint32_t agen, int64_t comm
     t->prev_mark = prev_mark;
     t->acked = t->mark = prev_mark > 0 ? prev_mark : 0;
     t->next = committed >= 0 ? committed : t->nhold ? t->hold[t->hhead].off : -1;
+    t->committed = committed >= 0 ? committed : -1;
     if (t->nhold) want_mark(o, t, t->hold[t->hhead + t->nhold - 1].off);
     return 1;
 }
@@ -319,6 +347,7 @@ void svc_offsets_commit_sent(svc_offsets *o, int32_t p) {
     part *t = get(o, p);
     if (!t) return;
     t->sent_mark = t->mark;
+    t->sent_next = t->next;
     t->sent_agen = t->agen;
     t->dirty = 0;
 }
@@ -331,6 +360,7 @@ void svc_offsets_commit_unsent(svc_offsets *o, int32_t p) {
 int svc_offsets_commit_result(svc_offsets *o, int32_t p, int ok) {
     part *t = get(o, p);
     if (!t || !t->assigned || t->agen != t->sent_agen) return 0; /* an answer for an older assignment */
+    if (ok && t->sent_next > t->committed) t->committed = t->sent_next;
     if (!ok) {
         t->dirty = 1; /* sent again by the next commit */
     } else if (t->sent_mark > t->acked) {
@@ -349,6 +379,11 @@ int svc_offsets_final(const svc_offsets *o, int32_t p, int64_t *offset, int64_t 
     *offset = t->next;
     *mark = m;
     return 1;
+}
+
+int64_t svc_offsets_acked_offset(const svc_offsets *o, int32_t p) {
+    const part *t = get(o, p);
+    return t && t->assigned ? t->committed : -1;
 }
 
 int svc_offsets_hold_paused(const svc_offsets *o, int32_t p) {

@@ -88,6 +88,18 @@ int svc_offsets_assign(svc_offsets *o, int32_t p, int assigned);
 int svc_offsets_assigned(const svc_offsets *o, int32_t p);
 int svc_offsets_count_assigned(const svc_offsets *o);
 
+/* Revoking, with a grace (svc_kafka.h, "Revoke"): svc_offsets_revoke_begin
+ * drops p's held messages (never dispatched: the next owner consumes them)
+ * and refuses its later messages (svc_offsets_consumed: CK_ESTATE), while
+ * the ring, its epoch and the commits go on, so the dispatched jobs that
+ * finish still move the offset to commit; svc_offsets_assign(p, 0) ends it.
+ * CK_ESTATE when p is not assigned. svc_offsets_revoking: 1 in between.
+ * svc_offsets_outstanding: p's dispatched offsets not done yet (those a
+ * revoke would abandon). */
+int svc_offsets_revoke_begin(svc_offsets *o, int32_t p);
+int svc_offsets_revoking(const svc_offsets *o, int32_t p);
+int svc_offsets_outstanding(const svc_offsets *o, int32_t p);
+
 /* A consumed message at offset off of p: dispatched now (cbs.dispatch) when
  * the acknowledged mark is above off and nothing is held before it, else
  * held. 0: msg taken; CK_ESTATE: p is not assigned; CK_ENOMEM: it could not
@@ -127,6 +139,12 @@ int svc_offsets_commit_result(svc_offsets *o, int32_t p, int ok);
  * previous owners' mark or the offset), so a clean stop leaves no false
  * redelivery marks; 0 when there is nothing to commit. */
 int svc_offsets_final(const svc_offsets *o, int32_t p, int64_t *offset, int64_t *mark);
+
+/* The group's committed offset of p as this consumer last knew it: read
+ * after the assignment, then moved by acknowledged regular commits; -1
+ * when none (or p is not assigned). What a next owner would start from,
+ * should a later commit fail. */
+int64_t svc_offsets_acked_offset(const svc_offsets *o, int32_t p);
 
 /* 1 while p is paused because its hold is full. */
 int svc_offsets_hold_paused(const svc_offsets *o, int32_t p);

@@ -609,6 +609,13 @@ static void finish_service(svc_service *s) {
 static void drain_cb(uv_timer_t *t) {
     svc_service *s = t->data;
     int outq = s->kafka ? svc_kafka_outq_len(s->kafka) : 0;
+    /* The finished jobs' offsets committed too: a rebalance may hold the
+     * commits back for a while (svc_kafka.h); not while no broker is up. */
+    svc_kafka_stats ks = {0};
+    if (s->kafka) svc_kafka_get_stats(s->kafka, &ks);
+    if (s->inflight == 0 && outq == 0 && ks.up && svc_kafka_commits_pending(s->kafka) &&
+        svc_service_now() - s->t_drain <= s->cfg->drain_timeout_s)
+        return;
     if (s->inflight == 0 && outq == 0) {
         /* Then the engine's cold writes (the sessions of the jobs just
          * finished, templates): Redis I/O runs on this loop, so the engine

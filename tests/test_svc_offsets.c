@@ -10,6 +10,9 @@
  *  - redelivery marking after an assignment with a previous mark, and after
  *    a re-fetch; revoke (late done calls ignored, held messages dropped
  *    exactly once, stale answers ignored);
+ *  - a revoke with a grace: held messages dropped, later ones refused, the
+ *    dispatched ones still finishing and moving the offset, outstanding
+ *    counted against a plain model; the acknowledged committed offset;
  *  - the metadata string (ours vs others'), the ring bound, the hold bound.
  * Messages are fake pointers (offset + 1), never dereferenced. */
 #include <stdint.h>
@@ -395,12 +398,74 @@ static void test_bounds(void) {
     teardown(r);
 }
 
+/* Revoke with a grace (svc_offsets_revoke_begin): nothing more is
+ * dispatched, held messages go back, the dispatched jobs still finish and
+ * move the offset to commit; outstanding follows a plain count. */
+static void test_revoke_grace(void) {
+    rec *r = setup(8, 0, 0);
+    CK_CHECK(r);
+    CK_CHECK(svc_offsets_revoke_begin(r->o, 2) == CK_ESTATE); /* never assigned */
+    CK_CHECK(assign_known(r, 2, 10, -1));
+    CK_CHECK(svc_offsets_acked_offset(r->o, 2) == 10); /* the group's offset as read */
+    for (int64_t off = 10; off < 14; off++) CK_CHECK(svc_offsets_consumed(r->o, 2, off, M(off)) == 0);
+    CK_CHECK(ack(r, 2) == 18 && r->n_disp == 4);
+    /* 18 and 19 are held (not below the acknowledged mark 18) */
+    CK_CHECK(svc_offsets_consumed(r->o, 2, 18, M(18)) == 0 && svc_offsets_consumed(r->o, 2, 19, M(19)) == 0);
+    CK_CHECK(r->n_disp == 4 && svc_offsets_outstanding(r->o, 2) == 4);
+    CK_CHECK(svc_offsets_done(r->o, r->tok[1]) == 0); /* 11: a gap at 10 */
+    CK_CHECK(svc_offsets_outstanding(r->o, 2) == 3);
+    CK_CHECK(svc_offsets_done(r->o, r->tok[0]) == 1 && next_of(r, 2) == 12);
+
+    CK_CHECK(!svc_offsets_revoking(r->o, 2));
+    CK_CHECK(svc_offsets_revoke_begin(r->o, 2) == 0 && svc_offsets_revoking(r->o, 2));
+    CK_CHECK(r->n_drop == 2 && r->dropped[0] == M(18) && r->dropped[1] == M(19));
+    /* commits go on (the mark asked for 18 and 19 too); an acknowledged
+     * one moves the known committed offset and releases nothing */
+    CK_CHECK(ack(r, 2) == 26 && svc_offsets_acked_offset(r->o, 2) == 12 && r->n_disp == 4);
+    /* later messages are refused (the caller frees them), none dispatched */
+    CK_CHECK(svc_offsets_consumed(r->o, 2, 14, M(14)) == CK_ESTATE);
+    svc_offsets_release(r->o);
+    CK_CHECK(r->n_disp == 4 && svc_offsets_outstanding(r->o, 2) == 2);
+    /* the running jobs finish: the offset still moves, as do commits */
+    CK_CHECK(svc_offsets_done(r->o, r->tok[3]) == 0 && svc_offsets_outstanding(r->o, 2) == 1);
+    CK_CHECK(svc_offsets_done(r->o, r->tok[2]) == 1 && svc_offsets_outstanding(r->o, 2) == 0);
+    int64_t off, mark;
+    CK_CHECK(svc_offsets_final(r->o, 2, &off, &mark) && off == 14 && mark == 14);
+    CK_CHECK(ack(r, 2) == 26 && svc_offsets_acked_offset(r->o, 2) == 14);
+    /* the revoke ends: fresh state, late done calls ignored */
+    CK_CHECK(svc_offsets_assign(r->o, 2, 0) == 0 && !svc_offsets_revoking(r->o, 2));
+    CK_CHECK(svc_offsets_acked_offset(r->o, 2) == -1 && svc_offsets_outstanding(r->o, 2) == 0);
+    CK_CHECK(svc_offsets_done(r->o, r->tok[3]) == 0);
+
+    /* outstanding against a model: dispatch 200, finish a random half */
+    CK_CHECK(assign_known(r, 5, 0, -1));
+    int base = r->n_disp, fin = 0;
+    for (int64_t o = 0; o < 200; o++) {
+        CK_CHECK(svc_offsets_consumed(r->o, 5, o, M(o)) == 0);
+        if (o % 4 == 0) ack(r, 5);
+    }
+    ack(r, 5);
+    CK_CHECK(r->n_disp - base == 200);
+    uint32_t seed = 7;
+    for (int i = 0; i < 200; i++) {
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 16) & 1) {
+            svc_offsets_done(r->o, r->tok[base + i]);
+            fin++;
+        }
+    }
+    CK_CHECK(svc_offsets_revoke_begin(r->o, 5) == 0);
+    CK_CHECK(svc_offsets_outstanding(r->o, 5) == 200 - fin);
+    teardown(r);
+}
+
 int main(void) {
     CK_RUN(test_config);
     CK_RUN(test_low_water);
     CK_RUN(test_marks);
     CK_RUN(test_redelivery);
     CK_RUN(test_revoke);
+    CK_RUN(test_revoke_grace);
     CK_RUN(test_mark_strings);
     CK_RUN(test_bounds);
     return ck_test_summary();
