@@ -536,15 +536,18 @@ static void revoke_end(svc_kafka *k, const char *why) {
     rd_kafka_topic_partition_list_t *l = k->rv;
     if (!l) return;
     k->rv = NULL;
-    int abandoned = 0;
-    for (int i = 0; i < l->cnt; i++)
-        if (!strcmp(l->elems[i].topic, k->topic))
-            abandoned += svc_offsets_outstanding(k->off, l->elems[i].partition);
+    int abandoned = 0, rerun = 0;
+    for (int i = 0; i < l->cnt; i++) {
+        if (strcmp(l->elems[i].topic, k->topic)) continue;
+        abandoned += svc_offsets_outstanding(k->off, l->elems[i].partition);
+        rerun += svc_offsets_uncommitted(k->off, l->elems[i].partition);
+    }
     k->st.revoke_abandoned += (uint64_t)abandoned;
+    k->st.revoke_rerun += (uint64_t)rerun;
     revoke_finish(k, l, k->rv_coop);
     svc_log(abandoned ? SVC_LOG_WARN : SVC_LOG_INFO, "partitions_revoked",
-            "count=%d total=%d waited_ms=%llu abandoned=%d end=%s", l->cnt, k->st.assigned,
-            (unsigned long long)(uv_now(k->loop) - k->rv_t0), abandoned, why);
+            "count=%d total=%d waited_ms=%llu abandoned=%d rerun=%d end=%s", l->cnt, k->st.assigned,
+            (unsigned long long)(uv_now(k->loop) - k->rv_t0), abandoned, rerun, why);
     rd_kafka_topic_partition_list_destroy(l);
 }
 

@@ -61,7 +61,9 @@
  * blocks: the callback only starts the revoke, the timer and
  * svc_kafka_done end it. Jobs still running at the limit are abandoned to
  * the next owner (svc_kafka_stats.revoke_abandoned): their late completions
- * are ignored (epoch), and they are computed twice. Another rebalance event
+ * are ignored (epoch), and they are computed twice, as are the jobs
+ * finished above the first of them (revoke_rerun: the committed offset is
+ * the low-water mark). Another rebalance event
  * meanwhile ends the pending revoke first, so librdkafka sees our calls in
  * the order of its events. A lost assignment (the group evicted us) and the
  * teardown give partitions back at once.
@@ -129,6 +131,8 @@ typedef struct svc_kafka_stats {
     uint64_t redelivered;        /* dispatched with svc_ktok.redelivered set */
     uint64_t revokes;            /* revokes that waited for their partitions' jobs (revoke_grace_ms) */
     uint64_t revoke_abandoned;   /* jobs still running when such a revoke gave its partitions back */
+    uint64_t revoke_rerun;       /* those, and the finished ones above the first of them (the offset committed
+                              is the low-water mark): the next owner runs them again */
     uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset when a revoke's commit was
                                     refused: the next owner runs them again */
     int n_lag;                   /* partitions with a known consumer lag */

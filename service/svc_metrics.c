@@ -519,6 +519,10 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
         one(f, "confkv_kafka_revoke_abandoned_total", "counter",
             "Jobs still running at a revoke's grace limit, left to the partition's next owner.",
             (double)k->revoke_abandoned);
+        one(f, "confkv_kafka_revoke_rerun_total", "counter",
+            "Jobs at or above the committed offset when a revoke gave its partition back: the abandoned "
+            "ones and those finished after the first of them, run again by the next owner.",
+            (double)k->revoke_rerun);
         one(f, "confkv_kafka_revoke_uncommitted_total", "counter",
             "Finished jobs whose revoke commit the group refused: the next owner runs them again.",
             (double)k->revoke_uncommitted);
@@ -701,6 +705,8 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
         jw_int(&w, (int64_t)v->kafka->revokes);
         jw_key(&w, "revoke_abandoned");
         jw_int(&w, (int64_t)v->kafka->revoke_abandoned);
+        jw_key(&w, "revoke_rerun");
+        jw_int(&w, (int64_t)v->kafka->revoke_rerun);
         jw_key(&w, "revoke_uncommitted");
         jw_int(&w, (int64_t)v->kafka->revoke_uncommitted);
         jw_obj_end(&w);

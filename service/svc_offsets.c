@@ -211,6 +211,11 @@ int svc_offsets_outstanding(const svc_offsets *o, int32_t p) {
     return n;
 }
 
+int svc_offsets_uncommitted(const svc_offsets *o, int32_t p) {
+    const part *t = get(o, p);
+    return t ? t->n : 0;
+}
+
 int svc_offsets_count_assigned(const svc_offsets *o) {
     int n = 0;
     for (int p = 0; p < o->n; p++) n += o->parts[p].assigned;

@@ -95,10 +95,13 @@ int svc_offsets_count_assigned(const svc_offsets *o);
  * finish still move the offset to commit; svc_offsets_assign(p, 0) ends it.
  * CK_ESTATE when p is not assigned. svc_offsets_revoking: 1 in between.
  * svc_offsets_outstanding: p's dispatched offsets not done yet (those a
- * revoke would abandon). */
+ * revoke would abandon). svc_offsets_uncommitted: p's dispatched offsets at
+ * or above the offset to commit, done or not (what a next owner runs again:
+ * the offset to commit is the low-water mark). */
 int svc_offsets_revoke_begin(svc_offsets *o, int32_t p);
 int svc_offsets_revoking(const svc_offsets *o, int32_t p);
 int svc_offsets_outstanding(const svc_offsets *o, int32_t p);
+int svc_offsets_uncommitted(const svc_offsets *o, int32_t p);
 
 /* A consumed message at offset off of p: dispatched now (cbs.dispatch) when
  * the acknowledged mark is above off and nothing is held before it, else

@@ -427,8 +427,11 @@ static void test_revoke_grace(void) {
     svc_offsets_release(r->o);
     CK_CHECK(r->n_disp == 4 && svc_offsets_outstanding(r->o, 2) == 2);
     /* the running jobs finish: the offset still moves, as do commits */
+    CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 2);
     CK_CHECK(svc_offsets_done(r->o, r->tok[3]) == 0 && svc_offsets_outstanding(r->o, 2) == 1);
+    CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 2); /* 13 is done, behind 12 */
     CK_CHECK(svc_offsets_done(r->o, r->tok[2]) == 1 && svc_offsets_outstanding(r->o, 2) == 0);
+    CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 0);
     int64_t off, mark;
     CK_CHECK(svc_offsets_final(r->o, 2, &off, &mark) && off == 14 && mark == 14);
     CK_CHECK(ack(r, 2) == 26 && svc_offsets_acked_offset(r->o, 2) == 14);
@@ -447,15 +450,21 @@ static void test_revoke_grace(void) {
     ack(r, 5);
     CK_CHECK(r->n_disp - base == 200);
     uint32_t seed = 7;
+    unsigned char model_done[200] = {0};
     for (int i = 0; i < 200; i++) {
         seed = seed * 1103515245u + 12345u;
         if ((seed >> 16) & 1) {
             svc_offsets_done(r->o, r->tok[base + i]);
+            model_done[i] = 1;
             fin++;
         }
     }
     CK_CHECK(svc_offsets_revoke_begin(r->o, 5) == 0);
     CK_CHECK(svc_offsets_outstanding(r->o, 5) == 200 - fin);
+    /* uncommitted: everything from the model's first offset not done */
+    int first = 0;
+    while (first < 200 && model_done[first]) first++;
+    CK_CHECK(next_of(r, 5) == first && svc_offsets_uncommitted(r->o, 5) == 200 - first);
     teardown(r);
 }
 
