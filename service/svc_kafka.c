@@ -517,6 +517,10 @@ static void revoke_finish(svc_kafka *k, rd_kafka_topic_partition_list_t *parts, 
     k->commit_hold = 1;
     k->rejoin_next = coop && !rd_kafka_assignment_lost(k->cons);
     mark(k, parts, 0);
+    /* librdkafka keeps a partition's pause across assignments: one given
+     * back paused (by its revoke, a full hold or backpressure) would stay
+     * so should it come back to us. */
+    pause_list(k, parts, 0);
     if (coop) {
         rd_kafka_error_t *e = rd_kafka_incremental_unassign(k->cons, parts);
         if (e) {
