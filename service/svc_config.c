@@ -102,6 +102,10 @@ static const struct key_def {
      "redelivery marks run N offsets ahead of dispatch (more rides out longer rebalances, fewer false marks "
      "after a crash)",
      E_SERVICE},
+    {"dispatch_ahead", T_INT, "0", 0, 1 << 20, F(dispatch_ahead),
+     "jobs of one partition handed to the engine and not finished, at most; a revoke abandons no more (0 = "
+     "auto: twice max_running shared among the assigned partitions, at least 8)",
+     E_SERVICE},
     {"ready_file", T_STR, NULL, 0, 0, F(ready_file), "write {bootstrap_servers, http} here when ready",
      E_SERVICE},
     {"http_host", T_STR, "127.0.0.1", 0, 0, F(http_host), "HTTP listen address (0.0.0.0 in containers)",

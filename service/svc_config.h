@@ -66,6 +66,7 @@ typedef struct svc_config {
     int kafka_embedded, embedded_partitions;
     int revoke_grace_ms; /* a revoked partition's dispatched jobs get this long to finish (svc_kafka.h) */
     int mark_ahead;      /* dispatch marks run this many offsets ahead (svc_offsets.h) */
+    int dispatch_ahead;  /* a partition's jobs in the engine at most (0: auto; svc_offsets.h) */
     /* service */
     const char *ready_file, *http_host, *instance, *log_level;
     int http_port;

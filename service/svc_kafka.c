@@ -1,7 +1,6 @@
 /* svc_kafka.c - consumer + idempotent producer on a libuv loop (svc_kafka.h). */
 #include "svc_kafka.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,7 +11,9 @@
 #include <unistd.h>
 
 #include "ck_err.h"
+#include "svc_kstats.h"
 #include "svc_log.h"
+#include "svc_offmd.h"
 #include "svc_offsets.h"
 
 #define POLL_BUDGET 512           /* messages handled per wake-up before yielding */
@@ -72,6 +73,7 @@ struct svc_kafka {
      * next owner. n_racked entries. */
     int64_t *racked;
     int32_t n_racked;
+    svc_offmd md; /* a committed read's metadata, parsed (too large for the stack of a callback) */
     svc_kafka_stats st;
 };
 
@@ -173,38 +175,10 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     return e;
 }
 
-/* Statistics JSON (statistics.interval.ms): consumer lag per partition of
- * the jobs topic and whether any broker is up. */
+/* Statistics JSON (statistics.interval.ms): svc_kstats.h. */
 static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
     svc_kafka *k = opaque;
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) return 0;
-    cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers"), *b;
-    int up = 0;
-    cJSON_ArrayForEach(b, brokers) {
-        cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
-        cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
-        if (cJSON_IsString(state) && !strcmp(state->valuestring, "UP") && cJSON_IsNumber(nodeid) &&
-            nodeid->valuedouble >= 0)
-            up = 1;
-    }
-    k->st.up = up;
-    cJSON *topics = cJSON_GetObjectItemCaseSensitive(root, "topics");
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(topics, k->topic);
-    cJSON *parts = cJSON_GetObjectItemCaseSensitive(t, "partitions"), *p;
-    int n = 0;
-    cJSON_ArrayForEach(p, parts) {
-        cJSON *id = cJSON_GetObjectItemCaseSensitive(p, "partition");
-        cJSON *lag = cJSON_GetObjectItemCaseSensitive(p, "consumer_lag");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || !cJSON_IsNumber(lag) || lag->valuedouble < 0)
-            continue;
-        if (n == SVC_KAFKA_MAX_LAG_PARTS) break;
-        k->st.lag_partition[n] = (int32_t)id->valuedouble;
-        k->st.lag[n] = (int64_t)lag->valuedouble;
-        n++;
-    }
-    k->st.n_lag = n;
-    cJSON_Delete(root);
+    svc_kstats_parse(json, len, k->topic, &k->st);
     return 0; /* librdkafka frees json */
 }
 
@@ -213,16 +187,24 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
 
 static void revoke_check(svc_kafka *k);
 
+static void kick_cb(uv_timer_t *t);
+
 void svc_kafka_done(svc_kafka *k, svc_ktok tok) {
     if (svc_offsets_done(k->off, tok)) k->st.stored++; /* committed by the commit timer (commit_send) */
     if (k->rv) revoke_check(k);                        /* its partition's last job, maybe */
+    if (!k->handles_closing && svc_offsets_releasable(k->off, tok.partition)) {
+        /* a place under dispatch_ahead: its held messages go on the next turn, not inside this call */
+        k->release = 1;
+        uv_timer_start(&k->kick, kick_cb, 0, 0);
+    }
 }
 
 /* Append partition p's commit (next offset, mark as metadata) to l. */
 static void add_commit(svc_kafka *k, rd_kafka_topic_partition_list_t *l, int32_t p, int64_t offset,
                        int64_t mark) {
-    char md[48];
-    int n = svc_offsets_mark_format(md, sizeof md, mark);
+    char md[SVC_OFFMD_MAX];
+    int left = 0, n = svc_offsets_metadata(k->off, p, offset, mark, md, sizeof md, &left);
+    if (left) k->st.done_truncated++; /* those finished jobs run again at a next owner */
     rd_kafka_topic_partition_t *e = rd_kafka_topic_partition_list_add(l, k->topic, p);
     e->offset = offset;
     e->metadata = n > 0 ? malloc((size_t)n) : NULL; /* freed with the list */
@@ -328,6 +310,12 @@ static void off_dispatch(void *ud, void *msg, svc_offsets_tok tok) {
     rd_kafka_message_destroy(m);
 }
 
+static void off_skip(void *ud, void *msg, svc_offsets_tok tok) {
+    svc_kafka *k = ud;
+    k->st.skipped_done++;
+    rd_kafka_message_destroy(msg);
+}
+
 static void off_drop(void *ud, void *msg) {
     (void)ud;
     rd_kafka_message_destroy(msg);
@@ -404,10 +392,14 @@ static void fetch_done(uv_work_t *req, int status) {
             failed = 1;
             continue;
         }
-        int64_t prev_mark = svc_offsets_mark_parse(e->metadata, e->metadata_size);
-        svc_log(SVC_LOG_INFO, "partition_committed", "partition=%d offset=%lld mark=%lld", e->partition,
-                (long long)e->offset, (long long)prev_mark);
-        if (svc_offsets_committed(k->off, e->partition, f->agen[i], e->offset, prev_mark)) k->release = 1;
+        const char *why;
+        if (svc_offmd_parse(e->metadata, e->metadata_size, &k->md, &why)) /* no finished set then */
+            svc_log(SVC_LOG_WARN, "commit_metadata_refused", "partition=%d reason=\"%s\"", e->partition, why);
+        svc_log(SVC_LOG_INFO, "partition_committed", "partition=%d offset=%lld mark=%lld done_bytes=%d",
+                e->partition, (long long)e->offset, (long long)k->md.mark, k->md.done_bytes);
+        if (svc_offsets_committed(k->off, e->partition, f->agen[i], e->offset, k->md.mark, k->md.done,
+                                  k->md.done_bytes))
+            k->release = 1;
     }
     rd_kafka_topic_partition_list_destroy(f->l);
     free(f->agen);
@@ -670,8 +662,6 @@ static void drain_pipe(int fd) {
 
 static void poll_producer(svc_kafka *k) { rd_kafka_poll(k->prod, 0); }
 
-static void kick_cb(uv_timer_t *t);
-
 static void poll_consumer(svc_kafka *k) {
     if (k->handles_closing) return;
     for (int i = 0; i < POLL_BUDGET; i++) {
@@ -820,7 +810,9 @@ int svc_kafka_new(uv_loop_t *loop, const svc_config *c, const svc_kafka_cbs *cbs
     svc_offsets_config oc;
     svc_offsets_config_default(&oc);
     if (c->mark_ahead >= 2) oc.mark_ahead = c->mark_ahead;
-    oc.cbs = (svc_offsets_cbs){k, off_dispatch, off_drop, off_hold_pause, off_commit};
+    oc.dispatch_ahead = c->dispatch_ahead > 0 ? c->dispatch_ahead : 0;
+    oc.dispatch_slots = c->max_running > 0 ? c->max_running : 0;
+    oc.cbs = (svc_offsets_cbs){k, off_dispatch, off_drop, off_hold_pause, off_commit, off_skip};
     if (svc_offsets_new(&oc, &k->off)) goto nomem;
     if (!(k->cons = make_client(k, c, 1, err, errlen))) goto fail;
     if (!(k->prod = make_client(k, c, 0, err, errlen))) goto fail;
@@ -931,6 +923,10 @@ void svc_kafka_close_handles(svc_kafka *k) {
 void svc_kafka_free(svc_kafka *k) {
     if (!k) return;
     k->closing = 1;
+    if (k->cons)
+        svc_log(SVC_LOG_INFO, "kafka_totals", "consumed=%llu skipped_done=%llu done_truncated=%llu",
+                (unsigned long long)k->st.consumed, (unsigned long long)k->st.skipped_done,
+                (unsigned long long)k->st.done_truncated);
     if (k->cq) {
         rd_kafka_queue_io_event_enable(k->cq, -1, NULL, 0);
         rd_kafka_queue_destroy(k->cq);

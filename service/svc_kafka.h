@@ -135,6 +135,9 @@ typedef struct svc_kafka_stats {
                               is the low-water mark): the next owner runs them again */
     uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset when a revoke's commit was
                                     refused: the next owner runs them again */
+    uint64_t skipped_done;       /* consumed messages not run: a previous owner's commit metadata lists them
+                                    finished (svc_offmd.h) */
+    uint64_t done_truncated;     /* commits whose finished set did not fit in the metadata */
     int n_lag;                   /* partitions with a known consumer lag */
     int32_t lag_partition[SVC_KAFKA_MAX_LAG_PARTS];
     int64_t lag[SVC_KAFKA_MAX_LAG_PARTS];

@@ -520,12 +520,18 @@ void svc_metrics_render(const svc_metrics_view *v, FILE *f) {
             "Jobs still running at a revoke's grace limit, left to the partition's next owner.",
             (double)k->revoke_abandoned);
         one(f, "confkv_kafka_revoke_rerun_total", "counter",
-            "Jobs at or above the committed offset when a revoke gave its partition back: the abandoned "
-            "ones and those finished after the first of them, run again by the next owner.",
+            "Jobs a revoke left to the partition's next owner to run again: the abandoned ones, and "
+            "finished ones past what the commit metadata can carry.",
             (double)k->revoke_rerun);
         one(f, "confkv_kafka_revoke_uncommitted_total", "counter",
             "Finished jobs whose revoke commit the group refused: the next owner runs them again.",
             (double)k->revoke_uncommitted);
+        one(f, "confkv_kafka_skipped_done_total", "counter",
+            "Consumed jobs not run: a previous owner's commit metadata lists them finished.",
+            (double)k->skipped_done);
+        one(f, "confkv_kafka_done_truncated_total", "counter",
+            "Commits whose finished set did not fit in the commit metadata (the rest runs again).",
+            (double)k->done_truncated);
         one(f, "confkv_kafka_paused", "gauge", "1 while consumption is paused (backpressure).", k->paused);
         one(f, "confkv_kafka_offsets_stored_total", "counter", "Offset stores (completed low-water marks).",
             (double)k->stored);
@@ -709,6 +715,10 @@ void svc_metrics_json(const svc_metrics_view *v, FILE *f) {
         jw_int(&w, (int64_t)v->kafka->revoke_rerun);
         jw_key(&w, "revoke_uncommitted");
         jw_int(&w, (int64_t)v->kafka->revoke_uncommitted);
+        jw_key(&w, "skipped_done");
+        jw_int(&w, (int64_t)v->kafka->skipped_done);
+        jw_key(&w, "done_truncated");
+        jw_int(&w, (int64_t)v->kafka->done_truncated);
         jw_obj_end(&w);
     }
     jw_obj_end(&w);

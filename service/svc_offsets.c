@@ -1,12 +1,12 @@
 /* svc_offsets.c - offset ring, dispatch marks and hold (svc_offsets.h). */
 #include "svc_offsets.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ck_err.h"
+#include "svc_offmd.h"
 
 typedef struct held {
     void *msg;
@@ -23,6 +23,7 @@ typedef struct part {
     int64_t *off;
     uint8_t *done;
     int head, n, cap;
+    int running; /* entries of the ring not done (dispatched, not finished) */
     /* commit state, valid while assigned */
     int known;         /* the committed offset and the previous mark were read */
     int dirty;         /* next changed since it was last committed */
@@ -36,6 +37,13 @@ typedef struct part {
     int64_t
         committed; /* the group's offset as last known: read at assignment, then acknowledged (-1: none) */
     uint32_t sent_agen; /* agen when that commit was sent */
+    /* The previous owners' finished set (svc_offmd.h), read with the
+     * committed offset: bit i set when offset skip_base + i is finished.
+     * Such a message is not dispatched (cbs.skip), only marked done; the
+     * set goes on into our own commits until its offsets are consumed. */
+    uint8_t *skip;
+    int skip_bytes;
+    int64_t skip_base;
     held *hold;
     int hhead, nhold, cap_hold, hold_paused;
 } part;
@@ -44,6 +52,7 @@ struct svc_offsets {
     svc_offsets_config c;
     part *parts;
     int n;
+    int n_assigned; /* partitions assigned (the auto dispatch-ahead bound) */
 };
 
 void svc_offsets_config_default(svc_offsets_config *c) {
@@ -61,7 +70,7 @@ void svc_offsets_config_default(svc_offsets_config *c) {
 int svc_offsets_new(const svc_offsets_config *c, svc_offsets **out) {
     *out = NULL;
     if (c->mark_ahead < 2 || c->hold_pause < 1 || c->max_partition < 0 || c->max_ring < 1 ||
-        !c->cbs.dispatch || !c->cbs.drop || !c->cbs.commit)
+        c->dispatch_ahead < 0 || c->dispatch_slots < 0 || !c->cbs.dispatch || !c->cbs.drop || !c->cbs.commit)
         return CK_EINVAL;
     svc_offsets *o = calloc(1, sizeof *o);
     if (!o) return CK_ENOMEM;
@@ -85,6 +94,7 @@ void svc_offsets_free(svc_offsets *o) {
         free(o->parts[p].off);
         free(o->parts[p].done);
         free(o->parts[p].hold);
+        free(o->parts[p].skip);
     }
     free(o->parts);
     free(o);
@@ -101,6 +111,7 @@ static part *get(const svc_offsets *o, int32_t p) { return p >= 0 && p < o->n ? 
 static void ring_reset(part *t) {
     t->epoch++;
     t->head = t->n = 0;
+    t->running = 0; /* their done calls are stale now */
 }
 
 static int ring_push(const svc_offsets *o, part *t, int64_t off) {
@@ -126,6 +137,7 @@ static int ring_push(const svc_offsets *o, part *t, int64_t off) {
     t->off[t->head + t->n] = off;
     t->done[t->head + t->n] = 0;
     t->n++;
+    t->running++;
     return CK_OK;
 }
 
@@ -137,6 +149,11 @@ int svc_offsets_done(svc_offsets *o, svc_offsets_tok tok) {
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
         if (t->off[mid] == tok.offset) {
+            /* the finished set in the commit metadata changes */
+            if (!t->done[mid]) {
+                if (t->assigned) t->dirty = 1;
+                t->running--;
+            }
             t->done[mid] = 1;
             break;
         }
@@ -177,12 +194,17 @@ int svc_offsets_assign(svc_offsets *o, int32_t p, int assigned) {
     ring_reset(t);
     hold_clear(o, t);
     t->agen++;
+    o->n_assigned += !!assigned - t->assigned;
     t->assigned = !!assigned;
     t->revoking = 0;
     t->known = t->dirty = 0;
     t->next = t->prev_mark = t->hi = -1;
     t->acked = t->mark = t->sent_mark = 0;
     t->sent_next = t->committed = -1;
+    free(t->skip);
+    t->skip = NULL;
+    t->skip_bytes = 0;
+    t->skip_base = -1;
     return CK_OK;
 }
 
@@ -213,13 +235,57 @@ int svc_offsets_outstanding(const svc_offsets *o, int32_t p) {
 
 int svc_offsets_uncommitted(const svc_offsets *o, int32_t p) {
     const part *t = get(o, p);
-    return t ? t->n : 0;
+    if (!t || !t->n) return 0;
+    uint8_t bits[SVC_OFFMD_DONE_MAX];
+    int nb;
+    int64_t base = t->next >= 0 ? t->next : t->off[t->head];
+    return svc_offsets_outstanding(o, p) + svc_offsets_done_set(o, p, base, bits, SVC_OFFMD_DONE_MAX, &nb);
 }
 
-int svc_offsets_count_assigned(const svc_offsets *o) {
-    int n = 0;
-    for (int p = 0; p < o->n; p++) n += o->parts[p].assigned;
-    return n;
+int svc_offsets_done_set(const svc_offsets *o, int32_t p, int64_t base, uint8_t *bits, int cap, int *nbytes) {
+    const part *t = get(o, p);
+    int left = 0, n = 0;
+    *nbytes = 0;
+    if (!t || cap <= 0 || base < 0) return 0;
+    memset(bits, 0, (size_t)cap);
+    int64_t nbits = (int64_t)cap * 8;
+    for (int i = 0; i < t->n; i++) {
+        int64_t x = t->off[t->head + i];
+        if (!t->done[t->head + i] || x < base) continue;
+        if (x - base >= nbits) {
+            left++;
+            continue;
+        }
+        bits[(x - base) / 8] |= (uint8_t)(1u << ((x - base) % 8));
+        if ((x - base) / 8 + 1 > n) n = (int)((x - base) / 8 + 1);
+    }
+    /* the previous owners' set, for offsets not consumed yet (consumed
+     * ones are in the ring, done) */
+    for (int64_t j = 0; t->skip && j < (int64_t)t->skip_bytes * 8; j++) {
+        int64_t x = t->skip_base + j;
+        if (!(t->skip[j / 8] >> (j % 8) & 1) || x < base || x <= t->hi) continue;
+        if (x - base >= nbits) {
+            left++;
+            continue;
+        }
+        bits[(x - base) / 8] |= (uint8_t)(1u << ((x - base) % 8));
+        if ((x - base) / 8 + 1 > n) n = (int)((x - base) / 8 + 1);
+    }
+    *nbytes = n;
+    return left;
+}
+
+int svc_offsets_count_assigned(const svc_offsets *o) { return o->n_assigned; }
+
+int svc_offsets_dispatch_bound(const svc_offsets *o) {
+    if (o->c.dispatch_ahead > 0) return o->c.dispatch_ahead;
+    if (o->c.dispatch_slots <= 0) return INT32_MAX;
+    /* Twice the engine's share of each partition: the engine stays full
+     * while half the partitions have work, and a revoke abandons at most
+     * this many jobs of a partition. */
+    int n = o->n_assigned > 0 ? o->n_assigned : 1;
+    int64_t b = (2 * (int64_t)o->c.dispatch_slots + n - 1) / n;
+    return b < 8 ? 8 : b > INT32_MAX ? INT32_MAX : (int)b;
 }
 
 /* -------------------------------------------------------- marks, dispatch */
@@ -230,6 +296,13 @@ static void want_mark(svc_offsets *o, part *t, int64_t off) {
     t->mark = off + o->c.mark_ahead;
     if (t->prev_mark > t->mark) t->mark = t->prev_mark;
     o->c.cbs.commit(o->c.cbs.ud);
+}
+
+/* 1 when offset off is in p's previous owners' finished set. */
+static int skip_has(const part *t, int64_t off) {
+    if (!t->skip || off < t->skip_base || off - t->skip_base >= (int64_t)t->skip_bytes * 8) return 0;
+    int64_t i = off - t->skip_base;
+    return t->skip[i / 8] >> (i % 8) & 1;
 }
 
 static void dispatch(svc_offsets *o, int32_t p, int64_t off, void *msg) {
@@ -246,6 +319,16 @@ static void dispatch(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     tok.redelivered = off < t->prev_mark || off <= t->hi;
     if (off > t->hi) t->hi = off;
     want_mark(o, t, off);
+    if (skip_has(t, off)) {
+        /* finished by an earlier owner (its commit metadata says so): not
+         * run again; its offset counts as done */
+        if (o->c.cbs.skip)
+            o->c.cbs.skip(o->c.cbs.ud, msg, tok);
+        else
+            o->c.cbs.drop(o->c.cbs.ud, msg);
+        svc_offsets_done(o, tok);
+        return;
+    }
     o->c.cbs.dispatch(o->c.cbs.ud, msg, tok);
 }
 
@@ -278,7 +361,7 @@ int svc_offsets_consumed(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     /* not (or no longer) ours, or being handed over: its owner consumes it */
     if (!t || !t->assigned || t->revoking) return CK_ESTATE;
     if (t->known && t->next < 0) t->next = off; /* no committed offset: start here */
-    if (t->known && t->nhold == 0 && off < t->acked) {
+    if (t->known && t->nhold == 0 && off < t->acked && t->running < svc_offsets_dispatch_bound(o)) {
         dispatch(o, p, off, msg);
         return CK_OK;
     }
@@ -287,12 +370,19 @@ int svc_offsets_consumed(svc_offsets *o, int32_t p, int64_t off, void *msg) {
     return CK_OK;
 }
 
+int svc_offsets_releasable(const svc_offsets *o, int32_t p) {
+    const part *t = get(o, p);
+    return t && t->assigned && !t->revoking && t->known && t->nhold > 0 && t->hold[t->hhead].off < t->acked &&
+           t->running < svc_offsets_dispatch_bound(o);
+}
+
 void svc_offsets_release(svc_offsets *o) {
+    int bound = svc_offsets_dispatch_bound(o);
     for (int32_t p = 0; p < o->n; p++) {
         part *t = &o->parts[p];
         if (!t->assigned || t->revoking || !t->known || t->nhold == 0) continue;
         uint32_t agen = t->agen;
-        while (t->nhold > 0 && t->hold[t->hhead].off < t->acked) {
+        while (t->nhold > 0 && t->hold[t->hhead].off < t->acked && t->running < bound) {
             held h = t->hold[t->hhead++];
             t->nhold--;
             dispatch(o, p, h.off, h.msg);
@@ -326,9 +416,19 @@ int svc_offsets_wants(const svc_offsets *o, int32_t p, uint32_t agen) {
     return t && t->assigned && t->agen == agen && !t->known;
 }
 
-int svc_offsets_committed(svc_offsets *o, int32_t p, uint32_t agen, int64_t committed, int64_t prev_mark) {
+int svc_offsets_committed(svc_offsets *o, int32_t p, uint32_t agen, int64_t committed, int64_t prev_mark,
+                          const uint8_t *done, int done_bytes) {
     if (!svc_offsets_wants(o, p, agen)) return 0;
     part *t = &o->parts[p];
+    if (committed >= 0 && done && done_bytes > 0 && done_bytes <= SVC_OFFMD_DONE_MAX) {
+        /* without memory the set is left out: its jobs run again */
+        t->skip = malloc((size_t)done_bytes);
+        if (t->skip) {
+            memcpy(t->skip, done, (size_t)done_bytes);
+            t->skip_bytes = done_bytes;
+            t->skip_base = committed;
+        }
+    }
     t->known = 1;
     t->prev_mark = prev_mark;
     t->acked = t->mark = prev_mark > 0 ? prev_mark : 0;
@@ -386,6 +486,14 @@ int svc_offsets_final(const svc_offsets *o, int32_t p, int64_t *offset, int64_t 
     return 1;
 }
 
+int svc_offsets_metadata(const svc_offsets *o, int32_t p, int64_t offset, int64_t mark, char *buf, size_t cap,
+                         int *left_out) {
+    uint8_t bits[SVC_OFFMD_DONE_MAX];
+    int nb = 0;
+    *left_out = svc_offsets_done_set(o, p, offset, bits, SVC_OFFMD_DONE_MAX, &nb);
+    return svc_offmd_format(buf, cap, mark, bits, nb);
+}
+
 int64_t svc_offsets_acked_offset(const svc_offsets *o, int32_t p) {
     const part *t = get(o, p);
     return t && t->assigned ? t->committed : -1;
@@ -403,20 +511,11 @@ void svc_offsets_drop_held(svc_offsets *o) {
 /* ------------------------------------------------------------------ marks */
 
 int svc_offsets_mark_format(char *buf, size_t cap, int64_t mark) {
-    int n = snprintf(buf, cap, SVC_OFFSETS_MARK_PREFIX "%" PRId64, mark);
-    if (n < 0 || (size_t)n >= cap) return CK_ETOOLONG;
-    return n;
+    return svc_offmd_format(buf, cap, mark, NULL, 0);
 }
 
 int64_t svc_offsets_mark_parse(const void *md, size_t n) {
-    size_t pl = sizeof SVC_OFFSETS_MARK_PREFIX - 1;
-    if (!md || n <= pl || n > pl + 19 || memcmp(md, SVC_OFFSETS_MARK_PREFIX, pl)) return -1;
-    const char *s = (const char *)md + pl;
-    int64_t v = 0;
-    for (size_t i = 0; i < n - pl; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        if (v > (INT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v;
+    svc_offmd m;
+    const char *why;
+    return svc_offmd_parse(md, n, &m, &why) ? -1 : m.mark;
 }

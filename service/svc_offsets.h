@@ -37,8 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SVC_OFFSETS_MARK_PREFIX "confkv.mark="
-
 /* Identifies a dispatched message for svc_offsets_done. */
 typedef struct svc_offsets_tok {
     int32_t partition;
@@ -59,20 +57,33 @@ typedef struct svc_offsets_cbs {
     void (*hold_pause)(void *ud, int32_t p, int pause, int held);
     /* A mark was asked for: send a commit (svc_offsets_commit_due). */
     void (*commit)(void *ud);
+    /* (optional) A message the previous owners finished (their commit
+     * metadata's finished set) is not dispatched: msg is the callee's (as
+     * with dispatch), and its offset counts as done. NULL: cbs.drop. */
+    void (*skip)(void *ud, void *msg, svc_offsets_tok tok);
 } svc_offsets_cbs;
 
 typedef struct svc_offsets_config {
-    int mark_ahead;      /* 64 */
-    int hold_pause;      /* held messages of a partition before it is paused (1024) */
-    int max_partition;   /* highest partition number (1000000) */
-    int max_ring;        /* dispatched offsets tracked per partition (1 << 22) */
+    int mark_ahead;    /* 64 */
+    int hold_pause;    /* held messages of a partition before it is paused (1024) */
+    int max_partition; /* highest partition number (1000000) */
+    int max_ring;      /* dispatched offsets tracked per partition (1 << 22) */
+    /* Dispatch-ahead: a partition's dispatched jobs not done yet, at most;
+     * its later messages are held meanwhile (a revoke drops them: the next
+     * owner consumes them; it abandons only the dispatched ones). > 0: that
+     * bound; 0: auto from dispatch_slots (the engine's sequences at once):
+     * 2 * dispatch_slots / assigned partitions, at least 8; both 0 (the
+     * default): no bound. */
+    int dispatch_ahead;
+    int dispatch_slots;
     svc_offsets_cbs cbs; /* dispatch, drop and commit required; hold_pause optional */
 } svc_offsets_config;
 
 typedef struct svc_offsets svc_offsets;
 
 void svc_offsets_config_default(svc_offsets_config *c);
-/* 0, CK_EINVAL (a bound < 1, mark_ahead < 2, a required callback missing),
+/* 0, CK_EINVAL (a bound < 1, mark_ahead < 2, dispatch_ahead or
+ * dispatch_slots < 0, a required callback missing),
  * CK_ENOMEM. */
 int svc_offsets_new(const svc_offsets_config *c, svc_offsets **out);
 /* Drops the held messages (cbs.drop) and frees. Safe on NULL. */
@@ -95,9 +106,9 @@ int svc_offsets_count_assigned(const svc_offsets *o);
  * finish still move the offset to commit; svc_offsets_assign(p, 0) ends it.
  * CK_ESTATE when p is not assigned. svc_offsets_revoking: 1 in between.
  * svc_offsets_outstanding: p's dispatched offsets not done yet (those a
- * revoke would abandon). svc_offsets_uncommitted: p's dispatched offsets at
- * or above the offset to commit, done or not (what a next owner runs again:
- * the offset to commit is the low-water mark). */
+ * revoke would abandon). svc_offsets_uncommitted: what a next owner runs
+ * again: those, and the done offsets above the offset to commit that its
+ * metadata cannot carry (past SVC_OFFMD_DONE_MAX * 8 offsets). */
 int svc_offsets_revoke_begin(svc_offsets *o, int32_t p);
 int svc_offsets_revoking(const svc_offsets *o, int32_t p);
 int svc_offsets_outstanding(const svc_offsets *o, int32_t p);
@@ -118,14 +129,23 @@ int svc_offsets_done(svc_offsets *o, svc_offsets_tok tok);
  * assignment's generation in *agen. svc_offsets_wants: 1 when an answer
  * asked for under agen still applies. svc_offsets_committed applies one:
  * committed is the group's offset (< 0: none), prev_mark the previous
- * owners' mark (svc_offsets_mark_parse; -1: none). Returns 1 when applied
- * (held messages may be dispatchable: svc_offsets_release), 0 when stale. */
+ * owners' mark (svc_offmd_parse; -1: none), done[0..done_bytes) their
+ * finished set (svc_offmd.h: bit i, offset committed + i; NULL/0: none;
+ * copied, at most SVC_OFFMD_DONE_MAX bytes, else ignored): those messages
+ * go to cbs.skip instead of cbs.dispatch. Returns 1 when applied (held
+ * messages may be dispatchable: svc_offsets_release), 0 when stale. */
 int svc_offsets_unknown(const svc_offsets *o, int32_t p, uint32_t *agen);
 int svc_offsets_wants(const svc_offsets *o, int32_t p, uint32_t agen);
-int svc_offsets_committed(svc_offsets *o, int32_t p, uint32_t agen, int64_t committed, int64_t prev_mark);
+int svc_offsets_committed(svc_offsets *o, int32_t p, uint32_t agen, int64_t committed, int64_t prev_mark,
+                          const uint8_t *done, int done_bytes);
 
-/* Dispatch, in order, every held message an acknowledged mark covers. */
+/* Dispatch, in order, every held message an acknowledged mark covers, as
+ * far as dispatch-ahead allows. svc_offsets_releasable: 1 when p has such a
+ * message now (after a done freed a place). svc_offsets_dispatch_bound: the
+ * dispatch-ahead bound in force (INT32_MAX: none). */
 void svc_offsets_release(svc_offsets *o);
+int svc_offsets_releasable(const svc_offsets *o, int32_t p);
+int svc_offsets_dispatch_bound(const svc_offsets *o);
 
 /* The regular commit. svc_offsets_commit_due: 1 when p has an offset or a
  * mark to send, with them. svc_offsets_commit_sent: it went out (one commit
@@ -143,6 +163,19 @@ int svc_offsets_commit_result(svc_offsets *o, int32_t p, int ok);
  * redelivery marks; 0 when there is nothing to commit. */
 int svc_offsets_final(const svc_offsets *o, int32_t p, int64_t *offset, int64_t *mark);
 
+/* The finished set to commit with offset base (svc_offmd.h): bit i of
+ * bits[0..cap) set when base + i is done (a dispatched job finished, or in
+ * the previous owners' set and not consumed yet); *nbytes: the bytes up to
+ * the last set bit. Returns how many finished offsets did not fit. */
+int svc_offsets_done_set(const svc_offsets *o, int32_t p, int64_t base, uint8_t *bits, int cap, int *nbytes);
+
+/* The commit metadata of p for offset and mark (svc_offmd_format, with
+ * svc_offsets_done_set's finished set) into buf (cap >= SVC_OFFMD_MAX):
+ * its length or a negative code; *left_out: finished offsets that did not
+ * fit (they run again at a next owner). */
+int svc_offsets_metadata(const svc_offsets *o, int32_t p, int64_t offset, int64_t mark, char *buf, size_t cap,
+                         int *left_out);
+
 /* The group's committed offset of p as this consumer last knew it: read
  * after the assignment, then moved by acknowledged regular commits; -1
  * when none (or p is not assigned). What a next owner would start from,
@@ -154,12 +187,12 @@ int svc_offsets_hold_paused(const svc_offsets *o, int32_t p);
 /* Drop every held message (cbs.drop), before the messages' owner goes. */
 void svc_offsets_drop_held(svc_offsets *o);
 
-/* "confkv.mark=N" into buf: its length, or CK_ETOOLONG (no NUL needed on
- * the wire, but one is written). */
+/* "confkv.mark=N" into buf (svc_offmd_format without a finished set): its
+ * length, or CK_ETOOLONG (no NUL needed on the wire, but one is written). */
 int svc_offsets_mark_format(char *buf, size_t cap, int64_t mark);
-/* Commit metadata (n bytes, from the broker: any bytes) -> N for
- * "confkv.mark=N" (decimal, no sign, at most 19 digits, no overflow); -1
- * for anything else (no mark, or another tool's metadata). */
+/* Commit metadata (n bytes, from the broker: any bytes) -> its mark N
+ * (svc_offmd_parse); -1 for anything else (no mark, malformed metadata, or
+ * another tool's). */
 int64_t svc_offsets_mark_parse(const void *md, size_t n);
 
 #endif

@@ -13,7 +13,12 @@
  *  - a revoke with a grace: held messages dropped, later ones refused, the
  *    dispatched ones still finishing and moving the offset, outstanding
  *    counted against a plain model; the acknowledged committed offset;
- *  - the metadata string (ours vs others'), the ring bound, the hold bound.
+ *  - the metadata string (ours vs others'), the ring bound, the hold bound;
+ *  - the finished set in the metadata (svc_offmd.h): base64url against
+ *    vectors from Python's base64.urlsafe_b64encode, malformed metadata
+ *    refused with a reason, the set of a commit against a model of the
+ *    done offsets, a next owner skipping exactly those, the cut at
+ *    SVC_OFFMD_DONE_MAX bytes counted.
  * Messages are fake pointers (offset + 1), never dereferenced. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +26,7 @@
 
 #include "ck_err.h"
 #include "ck_test.h"
+#include "svc_offmd.h"
 #include "svc_offsets.h"
 
 #define MAXREC 4096
@@ -35,6 +41,8 @@ typedef struct rec {
     int commits;
     int pauses, resumes, last_held;
     int done_inline; /* call svc_offsets_done from inside dispatch */
+    int n_skip;
+    int64_t skipped[MAXREC];
 } rec;
 
 static void r_dispatch(void *ud, void *msg, svc_offsets_tok tok) {
@@ -60,8 +68,16 @@ static void r_pause(void *ud, int32_t p, int pause, int held) {
         r->resumes++;
 }
 static void r_commit(void *ud) { ((rec *)ud)->commits++; }
+static void r_skip(void *ud, void *msg, svc_offsets_tok tok) {
+    rec *r = ud;
+    (void)msg;
+    if (r->n_skip < MAXREC) r->skipped[r->n_skip] = tok.offset;
+    r->n_skip++;
+}
 
 static void *M(int64_t off) { return (void *)(intptr_t)(off + 1); }
+
+static int g_dispatch_ahead, g_dispatch_slots; /* for the next setup */
 
 static rec *setup(int mark_ahead, int hold_pause, int max_ring) {
     rec *r = calloc(1, sizeof *r);
@@ -71,7 +87,9 @@ static rec *setup(int mark_ahead, int hold_pause, int max_ring) {
     if (mark_ahead) c.mark_ahead = mark_ahead;
     if (hold_pause) c.hold_pause = hold_pause;
     if (max_ring) c.max_ring = max_ring;
-    c.cbs = (svc_offsets_cbs){r, r_dispatch, r_drop, r_pause, r_commit};
+    c.dispatch_ahead = g_dispatch_ahead;
+    c.dispatch_slots = g_dispatch_slots;
+    c.cbs = (svc_offsets_cbs){r, r_dispatch, r_drop, r_pause, r_commit, r_skip};
     if (svc_offsets_new(&c, &r->o)) {
         free(r);
         return NULL;
@@ -104,7 +122,7 @@ static int64_t next_of(const rec *r, int32_t p) {
 static int assign_known(rec *r, int32_t p, int64_t committed, int64_t prev_mark) {
     uint32_t agen = 0;
     if (svc_offsets_assign(r->o, p, 1) || !svc_offsets_unknown(r->o, p, &agen)) return 0;
-    return svc_offsets_committed(r->o, p, agen, committed, prev_mark) == 1;
+    return svc_offsets_committed(r->o, p, agen, committed, prev_mark, NULL, 0) == 1;
 }
 
 static void test_config(void) {
@@ -114,7 +132,7 @@ static void test_config(void) {
     svc_offsets *o = NULL;
     CK_CHECK(svc_offsets_new(&c, &o) == CK_EINVAL && !o); /* no callbacks */
     rec r = {0};
-    c.cbs = (svc_offsets_cbs){&r, r_dispatch, r_drop, NULL, r_commit};
+    c.cbs = (svc_offsets_cbs){&r, r_dispatch, r_drop, NULL, r_commit, NULL};
     c.mark_ahead = 1;
     CK_CHECK(svc_offsets_new(&c, &o) == CK_EINVAL);
     c.mark_ahead = 64;
@@ -189,7 +207,7 @@ static void test_marks(void) {
     int64_t o, m;
     CK_CHECK(!svc_offsets_commit_due(r->o, 3, &o, &m));
     /* no committed offset in the group: start at the first held one */
-    CK_CHECK(svc_offsets_committed(r->o, 3, agen, -1, -1) == 1);
+    CK_CHECK(svc_offsets_committed(r->o, 3, agen, -1, -1, NULL, 0) == 1);
     CK_CHECK(!svc_offsets_unknown(r->o, 3, &agen));
     CK_CHECK(r->commits == 1 && r->n_disp == 0);
     svc_offsets_release(r->o);
@@ -236,7 +254,8 @@ static void test_redelivery(void) {
     for (int64_t i = 5; i < 10; i++) CK_CHECK(svc_offsets_consumed(r->o, 1, i, M(i)) == 0);
     uint32_t agen;
     CK_CHECK(svc_offsets_unknown(r->o, 1, &agen));
-    CK_CHECK(svc_offsets_committed(r->o, 1, agen, 5, svc_offsets_mark_parse("confkv.mark=8", 13)) == 1);
+    CK_CHECK(svc_offsets_committed(r->o, 1, agen, 5, svc_offsets_mark_parse("confkv.mark=8", 13), NULL, 0) ==
+             1);
     /* the mark acknowledged is the previous one (8): 5..7 go at once */
     svc_offsets_release(r->o);
     CK_CHECK(r->n_disp == 3);
@@ -294,8 +313,8 @@ static void test_revoke(void) {
     uint32_t agen;
     CK_CHECK(svc_offsets_unknown(r->o, 2, &agen) && agen != agen_old);
     CK_CHECK(!svc_offsets_wants(r->o, 2, agen_old));
-    CK_CHECK(svc_offsets_committed(r->o, 2, agen_old, 3, 5) == 0);
-    CK_CHECK(svc_offsets_committed(r->o, 2, agen, 3, 5) == 1);
+    CK_CHECK(svc_offsets_committed(r->o, 2, agen_old, 3, 5, NULL, 0) == 0);
+    CK_CHECK(svc_offsets_committed(r->o, 2, agen, 3, 5, NULL, 0) == 1);
     /* the previous owner (us) marked 5: 3 and 4 come back redelivered */
     CK_CHECK(svc_offsets_consumed(r->o, 2, 3, M(3)) == 0 && svc_offsets_consumed(r->o, 2, 5, M(5)) == 0);
     CK_CHECK(r->n_disp == 6 && r->tok[5].offset == 3 && r->tok[5].redelivered);
@@ -377,7 +396,8 @@ static void test_bounds(void) {
     for (int64_t i = 0; i < 4; i++) CK_CHECK(svc_offsets_consumed(r->o, 7, i, M(i)) == 0);
     CK_CHECK(r->pauses == 1 && r->last_held == 3 && svc_offsets_hold_paused(r->o, 7));
     uint32_t agen;
-    CK_CHECK(svc_offsets_unknown(r->o, 7, &agen) && svc_offsets_committed(r->o, 7, agen, 0, -1) == 1);
+    CK_CHECK(svc_offsets_unknown(r->o, 7, &agen) &&
+             svc_offsets_committed(r->o, 7, agen, 0, -1, NULL, 0) == 1);
     int before = r->n_disp;
     CK_CHECK(ack(r, 7) == 3 + 64);
     CK_CHECK(r->n_disp == before + 4 && r->resumes == 1 && !svc_offsets_hold_paused(r->o, 7));
@@ -429,7 +449,7 @@ static void test_revoke_grace(void) {
     /* the running jobs finish: the offset still moves, as do commits */
     CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 2);
     CK_CHECK(svc_offsets_done(r->o, r->tok[3]) == 0 && svc_offsets_outstanding(r->o, 2) == 1);
-    CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 2); /* 13 is done, behind 12 */
+    CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 1); /* 13 is done, behind 12: in the metadata */
     CK_CHECK(svc_offsets_done(r->o, r->tok[2]) == 1 && svc_offsets_outstanding(r->o, 2) == 0);
     CK_CHECK(svc_offsets_uncommitted(r->o, 2) == 0);
     int64_t off, mark;
@@ -461,10 +481,225 @@ static void test_revoke_grace(void) {
     }
     CK_CHECK(svc_offsets_revoke_begin(r->o, 5) == 0);
     CK_CHECK(svc_offsets_outstanding(r->o, 5) == 200 - fin);
-    /* uncommitted: everything from the model's first offset not done */
+    /* the offset: the model's first not done; run again: only those not
+     * done (the finished ones above it travel in the metadata) */
     int first = 0;
     while (first < 200 && model_done[first]) first++;
-    CK_CHECK(next_of(r, 5) == first && svc_offsets_uncommitted(r->o, 5) == 200 - first);
+    CK_CHECK(next_of(r, 5) == first && svc_offsets_uncommitted(r->o, 5) == 200 - fin);
+    teardown(r);
+}
+
+static void test_offmd_strings(void) {
+    char b[SVC_OFFMD_MAX];
+    svc_offmd m;
+    const char *why;
+    /* vectors: Python base64.urlsafe_b64encode, '=' stripped */
+    struct {
+        const uint8_t d[4];
+        int n;
+        const char *s;
+    } v[] = {
+        {{0x01}, 1, "confkv.mark=7;done.v1=AQ"},
+        {{0xff, 0x00, 0x80}, 3, "confkv.mark=7;done.v1=_wCA"},
+        {{0x02, 0x00, 0x00, 0x04}, 4, "confkv.mark=7;done.v1=AgAABA"},
+        {{0xfb, 0xef, 0xbe}, 3, "confkv.mark=7;done.v1=----"},
+        {{0x01, 0x00, 0x00}, 3, "confkv.mark=7;done.v1=AQ"}, /* trailing zero bytes trimmed */
+        {{0}, 1, "confkv.mark=7"},                           /* nothing left: no set */
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        int n = svc_offmd_format(b, sizeof b, 7, v[i].d, v[i].n);
+        CK_CHECK_MSG(n == (int)strlen(v[i].s) && !strcmp(b, v[i].s), "'%s' vs '%s'", b, v[i].s);
+        CK_CHECK(svc_offmd_parse(b, (size_t)n, &m, &why) == 0 && m.mark == 7);
+        int want = v[i].n;
+        while (want > 0 && v[i].d[want - 1] == 0) want--;
+        CK_CHECK(m.done_bytes == want && !memcmp(m.done, v[i].d, (size_t)want));
+    }
+    CK_CHECK(svc_offmd_format(b, sizeof b, -1, NULL, 0) == CK_EINVAL);
+    CK_CHECK(svc_offmd_format(b, sizeof b, 1, v[0].d, SVC_OFFMD_DONE_MAX + 1) == CK_EINVAL);
+    CK_CHECK(svc_offmd_format(b, 20, 7, v[1].d, 3) == CK_ETOOLONG);
+    /* the largest set fits in SVC_OFFMD_MAX with the largest mark */
+    uint8_t full[SVC_OFFMD_DONE_MAX];
+    memset(full, 0xa5, sizeof full);
+    int n = svc_offmd_format(b, sizeof b, INT64_MAX / 10, full, SVC_OFFMD_DONE_MAX);
+    CK_CHECK(n > 0 && n < SVC_OFFMD_MAX && n < 4096);
+    CK_CHECK(svc_offmd_parse(b, (size_t)n, &m, &why) == 0 && m.done_bytes == SVC_OFFMD_DONE_MAX &&
+             !memcmp(m.done, full, sizeof full));
+    /* others' metadata: no mark, no set, no error */
+    CK_CHECK(svc_offmd_parse("kafka-streams", 13, &m, &why) == 0 && m.mark == -1 && !m.done_bytes && !why);
+    CK_CHECK(svc_offmd_parse(NULL, 0, &m, &why) == 0 && m.mark == -1);
+    /* ours, malformed: refused with a reason; the mark kept when its part is sound */
+    struct {
+        const char *s;
+        int64_t mark;
+    } bad[] = {
+        {"confkv.mark=", -1},
+        {"confkv.mark=x;done.v1=AQ", -1},
+        {"confkv.mark=5;", 5},
+        {"confkv.mark=5;done.v2=AQ", 5},
+        {"confkv.mark=5;done.v1=", 5},
+        {"confkv.mark=5;done.v1=A", 5},    /* a length base64 never has */
+        {"confkv.mark=5;done.v1=AR", 5},   /* nonzero padding bits */
+        {"confkv.mark=5;done.v1=AQ=", 5},  /* padding is not written */
+        {"confkv.mark=5;done.v1=A+/Q", 5}, /* base64, not base64url */
+        {"confkv.mark=5;done.v1=AQ;x", 5},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why = NULL;
+        CK_CHECK_MSG(svc_offmd_parse(bad[i].s, strlen(bad[i].s), &m, &why) == CK_EINVAL && why && *why &&
+                         m.mark == bad[i].mark && !m.done_bytes,
+                     "'%s'", bad[i].s);
+    }
+    /* too long: one character past the largest set */
+    static char big[SVC_OFFMD_MAX + 8];
+    int bl = snprintf(big, sizeof big, "confkv.mark=5;done.v1=");
+    int chars = (SVC_OFFMD_DONE_MAX * 8 + 5) / 6 + 4;
+    memset(big + bl, 'A', (size_t)chars);
+    CK_CHECK(svc_offmd_parse(big, (size_t)(bl + chars), &m, &why) == CK_EINVAL && !m.done_bytes);
+    /* only n bytes are read */
+    CK_CHECK(svc_offmd_parse("confkv.mark=5;done.v1=AQxx", 24, &m, &why) == 0 && m.done_bytes == 1);
+}
+
+/* A commit's finished set against a model; the next owner skips it. */
+static void test_done_set(void) {
+    rec *r = setup(0, 0, 0);
+    CK_CHECK(r != NULL);
+    if (!r) return;
+    CK_CHECK(assign_known(r, 1, 10, -1));
+    for (int64_t o = 10; o < 40; o++) CK_CHECK(svc_offsets_consumed(r->o, 1, o, M(o)) == 0);
+    ack(r, 1);
+    CK_CHECK(r->n_disp == 30);
+    /* finish every offset whose (o * 7) % 5 != 0, but not 10 */
+    uint8_t model[8] = {0};
+    int fin = 0;
+    for (int i = 1; i < 30; i++) {
+        if ((i * 7) % 5 == 0) continue;
+        svc_offsets_done(r->o, r->tok[i]);
+        model[i / 8] |= (uint8_t)(1u << (i % 8));
+        fin++;
+    }
+    CK_CHECK(next_of(r, 1) == 10 && svc_offsets_outstanding(r->o, 1) == 30 - fin);
+    /* a done above the low-water mark makes a commit due (its set changed) */
+    int64_t off, mark;
+    CK_CHECK(svc_offsets_commit_due(r->o, 1, &off, &mark) && off == 10);
+    char md[SVC_OFFMD_MAX];
+    int left = -1, n = svc_offsets_metadata(r->o, 1, 10, 50, md, sizeof md, &left);
+    CK_CHECK(n > 0 && left == 0);
+    svc_offmd m;
+    const char *why;
+    CK_CHECK(svc_offmd_parse(md, (size_t)n, &m, &why) == 0 && m.mark == 50);
+    CK_CHECK(m.done_bytes == 4 && !memcmp(m.done, model, 4));
+    /* nothing but the abandoned runs again */
+    CK_CHECK(svc_offsets_uncommitted(r->o, 1) == 30 - fin);
+
+    /* the next owner: skips exactly the set, runs the rest */
+    uint32_t agen;
+    CK_CHECK(svc_offsets_assign(r->o, 1, 0) == 0 && svc_offsets_assign(r->o, 1, 1) == 0);
+    CK_CHECK(svc_offsets_unknown(r->o, 1, &agen));
+    CK_CHECK(svc_offsets_committed(r->o, 1, agen, 10, 50, m.done, m.done_bytes) == 1);
+    /* before any is consumed, the set goes on into its own commits */
+    left = -1;
+    n = svc_offsets_metadata(r->o, 1, 10, 50, md, sizeof md, &left);
+    CK_CHECK(n > 0 && svc_offmd_parse(md, (size_t)n, &m, &why) == 0 && !memcmp(m.done, model, 4));
+    int d0 = r->n_disp;
+    for (int64_t o = 10; o < 40; o++) CK_CHECK(svc_offsets_consumed(r->o, 1, o, M(o)) == 0);
+    ack(r, 1);
+    CK_CHECK(r->n_skip == fin && r->n_disp - d0 == 30 - fin);
+    for (int i = 0; i < r->n_skip; i++) {
+        int64_t j = r->skipped[i] - 10;
+        CK_CHECK(model[j / 8] >> (j % 8) & 1);
+    }
+    for (int i = d0; i < r->n_disp; i++) svc_offsets_done(r->o, r->tok[i]);
+    CK_CHECK(next_of(r, 1) == 40 && svc_offsets_uncommitted(r->o, 1) == 0);
+    n = svc_offsets_metadata(r->o, 1, 40, 50, md, sizeof md, &left);
+    CK_CHECK(n == (int)strlen("confkv.mark=50") && left == 0); /* nothing above 40 */
+    teardown(r);
+
+    /* the cut: offsets 1..13000 done, 0 running: 12,288 fit */
+    r = setup(0, 0, 0);
+    CK_CHECK(r != NULL);
+    if (!r) return;
+    CK_CHECK(assign_known(r, 0, 0, -1));
+    CK_CHECK(svc_offsets_consumed(r->o, 0, 0, M(0)) == 0);
+    ack(r, 0);
+    r->done_inline = 1;
+    for (int64_t o = 1; o <= 13000; o++) {
+        CK_CHECK(svc_offsets_consumed(r->o, 0, o, M(o)) == 0);
+        if (o % 16 == 0) ack(r, 0);
+    }
+    ack(r, 0);
+    CK_CHECK(r->n_disp == 13001 && next_of(r, 0) == 0);
+    n = svc_offsets_metadata(r->o, 0, 0, 13002, md, sizeof md, &left);
+    CK_CHECK(n > 0 && n < SVC_OFFMD_MAX && left == 13000 - (SVC_OFFMD_DONE_MAX * 8 - 1));
+    CK_CHECK(svc_offmd_parse(md, (size_t)n, &m, &why) == 0 && m.done_bytes == SVC_OFFMD_DONE_MAX);
+    CK_CHECK(m.done[0] == 0xfe && m.done[SVC_OFFMD_DONE_MAX - 1] == 0xff);
+    CK_CHECK(svc_offsets_uncommitted(r->o, 0) == 1 + left);
+    teardown(r);
+}
+
+/* Dispatch-ahead: at most the bound of a partition's jobs are dispatched
+ * and not done; a done lets the next held one go; a revoke abandons only
+ * the dispatched ones. The auto bound against its formula. */
+static void test_dispatch_ahead(void) {
+    g_dispatch_ahead = 3;
+    rec *r = setup(0, 0, 0);
+    g_dispatch_ahead = 0;
+    CK_CHECK(r != NULL);
+    if (!r) return;
+    CK_CHECK(svc_offsets_dispatch_bound(r->o) == 3);
+    CK_CHECK(assign_known(r, 0, 0, -1) && assign_known(r, 1, 0, -1));
+    for (int64_t o = 0; o < 10; o++) CK_CHECK(svc_offsets_consumed(r->o, 0, o, M(o)) == 0);
+    ack(r, 0);
+    CK_CHECK(r->n_disp == 3 && r->tok[2].offset == 2 && !svc_offsets_releasable(r->o, 0));
+    /* another partition has its own bound */
+    CK_CHECK(svc_offsets_consumed(r->o, 1, 0, M(100)) == 0);
+    ack(r, 1);
+    CK_CHECK(r->n_disp == 4 && r->tok[3].partition == 1);
+    /* out of order: 1 finishes; 3 may go */
+    svc_offsets_done(r->o, r->tok[1]);
+    CK_CHECK(svc_offsets_releasable(r->o, 0));
+    svc_offsets_release(r->o);
+    CK_CHECK(r->n_disp == 5 && r->tok[4].offset == 3 && !svc_offsets_releasable(r->o, 0));
+    CK_CHECK(svc_offsets_outstanding(r->o, 0) == 3);
+    /* a job finished at once (inside dispatch) frees its place at once */
+    r->done_inline = 1;
+    svc_offsets_done(r->o, r->tok[0]);
+    svc_offsets_release(r->o);
+    CK_CHECK(r->n_disp == 11 && r->tok[10].offset == 9); /* 4..9, each done inline */
+    r->done_inline = 0;
+    for (int64_t o = 10; o < 20; o++) CK_CHECK(svc_offsets_consumed(r->o, 0, o, M(o)) == 0);
+    ack(r, 0);
+    CK_CHECK(svc_offsets_outstanding(r->o, 0) == 3 && r->tok[r->n_disp - 1].offset == 10); /* 2, 3, 10 */
+    teardown(r);
+
+    /* revoke: the held are dropped, only the bound is abandoned */
+    g_dispatch_ahead = 4;
+    r = setup(0, 0, 0);
+    g_dispatch_ahead = 0;
+    CK_CHECK(r != NULL);
+    if (!r) return;
+    CK_CHECK(assign_known(r, 2, 0, -1));
+    for (int64_t o = 0; o < 50; o++) CK_CHECK(svc_offsets_consumed(r->o, 2, o, M(o)) == 0);
+    ack(r, 2);
+    CK_CHECK(r->n_disp == 4 && svc_offsets_revoke_begin(r->o, 2) == 0);
+    CK_CHECK(r->n_drop == 46 && svc_offsets_outstanding(r->o, 2) == 4 &&
+             svc_offsets_uncommitted(r->o, 2) == 4);
+    teardown(r);
+
+    /* auto: 2 * slots / assigned, at least 8 */
+    g_dispatch_slots = 64;
+    r = setup(0, 0, 0);
+    g_dispatch_slots = 0;
+    CK_CHECK(r != NULL);
+    if (!r) return;
+    CK_CHECK(svc_offsets_dispatch_bound(r->o) == 128);
+    for (int32_t p = 0; p < 3; p++) CK_CHECK(assign_known(r, p, 0, -1));
+    CK_CHECK(svc_offsets_dispatch_bound(r->o) == 43); /* ceil(128 / 3) */
+    for (int32_t p = 3; p < 32; p++) CK_CHECK(assign_known(r, p, 0, -1));
+    CK_CHECK(svc_offsets_dispatch_bound(r->o) == 8);
+    CK_CHECK(svc_offsets_assign(r->o, 31, 0) == 0 && svc_offsets_count_assigned(r->o) == 31);
+    teardown(r);
+    r = setup(0, 0, 0); /* neither: no bound */
+    CK_CHECK(r && svc_offsets_dispatch_bound(r->o) == INT32_MAX);
     teardown(r);
 }
 
@@ -477,5 +712,8 @@ int main(void) {
     CK_RUN(test_revoke_grace);
     CK_RUN(test_mark_strings);
     CK_RUN(test_bounds);
+    CK_RUN(test_offmd_strings);
+    CK_RUN(test_done_set);
+    CK_RUN(test_dispatch_ahead);
     return ck_test_summary();
 }

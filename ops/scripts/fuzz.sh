@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe prom"
+targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe prom offmd"
 
 if [ $# -lt 2 ]; then
   echo "usage: $0 TARGET SECONDS [libFuzzer flags...]   (targets: $targets)" >&2

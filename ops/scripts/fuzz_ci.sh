@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-20}
-targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe prom"
+targets="job gguf model llama2c tokfile coldblock session template http config batch tokenizer chat_template bpe prom offmd"
 build=${CONFKV_FUZZ_BUILD:-$(pwd)/build-fuzz}
 # One build of every target first, so the time below is fuzzing only.
 if [ "${CONFKV_FUZZ_NOBUILD:-0}" != 1 ]; then

@@ -7,9 +7,11 @@
 #  - nothing lost: every job id has a result;
 #  - duplicates (ids with two results) are at most the jobs a revoke left
 #    to the next owner (the partitions_revoked log lines' rerun=: the jobs
-#    abandoned at the grace limit, abandoned=, and those finished above the
-#    first of them, as the committed offset is the low-water mark) plus those
-#    behind a revoke commit the group refused (revoke_commit_failed);
+#    abandoned at the grace limit, abandoned=, and finished ones the commit
+#    metadata could not carry) plus those behind a revoke commit the group
+#    refused (revoke_commit_failed); the finished jobs above the committed
+#    offset travel in the commit metadata and the next owner skips them
+#    (kafka_totals skipped_done=, printed);
 #  - incremental rebalancing: the partitions that never changed owner kept
 #    running through both rebalances: none of them went more than IDLE_MAX_S
 #    with a job waiting and no result coming out (the longest such stretch
@@ -17,8 +19,10 @@
 #  - the group ran cooperative-sticky and the revokes ended with the jobs
 #    finished (end=drained) or at the grace limit (end=grace).
 # Prints the figures as one JSON object. The grace variant (ctest
-# svc_scale_out_grace: 400 jobs of 150-181 tokens, revoke_grace_ms 1,
-# EXPECT_ABANDONED=1) checks the same with jobs abandoned at the limit; the
+# svc_scale_out_grace: 600 jobs of 300-331 tokens at 50 a second, so a
+# backlog stands through the rebalances; revoke_grace_ms 1, dispatch_ahead
+# 8, EXPECT_ABANDONED=1, EXPECT_DISPATCH_AHEAD=8) checks the same with jobs
+# abandoned at the limit, never more than 8 per revoked partition; the
 # eager variant (svc_scale_out_eager: strategy range, EXPECT_PROTOCOL=eager)
 # that nothing is lost when every partition is revoked and some come back to
 # the member that gave them up (no idle bound there: eager stops them all).
@@ -43,6 +47,7 @@ GROUP+=("${MORE[@]}")
 start_confkvd a "${GROUP[@]}" --instance a
 PID_A=$LAST_PID
 start_confkvd b "${GROUP[@]}" --instance b
+PID_B=$LAST_PID
 # Both members hold their share of the 8 partitions before the load starts.
 for _ in $(seq 300); do
   python3 - "$TMP" <<'PY' && break
@@ -92,6 +97,10 @@ done
 sleep 2 # late duplicates, if any
 kcat -C -b "$BOOT" -t confkv.jobs -o beginning -e -q -J > "$TMP/jobs.json" 2>/dev/null || true
 kcat -C -b "$BOOT" -t confkv.results -o beginning -e -q -J > "$TMP/results.json" 2>/dev/null || true
+# b and c stop cleanly (their kafka_totals lines: the jobs they skipped).
+kill -TERM "$PID_B" "$PID_C"
+wait "$PID_B" || fail "b: exit code after SIGTERM"
+wait "$PID_C" || fail "c: exit code after SIGTERM"
 
 python3 - "$TMP" "$N" "$IDLE_MAX_S" "$T0" "$T_TERM" <<'PY' || fail "scale-out"
 import json, os, re, sys
@@ -118,14 +127,22 @@ def log(name):
     except OSError:
         return []
 abandoned, rerun, uncommitted, revokes, ends, protocols = 0, 0, 0, 0, {}, set()
+skipped, truncated = 0, 0
 for name in "abc":
     for l in log(name):
-        m = re.search(r"event=partitions_revoked .*abandoned=(\d+) rerun=(\d+) end=(\w+)", l)
+        m = re.search(r"event=kafka_totals .*skipped_done=(\d+) done_truncated=(\d+)", l)
         if m:
-            abandoned += int(m.group(1))
-            rerun += int(m.group(2))
-            ends[m.group(3)] = ends.get(m.group(3), 0) + 1
+            skipped += int(m.group(1))
+            truncated += int(m.group(2))
+        m = re.search(r"event=partitions_revoked count=(\d+) .*abandoned=(\d+) rerun=(\d+) end=(\w+)", l)
+        if m:
+            abandoned += int(m.group(2))
+            rerun += int(m.group(3))
+            ends[m.group(4)] = ends.get(m.group(4), 0) + 1
             revokes += 1
+            da = int(os.environ.get("EXPECT_DISPATCH_AHEAD", "0"))
+            assert not da or int(m.group(2)) <= da * int(m.group(1)), \
+                "a revoke abandoned %s jobs of %s partitions (dispatch_ahead %d)" % (m.group(2), m.group(1), da)
         m = re.search(r"event=revoke_commit_failed partition=\d+ offset=(\d+) acked=(-?\d+)", l)
         if m:
             uncommitted += int(m.group(1)) - max(0, int(m.group(2)))
@@ -169,7 +186,7 @@ before = {p: idle(p, t0, t0 + 3) for p in stayed}
 during = {p: idle(p, t0 + 3, t_end + 1) for p in stayed}
 out = {"jobs": n, "results": len(res), "lost": len(lost), "duplicates": dups,
        "revokes": revokes, "revoke_ends": ends, "abandoned": abandoned, "rerun": rerun,
-       "revoke_commit_refused_jobs": uncommitted,
+       "revoke_commit_refused_jobs": uncommitted, "skipped_done": skipped, "done_truncated": truncated,
        "protocols": sorted(protocols), "partitions_stayed": stayed,
        "stayed_idle_max_s_before_join": round(max(before.values() or [0]), 3),
        "stayed_idle_max_s_during": round(max(during.values() or [0]), 3),
@@ -188,6 +205,4 @@ if want == "cooperative":
     assert stayed, "no partition kept its owner"
     assert max(during.values()) <= idle_max, "a partition that stayed was idle %.3f s" % max(during.values())
 PY
-kill -TERM "$PID_C"
-wait "$PID_C" || fail "c: exit code after SIGTERM"
 echo "PASS scale_out"
