@@ -36,6 +36,16 @@
  * thread pool; the partition's messages are held meanwhile): a message at
  * an offset below the previous mark, or at/below one this consumer already
  * dispatched (a re-fetch), gets svc_ktok.redelivered = 1.
+ * Finished offsets. The committed offset is the low-water mark, and jobs
+ * finish out of order, so the metadata also carries the finished offsets
+ * above it (svc_offmd.h: "confkv.mark=N;done.v1=<bitmap>"); a new owner
+ * reads them with the mark and does not run those jobs (stats
+ * skipped_done); a set cut to fit counts in done_truncated. Malformed
+ * metadata is refused with a logged reason (no finished set then).
+ * Dispatch-ahead: a partition has at most dispatch_ahead (svc_config.h)
+ * jobs dispatched and not done; later ones wait in the hold, so a revoke
+ * abandons at most that many (svc_kafka_done lets the next go, on the
+ * next loop turn).
  * The bookkeeping (ring, marks, hold) is svc_offsets.h, a module without
  * Kafka types that this one drives; here are the clients and the I/O.
  * Guarantee: a job handed to the service before a crash, a rebalance or a
@@ -61,9 +71,8 @@
  * blocks: the callback only starts the revoke, the timer and
  * svc_kafka_done end it. Jobs still running at the limit are abandoned to
  * the next owner (svc_kafka_stats.revoke_abandoned): their late completions
- * are ignored (epoch), and they are computed twice, as are the jobs
- * finished above the first of them (revoke_rerun: the committed offset is
- * the low-water mark). Another rebalance event
+ * are ignored (epoch), and they are computed twice (revoke_rerun: those,
+ * and finished ones the metadata's set could not carry). Another rebalance event
  * meanwhile ends the pending revoke first, so librdkafka sees our calls in
  * the order of its events. A lost assignment (the group evicted us) and the
  * teardown give partitions back at once.
@@ -131,8 +140,8 @@ typedef struct svc_kafka_stats {
     uint64_t redelivered;        /* dispatched with svc_ktok.redelivered set */
     uint64_t revokes;            /* revokes that waited for their partitions' jobs (revoke_grace_ms) */
     uint64_t revoke_abandoned;   /* jobs still running when such a revoke gave its partitions back */
-    uint64_t revoke_rerun;       /* those, and the finished ones above the first of them (the offset committed
-                              is the low-water mark): the next owner runs them again */
+    uint64_t revoke_rerun;       /* those, and finished ones the commit metadata's set could not carry: the
+                              next owner runs them again */
     uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset when a revoke's commit was
                                     refused: the next owner runs them again */
     uint64_t skipped_done;       /* consumed messages not run: a previous owner's commit metadata lists them
