@@ -118,6 +118,10 @@ static int in_list(const char *const *l, const char *k) {
 
 static int conf_set_cb(void *ud, const char *name, const char *value) {
     conf_ctx *c = ud;
+    if (!strcmp(name, "transactional.id")) { /* produce outside a transaction would fail */
+        snprintf(c->err, c->errlen, "kafka.transactional.id: exactly-once results are not implemented");
+        return CK_EINVAL;
+    }
     /* Keys of the other client kind are skipped, so librdkafka does not warn. */
     if (c->consumer ? in_list(producer_only, name) : in_list(consumer_only, name)) return 0;
     char e[512];
@@ -324,7 +328,8 @@ static void off_drop(void *ud, void *msg) {
 static void off_hold_pause(void *ud, int32_t p, int pause, int held) {
     svc_kafka *k = ud;
     if (pause) {
-        /* The mark is late (the coordinator is slow or away): stop fetching. */
+        /* The mark is late (the coordinator is slow or away), or dispatch-ahead
+         * is full (a backlog): stop fetching until the hold empties. */
         pause_one(k, p, 1);
         svc_log(SVC_LOG_WARN, "partition_held", "partition=%d held=%d", p, held);
     } else if (!k->paused) {

@@ -349,7 +349,8 @@ static int hold(svc_offsets *o, int32_t p, part *t, int64_t off, void *msg) {
     }
     t->hold[t->hhead + t->nhold++] = (held){msg, off};
     if (t->nhold >= o->c.hold_pause && !t->hold_paused) {
-        /* The mark is late (the coordinator is slow or away): stop fetching. */
+        /* The mark is late (the coordinator is slow or away), or dispatch-ahead
+         * is full (a backlog): stop fetching until the hold empties. */
         t->hold_paused = 1;
         if (o->c.cbs.hold_pause) o->c.cbs.hold_pause(o->c.cbs.ud, p, 1, t->nhold);
     }

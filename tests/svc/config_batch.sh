@@ -25,6 +25,11 @@ grep -qx 'kafka.sasl.password=\*\*\*\*\*' "$TMP/p.txt" || fail "secret not maske
 "$CONFKVD" --http-port 99999 --print-config 2>/dev/null && fail "out-of-range port accepted"
 "$CONFKVD" --kafka.no.such.property x "${MODEL_ARGS[@]}" --brokers 127.0.0.1:1 2>"$TMP/bad.err" && fail "bad kafka key accepted"
 grep -q "no.such.property" "$TMP/bad.err" || fail "bad kafka key not named: $(cat "$TMP/bad.err")"
+# exactly-once results are not implemented: a transactional producer is refused by name
+"$CONFKVD" --kafka.transactional.id t1 "${MODEL_ARGS[@]}" --brokers 127.0.0.1:1 2>"$TMP/tx.err" &&
+  fail "kafka.transactional.id accepted"
+grep -q "transactional.id: exactly-once results are not implemented" "$TMP/tx.err" ||
+  fail "transactional.id not refused by name: $(cat "$TMP/tx.err")"
 
 cat > "$TMP/in.jsonl" <<'J'
 {"custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "stories260K", "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 20, "temperature": 0}}
