@@ -236,14 +236,21 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
         if (strcmp(e->topic, k->topic)) continue;
         if (!regular) {
             /* A revoke's commit refused: the finished jobs above the last
-             * acknowledged offset are done again by the next owner. */
-            if (pe && e->partition >= 0 && e->partition < k->n_racked &&
-                e->offset > k->racked[e->partition]) {
+             * acknowledged offset, and those of its finished set, are done
+             * again by the next owner (at most: the last acknowledged set
+             * may hold some). */
+            if (pe && e->partition >= 0 && e->partition < k->n_racked) {
                 int64_t from = k->racked[e->partition] > 0 ? k->racked[e->partition] : 0;
-                k->st.revoke_uncommitted += (uint64_t)(e->offset - from);
-                svc_log(SVC_LOG_WARN, "revoke_commit_failed", "partition=%d offset=%lld acked=%lld err=%s",
-                        e->partition, (long long)e->offset, (long long)k->racked[e->partition],
-                        rd_kafka_err2name(pe));
+                int64_t n = e->offset > from ? e->offset - from : 0, done = 0;
+                const char *why;
+                if (!svc_offmd_parse(e->metadata, e->metadata_size, &k->md, &why))
+                    for (int b = 0; b < k->md.done_bytes * 8; b++) done += k->md.done[b / 8] >> (b % 8) & 1;
+                k->st.revoke_uncommitted += (uint64_t)(n + done);
+                if (n + done > 0)
+                    svc_log(SVC_LOG_WARN, "revoke_commit_failed",
+                            "partition=%d offset=%lld acked=%lld done=%lld err=%s", e->partition,
+                            (long long)e->offset, (long long)k->racked[e->partition], (long long)done,
+                            rd_kafka_err2name(pe));
             }
             continue;
         }

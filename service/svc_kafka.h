@@ -142,8 +142,8 @@ typedef struct svc_kafka_stats {
     uint64_t revoke_abandoned;   /* jobs still running when such a revoke gave its partitions back */
     uint64_t revoke_rerun;       /* those, and finished ones the commit metadata's set could not carry: the
                               next owner runs them again */
-    uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset when a revoke's commit was
-                                    refused: the next owner runs them again */
+    uint64_t revoke_uncommitted; /* finished jobs above the acknowledged offset, or in the finished set, when
+                                    a revoke's commit was refused: the next owner runs them again (at most) */
     uint64_t skipped_done;       /* consumed messages not run: a previous owner's commit metadata lists them
                                     finished (svc_offmd.h) */
     uint64_t done_truncated;     /* commits whose finished set did not fit in the metadata */

@@ -9,7 +9,8 @@
 #    to the next owner (the partitions_revoked log lines' rerun=: the jobs
 #    abandoned at the grace limit, abandoned=, and finished ones the commit
 #    metadata could not carry) plus those behind a revoke commit the group
-#    refused (revoke_commit_failed); the finished jobs above the committed
+#    refused (revoke_commit_failed: from the acknowledged offset to the one
+#    refused, and the refused commit's finished set); the finished jobs above the committed
 #    offset travel in the commit metadata and the next owner skips them
 #    (kafka_totals skipped_done=, printed);
 #  - incremental rebalancing: the partitions that never changed owner kept
@@ -143,9 +144,9 @@ for name in "abc":
             da = int(os.environ.get("EXPECT_DISPATCH_AHEAD", "0"))
             assert not da or int(m.group(2)) <= da * int(m.group(1)), \
                 "a revoke abandoned %s jobs of %s partitions (dispatch_ahead %d)" % (m.group(2), m.group(1), da)
-        m = re.search(r"event=revoke_commit_failed partition=\d+ offset=(\d+) acked=(-?\d+)", l)
+        m = re.search(r"event=revoke_commit_failed partition=\d+ offset=(\d+) acked=(-?\d+) done=(\d+)", l)
         if m:
-            uncommitted += int(m.group(1)) - max(0, int(m.group(2)))
+            uncommitted += max(0, int(m.group(1)) - max(0, int(m.group(2)))) + int(m.group(3))
         m = re.search(r"event=partitions_assigned .*protocol=(\w+)", l)
         if m:
             protocols.add(m.group(1))
