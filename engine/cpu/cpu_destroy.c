@@ -72,6 +72,7 @@ void cpu_destroy(backend *b) {
     free(cb->inv_freq);
     free(cb->inv_freq_swa);
     free(cb->rope_swa);
+    free(cb->ple_model.f.p), free(cb->ple_model.qown);
     free(cb->ple_norm);
     free(cb->ple);
     free(cb->ple_h);
