@@ -491,6 +491,17 @@ extern "C" int be_cuda_new(const model *m, const be_options *o, backend **out, c
      * backend computes it. */
     const arch_info *ai = arch_by_id(c->arch ? c->arch : ARCH_LLAMA);
     if (!ai) return cu_seterr(err, errlen, CK_EUNSUPPORTED, "architecture", "not in the table");
+    /* A recurrent layer kind first: its model may share a scalar with
+     * gemma4's (Granite's embedding scale), and the kind is what is missing. */
+    for (int k = 0; k < ARCH_MAX_BLOCKS && ai->blocks[k] != ARCH_BLOCK_END; k++)
+        if (ai->blocks[k] == ARCH_BLOCK_SHORTCONV || ai->blocks[k] == ARCH_BLOCK_MAMBA2) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "cuda backend: architecture %s: layer kind %s has no CUDA kernel (the CPU "
+                         "backend computes it: --backend cpu)",
+                         ai->name, arch_block_name(ai->blocks[k]));
+            return CK_EUNSUPPORTED;
+        }
     const char *g4 = cu_gemma_extra(m);
     if (g4) {
         if (err && errlen)
