@@ -64,9 +64,10 @@ fi
 # ThreadSanitizer: confkvd's loop thread and engine thread, librdkafka's and
 # libuv's threads. The unit tests (test_*), the service's scripts (svc_*) and
 # tsan_canary (a race TSan must report: the pass can fail), but not
-# svc_restart, svc_reload and svc_redis (hundreds of jobs: past their timeouts at TSan's
-# speed; the release and ASan passes run them, svc_cache and test_svc_redis
-# cover the Redis tier's threads here) nor svc_compose (no code of ours); the
+# svc_restart, svc_reload, svc_redis and svc_scale_out_grace/_eager (hundreds
+# of jobs: past their timeouts at TSan's speed; the release and ASan passes
+# run them, svc_cache and test_svc_redis cover the Redis tier's threads here,
+# svc_scale_out the rebalance paths) nor svc_compose (no code of ours); the
 # one-threaded format and tokenizer suites (vocab_*, llamacpp_*, fuzz_*
 # replays) have no threads to check. OpenMP teams are one thread in this
 # build (tests/CMakeLists.txt: libgomp is not instrumented; the
@@ -81,7 +82,7 @@ if [ "$tsan" = 1 ]; then
   OMP_THREAD_LIMIT=1 \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir "$bt" --output-on-failure -j"$jobs" \
-    -R '^(test_|svc_|tsan_canary$)' -E '^(svc_restart|svc_redis|svc_compose|svc_reload|svc_tune|svc_tuning|svc_alerts_live)$' || rc=$?
+    -R '^(test_|svc_|tsan_canary$)' -E '^(svc_restart|svc_redis|svc_compose|svc_reload|svc_tune|svc_tuning|svc_alerts_live|svc_scale_out_grace|svc_scale_out_eager)$' || rc=$?
   if [ -n "$(ls -A "$reports")" ]; then
     cat "$reports"/* >&2
     echo "test.sh: ThreadSanitizer reports above" >&2
